@@ -1,0 +1,39 @@
+# Our code builds with warnings as errors; third-party headers are SYSTEM includes.
+set(MT_WARNINGS -Wall -Wextra -Werror -Wno-unused-parameter)
+
+function(mt_target_defaults target)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${MT_WARNINGS}>)
+  target_include_directories(${target} PUBLIC ${PROJECT_SOURCE_DIR})
+endfunction()
+
+# mt_add_library(name SOURCES ... DEPS ...)
+function(mt_add_library name)
+  cmake_parse_arguments(A "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${A_SOURCES})
+  mt_target_defaults(${name})
+  target_link_libraries(${name} PUBLIC ${A_DEPS})
+endfunction()
+
+# mt_add_test(name SOURCES ... DEPS ... LABELS ... [TIMEOUT s])
+# One executable per module; every TEST becomes its own CTest entry with the given labels.
+function(mt_add_test name)
+  if(NOT MT_BUILD_TESTS)
+    return()
+  endif()
+  cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  if(NOT A_LABELS)
+    set(A_LABELS unit)
+  endif()
+  if(NOT A_TIMEOUT)
+    set(A_TIMEOUT 300)
+  endif()
+  add_executable(${name} ${A_SOURCES})
+  mt_target_defaults(${name})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/tests)
+  target_link_libraries(${name} PRIVATE ${A_DEPS} GTest::gmock GTest::gtest_main)
+  target_compile_definitions(${name} PRIVATE MT_ASSET_DIR="${MT_ASSET_DIR}"
+                                             MT_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
+                                             MT_BINARY_DIR="${CMAKE_BINARY_DIR}")
+  gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
+                       DISCOVERY_TIMEOUT 60)
+endfunction()

@@ -1,0 +1,34 @@
+// File helpers shared by every persistent format: atomic replace, bounded reads, path checks.
+// Thread-compatible free functions; no state.
+#ifndef MT_COMMON_BASE_FILES_H_
+#define MT_COMMON_BASE_FILES_H_
+
+#include <cstdint>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace mt {
+
+// Reads a whole file, refusing files larger than max_bytes (the limit is named in the error).
+absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes = 256ull << 20);
+
+// Writes `contents` to `path` so that a reader sees either the old file or the new one, never a
+// mix: write to "<path>.tmp.<pid>", fsync, rename over `path`, fsync the directory.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+
+// fsyncs a directory so that a rename inside it is durable.
+absl::Status FsyncDirectory(const std::string& dir);
+
+// Checks a user-supplied relative path component list: non-empty, no NUL, not absolute, no
+// ".." component, at most 4096 bytes. `field` names the field in the error.
+absl::Status ValidateRelativePath(absl::string_view path, absl::string_view field);
+
+// Checks a user-supplied path (absolute or relative): non-empty, no NUL, at most 4096 bytes.
+absl::Status ValidatePath(absl::string_view path, absl::string_view field);
+
+}  // namespace mt
+
+#endif  // MT_COMMON_BASE_FILES_H_

@@ -1,0 +1,60 @@
+#include "common/base/files.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "common/base/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace mt {
+namespace {
+
+using ::mt::testing::IsOk;
+using ::mt::testing::StatusIs;
+using ::testing::HasSubstr;
+
+std::string TempDir() {
+  std::string tmpl = ::testing::TempDir() + "mt_files_XXXXXX";
+  char* dir = ::mkdtemp(tmpl.data());
+  EXPECT_NE(dir, nullptr);
+  return tmpl;
+}
+
+TEST(Files, AtomicWriteReplacesAndLeavesNoTemporary) {
+  const std::string dir = TempDir();
+  const std::string path = dir + "/f.txt";
+  MT_ASSERT_OK(WriteFileAtomically(path, "one"));
+  MT_ASSERT_OK(WriteFileAtomically(path, "two two"));
+  MT_ASSERT_OK_AND_ASSIGN(std::string got, ReadFile(path));
+  EXPECT_EQ(got, "two two");
+  EXPECT_NE(::access((path + ".tmp." + std::to_string(::getpid())).c_str(), F_OK), 0);
+}
+
+TEST(Files, ReadFileEnforcesItsLimit) {
+  const std::string dir = TempDir();
+  MT_ASSERT_OK(WriteFileAtomically(dir + "/big", std::string(100, 'x')));
+  EXPECT_THAT(ReadFile(dir + "/big", 99),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("limit of 99")));
+  EXPECT_THAT(ReadFile(dir + "/missing"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
+}
+
+TEST(Files, WriteIntoMissingDirectoryFailsCleanly) {
+  EXPECT_THAT(WriteFileAtomically("/nonexistent-dir-mt/x", "a"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent-dir-mt/x")));
+}
+
+TEST(Files, RelativePathChecks) {
+  EXPECT_THAT(ValidateRelativePath("a/b/c.bin", "name"), IsOk());
+  EXPECT_THAT(ValidateRelativePath("", "name"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name: path is empty")));
+  EXPECT_THAT(ValidateRelativePath("/etc/passwd", "name"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("absolute")));
+  EXPECT_THAT(ValidateRelativePath("a/../../b", "name"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'..'")));
+  EXPECT_THAT(ValidateRelativePath(std::string("a\0b", 3), "name"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NUL")));
+  EXPECT_THAT(ValidatePath(std::string(5000, 'a'), "save"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit of 4096")));
+  EXPECT_THAT(ValidateRelativePath("a..b/c", "name"), IsOk());
+}
+
+}  // namespace
+}  // namespace mt

@@ -22,6 +22,7 @@ class LogMessage {
   LogMessage(const LogMessage&) = delete;
   LogMessage& operator=(const LogMessage&) = delete;
   std::ostream& stream() { return stream_; }
+  // Aborts after writing a kFatal line.
 
  private:
   LogSeverity severity_;
@@ -29,6 +30,12 @@ class LogMessage {
 };
 
 bool LogEnabled(LogSeverity severity);
+
+// Turns the streamed expression into void so that MT_LOG can sit in a ?: expression, which
+// keeps `if (x) MT_LOG(INFO) << y; else ...` unambiguous.
+struct LogVoidify {
+  void operator&(std::ostream&) {}
+};
 
 }  // namespace mt
 
@@ -38,14 +45,14 @@ bool LogEnabled(LogSeverity severity);
 #define MT_LOG_SEVERITY_ERROR ::mt::LogSeverity::kError
 #define MT_LOG_SEVERITY_FATAL ::mt::LogSeverity::kFatal
 
-#define MT_LOG(level)                                    \
-  if (!::mt::LogEnabled(MT_LOG_SEVERITY_##level)) {      \
-  } else                                                 \
-    ::mt::LogMessage(MT_LOG_SEVERITY_##level, __FILE__, __LINE__).stream()
+#define MT_LOG(level)                                 \
+  !::mt::LogEnabled(MT_LOG_SEVERITY_##level)          \
+      ? (void)0                                       \
+      : ::mt::LogVoidify() &                          \
+            ::mt::LogMessage(MT_LOG_SEVERITY_##level, __FILE__, __LINE__).stream()
 
 #define MT_CHECK(cond) \
-  if (cond) {          \
-  } else               \
-    MT_LOG(FATAL) << "check failed: " #cond " "
+  (cond) ? (void)0     \
+         : ::mt::LogVoidify() & ::mt::LogMessage(::mt::LogSeverity::kFatal, __FILE__, __LINE__).stream() << "check failed: " #cond " "
 
 #endif  // MT_COMMON_BASE_LOGGING_H_

@@ -1,0 +1,60 @@
+// What every mtctl verb shares: the connection, output formats and exit codes.
+//
+// Exit codes (scripts rely on them):
+//   0 success · 1 the operation failed · 2 bad usage or invalid input · 3 not found ·
+//   4 coordinator unreachable · 5 not authenticated · 6 timed out
+#ifndef MT_CLIENT_COMMON_H_
+#define MT_CLIENT_COMMON_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "google/protobuf/message.h"
+#include "grpcpp/channel.h"
+
+namespace mt::client {
+
+enum ExitCode {
+  kExitOk = 0,
+  kExitFailed = 1,
+  kExitUsage = 2,
+  kExitNotFound = 3,
+  kExitUnavailable = 4,
+  kExitUnauthenticated = 5,
+  kExitTimeout = 6,
+};
+
+enum class OutputFormat { kTable, kJson, kYaml };
+
+// Options common to every verb, from flags and the environment.
+struct GlobalOptions {
+  std::string coordinator;  // --coordinator, else $MT_COORDINATOR, else 127.0.0.1:7070
+  std::string token_file;   // --token-file, else $MT_TOKEN_FILE
+  OutputFormat output = OutputFormat::kTable;
+};
+
+absl::StatusOr<GlobalOptions> LoadGlobalOptions();
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const GlobalOptions& options);
+
+// Maps a status to the exit code above.
+int ExitCodeFor(const absl::Status& status);
+// Prints "mtctl: <message>" (and a hint for unreachable/unauthenticated) to stderr and
+// returns the exit code.
+int Fail(const absl::Status& status);
+
+// A message as JSON (proto3 JSON mapping, field names as in the .proto) or YAML.
+std::string ToJson(const google::protobuf::Message& message);
+std::string ToYaml(const google::protobuf::Message& message);
+// Prints a message in JSON or YAML on stdout.
+void PrintStructured(const google::protobuf::Message& message, OutputFormat format);
+
+// A plain-text table, columns padded to their widest cell.
+std::string FormatTable(const std::vector<std::string>& header,
+                        const std::vector<std::vector<std::string>>& rows);
+
+}  // namespace mt::client
+
+#endif  // MT_CLIENT_COMMON_H_

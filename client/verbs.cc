@@ -1,0 +1,116 @@
+#include "client/verbs.h"
+
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/version.h"
+#include "common/cli/daemon.h"
+
+ABSL_FLAG(bool, megatron, false,
+          "plan/validate: the spec is given as Megatron-LM pretrain_gpt.py flags after `--`.");
+
+namespace mt::client {
+
+const std::vector<Verb>& AllVerbs() {
+  static const std::vector<Verb> verbs = {
+      {"plan", "show the layout and placement a job would get (nothing is submitted)",
+       "mtctl plan JOB.yaml\n"
+       "mtctl plan --megatron -- --num-layers 24 --hidden-size 1024 ... \n\n"
+       "Prints the TP/PP/DP groups, the layers of each pipeline stage, the estimated state\n"
+       "per rank, and which worker and GPU each rank would land on now, or why the job\n"
+       "cannot be placed. Exit code 1 when it cannot be placed.",
+       &RunPlan},
+      {"validate", "check a job spec locally and print it complete with defaults",
+       "mtctl validate JOB.yaml\n"
+       "mtctl validate --megatron -- --num-layers 24 ...\n\n"
+       "Needs no coordinator. Exit code 2 and the field at fault when the spec is wrong.",
+       &RunValidate},
+      {"workers", "list the worker daemons and their state",
+       "mtctl workers [-o table|json|yaml]", &RunWorkers},
+      {"info", "the coordinator's version and counts", "mtctl info [-o table|json|yaml]",
+       &RunInfo},
+  };
+  return verbs;
+}
+
+namespace {
+
+const char kGlobalHelp[] =
+    "Global flags: --coordinator HOST:PORT (or $MT_COORDINATOR), --token-file FILE (or\n"
+    "$MT_TOKEN_FILE), -o table|json|yaml. Results go to stdout, errors and notices to stderr.\n"
+    "Exit codes: 0 ok, 1 failed, 2 bad usage or invalid input, 3 not found,\n"
+    "4 coordinator unreachable, 5 not authenticated, 6 timed out.\n";
+
+std::string TopUsage() {
+  std::string s = "mtctl: submit and watch GPT training jobs on an mt cluster.\n\nVerbs:\n";
+  for (const Verb& v : AllVerbs()) absl::StrAppend(&s, "  ", v.name, std::string(12 - std::strlen(v.name), ' '), v.summary, "\n");
+  absl::StrAppend(&s, "\n", kGlobalHelp, "\n`mtctl VERB --help` explains a verb.\n");
+  return s;
+}
+
+const Verb* FindVerb(const std::string& name) {
+  for (const Verb& v : AllVerbs()) {
+    if (name == v.name) return &v;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+int Main(int argc, char** argv) {
+  // The verb is the first argument that is not a flag; "--" ends flag parsing.
+  const Verb* verb = nullptr;
+  bool help = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--") == 0) break;
+    if (std::strcmp(argv[i], "--help") == 0 || std::strcmp(argv[i], "-h") == 0 ||
+        std::strcmp(argv[i], "-help") == 0) {
+      help = true;
+    } else if (std::strcmp(argv[i], "--version") == 0) {
+      std::cout << "mtctl " << kVersion << " (API " << kApiVersion << ")\n";
+      return kExitOk;
+    } else if (argv[i][0] != '-' && verb == nullptr) {
+      verb = FindVerb(argv[i]);
+      if (verb == nullptr) {
+        std::fprintf(stderr, "mtctl: unknown verb '%s'\n\n%s", argv[i], TopUsage().c_str());
+        return kExitUsage;
+      }
+    }
+  }
+  if (verb == nullptr) {
+    std::cout << TopUsage();
+    return help ? kExitOk : kExitUsage;
+  }
+  if (help) {
+    std::cout << "usage: " << verb->usage << "\n\n" << kGlobalHelp;
+    return kExitOk;
+  }
+  cli::NormalizeFlagNames(argc, argv);
+  absl::FlagsUsageConfig config;
+  config.version_string = [] { return absl::StrCat("mtctl ", kVersion, "\n"); };
+  absl::SetFlagsUsageConfig(config);
+  absl::SetProgramUsageMessage(TopUsage());
+  std::vector<char*> positional = absl::ParseCommandLine(argc, argv);
+  // positional: argv[0], the verb, its arguments; everything after "--" is kept as given.
+  std::vector<std::string> args;
+  if (absl::GetFlag(FLAGS_megatron)) args.push_back("--megatron");
+  bool seen_verb = false;
+  for (size_t i = 1; i < positional.size(); ++i) {
+    if (!seen_verb && verb->name == std::string(positional[i])) {
+      seen_verb = true;
+      continue;
+    }
+    args.push_back(positional[i]);
+  }
+  auto options = LoadGlobalOptions();
+  if (!options.ok()) return Fail(options.status());
+  return verb->run(args, *options);
+}
+
+}  // namespace mt::client

@@ -1,0 +1,33 @@
+// The mtctl verbs. Each takes its positional arguments (after the verb) and the global
+// options, prints results to stdout and errors to stderr, and returns an exit code.
+#ifndef MT_CLIENT_VERBS_H_
+#define MT_CLIENT_VERBS_H_
+
+#include <string>
+#include <vector>
+
+#include "client/common.h"
+
+namespace mt::client {
+
+struct Verb {
+  const char* name;
+  const char* summary;
+  const char* usage;  // shown by `mtctl VERB --help`
+  int (*run)(const std::vector<std::string>& args, const GlobalOptions& options);
+};
+
+// Every verb, in the order `mtctl --help` lists them.
+const std::vector<Verb>& AllVerbs();
+
+// The whole of mtctl: finds the verb, parses flags, runs it, returns the exit code.
+int Main(int argc, char** argv);
+
+int RunWorkers(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunInfo(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunPlan(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunValidate(const std::vector<std::string>& args, const GlobalOptions& options);
+
+}  // namespace mt::client
+
+#endif  // MT_CLIENT_VERBS_H_

@@ -1,0 +1,81 @@
+#include "common/cli/daemon.h"
+
+#include <signal.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/internal/program_name.h"
+#include "absl/flags/internal/usage.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/version.h"
+
+namespace mt::cli {
+
+void NormalizeFlagNames(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    char* a = argv[i];
+    if (a[0] != '-') continue;
+    if (std::strcmp(a, "--") == 0) break;
+    char* p = a + (a[1] == '-' ? 2 : 1);
+    for (; *p != '\0' && *p != '='; ++p) {
+      if (*p == '-') *p = '_';
+    }
+  }
+}
+
+std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage) {
+  NormalizeFlagNames(argc, argv);
+  absl::flags_internal::SetProgramInvocationName(argv[0]);
+  absl::FlagsUsageConfig config;
+  config.version_string = [] { return absl::StrCat("mt ", kVersion, " (API ", kApiVersion, ")\n"); };
+  config.contains_help_flags = [](absl::string_view path) {
+    return path.find("main") != absl::string_view::npos ||
+           path.find("/cli/") != absl::string_view::npos;
+  };
+  config.normalize_filename = [](absl::string_view f) { return std::string(f); };
+  absl::SetFlagsUsageConfig(config);
+  absl::SetProgramUsageMessage(usage);
+  // absl's own --help exits with status 1; asking for help is not an error, so answer it here.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg == "--help" || arg == "-help" || arg == "-h") {
+      absl::flags_internal::FlagsHelp(std::cout, "main.cc",
+                                      absl::flags_internal::HelpFormat::kHumanReadable, usage);
+      std::exit(0);
+    }
+  }
+  return absl::ParseCommandLine(argc, argv);
+}
+
+namespace {
+sigset_t TerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+}  // namespace
+
+void BlockTerminationSignals() {
+  sigset_t set = TerminationSignals();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
+
+void OnTerminationSignal(std::function<void(int signal)> on_signal) {
+  sigset_t set = TerminationSignals();
+  std::thread([set, on_signal = std::move(on_signal)] {
+    int sig = 0;
+    sigwait(&set, &sig);
+    on_signal(sig);
+  }).detach();
+}
+
+}  // namespace mt::cli

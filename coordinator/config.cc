@@ -1,0 +1,28 @@
+#include "coordinator/config.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/rpc/auth.h"
+
+namespace mt::coordinator {
+
+absl::Status CoordinatorConfig::Validate() const {
+  if (listen_address.empty() || listen_address.find(':') == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--listen '", listen_address, "' must be host:port, e.g. 127.0.0.1:7070"));
+  }
+  if (!rpc::IsLoopbackAddress(listen_address) && auth_token_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", listen_address,
+        " is not a loopback address; listening beyond this machine requires --auth-token-file"));
+  }
+  if (heartbeat_interval < absl::Milliseconds(10) || heartbeat_interval > absl::Minutes(1)) {
+    return absl::InvalidArgumentError("--heartbeat-interval must be between 10ms and 1m");
+  }
+  if (lost_after < 2 * heartbeat_interval || lost_after > absl::Hours(1)) {
+    return absl::InvalidArgumentError(
+        "--lost-after must be at least twice --heartbeat-interval and at most 1h");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace mt::coordinator

@@ -1,0 +1,27 @@
+// The coordinator's configuration: filled by main.cc from flags, checked by Validate().
+#ifndef MT_COORDINATOR_CONFIG_H_
+#define MT_COORDINATOR_CONFIG_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+
+namespace mt::coordinator {
+
+struct CoordinatorConfig {
+  // host:port for gRPC. Loopback by default; anything else needs auth_token_file.
+  std::string listen_address = "127.0.0.1:7070";
+  // File of accepted bearer tokens (common/rpc/auth.h); empty = no authentication.
+  std::string auth_token_file;
+  // How often workers heartbeat, and the silence after which a worker is LOST.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration lost_after = absl::Seconds(10);
+
+  // Every field checked; errors name the flag and the fix.
+  absl::Status Validate() const;
+};
+
+}  // namespace mt::coordinator
+
+#endif  // MT_COORDINATOR_CONFIG_H_

@@ -1,0 +1,43 @@
+#include "coordinator/config.h"
+
+#include "common/base/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace mt::coordinator {
+namespace {
+
+using ::mt::testing::IsOk;
+using ::mt::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(CoordinatorConfig, DefaultsAreValidAndLoopback) {
+  CoordinatorConfig c;
+  EXPECT_THAT(c.Validate(), IsOk());
+  EXPECT_EQ(c.listen_address, "127.0.0.1:7070");
+}
+
+TEST(CoordinatorConfig, NonLoopbackNeedsTokens) {
+  CoordinatorConfig c;
+  c.listen_address = "0.0.0.0:7070";
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("requires --auth-token-file")));
+  c.auth_token_file = "/etc/mt/tokens";
+  EXPECT_THAT(c.Validate(), IsOk());
+}
+
+TEST(CoordinatorConfig, TimingLimits) {
+  CoordinatorConfig c;
+  c.lost_after = absl::Seconds(1);
+  c.heartbeat_interval = absl::Seconds(1);
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--lost-after")));
+  c = CoordinatorConfig();
+  c.heartbeat_interval = absl::Milliseconds(1);
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--heartbeat-interval")));
+  c = CoordinatorConfig();
+  c.listen_address = "nocolon";
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host:port")));
+}
+
+}  // namespace
+}  // namespace mt::coordinator

@@ -1,0 +1,56 @@
+// mt-coordinator: flags -> CoordinatorConfig -> Validate -> Server::Create -> serve -> drain.
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/time/time.h"
+#include "common/base/clock.h"
+#include "common/base/files.h"
+#include "common/base/logging.h"
+#include "common/cli/daemon.h"
+#include "coordinator/server.h"
+
+ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
+          "host:port to serve gRPC on (port 0 = any free port). Non-loopback addresses "
+          "require --auth-token-file.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File of accepted bearer tokens, one per line; clients send one with every call.");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
+          "How often workers are told to heartbeat.");
+ABSL_FLAG(absl::Duration, lost_after, absl::Seconds(10),
+          "Silence after which a worker is declared lost and its ranks fail over.");
+ABSL_FLAG(std::string, address_file, "",
+          "Write the bound host:port to this file once serving (for scripts using port 0).");
+
+int main(int argc, char** argv) {
+  mt::cli::ParseFlags(argc, argv,
+                      "The mt control plane: keeps jobs and workers, plans "
+                      "TP/PP/DP layouts and places ranks on mt-worker daemons.\n\n"
+                      "  mt-coordinator [--listen 127.0.0.1:7070] [--auth-token-file FILE]");
+  mt::coordinator::CoordinatorConfig config;
+  config.listen_address = absl::GetFlag(FLAGS_listen);
+  config.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  config.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  config.lost_after = absl::GetFlag(FLAGS_lost_after);
+
+  mt::cli::BlockTerminationSignals();
+  mt::RealClock clock;
+  auto server = mt::coordinator::Server::Create(config, &clock);
+  if (!server.ok()) {
+    std::fprintf(stderr, "mt-coordinator: %s\n", std::string(server.status().message()).c_str());
+    return 2;
+  }
+  mt::coordinator::Server* raw = server->get();
+  mt::cli::OnTerminationSignal([raw](int sig) {
+    MT_LOG(INFO) << "signal " << sig << ": draining";
+    raw->Shutdown();
+  });
+  if (const std::string path = absl::GetFlag(FLAGS_address_file); !path.empty()) {
+    if (absl::Status s = mt::WriteFileAtomically(path, raw->address() + "\n"); !s.ok()) {
+      MT_LOG(ERROR) << "--address_file: " << s;
+    }
+  }
+  raw->Wait();
+  MT_LOG(INFO) << "mt-coordinator stopped";
+  return 0;
+}

@@ -1,0 +1,40 @@
+// Layout and placement of a job on a set of free workers. Pure functions: no I/O, no state;
+// the scheduler and the PlanJob RPC both call them.
+#ifndef MT_COORDINATOR_PLAN_H_
+#define MT_COORDINATOR_PLAN_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "mt/v1/client_service.pb.h"
+#include "mt/v1/job.pb.h"
+#include "mt/v1/job_spec.pb.h"
+
+namespace mt::coordinator {
+
+// The layout of a defaulted, validated spec for a world size. `world` is the spec's own when
+// it fixes one (world_size, or an explicit data_parallel_size); otherwise the caller's choice.
+absl::StatusOr<mt::v1::Layout> ComputeLayout(const mt::v1::JobSpec& spec, int world);
+
+// The world size a spec asks for, or 0 when it leaves DP to the scheduler (dp: auto and no
+// world_size). Requires a defaulted spec.
+int RequestedWorld(const mt::v1::JobSpec& spec);
+
+// For dp: auto with no world size: the largest world that fits `free_slots` and keeps the
+// global batch divisible by micro_batch * DP; 0 when not even one model replica fits.
+int AutoWorld(const mt::v1::JobSpec& spec, int free_slots);
+
+// Bytes per rank for parameters, gradients and optimizer state (fp32 master weights and two
+// Adam moments), following Megatron's accounting; an estimate for planning only.
+int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout);
+
+// Defaults and validates `spec` (INVALID_ARGUMENT naming the field when it is wrong), picks
+// the workers that fit its device kind, and returns its layout with a placement on them, or
+// with placeable = false and the reason when the free workers cannot hold it now.
+absl::StatusOr<mt::v1::PlanJobResponse> PlanOnWorkers(
+    const mt::v1::JobSpec& spec, const std::vector<mt::v1::Worker>& free_workers);
+
+}  // namespace mt::coordinator
+
+#endif  // MT_COORDINATOR_PLAN_H_

@@ -1,0 +1,84 @@
+#include "coordinator/server.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/rpc/auth.h"
+#include "coordinator/services.h"
+#include "coordinator/workers/registry.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+
+namespace mt::coordinator {
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& config,
+                                                       const Clock* clock) {
+  MT_RETURN_IF_ERROR(config.Validate());
+  std::vector<std::string> tokens;
+  if (!config.auth_token_file.empty()) {
+    auto read = rpc::ReadTokenFile(config.auth_token_file);
+    if (!read.ok()) return Annotate(read.status(), "--auth-token-file");
+    tokens = *std::move(read);
+  }
+  std::unique_ptr<Server> s(new Server());
+  s->config_ = config;
+  s->clock_ = clock;
+  s->auth_ = std::make_unique<rpc::Authenticator>(std::move(tokens));
+  s->registry_ = std::make_unique<WorkerRegistry>(clock, config.lost_after);
+  s->client_service_ = std::make_unique<ClientServiceImpl>(s->auth_.get(), s->registry_.get(),
+                                                           clock, clock->Now());
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->auth_.get(), s->registry_.get(),
+                                                           config.heartbeat_interval);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.RegisterService(s->client_service_.get());
+  builder.RegisterService(s->worker_service_.get());
+  builder.SetMaxReceiveMessageSize(16 << 20);
+  s->server_ = builder.BuildAndStart();
+  if (s->server_ == nullptr || bound_port == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", config.listen_address,
+        " (address in use or not local?); choose another with --listen"));
+  }
+  const size_t colon = config.listen_address.rfind(':');
+  s->address_ = absl::StrCat(config.listen_address.substr(0, colon), ":", bound_port);
+  s->sweeper_ = std::thread([raw = s.get()] { raw->SweepLoop(); });
+  MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
+               << (s->auth_->enabled() ? " (bearer tokens required)" : "");
+  return s;
+}
+
+Server::~Server() {
+  Shutdown();
+  if (sweeper_.joinable()) sweeper_.join();
+}
+
+void Server::SweepLoop() {
+  const absl::Duration period = std::max(absl::Milliseconds(100), config_.heartbeat_interval / 2);
+  while (!stopping_.WaitForNotificationWithTimeout(period)) {
+    for (const std::string& id : registry_->SweepLost()) {
+      MT_LOG(WARNING) << "worker " << id << " lost: no heartbeat for over "
+                      << absl::FormatDuration(config_.lost_after);
+    }
+  }
+}
+
+void Server::Wait() { server_->Wait(); }
+
+void Server::Shutdown() {
+  if (shutdown_called_.exchange(true)) return;
+  stopping_.Notify();
+  // Give in-flight calls a moment, then cancel what is still open (e.g. streams).
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+}
+
+}  // namespace mt::coordinator

@@ -1,0 +1,65 @@
+// The coordinator daemon: owns the gRPC server, its services and the background sweeper.
+//
+//   MT_ASSIGN_OR_RETURN(auto server, Server::Create(config, &clock));
+//   server->Wait();            // until Shutdown() from a signal handler thread
+//
+// Thread-safe: Shutdown() may be called from any thread, once or more.
+#ifndef MT_COORDINATOR_SERVER_H_
+#define MT_COORDINATOR_SERVER_H_
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/notification.h"
+#include "common/base/clock.h"
+#include "coordinator/config.h"
+#include "grpcpp/server.h"
+
+namespace mt::coordinator {
+
+class WorkerRegistry;
+}  // namespace mt::coordinator
+namespace mt::rpc {
+class Authenticator;
+}  // namespace mt::rpc
+namespace mt::coordinator {
+class ClientServiceImpl;
+class WorkerServiceImpl;
+
+class Server {
+ public:
+  // Validates the config, binds the port and starts serving. `clock` outlives the server.
+  static absl::StatusOr<std::unique_ptr<Server>> Create(const CoordinatorConfig& config,
+                                                        const Clock* clock);
+  ~Server();
+
+  // The address actually bound (resolves port 0).
+  const std::string& address() const { return address_; }
+  // Blocks until Shutdown().
+  void Wait();
+  // Stops accepting calls, ends open streams, waits for handlers to finish.
+  void Shutdown();
+
+ private:
+  Server() = default;
+  void SweepLoop();
+
+  CoordinatorConfig config_;
+  const Clock* clock_ = nullptr;
+  std::string address_;
+  std::unique_ptr<rpc::Authenticator> auth_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<ClientServiceImpl> client_service_;
+  std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<bool> shutdown_called_{false};
+  absl::Notification stopping_;
+  std::thread sweeper_;
+};
+
+}  // namespace mt::coordinator
+
+#endif  // MT_COORDINATOR_SERVER_H_

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# The main job on one machine: starts a coordinator and workers (one per GPU, two CPU slots
+# when there is none), shows them registered, and plans a small GPT job over them: its
+# TP/PP/DP layout and where each rank lands. Stops everything it started on exit.
+# Run deploy/setup.sh first (the README's first command does both).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+bin=${MT_BUILD_DIR:-$root/build}/bin
+assets=${MT_ASSET_DIR:-$HOME/.cache/mt/assets}
+run=$(mktemp -d /tmp/mt-demo.XXXXXX)
+say() { printf '\033[1mdemo:\033[0m %s\n' "$*" >&2; }
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  say "stopped; logs in $run"
+}
+trap cleanup EXIT
+
+"$bin/mt-coordinator" --listen 127.0.0.1:0 --address_file "$run/address" 2>"$run/coordinator.log" &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$run/address" ] && break; sleep 0.1; done
+[ -s "$run/address" ] || { cat "$run/coordinator.log" >&2; exit 1; }
+export MT_COORDINATOR=$(cat "$run/address")
+say "coordinator at $MT_COORDINATOR"
+
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0); fi
+if [ "$gpus" -gt 0 ]; then
+  for g in $(seq 0 $((gpus - 1))); do
+    "$bin/mt-worker" --gpu "$g" 2>"$run/worker-$g.log" & pids+=($!)
+  done
+  slots=$gpus
+else
+  for s in 0 1; do
+    "$bin/mt-worker" --gpu -1 --node "$(hostname)" 2>"$run/worker-cpu$s.log" & pids+=($!)
+  done
+  slots=2
+fi
+for _ in $(seq 100); do
+  n=$("$bin/mtctl" workers -o json 2>/dev/null | grep -c '"state": "WORKER_STATE_IDLE"' || true)
+  [ "$n" -ge "$slots" ] && break; sleep 0.1
+done
+say "workers:"
+"$bin/mtctl" workers
+
+cat > "$run/job.yaml" <<YAML
+name: moby-dick-small
+model: {num_layers: 4, hidden_size: 256, num_attention_heads: 4, seq_length: 256}
+parallel: {tp: 1, pp: 1, dp: auto}
+training: {micro_batch_size: 8, global_batch_size: 16, train_iters: 200, lr: 6.0e-4,
+           lr_warmup_iters: 20, lr_decay_style: cosine, min_lr: 6.0e-5}
+data:
+  data_path: $run/moby-dick_text_document
+  split: "949,50,1"
+  tokenizer: {vocab_file: $assets/gpt2-vocab.json, merge_file: $assets/gpt2-merges.txt}
+evaluation: {eval_interval: 50, eval_iters: 10}
+logging: {log_interval: 10}
+YAML
+say "job spec ($run/job.yaml), as mt completes it with defaults:"
+"$bin/mtctl" validate "$run/job.yaml" | sed 's/^/    /'
+say "plan: the layout and placement this job gets on these workers"
+"$bin/mtctl" plan "$run/job.yaml"

@@ -1,0 +1,284 @@
+// A real mt-coordinator and real mt-worker daemons on loopback, driven over gRPC and mtctl.
+#include <signal.h>
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/files.h"
+#include "common/base/status_matchers.h"
+#include "common/rpc/auth.h"
+#include "common/rpc/grpc_status.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "mt/v1/client_service.grpc.pb.h"
+#include "tests/testutil/subprocess.h"
+
+namespace mt {
+namespace {
+
+using ::testing::HasSubstr;
+using testutil::CommandResult;
+using testutil::RunCommand;
+using testutil::Subprocess;
+
+const std::string kBin = std::string(MT_BINARY_DIR) + "/bin/";
+
+class ControlPlaneTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = testutil::MakeTempDir("cp"); }
+
+  // Starts a coordinator on a free port and returns its address.
+  std::string StartCoordinator(const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {kBin + "mt-coordinator", "--listen=127.0.0.1:0",
+                                     "--address_file=" + dir_ + "/addr",
+                                     "--heartbeat_interval=100ms", "--lost_after=1s"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    EXPECT_THAT(coordinator_.Start(argv, dir_ + "/coordinator.log"), testing::IsOk());
+    auto addr = testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20));
+    EXPECT_TRUE(addr.ok()) << addr.status() << "\n" << Log("coordinator.log");
+    address_ = addr.value_or("");
+    return address_;
+  }
+
+  std::unique_ptr<Subprocess> StartWorker(const std::string& node, int gpu,
+                                          const std::vector<std::string>& extra = {}) {
+    auto w = std::make_unique<Subprocess>();
+    std::vector<std::string> argv = {kBin + "mt-worker", "--coordinator=" + address_,
+                                     "--node=" + node, absl::StrCat("--gpu=", gpu)};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    EXPECT_THAT(w->Start(argv, absl::StrCat(dir_, "/worker-", node, "-", gpu, ".log")),
+                testing::IsOk());
+    return w;
+  }
+
+  std::string Log(const std::string& name) { return ReadFile(dir_ + "/" + name).value_or(""); }
+
+  absl::StatusOr<mt::v1::ListWorkersResponse> ListWorkers(const std::string& token = "") {
+    auto stub = mt::v1::ClientService::NewStub(rpc::MakeChannel(address_, token));
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    mt::v1::ListWorkersResponse resp;
+    absl::Status s = rpc::FromGrpcStatus(stub->ListWorkers(&ctx, {}, &resp));
+    if (!s.ok()) return s;
+    return resp;
+  }
+
+  int CountInState(mt::v1::WorkerState state) {
+    auto r = ListWorkers();
+    if (!r.ok()) return -1;
+    int n = 0;
+    for (const auto& w : r->workers()) n += w.state() == state;
+    return n;
+  }
+
+  CommandResult Mtctl(std::vector<std::string> args) {
+    args.insert(args.begin(), kBin + "mtctl");
+    auto r = RunCommand(args, absl::Seconds(30), {"MT_COORDINATOR=" + address_});
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.value_or(CommandResult{});
+  }
+
+  std::string dir_;
+  std::string address_;
+  Subprocess coordinator_;
+};
+
+TEST_F(ControlPlaneTest, WorkersRegisterHeartbeatAndAreLostWhenKilled) {
+  StartCoordinator();
+  auto w1 = StartWorker("nodea", 0);
+  auto w2 = StartWorker("nodea", 1);
+  ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 2; },
+                                absl::Seconds(20)))
+      << Log("coordinator.log");
+  auto workers = ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  EXPECT_EQ(workers->total_count(), 2);
+  EXPECT_EQ(workers->workers(0).resources().node(), "nodea");
+
+  // SIGKILL: no deregistration; the coordinator declares it lost after --lost_after.
+  w2->Signal(SIGKILL);
+  ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_LOST) == 1; },
+                                absl::Seconds(10)));
+  EXPECT_EQ(CountInState(mt::v1::WORKER_STATE_IDLE), 1);
+
+  // SIGTERM: a clean exit that deregisters.
+  w1->Signal(SIGTERM);
+  auto code = w1->Wait(absl::Seconds(10));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << Log("worker-nodea-0.log");
+  EXPECT_EQ(CountInState(mt::v1::WORKER_STATE_GONE), 1);
+}
+
+TEST_F(ControlPlaneTest, WorkerReRegistersAfterCoordinatorRestart) {
+  StartCoordinator();
+  const std::string first_address = address_;
+  auto w = StartWorker("nodeb", -1, {"--state_file=" + dir_ + "/worker.id"});
+  ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 1; },
+                                absl::Seconds(20)));
+  coordinator_.Signal(SIGTERM);
+  ASSERT_TRUE(coordinator_.Wait(absl::Seconds(10)).ok());
+  // Same port again, so the worker's address still points at it.
+  ASSERT_TRUE(::unlink((dir_ + "/addr").c_str()) == 0);
+  Subprocess second;
+  ASSERT_THAT(second.Start({kBin + "mt-coordinator", "--listen=" + first_address,
+                            "--address_file=" + dir_ + "/addr", "--heartbeat_interval=100ms",
+                            "--lost_after=1s"},
+                           dir_ + "/coordinator2.log"),
+              testing::IsOk());
+  ASSERT_TRUE(testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20)).ok());
+  ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 1; },
+                                absl::Seconds(20)))
+      << Log("worker-nodeb--1.log");
+  auto workers = ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  EXPECT_EQ(workers->workers(0).id(), "w-1");  // kept its id through --state_file
+  EXPECT_EQ(workers->workers(0).resources().device_name(), "cpu");
+}
+
+TEST_F(ControlPlaneTest, BearerTokensAreRequiredWhenConfigured) {
+  const std::string tokens = dir_ + "/tokens";
+  ASSERT_THAT(WriteFileAtomically(tokens, "s3cret-token-0123456789\n"), testing::IsOk());
+  StartCoordinator({"--auth_token_file=" + tokens});
+  EXPECT_THAT(ListWorkers(), testing::StatusIs(absl::StatusCode::kUnauthenticated,
+                                               HasSubstr("missing bearer token")));
+  EXPECT_THAT(ListWorkers("wrong-token-000000000000"),
+              testing::StatusIs(absl::StatusCode::kUnauthenticated, HasSubstr("not accepted")));
+  EXPECT_TRUE(ListWorkers("s3cret-token-0123456789").ok());
+  // A worker without the token cannot register; with it, it can.
+  auto bad = StartWorker("nodec", 0);
+  auto code = bad->Wait(absl::Seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 1);
+  EXPECT_THAT(Log("worker-nodec-0.log"), HasSubstr("missing bearer token"));
+  auto good = StartWorker("nodec", 1, {"--token_file=" + tokens});
+  EXPECT_TRUE(testutil::WaitFor(
+      [&] {
+        auto r = ListWorkers("s3cret-token-0123456789");
+        return r.ok() && r->total_count() == 1;
+      },
+      absl::Seconds(20)));
+  // mtctl: exit code 5 without the token.
+  CommandResult r = Mtctl({"workers"});
+  EXPECT_EQ(r.exit_code, 5) << r.err;
+  r = Mtctl({"workers", "--token_file=" + tokens, "-o", "json"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\"node\": \"nodec\""));
+}
+
+TEST_F(ControlPlaneTest, NonLoopbackListenWithoutTokensIsRefused) {
+  auto r = RunCommand({kBin + "mt-coordinator", "--listen=0.0.0.0:0"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("requires --auth-token-file"));
+}
+
+TEST_F(ControlPlaneTest, HealthServiceAnswers) {
+  StartCoordinator();
+  auto channel = rpc::MakeChannel(address_, "");
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  // grpc.health.v1.Health/Check with an empty request (service "") as a raw call.
+  grpc::GenericStub generic(channel);
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty;
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::Status status;
+  bool done = false;
+  absl::Mutex mu;
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
+                    &response, [&](grpc::Status s) {
+                      absl::MutexLock l(&mu);
+                      status = s;
+                      done = true;
+                    });
+  absl::MutexLock l(&mu);
+  mu.Await(absl::Condition(&done));
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  // HealthCheckResponse{status: SERVING (1)} = field 1, varint 1.
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+TEST_F(ControlPlaneTest, MtctlPlanShowsLayoutAndPlacement) {
+  StartCoordinator();
+  auto a0 = StartWorker("nodea", 0);
+  auto a1 = StartWorker("nodea", 1);
+  auto b0 = StartWorker("nodeb", 0);
+  auto b1 = StartWorker("nodeb", 1);
+  ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 4; },
+                                absl::Seconds(20)));
+  CommandResult r = Mtctl({"plan", "--megatron", "--", "--num-layers", "4", "--hidden-size", "64",
+                           "--num-attention-heads", "4", "--seq-length", "32",
+                           "--tensor-model-parallel-size", "2", "--micro-batch-size", "2",
+                           "--global-batch-size", "8", "--lr", "1e-3", "--train-iters", "10",
+                           "--data-path", "/data/x_text_document", "--vocab-file", "/v.json",
+                           "--merge-file", "/m.txt", "-o", "json"});
+  // -o after `--` belongs to the Megatron flags and is rejected by name.
+  EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
+  EXPECT_THAT(r.err, HasSubstr("-o"));
+  r = Mtctl({"plan", "-o", "json", "--megatron", "--", "--num-layers", "4", "--hidden-size", "64",
+             "--num-attention-heads", "4", "--seq-length", "32", "--tensor-model-parallel-size",
+             "2", "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "1e-3",
+             "--train-iters", "10", "--data-path", "/data/x_text_document", "--vocab-file",
+             "/v.json", "--merge-file", "/m.txt"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // dp: auto over 4 GPU workers with tp 2 -> dp 2; TP groups never span nodes.
+  EXPECT_THAT(r.out, HasSubstr("\"world_size\": 4"));
+  EXPECT_THAT(r.out, HasSubstr("\"data_parallel_size\": 2"));
+  EXPECT_THAT(r.out, HasSubstr("\"placeable\": true"));
+  r = Mtctl({"plan", "--megatron", "--", "--num-layers", "4", "--hidden-size", "64",
+             "--num-attention-heads", "4", "--seq-length", "32", "--tensor-model-parallel-size",
+             "2", "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "1e-3",
+             "--train-iters", "10", "--data-path", "/data/x_text_document", "--vocab-file",
+             "/v.json", "--merge-file", "/m.txt"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("tp groups    [0,1] [2,3]"));
+  EXPECT_THAT(r.out, HasSubstr("dp groups    [0,2] [1,3]"));
+  // Ranks 0,1 on one node, 2,3 on the other.
+  EXPECT_THAT(r.out, testing::ContainsRegex("0 +0 +0 +0 +w-[0-9] +nodea +0"));
+  EXPECT_THAT(r.out, testing::ContainsRegex("3 +1 +1 +0 +w-[0-9] +nodeb +1"));
+
+  // An invalid spec: exit 2, the field named, nothing sent.
+  r = Mtctl({"plan", "--megatron", "--", "--num-layers", "4", "--hidden-size", "60",
+             "--num-attention-heads", "8", "--seq-length", "32", "--micro-batch-size", "2",
+             "--lr", "1e-3", "--train-iters", "10", "--data-path", "/d", "--vocab-file", "/v",
+             "--merge-file", "/m"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("hidden_size"));
+
+  // tp 4 cannot fit in nodes of 2 GPUs: not placeable, exit 1, with the reason.
+  r = Mtctl({"plan", "--megatron", "--", "--num-layers", "4", "--hidden-size", "64",
+             "--num-attention-heads", "4", "--seq-length", "32", "--tensor-model-parallel-size",
+             "4", "--micro-batch-size", "2", "--lr", "1e-3", "--train-iters", "10",
+             "--data-path", "/d", "--vocab-file", "/v", "--merge-file", "/m"});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("does not fit on any node"));
+}
+
+TEST(Binaries, AnswerHelpAndVersion) {
+  for (const std::string bin : {"mt-coordinator", "mt-worker", "mtctl"}) {
+    auto help = RunCommand({kBin + bin, "--help"});
+    ASSERT_TRUE(help.ok());
+    EXPECT_EQ(help->exit_code, 0) << bin;
+    EXPECT_THAT(help->out + help->err, HasSubstr(bin)) << bin;
+    auto version = RunCommand({kBin + bin, "--version"});
+    ASSERT_TRUE(version.ok());
+    EXPECT_EQ(version->exit_code, 0) << bin;
+    EXPECT_THAT(version->out, HasSubstr("0.1.0")) << bin;
+  }
+  auto r = RunCommand({kBin + "mtctl", "plan", "--help"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 0);
+  EXPECT_THAT(r->out, HasSubstr("mtctl plan JOB.yaml"));
+  r = RunCommand({kBin + "mtctl", "frobnicate"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("unknown verb 'frobnicate'"));
+}
+
+}  // namespace
+}  // namespace mt

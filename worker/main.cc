@@ -1,0 +1,48 @@
+// mt-worker: the per-GPU (or per CPU slot) daemon.
+//   mt-worker --coordinator HOST:PORT [--gpu N]     serve as a worker
+#include <cstdio>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "common/base/logging.h"
+#include "common/cli/daemon.h"
+#include "worker/agent/agent.h"
+
+ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator host:port.");
+ABSL_FLAG(std::string, token_file, "", "Bearer token file for a coordinator that requires one.");
+ABSL_FLAG(std::string, node, "", "Node name (default: this host's name).");
+ABSL_FLAG(int, gpu, -1, "GPU index this daemon serves; -1 = a CPU slot.");
+ABSL_FLAG(int, cpu_cores, 0, "CPU cores a rank may use (0 = all).");
+ABSL_FLAG(std::string, state_file, "",
+          "File that keeps the worker id across daemon restarts (empty = not kept).");
+
+int main(int argc, char** argv) {
+  mt::cli::ParseFlags(argc, argv,
+                      "Runs the training ranks that mt-coordinator assigns to this "
+                      "GPU (or CPU slot).\n\n"
+                      "  mt-worker --coordinator 127.0.0.1:7070 [--gpu 0]");
+  mt::cli::BlockTerminationSignals();
+  mt::worker::AgentConfig config;
+  config.coordinator = absl::GetFlag(FLAGS_coordinator);
+  config.token_file = absl::GetFlag(FLAGS_token_file);
+  config.node = absl::GetFlag(FLAGS_node);
+  config.gpu_index = absl::GetFlag(FLAGS_gpu);
+  config.cpu_cores = absl::GetFlag(FLAGS_cpu_cores);
+  config.state_file = absl::GetFlag(FLAGS_state_file);
+  auto agent = mt::worker::Agent::Create(config);
+  if (!agent.ok()) {
+    std::fprintf(stderr, "mt-worker: %s\n", std::string(agent.status().message()).c_str());
+    return 2;
+  }
+  mt::worker::Agent* raw = agent->get();
+  mt::cli::OnTerminationSignal([raw](int sig) {
+    MT_LOG(INFO) << "signal " << sig << ": deregistering";
+    raw->Shutdown();
+  });
+  absl::Status s = raw->Run();
+  if (!s.ok()) {
+    std::fprintf(stderr, "mt-worker: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -2,6 +2,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "client/verbs.h"
 #include "common/rpc/grpc_status.h"
@@ -22,11 +23,11 @@ std::string ShortState(int state) {
 std::string Ago(const google::protobuf::Timestamp& t) {
   if (t.seconds() == 0) return "-";
   absl::Duration d = absl::Now() - absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(t));
-  return absl::StrCat(absl::Trunc(absl::ToDoubleSeconds(d), 1), "s ago");
+  return absl::StrFormat("%.1fs ago", absl::ToDoubleSeconds(d));
 }
 
 std::string Gib(int64_t bytes) {
-  return absl::StrCat(absl::Trunc(static_cast<double>(bytes) / (1ull << 30), 0.1), " GiB");
+  return absl::StrFormat("%.1f GiB", static_cast<double>(bytes) / (1ull << 30));
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "client/spec_input.h"
 #include "client/verbs.h"
@@ -65,7 +66,7 @@ int RunPlan(const std::vector<std::string>& args, const GlobalOptions& options) 
               << "\n";
   }
   std::cout << "state/rank   "
-            << absl::StrCat(absl::Trunc(plan.estimated_state_bytes_per_rank() / 1048576.0, 0.1))
+            << absl::StrFormat("%.1f", plan.estimated_state_bytes_per_rank() / 1048576.0)
             << " MiB (parameters, gradients, optimizer)\n";
   if (!plan.placeable()) {
     std::cout << "placement    not placeable now: " << plan.reason() << "\n";

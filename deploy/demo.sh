@@ -28,12 +28,12 @@ gpus=0
 if command -v nvidia-smi >/dev/null 2>&1; then gpus=$(nvidia-smi -L 2>/dev/null | wc -l || echo 0); fi
 if [ "$gpus" -gt 0 ]; then
   for g in $(seq 0 $((gpus - 1))); do
-    "$bin/mt-worker" --gpu "$g" 2>"$run/worker-$g.log" & pids+=($!)
+    "$bin/mt-worker" --coordinator "$MT_COORDINATOR" --gpu "$g" 2>"$run/worker-$g.log" & pids+=($!)
   done
   slots=$gpus
 else
   for s in 0 1; do
-    "$bin/mt-worker" --gpu -1 --node "$(hostname)" 2>"$run/worker-cpu$s.log" & pids+=($!)
+    "$bin/mt-worker" --coordinator "$MT_COORDINATOR" --gpu -1 --node "$(hostname)" 2>"$run/worker-cpu$s.log" & pids+=($!)
   done
   slots=2
 fi

@@ -38,6 +38,12 @@ MATCHER_P2(StatusIs, code, message_matcher,
                                        result_listener);
 }
 
+MATCHER_P(StatusIs, code, "has code " + ::testing::PrintToString(code)) {
+  const absl::Status& s = ::mt::testing::GetStatus(arg);
+  *result_listener << "status is " << s;
+  return s.code() == code;
+}
+
 }  // namespace mt::testing
 
 #define MT_ASSERT_OK(expr) ASSERT_THAT((expr), ::mt::testing::IsOk())

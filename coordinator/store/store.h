@@ -1,0 +1,70 @@
+// The coordinator's durable state: jobs, their event logs, and workers, in an embedded SQLite
+// database under --state-dir. A coordinator restart loses nothing.
+//
+// Schema (versioned; store.cc holds the migrations, applied in order at Open):
+//   meta(key, value)                          schema_version
+//   jobs(id, request_id, name, state, priority, create_ns, job)   job = mt.v1.Job bytes
+//   job_events(job_id, seq, time_ns, state, attempt, reason)
+//   workers(id, worker)                       worker = mt.v1.Worker bytes
+// Each write is one transaction; a job update and its event commit together or not at all.
+// Thread-safe: one connection guarded by a mutex (SQLite in serialized use).
+#ifndef MT_COORDINATOR_STORE_STORE_H_
+#define MT_COORDINATOR_STORE_STORE_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "mt/v1/job.pb.h"
+
+struct sqlite3;
+
+namespace mt::coordinator {
+
+class Store {
+ public:
+  static constexpr int kSchemaVersion = 1;
+
+  // Opens (creating when needed) <state_dir>/coordinator.db and migrates it to kSchemaVersion.
+  // A database from a newer mt is refused (FAILED_PRECONDITION) rather than touched.
+  static absl::StatusOr<std::unique_ptr<Store>> Open(const std::string& state_dir);
+  ~Store();
+
+  // Inserts a new job and its first event; fills job.id ("j-<n>"). When request_id is not
+  // empty and a job with it exists, returns that job instead (an idempotent retry).
+  absl::StatusOr<mt::v1::Job> CreateJob(mt::v1::Job job, const std::string& request_id,
+                                        const mt::v1::JobEvent& first_event);
+  // Replaces the stored job, appending `event` (when given) to its log, in one transaction.
+  absl::Status UpdateJob(const mt::v1::Job& job, const std::optional<mt::v1::JobEvent>& event);
+  absl::StatusOr<mt::v1::Job> GetJob(const std::string& job_id);
+  absl::StatusOr<std::vector<mt::v1::JobEvent>> Events(const std::string& job_id);
+  // Every job, oldest first (the coordinator keeps them in memory after start-up).
+  absl::StatusOr<std::vector<mt::v1::Job>> AllJobs();
+
+  absl::Status PutWorker(const mt::v1::Worker& worker);
+  absl::StatusOr<std::vector<mt::v1::Worker>> AllWorkers();
+
+  int schema_version() const { return kSchemaVersion; }
+
+ private:
+  explicit Store(sqlite3* db) : db_(db) {}
+  absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status InsertEvent(int64_t job_id, const mt::v1::JobEvent& event)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  absl::Mutex mu_;
+  sqlite3* db_ ABSL_GUARDED_BY(mu_);
+};
+
+// "j-12" -> 12; INVALID_ARGUMENT naming job_id otherwise.
+absl::StatusOr<int64_t> ParseJobId(const std::string& id);
+
+}  // namespace mt::coordinator
+
+#endif  // MT_COORDINATOR_STORE_STORE_H_

@@ -1,0 +1,125 @@
+#include "coordinator/store/store.h"
+
+#include <sqlite3.h>
+
+#include "common/base/status_matchers.h"
+#include "google/protobuf/util/time_util.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
+
+namespace mt::coordinator {
+namespace {
+
+using ::mt::testing::IsOk;
+using ::mt::testing::StatusIs;
+using ::testing::HasSubstr;
+using google::protobuf::util::TimeUtil;
+
+mt::v1::JobEvent Event(mt::v1::JobState state, const std::string& reason, int64_t t) {
+  mt::v1::JobEvent e;
+  e.set_state(state);
+  e.set_reason(reason);
+  *e.mutable_time() = TimeUtil::SecondsToTimestamp(t);
+  return e;
+}
+
+mt::v1::Job NewJob(const std::string& name) {
+  mt::v1::Job job;
+  job.mutable_spec()->set_name(name);
+  job.mutable_spec()->mutable_model()->set_num_layers(4);
+  job.set_state(mt::v1::JOB_STATE_PENDING);
+  *job.mutable_create_time() = TimeUtil::SecondsToTimestamp(100);
+  return job;
+}
+
+TEST(Store, JobsAndEventsSurviveReopening) {
+  const std::string dir = testutil::MakeTempDir("store");
+  {
+    MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+    MT_ASSERT_OK_AND_ASSIGN(auto a, store->CreateJob(NewJob("a"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 100)));
+    MT_ASSERT_OK_AND_ASSIGN(auto b, store->CreateJob(NewJob("b"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 101)));
+    EXPECT_EQ(a.id(), "j-1");
+    EXPECT_EQ(b.id(), "j-2");
+    a.set_state(mt::v1::JOB_STATE_SCHEDULED);
+    a.set_reason("placed on w-1");
+    MT_ASSERT_OK(store->UpdateJob(a, Event(mt::v1::JOB_STATE_SCHEDULED, "placed on w-1", 102)));
+    a.mutable_progress()->set_step(5);
+    MT_ASSERT_OK(store->UpdateJob(a, std::nullopt));  // progress only, no event
+  }
+  MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+  MT_ASSERT_OK_AND_ASSIGN(auto a, store->GetJob("j-1"));
+  EXPECT_EQ(a.state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(a.progress().step(), 5);
+  EXPECT_EQ(a.spec().model().num_layers(), 4);
+  MT_ASSERT_OK_AND_ASSIGN(auto events, store->Events("j-1"));
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_EQ(events[0].reason(), "submitted");
+  EXPECT_EQ(events[1].state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(TimeUtil::TimestampToSeconds(events[1].time()), 102);
+  MT_ASSERT_OK_AND_ASSIGN(auto all, store->AllJobs());
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].spec().name(), "b");
+  // The next id continues after the stored ones.
+  MT_ASSERT_OK_AND_ASSIGN(auto c, store->CreateJob(NewJob("c"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 103)));
+  EXPECT_EQ(c.id(), "j-3");
+}
+
+TEST(Store, RequestIdMakesSubmitIdempotent) {
+  MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(testutil::MakeTempDir("store")));
+  MT_ASSERT_OK_AND_ASSIGN(auto first, store->CreateJob(NewJob("a"), "req-1", Event(mt::v1::JOB_STATE_PENDING, "submitted", 1)));
+  MT_ASSERT_OK_AND_ASSIGN(auto again, store->CreateJob(NewJob("other"), "req-1", Event(mt::v1::JOB_STATE_PENDING, "submitted", 2)));
+  EXPECT_EQ(again.id(), first.id());
+  EXPECT_EQ(again.spec().name(), "a");
+  MT_ASSERT_OK_AND_ASSIGN(auto all, store->AllJobs());
+  EXPECT_EQ(all.size(), 1u);
+  MT_ASSERT_OK_AND_ASSIGN(auto events, store->Events(first.id()));
+  EXPECT_EQ(events.size(), 1u);
+}
+
+TEST(Store, ErrorsNameTheProblem) {
+  MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(testutil::MakeTempDir("store")));
+  EXPECT_THAT(store->GetJob("j-9"), StatusIs(absl::StatusCode::kNotFound, "no job j-9"));
+  EXPECT_THAT(store->GetJob("9"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a job id")));
+  mt::v1::Job ghost = NewJob("ghost");
+  ghost.set_id("j-42");
+  EXPECT_THAT(store->UpdateJob(ghost, Event(mt::v1::JOB_STATE_RUNNING, "x", 1)),
+              StatusIs(absl::StatusCode::kNotFound));
+  MT_ASSERT_OK_AND_ASSIGN(auto events, store->Events("j-42"));
+  EXPECT_TRUE(events.empty());  // the failed update wrote no event
+  EXPECT_THAT(Store::Open(""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--state-dir")));
+}
+
+TEST(Store, RefusesADatabaseFromANewerVersion) {
+  const std::string dir = testutil::MakeTempDir("store");
+  { MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir)); }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/coordinator.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db, "UPDATE meta SET value='99' WHERE key='schema_version'", nullptr,
+                         nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  EXPECT_THAT(Store::Open(dir), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                         HasSubstr("schema version 99 is newer")));
+}
+
+TEST(Store, Workers) {
+  const std::string dir = testutil::MakeTempDir("store");
+  {
+    MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+    mt::v1::Worker w;
+    w.set_id("w-3");
+    w.mutable_resources()->set_node("n1");
+    MT_ASSERT_OK(store->PutWorker(w));
+    w.mutable_resources()->set_node("n2");
+    MT_ASSERT_OK(store->PutWorker(w));
+    w.set_id("bogus");
+    EXPECT_THAT(store->PutWorker(w), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+  MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+  MT_ASSERT_OK_AND_ASSIGN(auto workers, store->AllWorkers());
+  ASSERT_EQ(workers.size(), 1u);
+  EXPECT_EQ(workers[0].resources().node(), "n2");
+}
+
+}  // namespace
+}  // namespace mt::coordinator

@@ -15,6 +15,13 @@ absl::Status CoordinatorConfig::Validate() const {
         "--listen ", listen_address,
         " is not a loopback address; listening beyond this machine requires --auth-token-file"));
   }
+  if (state_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--state-dir is required: the directory where the coordinator keeps its database");
+  }
+  if (stop_grace_seconds < 1 || stop_grace_seconds > 600) {
+    return absl::InvalidArgumentError("--stop-grace-seconds must be 1..600");
+  }
   if (heartbeat_interval < absl::Milliseconds(10) || heartbeat_interval > absl::Minutes(1)) {
     return absl::InvalidArgumentError("--heartbeat-interval must be between 10ms and 1m");
   }

@@ -12,6 +12,10 @@ namespace mt::coordinator {
 struct CoordinatorConfig {
   // host:port for gRPC. Loopback by default; anything else needs auth_token_file.
   std::string listen_address = "127.0.0.1:7070";
+  // Directory of the SQLite database (jobs, events, workers). Required.
+  std::string state_dir;
+  // Seconds a cancelled or stopped rank gets between SIGTERM and SIGKILL.
+  int stop_grace_seconds = 10;
   // File of accepted bearer tokens (common/rpc/auth.h); empty = no authentication.
   std::string auth_token_file;
   // How often workers heartbeat, and the silence after which a worker is LOST.

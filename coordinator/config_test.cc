@@ -10,14 +10,23 @@ using ::mt::testing::IsOk;
 using ::mt::testing::StatusIs;
 using ::testing::HasSubstr;
 
-TEST(CoordinatorConfig, DefaultsAreValidAndLoopback) {
+CoordinatorConfig Valid() {
   CoordinatorConfig c;
+  c.state_dir = "/var/lib/mt";
+  return c;
+}
+
+TEST(CoordinatorConfig, DefaultsAreValidAndLoopback) {
+  CoordinatorConfig c = Valid();
   EXPECT_THAT(c.Validate(), IsOk());
+  c.state_dir.clear();
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--state-dir")));
+  c = Valid();
   EXPECT_EQ(c.listen_address, "127.0.0.1:7070");
 }
 
 TEST(CoordinatorConfig, NonLoopbackNeedsTokens) {
-  CoordinatorConfig c;
+  CoordinatorConfig c = Valid();
   c.listen_address = "0.0.0.0:7070";
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
                                      HasSubstr("requires --auth-token-file")));
@@ -26,15 +35,15 @@ TEST(CoordinatorConfig, NonLoopbackNeedsTokens) {
 }
 
 TEST(CoordinatorConfig, TimingLimits) {
-  CoordinatorConfig c;
+  CoordinatorConfig c = Valid();
   c.lost_after = absl::Seconds(1);
   c.heartbeat_interval = absl::Seconds(1);
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--lost-after")));
-  c = CoordinatorConfig();
+  c = Valid();
   c.heartbeat_interval = absl::Milliseconds(1);
   EXPECT_THAT(c.Validate(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--heartbeat-interval")));
-  c = CoordinatorConfig();
+  c = Valid();
   c.listen_address = "nocolon";
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host:port")));
 }

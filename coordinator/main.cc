@@ -13,6 +13,10 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to serve gRPC on (port 0 = any free port). Non-loopback addresses "
           "require --auth-token-file.");
+ABSL_FLAG(std::string, state_dir, "",
+          "Directory for the coordinator's SQLite database (jobs, events). Required.");
+ABSL_FLAG(int, stop_grace_seconds, 10,
+          "Seconds a cancelled rank gets between SIGTERM and SIGKILL.");
 ABSL_FLAG(std::string, auth_token_file, "",
           "File of accepted bearer tokens, one per line; clients send one with every call.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
@@ -26,9 +30,11 @@ int main(int argc, char** argv) {
   mt::cli::ParseFlags(argc, argv,
                       "The mt control plane: keeps jobs and workers, plans "
                       "TP/PP/DP layouts and places ranks on mt-worker daemons.\n\n"
-                      "  mt-coordinator [--listen 127.0.0.1:7070] [--auth-token-file FILE]");
+                      "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]");
   mt::coordinator::CoordinatorConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
+  config.state_dir = absl::GetFlag(FLAGS_state_dir);
+  config.stop_grace_seconds = absl::GetFlag(FLAGS_stop_grace_seconds);
   config.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   config.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   config.lost_after = absl::GetFlag(FLAGS_lost_after);

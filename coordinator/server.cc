@@ -4,11 +4,15 @@
 #include <chrono>
 #include <utility>
 
+#include <unistd.h>
+
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/auth.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/services.h"
+#include "coordinator/store/store.h"
 #include "coordinator/workers/registry.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -29,13 +33,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->config_ = config;
   s->clock_ = clock;
   s->auth_ = std::make_unique<rpc::Authenticator>(std::move(tokens));
+  MT_ASSIGN_OR_RETURN(s->store_, Store::Open(config.state_dir));
   s->registry_ = std::make_unique<WorkerRegistry>(clock, config.lost_after);
-  s->client_service_ = std::make_unique<ClientServiceImpl>(s->auth_.get(), s->registry_.get(),
-                                                           clock, clock->Now());
-  s->worker_service_ = std::make_unique<WorkerServiceImpl>(s->auth_.get(), s->registry_.get(),
-                                                           config.heartbeat_interval);
+  s->start_time_ = clock->Now();
 
   grpc::EnableDefaultHealthCheckService(true);
+  // The address workers and ranks use to reach us: known once the port is bound, so the job
+  // manager is created after binding but before the first call can need it.
+  JobManagerOptions jm;
+  jm.stop_grace_seconds = config.stop_grace_seconds;
+  jm.coordinator_address = config.listen_address;
+  MT_ASSIGN_OR_RETURN(s->jobs_, JobManager::Create(s->store_.get(), s->registry_.get(), clock, jm));
+  s->client_service_ = std::make_unique<ClientServiceImpl>(
+      s->auth_.get(), s->registry_.get(), s->jobs_.get(), clock, s->start_time_);
+  s->worker_service_ = std::make_unique<WorkerServiceImpl>(
+      s->auth_.get(), s->registry_.get(), s->jobs_.get(), config.heartbeat_interval);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
@@ -51,6 +63,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   }
   const size_t colon = config.listen_address.rfind(':');
   s->address_ = absl::StrCat(config.listen_address.substr(0, colon), ":", bound_port);
+  // Ranks on other nodes cannot dial a wildcard address: advertise the host name instead.
+  std::string host = config.listen_address.substr(0, colon);
+  if (host == "0.0.0.0" || host == "[::]" || host.empty()) {
+    char name[256] = {0};
+    host = ::gethostname(name, sizeof(name) - 1) == 0 && name[0] ? name : "localhost";
+  }
+  s->jobs_->SetCoordinatorAddress(absl::StrCat(host, ":", bound_port));
   s->sweeper_ = std::thread([raw = s.get()] { raw->SweepLoop(); });
   MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
                << (s->auth_->enabled() ? " (bearer tokens required)" : "");
@@ -68,7 +87,10 @@ void Server::SweepLoop() {
     for (const std::string& id : registry_->SweepLost()) {
       MT_LOG(WARNING) << "worker " << id << " lost: no heartbeat for over "
                       << absl::FormatDuration(config_.lost_after);
+      jobs_->OnWorkerLost(id);
     }
+    // After a restart, workers get `lost_after` to come back before their ranks count as gone.
+    if (clock_->Now() - start_time_ > config_.lost_after) jobs_->FailOrphans();
   }
 }
 
@@ -77,6 +99,7 @@ void Server::Wait() { server_->Wait(); }
 void Server::Shutdown() {
   if (shutdown_called_.exchange(true)) return;
   stopping_.Notify();
+  jobs_->Shutdown();  // wakes streams and waiters so that they return
   // Give in-flight calls a moment, then cancel what is still open (e.g. streams).
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }

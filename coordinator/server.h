@@ -21,6 +21,8 @@
 namespace mt::coordinator {
 
 class WorkerRegistry;
+class Store;
+class JobManager;
 }  // namespace mt::coordinator
 namespace mt::rpc {
 class Authenticator;
@@ -50,8 +52,11 @@ class Server {
   CoordinatorConfig config_;
   const Clock* clock_ = nullptr;
   std::string address_;
+  absl::Time start_time_;
   std::unique_ptr<rpc::Authenticator> auth_;
+  std::unique_ptr<Store> store_;
   std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<ClientServiceImpl> client_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;

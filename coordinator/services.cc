@@ -5,15 +5,15 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "common/base/version.h"
 #include "common/rpc/grpc_status.h"
 #include "coordinator/plan.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace mt::coordinator {
-namespace {
-
 using google::protobuf::util::TimeUtil;
+namespace {
 
 #define MT_CHECK_AUTH(context)                                    \
   do {                                                            \
@@ -94,6 +94,9 @@ grpc::Status ClientServiceImpl::GetClusterInfo(grpc::ServerContext* context,
   response->set_workers_idle(c.idle);
   response->set_workers_busy(c.busy);
   response->set_workers_lost(c.lost);
+  auto counts = jobs_->CountByState();
+  response->set_jobs_pending(counts[mt::v1::JOB_STATE_PENDING]);
+  response->set_jobs_running(counts[mt::v1::JOB_STATE_RUNNING] + counts[mt::v1::JOB_STATE_SCHEDULED]);
   return grpc::Status::OK;
 }
 
@@ -103,6 +106,7 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
   MT_CHECK_AUTH(context);
   absl::StatusOr<mt::v1::Worker> w = registry_->Register(*request);
   if (!w.ok()) return rpc::ToGrpcStatus(w.status());
+  jobs_->OnWorkerRegistered(*w, {request->running().begin(), request->running().end()});
   response->set_worker_id(w->id());
   *response->mutable_heartbeat_interval() =
       TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(heartbeat_interval_));
@@ -130,6 +134,169 @@ grpc::Status WorkerServiceImpl::Deregister(grpc::ServerContext* context,
                                            mt::v1::DeregisterResponse* response) {
   MT_CHECK_AUTH(context);
   return rpc::ToGrpcStatus(registry_->Deregister(request->worker_id()));
+}
+
+}  // namespace mt::coordinator
+
+namespace mt::coordinator {
+
+// --- Jobs ------------------------------------------------------------------------------------
+
+grpc::Status ClientServiceImpl::SubmitJob(grpc::ServerContext* context,
+                                          const mt::v1::SubmitJobRequest* request,
+                                          mt::v1::SubmitJobResponse* response) {
+  MT_CHECK_AUTH(context);
+  auto r = jobs_->Submit(request->spec(), request->request_id());
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientServiceImpl::GetJob(grpc::ServerContext* context,
+                                       const mt::v1::GetJobRequest* request,
+                                       mt::v1::Job* response) {
+  MT_CHECK_AUTH(context);
+  auto r = jobs_->Get(request->job_id(), request->include_events());
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientServiceImpl::ListJobs(grpc::ServerContext* context,
+                                         const mt::v1::ListJobsRequest* request,
+                                         mt::v1::ListJobsResponse* response) {
+  MT_CHECK_AUTH(context);
+  auto r = jobs_->List(*request);
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientServiceImpl::WatchJob(grpc::ServerContext* context,
+                                         const mt::v1::WatchJobRequest* request,
+                                         grpc::ServerWriter<mt::v1::JobUpdate>* writer) {
+  MT_CHECK_AUTH(context);
+  uint64_t seen = 0;
+  bool first = true;
+  while (!context->IsCancelled()) {
+    auto snap = jobs_->WaitForChange(request->job_id(), seen, absl::Milliseconds(500));
+    if (!snap.ok()) return rpc::ToGrpcStatus(snap.status());
+    if (snap->version == seen) continue;  // timed out; look at the cancellation again
+    mt::v1::JobUpdate update;
+    *update.mutable_job() = std::move(snap->job);
+    if (!first) update.mutable_job()->clear_spec();
+    if (snap->last_event.has_value()) *update.mutable_event() = *snap->last_event;
+    if (!writer->Write(update)) return grpc::Status::OK;  // the client went away
+    first = false;
+    seen = snap->version;
+    const auto state = update.job().state();
+    if (state == mt::v1::JOB_STATE_SUCCEEDED || state == mt::v1::JOB_STATE_FAILED ||
+        state == mt::v1::JOB_STATE_CANCELLED) {
+      return grpc::Status::OK;
+    }
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
+}
+
+grpc::Status ClientServiceImpl::CancelJob(grpc::ServerContext* context,
+                                          const mt::v1::CancelJobRequest* request,
+                                          mt::v1::Job* response) {
+  MT_CHECK_AUTH(context);
+  auto r = jobs_->Cancel(request->job_id(), request->reason());
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
+}
+
+grpc::Status ClientServiceImpl::GetJobLogs(grpc::ServerContext* context,
+                                           const mt::v1::GetJobLogsRequest* request,
+                                           mt::v1::GetJobLogsResponse* response) {
+  MT_CHECK_AUTH(context);
+  auto r = jobs_->Logs(*request);
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
+}
+
+// --- Worker streams and reports ---------------------------------------------------------------
+
+grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* context,
+                                                  const mt::v1::StreamAssignmentsRequest* request,
+                                                  grpc::ServerWriter<mt::v1::WorkerCommand>* writer) {
+  MT_CHECK_AUTH(context);
+  if (auto w = registry_->Get(request->worker_id()); !w.ok()) {
+    return rpc::ToGrpcStatus(w.status());
+  }
+  while (!context->IsCancelled()) {
+    for (const auto& cmd : jobs_->TakeCommands(request->worker_id(), absl::Milliseconds(500))) {
+      if (!writer->Write(cmd)) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "assignment stream closed");
+      }
+    }
+    auto w = registry_->Get(request->worker_id());
+    if (!w.ok() || w->state() == mt::v1::WORKER_STATE_LOST ||
+        w->state() == mt::v1::WORKER_STATE_GONE) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "worker is no longer registered");
+    }
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "assignment stream cancelled");
+}
+
+grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* context,
+                                               grpc::ServerReader<mt::v1::RankReport>* reader,
+                                               mt::v1::ReportProgressResponse* response) {
+  MT_CHECK_AUTH(context);
+  mt::v1::RankReport report;
+  while (reader->Read(&report)) {
+    absl::Status s = jobs_->OnRankReport(report);
+    if (!s.ok() && !absl::IsNotFound(s)) {
+      MT_LOG(WARNING) << "report from " << report.worker_id() << " ignored: " << s.message();
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* context,
+                                               const mt::v1::RankExitReport* request,
+                                               mt::v1::RankExitResponse* response) {
+  MT_CHECK_AUTH(context);
+  return rpc::ToGrpcStatus(jobs_->OnRankExit(*request));
+}
+
+grpc::Status WorkerServiceImpl::RendezvousSet(grpc::ServerContext* context,
+                                              const mt::v1::RendezvousSetRequest* request,
+                                              mt::v1::RendezvousSetResponse* response) {
+  MT_CHECK_AUTH(context);
+  return rpc::ToGrpcStatus(
+      jobs_->RendezvousSet(request->job_id(), request->attempt(), request->key(), request->value()));
+}
+
+grpc::Status WorkerServiceImpl::RendezvousGet(grpc::ServerContext* context,
+                                              const mt::v1::RendezvousGetRequest* request,
+                                              mt::v1::RendezvousGetResponse* response) {
+  MT_CHECK_AUTH(context);
+  absl::Duration timeout =
+      absl::Nanoseconds(TimeUtil::DurationToNanoseconds(request->timeout()));
+  if (timeout <= absl::ZeroDuration()) timeout = absl::Seconds(300);
+  if (timeout > absl::Hours(1)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "timeout must be at most 3600 s");
+  }
+  std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+  auto values = jobs_->RendezvousGet(request->job_id(), request->attempt(), keys, timeout);
+  if (!values.ok()) return rpc::ToGrpcStatus(values.status());
+  for (auto& v : *values) response->add_values(std::move(v));
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::RendezvousAdd(grpc::ServerContext* context,
+                                              const mt::v1::RendezvousAddRequest* request,
+                                              mt::v1::RendezvousAddResponse* response) {
+  MT_CHECK_AUTH(context);
+  auto v = jobs_->RendezvousAdd(request->job_id(), request->attempt(), request->key(),
+                                request->delta());
+  if (!v.ok()) return rpc::ToGrpcStatus(v.status());
+  response->set_value(*v);
+  return grpc::Status::OK;
 }
 
 }  // namespace mt::coordinator

@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/rpc/auth.h"
+#include "coordinator/jobs/job_manager.h"
 #include "coordinator/workers/registry.h"
 #include "mt/v1/client_service.grpc.pb.h"
 #include "mt/v1/worker_service.grpc.pb.h"
@@ -15,9 +16,22 @@ namespace mt::coordinator {
 
 class ClientServiceImpl final : public mt::v1::ClientService::Service {
  public:
-  ClientServiceImpl(const rpc::Authenticator* auth, WorkerRegistry* registry, const Clock* clock,
-                    absl::Time start_time)
-      : auth_(auth), registry_(registry), clock_(clock), start_time_(start_time) {}
+  ClientServiceImpl(const rpc::Authenticator* auth, WorkerRegistry* registry, JobManager* jobs,
+                    const Clock* clock, absl::Time start_time)
+      : auth_(auth), registry_(registry), jobs_(jobs), clock_(clock), start_time_(start_time) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* context, const mt::v1::SubmitJobRequest* request,
+                         mt::v1::SubmitJobResponse* response) override;
+  grpc::Status GetJob(grpc::ServerContext* context, const mt::v1::GetJobRequest* request,
+                      mt::v1::Job* response) override;
+  grpc::Status ListJobs(grpc::ServerContext* context, const mt::v1::ListJobsRequest* request,
+                        mt::v1::ListJobsResponse* response) override;
+  grpc::Status WatchJob(grpc::ServerContext* context, const mt::v1::WatchJobRequest* request,
+                        grpc::ServerWriter<mt::v1::JobUpdate>* writer) override;
+  grpc::Status CancelJob(grpc::ServerContext* context, const mt::v1::CancelJobRequest* request,
+                         mt::v1::Job* response) override;
+  grpc::Status GetJobLogs(grpc::ServerContext* context, const mt::v1::GetJobLogsRequest* request,
+                          mt::v1::GetJobLogsResponse* response) override;
 
   grpc::Status ListWorkers(grpc::ServerContext* context, const mt::v1::ListWorkersRequest* request,
                            mt::v1::ListWorkersResponse* response) override;
@@ -32,15 +46,34 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
  private:
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;
+  JobManager* jobs_;
   const Clock* clock_;
   absl::Time start_time_;
 };
 
 class WorkerServiceImpl final : public mt::v1::WorkerService::Service {
  public:
-  WorkerServiceImpl(const rpc::Authenticator* auth, WorkerRegistry* registry,
+  WorkerServiceImpl(const rpc::Authenticator* auth, WorkerRegistry* registry, JobManager* jobs,
                     absl::Duration heartbeat_interval)
-      : auth_(auth), registry_(registry), heartbeat_interval_(heartbeat_interval) {}
+      : auth_(auth), registry_(registry), jobs_(jobs), heartbeat_interval_(heartbeat_interval) {}
+
+  grpc::Status StreamAssignments(grpc::ServerContext* context,
+                                 const mt::v1::StreamAssignmentsRequest* request,
+                                 grpc::ServerWriter<mt::v1::WorkerCommand>* writer) override;
+  grpc::Status ReportProgress(grpc::ServerContext* context,
+                              grpc::ServerReader<mt::v1::RankReport>* reader,
+                              mt::v1::ReportProgressResponse* response) override;
+  grpc::Status ReportRankExit(grpc::ServerContext* context, const mt::v1::RankExitReport* request,
+                              mt::v1::RankExitResponse* response) override;
+  grpc::Status RendezvousSet(grpc::ServerContext* context,
+                             const mt::v1::RendezvousSetRequest* request,
+                             mt::v1::RendezvousSetResponse* response) override;
+  grpc::Status RendezvousGet(grpc::ServerContext* context,
+                             const mt::v1::RendezvousGetRequest* request,
+                             mt::v1::RendezvousGetResponse* response) override;
+  grpc::Status RendezvousAdd(grpc::ServerContext* context,
+                             const mt::v1::RendezvousAddRequest* request,
+                             mt::v1::RendezvousAddResponse* response) override;
 
   grpc::Status Register(grpc::ServerContext* context, const mt::v1::RegisterRequest* request,
                         mt::v1::RegisterResponse* response) override;
@@ -52,6 +85,7 @@ class WorkerServiceImpl final : public mt::v1::WorkerService::Service {
  private:
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;
+  JobManager* jobs_;
   absl::Duration heartbeat_interval_;
 };
 

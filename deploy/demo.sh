@@ -17,7 +17,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"$bin/mt-coordinator" --listen 127.0.0.1:0 --address_file "$run/address" 2>"$run/coordinator.log" &
+"$bin/mt-coordinator" --listen 127.0.0.1:0 --address_file "$run/address" --state_dir "$run/state" 2>"$run/coordinator.log" &
 pids+=($!)
 for _ in $(seq 100); do [ -s "$run/address" ] && break; sleep 0.1; done
 [ -s "$run/address" ] || { cat "$run/coordinator.log" >&2; exit 1; }

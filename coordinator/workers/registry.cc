@@ -162,6 +162,36 @@ absl::StatusOr<mt::v1::Worker> WorkerRegistry::Get(const std::string& worker_id)
   return it->second;
 }
 
+absl::Status WorkerRegistry::Assign(const std::string& worker_id, const std::string& job_id,
+                                    int rank) {
+  auto id = ParseWorkerId(worker_id);
+  if (!id.ok()) return id.status();
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(*id);
+  if (it == workers_.end() || it->second.state() != mt::v1::WORKER_STATE_IDLE) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " is not idle"));
+  }
+  it->second.set_state(mt::v1::WORKER_STATE_BUSY);
+  it->second.set_job_id(job_id);
+  it->second.set_rank(rank);
+  it->second.set_reason(absl::StrCat("running rank ", rank, " of ", job_id));
+  return absl::OkStatus();
+}
+
+void WorkerRegistry::Release(const std::string& worker_id, const std::string& job_id) {
+  auto id = ParseWorkerId(worker_id);
+  if (!id.ok()) return;
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(*id);
+  if (it == workers_.end() || it->second.job_id() != job_id) return;
+  it->second.clear_job_id();
+  it->second.set_rank(0);
+  if (it->second.state() == mt::v1::WORKER_STATE_BUSY) {
+    it->second.set_state(mt::v1::WORKER_STATE_IDLE);
+    it->second.set_reason(absl::StrCat("finished its rank of ", job_id));
+  }
+}
+
 std::vector<mt::v1::Worker> WorkerRegistry::List(const std::vector<mt::v1::WorkerState>& states,
                                                  const std::string& node) const {
   absl::MutexLock lock(&mu_);

@@ -2,7 +2,7 @@
 //
 // Worker states (mt.v1.WorkerState); allowed transitions, all in this file:
 //   (new) -> IDLE                    Register
-//   IDLE <-> BUSY                    SetAssignment / ClearAssignment
+//   IDLE <-> BUSY                    Assign / Release
 //   IDLE | BUSY -> DRAINING          Drain (a draining worker takes no new work)
 //   IDLE | BUSY | DRAINING -> LOST   SweepLost, after `lost_after` without a heartbeat
 //   LOST | GONE -> IDLE              Register again with the same id (reconnect)
@@ -50,6 +50,11 @@ class WorkerRegistry {
   absl::Status Deregister(const std::string& worker_id);
   absl::StatusOr<mt::v1::Worker> Drain(const std::string& worker_id);
   absl::StatusOr<mt::v1::Worker> Get(const std::string& worker_id) const;
+  // IDLE -> BUSY running `rank` of `job_id`. FAILED_PRECONDITION unless IDLE.
+  absl::Status Assign(const std::string& worker_id, const std::string& job_id, int rank);
+  // BUSY with `job_id` -> IDLE (a DRAINING worker stays DRAINING, its job cleared). A worker
+  // that moved on to another job is left alone.
+  void Release(const std::string& worker_id, const std::string& job_id);
   // Workers in id order; `states` empty = every state.
   std::vector<mt::v1::Worker> List(const std::vector<mt::v1::WorkerState>& states,
                                    const std::string& node) const;

@@ -9,6 +9,7 @@
 #include "common/base/status_matchers.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "mt/v1/client_service.grpc.pb.h"
@@ -31,7 +32,7 @@ class ControlPlaneTest : public ::testing::Test {
   // Starts a coordinator on a free port and returns its address.
   std::string StartCoordinator(const std::vector<std::string>& extra = {}) {
     std::vector<std::string> argv = {kBin + "mt-coordinator", "--listen=127.0.0.1:0",
-                                     "--address_file=" + dir_ + "/addr",
+                                     "--address_file=" + dir_ + "/addr", "--state_dir=" + dir_ + "/state",
                                      "--heartbeat_interval=100ms", "--lost_after=1s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     EXPECT_THAT(coordinator_.Start(argv, dir_ + "/coordinator.log"), testing::IsOk());
@@ -122,8 +123,8 @@ TEST_F(ControlPlaneTest, WorkerReRegistersAfterCoordinatorRestart) {
   ASSERT_TRUE(::unlink((dir_ + "/addr").c_str()) == 0);
   Subprocess second;
   ASSERT_THAT(second.Start({kBin + "mt-coordinator", "--listen=" + first_address,
-                            "--address_file=" + dir_ + "/addr", "--heartbeat_interval=100ms",
-                            "--lost_after=1s"},
+                            "--address_file=" + dir_ + "/addr", "--state_dir=" + dir_ + "/state",
+                            "--heartbeat_interval=100ms", "--lost_after=1s"},
                            dir_ + "/coordinator2.log"),
               testing::IsOk());
   ASSERT_TRUE(testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20)).ok());
@@ -239,8 +240,8 @@ TEST_F(ControlPlaneTest, MtctlPlanShowsLayoutAndPlacement) {
   EXPECT_THAT(r.out, HasSubstr("tp groups    [0,1] [2,3]"));
   EXPECT_THAT(r.out, HasSubstr("dp groups    [0,2] [1,3]"));
   // Ranks 0,1 on one node, 2,3 on the other.
-  EXPECT_THAT(r.out, testing::ContainsRegex("0 +0 +0 +0 +w-[0-9] +nodea +0"));
-  EXPECT_THAT(r.out, testing::ContainsRegex("3 +1 +1 +0 +w-[0-9] +nodeb +1"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("0 +0 +0 +0 +w-[0-9] +nodea +0"));
+  EXPECT_THAT(r.out, ::testing::ContainsRegex("3 +1 +1 +0 +w-[0-9] +nodeb +1"));
 
   // An invalid spec: exit 2, the field named, nothing sent.
   r = Mtctl({"plan", "--megatron", "--", "--num-layers", "4", "--hidden-size", "60",

@@ -1,0 +1,681 @@
+#include "coordinator/jobs/job_manager.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/spec/defaults.h"
+#include "common/spec/validate.h"
+#include "coordinator/jobs/job_state.h"
+#include "coordinator/plan.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace mt::coordinator {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+constexpr size_t kMaxKeyBytes = 256;
+constexpr size_t kMaxValueBytes = 64 << 10;
+constexpr size_t kMaxKeysPerSpace = 65536;
+constexpr size_t kMaxLogLines = 10000;
+
+google::protobuf::Timestamp ToProto(absl::Time t) {
+  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
+}
+
+std::string SpaceKey(const std::string& job_id, int attempt) {
+  return absl::StrCat(job_id, "/", attempt);
+}
+
+std::string Outcome(mt::v1::RankOutcome o) {
+  switch (o) {
+    case mt::v1::RANK_OUTCOME_SUCCEEDED:
+      return "succeeded";
+    case mt::v1::RANK_OUTCOME_FAILED:
+      return "failed";
+    case mt::v1::RANK_OUTCOME_STOPPED:
+      return "stopped";
+    default:
+      return "ended";
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Store* store,
+                                                               WorkerRegistry* registry,
+                                                               const Clock* clock,
+                                                               JobManagerOptions options) {
+  std::unique_ptr<JobManager> m(new JobManager(store, registry, clock, std::move(options)));
+  MT_ASSIGN_OR_RETURN(std::vector<mt::v1::Job> jobs, store->AllJobs());
+  absl::MutexLock lock(&m->mu_);
+  for (mt::v1::Job& job : jobs) {
+    MT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job.id()));
+    auto entry = std::make_unique<JobEntry>();
+    entry->ranks.resize(job.placement_size());
+    for (int r = 0; r < job.placement_size(); ++r) {
+      entry->ranks[r].worker_id = job.placement(r).worker_id();
+    }
+    entry->job = std::move(job);
+    m->jobs_[id] = std::move(entry);
+  }
+  return m;
+}
+
+absl::StatusOr<JobManager::JobEntry*> JobManager::Find(const std::string& job_id) {
+  MT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  return it->second.get();
+}
+
+absl::Status JobManager::Persist(JobEntry* entry) {
+  entry->job.set_queue_position(-1);
+  *entry->job.mutable_update_time() = ToProto(clock_->Now());
+  MT_RETURN_IF_ERROR(store_->UpdateJob(entry->job, std::nullopt));
+  ++entry->version;
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::Transition(JobEntry* entry, mt::v1::JobState to,
+                                    const std::string& reason) {
+  MT_RETURN_IF_ERROR(CheckTransition(entry->job.state(), to));
+  const absl::Time now = clock_->Now();
+  mt::v1::Job next = entry->job;
+  next.set_state(to);
+  next.set_reason(reason);
+  next.set_queue_position(-1);
+  *next.mutable_update_time() = ToProto(now);
+  if (to == mt::v1::JOB_STATE_RUNNING && !next.has_start_time()) {
+    *next.mutable_start_time() = ToProto(now);
+  }
+  if (IsTerminal(to)) *next.mutable_end_time() = ToProto(now);
+  mt::v1::JobEvent event;
+  *event.mutable_time() = ToProto(now);
+  event.set_state(to);
+  event.set_reason(reason);
+  event.set_attempt(next.attempt());
+  MT_RETURN_IF_ERROR(store_->UpdateJob(next, event));
+  entry->job = std::move(next);
+  entry->last_event = event;
+  ++entry->version;
+  MT_LOG(INFO) << entry->job.id() << " -> " << ShortName(to) << ": " << reason;
+  if (IsTerminal(to)) {
+    rendezvous_.erase(SpaceKey(entry->job.id(), entry->job.attempt()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSpec& submitted,
+                                                             const std::string& request_id) {
+  if (request_id.size() > 128) {
+    return absl::InvalidArgumentError("request_id must be at most 128 characters");
+  }
+  mt::v1::JobSpec spec = submitted;
+  spec::ApplyDefaults(&spec);
+  MT_RETURN_IF_ERROR(spec::ValidateSpec(spec));
+  // The layout must exist for some world before the job is accepted (e.g. a batch that no DP
+  // size divides is rejected now, not discovered at scheduling time).
+  const int requested = RequestedWorld(spec);
+  if (requested > 0) MT_RETURN_IF_ERROR(ComputeLayout(spec, requested).status());
+
+  absl::MutexLock lock(&mu_);
+  if (jobs_.size() >= static_cast<size_t>(options_.max_jobs)) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the coordinator holds ", options_.max_jobs, " jobs; delete old ones"));
+  }
+  const absl::Time now = clock_->Now();
+  mt::v1::Job job;
+  *job.mutable_spec() = spec;
+  job.set_state(mt::v1::JOB_STATE_PENDING);
+  job.set_reason("submitted");
+  *job.mutable_create_time() = ToProto(now);
+  *job.mutable_update_time() = ToProto(now);
+  job.mutable_progress()->set_validation_loss(std::nan(""));
+  job.mutable_progress()->set_validation_perplexity(std::nan(""));
+  mt::v1::JobEvent event;
+  *event.mutable_time() = ToProto(now);
+  event.set_state(mt::v1::JOB_STATE_PENDING);
+  event.set_reason("submitted");
+  MT_ASSIGN_OR_RETURN(mt::v1::Job stored, store_->CreateJob(job, request_id, event));
+  MT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(stored.id()));
+  if (jobs_.find(id) == jobs_.end()) {
+    auto entry = std::make_unique<JobEntry>();
+    entry->job = stored;
+    entry->last_event = event;
+    jobs_[id] = std::move(entry);
+    MT_LOG(INFO) << stored.id() << " submitted (" << spec.name() << ")";
+    ScheduleLocked();
+  }
+  mt::v1::SubmitJobResponse response;
+  *response.mutable_job() = jobs_[id]->job;
+  response.mutable_job()->set_queue_position(QueuePosition(*jobs_[id]));
+  return response;
+}
+
+int64_t JobManager::QueuePosition(const JobEntry& entry) {
+  if (entry.job.state() != mt::v1::JOB_STATE_PENDING) return -1;
+  int64_t ahead = 0;
+  for (const auto& [id, other] : jobs_) {
+    if (other.get() == &entry || other->job.state() != mt::v1::JOB_STATE_PENDING) continue;
+    const int p = other->job.spec().priority(), q = entry.job.spec().priority();
+    if (p > q || (p == q && id < ParseJobId(entry.job.id()).value_or(0))) ++ahead;
+  }
+  return ahead;
+}
+
+absl::StatusOr<mt::v1::Job> JobManager::Get(const std::string& job_id, bool include_events) {
+  mt::v1::Job job;
+  {
+    absl::MutexLock lock(&mu_);
+    MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
+    job = entry->job;
+    job.set_queue_position(QueuePosition(*entry));
+  }
+  if (include_events) {
+    MT_ASSIGN_OR_RETURN(std::vector<mt::v1::JobEvent> events, store_->Events(job_id));
+    for (auto& e : events) *job.add_events() = std::move(e);
+  }
+  return job;
+}
+
+absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobsRequest& request) {
+  if (request.page_size() < 0 || request.page_size() > 1000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size must be 0..1000 (0 = 100), got ", request.page_size()));
+  }
+  const int size = request.page_size() == 0 ? 100 : request.page_size();
+  int64_t after = 0;  // the page token is the last id of the previous page
+  if (!request.page_token().empty() && !absl::SimpleAtoi(request.page_token(), &after)) {
+    return absl::InvalidArgumentError("page_token is not one this server issued");
+  }
+  absl::MutexLock lock(&mu_);
+  mt::v1::ListJobsResponse response;
+  int64_t total = 0;
+  int64_t last = 0;
+  for (const auto& [id, entry] : jobs_) {
+    const mt::v1::Job& job = entry->job;
+    if (request.states_size() > 0 &&
+        std::find(request.states().begin(), request.states().end(), job.state()) ==
+            request.states().end()) {
+      continue;
+    }
+    if (!request.name_prefix().empty() && job.spec().name().rfind(request.name_prefix(), 0) != 0) {
+      continue;
+    }
+    ++total;
+    if (id <= after || response.jobs_size() >= size) continue;
+    mt::v1::Job* out = response.add_jobs();
+    *out = job;
+    out->set_queue_position(QueuePosition(*entry));
+    last = id;
+  }
+  response.set_total_count(total);
+  if (response.jobs_size() == size) {
+    // More may follow: only when some matching job has an id above `last`.
+    for (auto it = jobs_.upper_bound(last); it != jobs_.end(); ++it) {
+      const mt::v1::Job& job = it->second->job;
+      bool state_ok = request.states_size() == 0 ||
+                      std::find(request.states().begin(), request.states().end(), job.state()) !=
+                          request.states().end();
+      bool name_ok = request.name_prefix().empty() ||
+                     job.spec().name().rfind(request.name_prefix(), 0) == 0;
+      if (state_ok && name_ok) {
+        response.set_next_page_token(std::to_string(last));
+        break;
+      }
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<mt::v1::Job> JobManager::Cancel(const std::string& job_id,
+                                               const std::string& reason) {
+  if (reason.size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 characters");
+  absl::MutexLock lock(&mu_);
+  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
+  if (IsTerminal(entry->job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " already ended (", ShortName(entry->job.state()), ")"));
+  }
+  const std::string why = reason.empty() ? "cancelled by a user" : "cancelled: " + reason;
+  const bool had_ranks = entry->job.state() != mt::v1::JOB_STATE_PENDING;
+  MT_RETURN_IF_ERROR(Transition(entry, mt::v1::JOB_STATE_CANCELLED, why));
+  if (had_ranks) StopRanks(entry, why);
+  ScheduleLocked();
+  return entry->job;
+}
+
+absl::StatusOr<mt::v1::GetJobLogsResponse> JobManager::Logs(
+    const mt::v1::GetJobLogsRequest& request) {
+  if (request.tail_lines() < 0 || request.tail_lines() > static_cast<int>(kMaxLogLines)) {
+    return absl::InvalidArgumentError("tail_lines must be 0..10000 (0 = 100)");
+  }
+  const size_t tail = request.tail_lines() == 0 ? 100 : request.tail_lines();
+  absl::MutexLock lock(&mu_);
+  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(request.job_id()));
+  mt::v1::GetJobLogsResponse response;
+  for (size_t r = 0; r < entry->ranks.size(); ++r) {
+    if (request.ranks_size() > 0 &&
+        std::find(request.ranks().begin(), request.ranks().end(), static_cast<int>(r)) ==
+            request.ranks().end()) {
+      continue;
+    }
+    mt::v1::RankLog* log = response.add_logs();
+    log->set_rank(static_cast<int>(r));
+    log->set_worker_id(entry->ranks[r].worker_id);
+    const auto& lines = entry->ranks[r].log_tail;
+    for (size_t i = lines.size() > tail ? lines.size() - tail : 0; i < lines.size(); ++i) {
+      log->add_lines(lines[i]);
+    }
+  }
+  return response;
+}
+
+absl::StatusOr<JobManager::Snapshot> JobManager::WaitForChange(const std::string& job_id,
+                                                               uint64_t seen_version,
+                                                               absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
+  auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return shutdown_ || entry->version != seen_version;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+  Snapshot snapshot;
+  snapshot.job = entry->job;
+  snapshot.job.set_queue_position(QueuePosition(*entry));
+  snapshot.version = entry->version;
+  snapshot.last_event = entry->last_event;
+  return snapshot;
+}
+
+std::map<mt::v1::JobState, int> JobManager::CountByState() {
+  absl::MutexLock lock(&mu_);
+  std::map<mt::v1::JobState, int> counts;
+  for (const auto& [id, entry] : jobs_) ++counts[entry->job.state()];
+  return counts;
+}
+
+void JobManager::Schedule() {
+  absl::MutexLock lock(&mu_);
+  ScheduleLocked();
+}
+
+void JobManager::ScheduleLocked() {
+  if (shutdown_) return;
+  std::vector<JobEntry*> pending;
+  for (auto& [id, entry] : jobs_) {
+    if (entry->job.state() == mt::v1::JOB_STATE_PENDING) pending.push_back(entry.get());
+  }
+  // Priority first, then FIFO by id (the map is in id order and the sort is stable).
+  std::stable_sort(pending.begin(), pending.end(), [](JobEntry* a, JobEntry* b) {
+    return a->job.spec().priority() > b->job.spec().priority();
+  });
+  const int live = static_cast<int>(
+      registry_->List({mt::v1::WORKER_STATE_IDLE, mt::v1::WORKER_STATE_BUSY}, "").size());
+  for (JobEntry* entry : pending) {
+    std::vector<mt::v1::Worker> idle = registry_->List({mt::v1::WORKER_STATE_IDLE}, "");
+    absl::StatusOr<mt::v1::PlanJobResponse> plan = PlanOnWorkers(entry->job.spec(), idle);
+    if (!plan.ok()) {
+      // The spec was valid at submit; a plan error now means it can never run here.
+      (void)Transition(entry, mt::v1::JOB_STATE_FAILED,
+                       absl::StrCat("cannot be planned: ", plan.status().message()));
+      continue;
+    }
+    if (!plan->placeable()) {
+      const int needed = plan->layout().world_size();
+      std::string reason = absl::StrCat("waiting for ", needed, " free workers (", idle.size(),
+                                        " free): ", plan->reason());
+      if (entry->job.reason() != reason) {
+        entry->job.set_reason(reason);
+        (void)Persist(entry);
+      }
+      if (needed <= live) break;  // it fits the cluster: keep its place, block the rest
+      continue;                   // larger than the cluster: let smaller jobs by
+    }
+    // Place: every rank or none.
+    mt::v1::Job& job = entry->job;
+    *job.mutable_layout() = plan->layout();
+    job.clear_placement();
+    bool assigned = true;
+    std::vector<std::string> taken;
+    for (const auto& p : plan->placement()) {
+      if (!registry_->Assign(p.worker_id(), job.id(), p.coordinates().rank()).ok()) {
+        assigned = false;
+        break;
+      }
+      taken.push_back(p.worker_id());
+      *job.add_placement() = p;
+    }
+    if (!assigned) {
+      for (const auto& w : taken) registry_->Release(w, job.id());
+      job.clear_placement();
+      break;
+    }
+    entry->ranks.assign(job.placement_size(), RankState{});
+    for (int r = 0; r < job.placement_size(); ++r) {
+      entry->ranks[r].worker_id = job.placement(r).worker_id();
+    }
+    if (job.progress().total_steps() == 0) {
+      const auto& t = job.spec().training();
+      const int64_t global = t.global_batch_size() > 0
+                                 ? t.global_batch_size()
+                                 : int64_t{t.micro_batch_size()} * plan->layout().data_parallel_size();
+      job.mutable_progress()->set_total_steps(t.train_iters() > 0 ? t.train_iters()
+                                                                  : t.train_samples() / global);
+    }
+    const std::string reason =
+        absl::StrCat("placed ", job.placement_size(), " ranks on ", absl::StrJoin(taken, ","));
+    if (!Transition(entry, mt::v1::JOB_STATE_SCHEDULED, reason).ok()) {
+      for (const auto& w : taken) registry_->Release(w, job.id());
+      continue;
+    }
+    const std::string spec_bytes = job.spec().SerializeAsString();
+    for (const auto& p : job.placement()) {
+      mt::v1::WorkerCommand cmd;
+      mt::v1::Assignment* a = cmd.mutable_assign();
+      a->set_job_id(job.id());
+      a->set_attempt(job.attempt());
+      *a->mutable_coordinates() = p.coordinates();
+      *a->mutable_layout() = job.layout();
+      a->set_spec(spec_bytes);
+      a->set_coordinator_address(coordinator_address_.empty() ? options_.coordinator_address
+                                                              : coordinator_address_);
+      a->set_gpu_index(p.gpu_index());
+      Enqueue(p.worker_id(), std::move(cmd));
+    }
+  }
+}
+
+void JobManager::Enqueue(const std::string& worker_id, mt::v1::WorkerCommand command) {
+  mailboxes_[worker_id].push_back(std::move(command));
+}
+
+std::vector<mt::v1::WorkerCommand> JobManager::TakeCommands(const std::string& worker_id,
+                                                            absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto it = mailboxes_.find(worker_id);
+    return shutdown_ || (it != mailboxes_.end() && !it->second.empty());
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
+  std::vector<mt::v1::WorkerCommand> out;
+  auto it = mailboxes_.find(worker_id);
+  if (it != mailboxes_.end()) {
+    out.assign(std::make_move_iterator(it->second.begin()),
+               std::make_move_iterator(it->second.end()));
+    it->second.clear();
+  }
+  return out;
+}
+
+void JobManager::ReleaseWorker(const std::string& worker_id, const std::string& job_id) {
+  registry_->Release(worker_id, job_id);
+}
+
+void JobManager::StopRanks(JobEntry* entry, const std::string& reason) {
+  const mt::v1::Job& job = entry->job;
+  for (size_t r = 0; r < entry->ranks.size(); ++r) {
+    RankState& rank = entry->ranks[r];
+    if (rank.outcome != mt::v1::RANK_OUTCOME_UNSPECIFIED) continue;  // already ended
+    mt::v1::WorkerCommand cmd;
+    mt::v1::StopOrder* stop = cmd.mutable_stop();
+    stop->set_job_id(job.id());
+    stop->set_attempt(job.attempt());
+    stop->set_grace_seconds(options_.stop_grace_seconds);
+    stop->set_reason(reason);
+    Enqueue(rank.worker_id, std::move(cmd));
+  }
+}
+
+int JobManager::ReporterRank(const mt::v1::Layout& layout) {
+  const int per_stage = layout.tensor_model_parallel_size() * layout.context_parallel_size() *
+                        layout.data_parallel_size();
+  return (layout.pipeline_model_parallel_size() - 1) * per_stage;
+}
+
+absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
+  absl::MutexLock lock(&mu_);
+  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(report.job_id()));
+  mt::v1::Job& job = entry->job;
+  if (report.attempt() != job.attempt() || IsTerminal(job.state())) return absl::OkStatus();
+  if (report.rank() < 0 || report.rank() >= static_cast<int>(entry->ranks.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", report.rank(), " is not in ", job.id()));
+  }
+  RankState& rank = entry->ranks[report.rank()];
+  if (rank.worker_id != report.worker_id()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", report.rank(), " of ", job.id(), " runs on ", rank.worker_id, ", not ",
+        report.worker_id()));
+  }
+  rank.phase = report.phase();
+  if (report.has_progress() && report.rank() == ReporterRank(job.layout())) {
+    const int64_t total = job.progress().total_steps();
+    *job.mutable_progress() = report.progress();
+    if (job.progress().total_steps() == 0) job.mutable_progress()->set_total_steps(total);
+    (void)Persist(entry);
+  }
+  if (job.state() == mt::v1::JOB_STATE_SCHEDULED) {
+    const bool all_training = std::all_of(entry->ranks.begin(), entry->ranks.end(), [](const RankState& r) {
+      return r.phase == mt::v1::RANK_PHASE_TRAINING || r.phase == mt::v1::RANK_PHASE_EVALUATING ||
+             r.phase == mt::v1::RANK_PHASE_CHECKPOINTING;
+    });
+    if (all_training) {
+      MT_RETURN_IF_ERROR(Transition(entry, mt::v1::JOB_STATE_RUNNING, "every rank is training"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
+  absl::MutexLock lock(&mu_);
+  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(report.job_id()));
+  mt::v1::Job& job = entry->job;
+  if (report.attempt() != job.attempt()) {
+    ReleaseWorker(report.worker_id(), job.id());
+    ScheduleLocked();
+    return absl::OkStatus();
+  }
+  if (report.rank() < 0 || report.rank() >= static_cast<int>(entry->ranks.size())) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", report.rank(), " is not in ", job.id()));
+  }
+  RankState& rank = entry->ranks[report.rank()];
+  rank.outcome = report.outcome();
+  rank.message = report.message();
+  rank.log_tail.assign(report.log_tail().begin(), report.log_tail().end());
+  if (rank.log_tail.size() > kMaxLogLines) {
+    rank.log_tail.erase(rank.log_tail.begin(), rank.log_tail.end() - kMaxLogLines);
+  }
+  ReleaseWorker(report.worker_id(), job.id());
+  if (report.rank() == ReporterRank(job.layout()) && report.has_final_progress()) {
+    const int64_t total = job.progress().total_steps();
+    *job.mutable_progress() = report.final_progress();
+    if (job.progress().total_steps() == 0) job.mutable_progress()->set_total_steps(total);
+  }
+  if (!IsTerminal(job.state())) {
+    if (report.outcome() == mt::v1::RANK_OUTCOME_FAILED) {
+      const std::string why = absl::StrCat("rank ", report.rank(), " on ", report.worker_id(),
+                                           " failed: ", report.message());
+      MT_RETURN_IF_ERROR(Transition(entry, mt::v1::JOB_STATE_FAILED, why));
+      StopRanks(entry, why);
+    } else if (std::all_of(entry->ranks.begin(), entry->ranks.end(), [](const RankState& r) {
+                 return r.outcome == mt::v1::RANK_OUTCOME_SUCCEEDED;
+               })) {
+      MT_RETURN_IF_ERROR(
+          Transition(entry, mt::v1::JOB_STATE_SUCCEEDED,
+                     absl::StrCat("every rank finished (", entry->ranks.size(), " ranks)")));
+    } else {
+      (void)Persist(entry);
+    }
+  } else {
+    ++entry->version;  // logs arrived for an ended job
+  }
+  MT_LOG(INFO) << job.id() << " rank " << report.rank() << " " << Outcome(report.outcome())
+               << " on " << report.worker_id() << (report.message().empty() ? "" : ": ")
+               << report.message();
+  ScheduleLocked();
+  return absl::OkStatus();
+}
+
+void JobManager::OnWorkerLost(const std::string& worker_id) {
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, entry] : jobs_) {
+    if (IsTerminal(entry->job.state()) || entry->job.state() == mt::v1::JOB_STATE_PENDING) continue;
+    for (size_t r = 0; r < entry->ranks.size(); ++r) {
+      RankState& rank = entry->ranks[r];
+      if (rank.worker_id != worker_id || rank.outcome != mt::v1::RANK_OUTCOME_UNSPECIFIED) continue;
+      rank.outcome = mt::v1::RANK_OUTCOME_FAILED;
+      rank.message = "worker lost";
+      const std::string why =
+          absl::StrCat("worker ", worker_id, " running rank ", r, " was lost (no heartbeat)");
+      if (Transition(entry.get(), mt::v1::JOB_STATE_FAILED, why).ok()) {
+        StopRanks(entry.get(), why);
+      }
+      break;
+    }
+  }
+  mailboxes_.erase(worker_id);
+  ScheduleLocked();
+}
+
+void JobManager::FailOrphans() {
+  absl::MutexLock lock(&mu_);
+  bool changed = false;
+  for (auto& [id, entry] : jobs_) {
+    const mt::v1::JobState state = entry->job.state();
+    if (state != mt::v1::JOB_STATE_SCHEDULED && state != mt::v1::JOB_STATE_RUNNING) continue;
+    for (size_t r = 0; r < entry->ranks.size(); ++r) {
+      const RankState& rank = entry->ranks[r];
+      if (rank.outcome != mt::v1::RANK_OUTCOME_UNSPECIFIED) continue;
+      auto w = registry_->Get(rank.worker_id);
+      const bool running_it =
+          w.ok() && w->job_id() == entry->job.id() &&
+          (w->state() == mt::v1::WORKER_STATE_BUSY || w->state() == mt::v1::WORKER_STATE_DRAINING);
+      if (running_it) continue;
+      const std::string why = absl::StrCat("worker ", rank.worker_id, " no longer runs rank ", r);
+      if (Transition(entry.get(), mt::v1::JOB_STATE_FAILED, why).ok()) {
+        StopRanks(entry.get(), why);
+        changed = true;
+      }
+      break;
+    }
+  }
+  if (changed) ScheduleLocked();
+}
+
+void JobManager::OnWorkerRegistered(const mt::v1::Worker& worker,
+                                    const std::vector<mt::v1::RunningRank>& running) {
+  absl::MutexLock lock(&mu_);
+  for (const auto& rr : running) {
+    auto entry = Find(rr.job_id());
+    const bool expected = entry.ok() && !IsTerminal((*entry)->job.state()) &&
+                          (*entry)->job.attempt() == rr.attempt() && rr.rank() >= 0 &&
+                          rr.rank() < static_cast<int>((*entry)->ranks.size()) &&
+                          (*entry)->ranks[rr.rank()].worker_id == worker.id();
+    if (!expected) {
+      mt::v1::WorkerCommand cmd;
+      cmd.mutable_stop()->set_job_id(rr.job_id());
+      cmd.mutable_stop()->set_attempt(rr.attempt());
+      cmd.mutable_stop()->set_grace_seconds(options_.stop_grace_seconds);
+      cmd.mutable_stop()->set_reason("the coordinator does not expect this rank here");
+      Enqueue(worker.id(), std::move(cmd));
+    }
+  }
+  ScheduleLocked();
+}
+
+absl::Status JobManager::RendezvousSet(const std::string& job_id, int attempt,
+                                       const std::string& key, const std::string& value) {
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("key must be 1..", kMaxKeyBytes, " bytes"));
+  }
+  if (value.size() > kMaxValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("value must be at most ", kMaxValueBytes, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
+  if (IsTerminal(entry->job.state()) || entry->job.attempt() != attempt) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " attempt ", attempt, " is not running"));
+  }
+  auto& space = rendezvous_[SpaceKey(job_id, attempt)];
+  if (space.size() >= kMaxKeysPerSpace && !space.contains(key)) {
+    return absl::ResourceExhaustedError("too many rendezvous keys for one job");
+  }
+  space[key] = value;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> JobManager::RendezvousGet(
+    const std::string& job_id, int attempt, const std::vector<std::string>& keys,
+    absl::Duration timeout) {
+  if (keys.empty() || keys.size() > 4096) {
+    return absl::InvalidArgumentError("keys: give 1..4096 keys");
+  }
+  absl::MutexLock lock(&mu_);
+  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
+  (void)entry;
+  const std::string space_key = SpaceKey(job_id, attempt);
+  auto all_there = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (shutdown_) return true;
+    auto it = rendezvous_.find(space_key);
+    if (it == rendezvous_.end()) return false;
+    for (const auto& k : keys) {
+      if (!it->second.contains(k)) return false;
+    }
+    return true;
+  };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&all_there), timeout) || shutdown_) {
+    std::vector<std::string> missing;
+    auto it = rendezvous_.find(space_key);
+    for (const auto& k : keys) {
+      if (it == rendezvous_.end() || !it->second.contains(k)) missing.push_back(k);
+    }
+    return absl::DeadlineExceededError(absl::StrCat("rendezvous keys missing after ",
+                                                    absl::FormatDuration(timeout), ": ",
+                                                    absl::StrJoin(missing, ", ")));
+  }
+  std::vector<std::string> values;
+  const auto& space = rendezvous_[space_key];
+  for (const auto& k : keys) values.push_back(space.at(k));
+  return values;
+}
+
+absl::StatusOr<int64_t> JobManager::RendezvousAdd(const std::string& job_id, int attempt,
+                                                  const std::string& key, int64_t delta) {
+  if (key.empty() || key.size() > kMaxKeyBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("key must be 1..", kMaxKeyBytes, " bytes"));
+  }
+  absl::MutexLock lock(&mu_);
+  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
+  if (IsTerminal(entry->job.state()) || entry->job.attempt() != attempt) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " attempt ", attempt, " is not running"));
+  }
+  std::string& v = rendezvous_[SpaceKey(job_id, attempt)][key];
+  int64_t current = 0;
+  if (!v.empty() && !absl::SimpleAtoi(v, &current)) {
+    return absl::FailedPreconditionError(absl::StrCat("key ", key, " does not hold an integer"));
+  }
+  current += delta;
+  v = std::to_string(current);
+  return current;
+}
+
+void JobManager::SetCoordinatorAddress(const std::string& address) {
+  absl::MutexLock lock(&mu_);
+  coordinator_address_ = address;
+}
+
+void JobManager::Shutdown() {
+  absl::MutexLock lock(&mu_);
+  shutdown_ = true;
+}
+
+}  // namespace mt::coordinator

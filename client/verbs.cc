@@ -19,6 +19,26 @@ namespace mt::client {
 
 const std::vector<Verb>& AllVerbs() {
   static const std::vector<Verb> verbs = {
+      {"submit", "submit a job; prints its id",
+       "mtctl submit JOB.yaml\n"
+       "mtctl submit --megatron -- --num-layers 24 --hidden-size 1024 ... (pretrain_gpt.py flags)\n\n"
+       "The spec is checked locally first (exit 2 naming the field when it is wrong), relative\n"
+       "paths are made absolute, and the job is queued. Prints the job id on stdout.",
+       &RunSubmit},
+      {"list", "list jobs (optionally only in some states)",
+       "mtctl list [STATE ...]       e.g. mtctl list running pending", &RunList},
+      {"describe", "a job's spec summary, layout grid, placement and events",
+       "mtctl describe JOB_ID", &RunDescribe},
+      {"watch", "follow a job live until it ends",
+       "mtctl watch JOB_ID\n\n"
+       "A live line (step/total, loss, tokens/s, ETA) on stderr, state changes as they\n"
+       "happen, and the final state and losses on stdout. Exit code 0 when the job\n"
+       "succeeded, 1 otherwise.",
+       &RunWatch},
+      {"logs", "the last lines of each rank's trainer log",
+       "mtctl logs JOB_ID [RANK ...]", &RunLogs},
+      {"cancel", "stop every rank of a job and mark it cancelled",
+       "mtctl cancel JOB_ID [REASON]", &RunCancel},
       {"plan", "show the layout and placement a job would get (nothing is submitted)",
        "mtctl plan JOB.yaml\n"
        "mtctl plan --megatron -- --num-layers 24 --hidden-size 1024 ... \n\n"

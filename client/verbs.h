@@ -23,6 +23,12 @@ const std::vector<Verb>& AllVerbs();
 // The whole of mtctl: finds the verb, parses flags, runs it, returns the exit code.
 int Main(int argc, char** argv);
 
+int RunSubmit(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunList(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunDescribe(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunWatch(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunLogs(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunCancel(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunWorkers(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunInfo(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunPlan(const std::vector<std::string>& args, const GlobalOptions& options);

@@ -13,6 +13,8 @@ ABSL_FLAG(std::string, token_file, "", "Bearer token file for a coordinator that
 ABSL_FLAG(std::string, node, "", "Node name (default: this host's name).");
 ABSL_FLAG(int, gpu, -1, "GPU index this daemon serves; -1 = a CPU slot.");
 ABSL_FLAG(int, cpu_cores, 0, "CPU cores a rank may use (0 = all).");
+ABSL_FLAG(std::string, work_dir, "",
+          "Directory for the ranks' assignments and trainer logs (default /tmp/mt-worker-PID).");
 ABSL_FLAG(std::string, state_file, "",
           "File that keeps the worker id across daemon restarts (empty = not kept).");
 
@@ -29,6 +31,7 @@ int main(int argc, char** argv) {
   config.gpu_index = absl::GetFlag(FLAGS_gpu);
   config.cpu_cores = absl::GetFlag(FLAGS_cpu_cores);
   config.state_file = absl::GetFlag(FLAGS_state_file);
+  config.work_dir = absl::GetFlag(FLAGS_work_dir);
   auto agent = mt::worker::Agent::Create(config);
   if (!agent.ok()) {
     std::fprintf(stderr, "mt-worker: %s\n", std::string(agent.status().message()).c_str());

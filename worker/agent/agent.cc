@@ -75,7 +75,15 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config) 
     if (!tokens.ok()) return Annotate(tokens.status(), "--token-file");
     token = tokens->front();
   }
-  std::unique_ptr<Agent> agent(new Agent(config, DetectResources(config), token));
+  AgentConfig resolved = config;
+  if (resolved.work_dir.empty()) resolved.work_dir = absl::StrCat("/tmp/mt-worker-", ::getpid());
+  if (resolved.trainer_binary.empty()) {
+    char self[4096];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n <= 0) return absl::InternalError("cannot find this executable for --trainer-binary");
+    resolved.trainer_binary.assign(self, static_cast<size_t>(n));
+  }
+  std::unique_ptr<Agent> agent(new Agent(resolved, DetectResources(resolved), token));
   if (!config.state_file.empty()) {
     // A previous run's id lets the coordinator recognise this daemon after a restart.
     if (auto id = ReadFile(config.state_file, 4096); id.ok()) {
@@ -101,6 +109,7 @@ absl::Status Agent::RegisterOnce() {
   request.set_worker_id(worker_id());
   *request.mutable_resources() = resources_;
   request.set_version(kVersion);
+  for (auto& r : Running()) *request.add_running() = std::move(r);
   mt::v1::RegisterResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
@@ -123,18 +132,39 @@ absl::Status Agent::RegisterOnce() {
   return absl::OkStatus();
 }
 
+std::vector<mt::v1::RunningRank> Agent::Running() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<mt::v1::RunningRank> out;
+  for (const auto& [key, p] : ranks_) {
+    if (p->exited()) continue;
+    mt::v1::RunningRank& r = out.emplace_back();
+    r.set_job_id(p->assignment().job_id());
+    r.set_attempt(p->assignment().attempt());
+    r.set_rank(p->assignment().coordinates().rank());
+  }
+  return out;
+}
+
 absl::Status Agent::Run() {
+  assignment_thread_ = std::thread([this] { AssignmentLoop(); });
   absl::Duration backoff = absl::Milliseconds(200);
+  absl::Status result = absl::OkStatus();
   bool registered = false;
   while (!stop_.HasBeenNotified()) {
+    Reap();
     if (!registered) {
       absl::Status s = RegisterOnce();
       if (s.ok()) {
         registered = true;
+        absl::MutexLock lock(&mu_);
+        registered_ = true;
         backoff = absl::Milliseconds(200);
         continue;
       }
-      if (absl::IsInvalidArgument(s) || absl::IsUnauthenticated(s)) return s;  // will not heal
+      if (absl::IsInvalidArgument(s) || absl::IsUnauthenticated(s)) {  // will not heal
+        result = s;
+        break;
+      }
       MT_LOG(WARNING) << "cannot register with " << config_.coordinator << ": " << s.message()
                       << "; retrying in " << absl::FormatDuration(backoff);
       stop_.WaitForNotificationWithTimeout(backoff);
@@ -149,19 +179,26 @@ absl::Status Agent::Run() {
     if (stop_.WaitForNotificationWithTimeout(interval)) break;
     mt::v1::HeartbeatRequest request;
     request.set_worker_id(worker_id());
+    for (auto& r : Running()) *request.add_running() = std::move(r);
     mt::v1::HeartbeatResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     absl::Status s = rpc::FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
-    if (!s.ok()) {
-      MT_LOG(WARNING) << "heartbeat failed: " << s.message();
+    if (!s.ok() || !response.known()) {
+      if (!s.ok()) {
+        MT_LOG(WARNING) << "heartbeat failed: " << s.message();
+      } else {
+        MT_LOG(WARNING) << "the coordinator does not know " << request.worker_id()
+                        << "; registering again";
+      }
       registered = false;
-    } else if (!response.known()) {
-      MT_LOG(WARNING) << "the coordinator does not know " << request.worker_id()
-                      << "; registering again";
-      registered = false;
+      absl::MutexLock lock(&mu_);
+      registered_ = false;
     }
   }
+  // Ranks first (they may still report), then say goodbye.
+  if (!stop_.HasBeenNotified()) Shutdown();
+  StopAllRanks(absl::Seconds(10));
   if (registered) {
     mt::v1::DeregisterRequest request;
     request.set_worker_id(worker_id());
@@ -171,12 +208,163 @@ absl::Status Agent::Run() {
     absl::Status s = rpc::FromGrpcStatus(stub_->Deregister(&context, request, &response));
     if (!s.ok()) MT_LOG(WARNING) << "deregistering: " << s.message();
   }
-  return absl::OkStatus();
+  if (assignment_thread_.joinable()) assignment_thread_.join();
+  std::vector<std::thread> exits;
+  {
+    absl::MutexLock lock(&mu_);
+    exits.swap(exit_threads_);
+  }
+  for (auto& t : exits) t.join();
+  {
+    absl::MutexLock lock(&report_mu_);
+    if (report_writer_ != nullptr) {
+      report_writer_->WritesDone();
+      (void)report_writer_->Finish();
+    }
+  }
+  return result;
+}
+
+void Agent::AssignmentLoop() {
+  while (!stop_.HasBeenNotified()) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return registered_ || stop_.HasBeenNotified();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(200));
+      if (!registered_) continue;
+    }
+    grpc::ClientContext context;
+    {
+      absl::MutexLock lock(&mu_);
+      assign_context_ = &context;
+    }
+    mt::v1::StreamAssignmentsRequest request;
+    request.set_worker_id(worker_id());
+    auto reader = stub_->StreamAssignments(&context, request);
+    mt::v1::WorkerCommand command;
+    while (reader->Read(&command)) Handle(command);
+    grpc::Status status = reader->Finish();
+    {
+      absl::MutexLock lock(&mu_);
+      assign_context_ = nullptr;
+    }
+    if (!stop_.HasBeenNotified()) {
+      if (!status.ok()) MT_LOG(DEBUG) << "assignment stream ended: " << status.error_message();
+      stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500));
+    }
+  }
+}
+
+void Agent::Handle(const mt::v1::WorkerCommand& command) {
+  if (command.has_stop()) {
+    const auto& stop = command.stop();
+    absl::MutexLock lock(&mu_);
+    auto it = ranks_.find(Key(stop.job_id(), stop.attempt()));
+    if (it == ranks_.end()) return;
+    MT_LOG(INFO) << "stopping " << stop.job_id() << ": " << stop.reason();
+    it->second->Stop(absl::Seconds(stop.grace_seconds() > 0 ? stop.grace_seconds() : 10));
+    return;
+  }
+  if (!command.has_assign()) return;
+  const mt::v1::Assignment& a = command.assign();
+  const std::string key = Key(a.job_id(), a.attempt());
+  {
+    absl::MutexLock lock(&mu_);
+    if (ranks_.count(key) > 0) return;  // a re-sent assignment
+  }
+  RankProcessOptions options;
+  options.trainer_binary = config_.trainer_binary;
+  options.work_dir = config_.work_dir;
+  auto process = RankProcess::Start(
+      a, worker_id(), options, [this](const mt::v1::RankReport& r) { ForwardReport(r); },
+      [this](const mt::v1::RankExitReport& r) { ReportExit(r); });
+  if (!process.ok()) {
+    mt::v1::RankExitReport report;
+    report.set_worker_id(worker_id());
+    report.set_job_id(a.job_id());
+    report.set_attempt(a.attempt());
+    report.set_rank(a.coordinates().rank());
+    report.set_outcome(mt::v1::RANK_OUTCOME_FAILED);
+    report.set_exit_status(-1);
+    report.set_message(absl::StrCat("the trainer could not start: ", process.status().message()));
+    ReportExit(report);
+    return;
+  }
+  absl::MutexLock lock(&mu_);
+  ranks_[key] = *std::move(process);
+}
+
+void Agent::ForwardReport(const mt::v1::RankReport& report) {
+  absl::MutexLock lock(&report_mu_);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (report_writer_ == nullptr) {
+      report_context_ = std::make_unique<grpc::ClientContext>();
+      report_response_ = std::make_unique<mt::v1::ReportProgressResponse>();
+      report_writer_ = stub_->ReportProgress(report_context_.get(), report_response_.get());
+    }
+    if (report_writer_->Write(report)) return;
+    (void)report_writer_->Finish();
+    report_writer_.reset();
+  }
+  // Progress is best effort; the next report tries again.
+}
+
+void Agent::ReportExit(const mt::v1::RankExitReport& report) {
+  MT_LOG(INFO) << "rank " << report.rank() << " of " << report.job_id() << " ended: "
+               << report.message();
+  absl::MutexLock lock(&mu_);
+  exit_threads_.emplace_back([this, report] {
+    absl::Duration backoff = absl::Milliseconds(200);
+    const absl::Time give_up = absl::Now() + absl::Minutes(10);
+    while (absl::Now() < give_up) {
+      mt::v1::RankExitResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      absl::Status s = rpc::FromGrpcStatus(stub_->ReportRankExit(&context, report, &response));
+      if (s.ok() || absl::IsNotFound(s) || absl::IsInvalidArgument(s)) return;
+      if (stop_.WaitForNotificationWithTimeout(backoff) && absl::Now() > give_up - absl::Minutes(9)) {
+        return;  // shutting down: one minute of retries is enough
+      }
+      backoff = std::min(backoff * 2, absl::Seconds(5));
+    }
+  });
+}
+
+void Agent::Reap() {
+  std::vector<std::unique_ptr<RankProcess>> done;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = ranks_.begin(); it != ranks_.end();) {
+      if (it->second->exited()) {
+        done.push_back(std::move(it->second));
+        it = ranks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  done.clear();  // joins their threads outside the lock
+}
+
+void Agent::StopAllRanks(absl::Duration grace) {
+  std::vector<RankProcess*> running;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& [key, p] : ranks_) {
+      p->Stop(grace);
+      running.push_back(p.get());
+    }
+  }
+  for (RankProcess* p : running) p->WaitForExit(grace + absl::Seconds(2));
+  Reap();
 }
 
 void Agent::Shutdown() {
   absl::MutexLock lock(&mu_);  // serialises concurrent calls; Notify may run once
   if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (assign_context_ != nullptr) assign_context_->TryCancel();
 }
 
 }  // namespace mt::worker

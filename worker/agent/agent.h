@@ -1,5 +1,7 @@
 // The mt-worker daemon: registers with the coordinator, heartbeats, re-registers after the
-// coordinator restarts or declares it lost, and deregisters on shutdown.
+// coordinator restarts or declares it lost, runs the ranks it is assigned as supervised
+// trainer processes (rank_process.h), forwards their progress, reports how they ended, and
+// deregisters on shutdown (stopping its ranks first).
 //
 // Connection states (one loop, agent.cc):
 //   DISCONNECTED --Register ok--> REGISTERED --Heartbeat known=false--> DISCONNECTED
@@ -9,14 +11,18 @@
 #ifndef MT_WORKER_AGENT_AGENT_H_
 #define MT_WORKER_AGENT_AGENT_H_
 
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "mt/v1/worker_service.grpc.pb.h"
+#include "worker/agent/rank_process.h"
 
 namespace mt::worker {
 
@@ -33,6 +39,10 @@ struct AgentConfig {
   int cpu_cores = 0;
   // Where the worker id is kept across daemon restarts; empty = not kept.
   std::string state_file;
+  // Per-rank directories (assignment, trainer log); default /tmp/mt-worker-<pid>.
+  std::string work_dir;
+  // The trainer binary (`train --assignment FILE`); default this executable.
+  std::string trainer_binary;
 
   absl::Status Validate() const;
 };
@@ -46,10 +56,24 @@ class Agent {
   void Shutdown();
   // The id the coordinator gave, empty before the first registration.
   std::string worker_id() const;
+  // Ranks running now.
+  std::vector<mt::v1::RunningRank> Running() const;
 
  private:
   Agent(AgentConfig config, mt::v1::WorkerResources resources, std::string token);
   absl::Status RegisterOnce();
+  // Keeps one StreamAssignments call open while registered and acts on what arrives.
+  void AssignmentLoop();
+  void Handle(const mt::v1::WorkerCommand& command);
+  void ForwardReport(const mt::v1::RankReport& report);
+  void ReportExit(const mt::v1::RankExitReport& report);
+  // Destroys the processes of ranks that have ended.
+  void Reap();
+  void StopAllRanks(absl::Duration grace);
+
+  static std::string Key(const std::string& job_id, int attempt) {
+    return job_id + "/" + std::to_string(attempt);
+  }
 
   const AgentConfig config_;
   const mt::v1::WorkerResources resources_;
@@ -58,6 +82,17 @@ class Agent {
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::ClientContext* assign_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::map<std::string, std::unique_ptr<RankProcess>> ranks_ ABSL_GUARDED_BY(mu_);
+  // The open ReportProgress stream, reopened when it breaks.
+  absl::Mutex report_mu_;
+  std::unique_ptr<grpc::ClientContext> report_context_ ABSL_GUARDED_BY(report_mu_);
+  std::unique_ptr<mt::v1::ReportProgressResponse> report_response_ ABSL_GUARDED_BY(report_mu_);
+  std::unique_ptr<grpc::ClientWriter<mt::v1::RankReport>> report_writer_
+      ABSL_GUARDED_BY(report_mu_);
+  std::thread assignment_thread_;
+  std::vector<std::thread> exit_threads_ ABSL_GUARDED_BY(mu_);
 };
 
 // This machine's resources for a slot: node name, device name and memory.

@@ -51,6 +51,12 @@ const std::vector<Verb>& AllVerbs() {
        "mtctl validate --megatron -- --num-layers 24 ...\n\n"
        "Needs no coordinator. Exit code 2 and the field at fault when the spec is wrong.",
        &RunValidate},
+      {"data", "prepare training data: preprocess, inspect, merge (Megatron formats)",
+       "mtctl data preprocess --input FILE --output-prefix PREFIX --vocab-file F --merge-file F ...\n"
+       "mtctl data inspect PREFIX\n"
+       "mtctl data merge --input PREFIX... --output-prefix PREFIX\n\n"
+       "`mtctl data SUBCOMMAND --help` explains each.",
+       &RunData, /*raw_args=*/true},
       {"workers", "list the worker daemons and their state",
        "mtctl workers [-o table|json|yaml]", &RunWorkers},
       {"info", "the coordinator's version and counts", "mtctl info [-o table|json|yaml]",
@@ -106,6 +112,19 @@ int Main(int argc, char** argv) {
   if (verb == nullptr) {
     std::cout << TopUsage();
     return help ? kExitOk : kExitUsage;
+  }
+  if (verb->raw_args) {
+    std::vector<std::string> args;
+    bool seen_verb = false;
+    for (int i = 1; i < argc; ++i) {
+      if (!seen_verb && verb->name == std::string(argv[i])) {
+        seen_verb = true;
+        continue;
+      }
+      args.push_back(argv[i]);
+    }
+    GlobalOptions defaults;
+    return verb->run(args, defaults);
   }
   if (help) {
     std::cout << "usage: " << verb->usage << "\n\n" << kGlobalHelp;

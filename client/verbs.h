@@ -15,6 +15,10 @@ struct Verb {
   const char* summary;
   const char* usage;  // shown by `mtctl VERB --help`
   int (*run)(const std::vector<std::string>& args, const GlobalOptions& options);
+  // True for verbs that parse their own flags (e.g. `data preprocess`, whose flags follow
+  // Megatron's preprocess_data.py): every argument after the verb reaches them untouched and
+  // the global flags take their defaults.
+  bool raw_args = false;
 };
 
 // Every verb, in the order `mtctl --help` lists them.
@@ -29,6 +33,8 @@ int RunDescribe(const std::vector<std::string>& args, const GlobalOptions& optio
 int RunWatch(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunLogs(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunCancel(const std::vector<std::string>& args, const GlobalOptions& options);
+// mtctl data preprocess | inspect | merge (client/data_cmd.cc).
+int RunData(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunWorkers(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunInfo(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunPlan(const std::vector<std::string>& args, const GlobalOptions& options);

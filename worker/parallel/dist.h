@@ -1,0 +1,42 @@
+// Process groups for one rank of a job, built from the job's layout (common/layout) and
+// bootstrapped through the job's rendezvous: rank 0 serves a c10d TCPStore and publishes its
+// address under "c10d_store"; every rank connects to it, and each group (world, DP, ...) is a
+// ProcessGroup over a PrefixStore named after the group. Gloo on CPU, NCCL on GPU: always
+// LibTorch's c10d, never a home-made collective.
+//
+// Thread-compatible: one training thread uses a Distributed.
+#ifndef MT_WORKER_PARALLEL_DIST_H_
+#define MT_WORKER_PARALLEL_DIST_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "mt/v1/job.pb.h"
+#include "worker/parallel/collectives.h"
+#include "worker/parallel/rendezvous_client.h"
+
+namespace mt::parallel {
+
+struct DistOptions {
+  // "gloo" (CPU tensors) or "nccl" (CUDA tensors).
+  std::string backend = "gloo";
+  // How long ranks wait for each other (store connection, group creation, collectives).
+  absl::Duration timeout = absl::Minutes(10);
+  // Gradient bucket size in elements (ParallelSpec.ddp_bucket_size).
+  int64_t bucket_elements = 40'000'000;
+};
+
+// Builds the groups and returns the collectives the training step uses. With a world of one it
+// returns LocalCollectives without touching the rendezvous.
+absl::StatusOr<std::unique_ptr<Collectives>> InitDistributed(const mt::v1::Layout& layout,
+                                                             int rank, RendezvousClient* rendezvous,
+                                                             const DistOptions& options);
+
+// Which backends this build has ("gloo", "nccl").
+bool HasBackend(const std::string& backend);
+
+}  // namespace mt::parallel
+
+#endif  // MT_WORKER_PARALLEL_DIST_H_

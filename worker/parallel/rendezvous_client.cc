@@ -1,0 +1,86 @@
+#include "worker/parallel/rendezvous_client.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <cstdlib>
+#include <utility>
+
+#include "common/rpc/auth.h"
+#include "common/rpc/grpc_status.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace mt::parallel {
+
+using google::protobuf::util::TimeUtil;
+
+RendezvousClient::RendezvousClient(const std::string& coordinator_address,
+                                   const std::string& token, std::string job_id, int attempt)
+    : stub_(mt::v1::WorkerService::NewStub(rpc::MakeChannel(coordinator_address, token))),
+      job_id_(std::move(job_id)),
+      attempt_(attempt) {}
+
+absl::Status RendezvousClient::Set(const std::string& key, const std::string& value) {
+  mt::v1::RendezvousSetRequest request;
+  request.set_job_id(job_id_);
+  request.set_attempt(attempt_);
+  request.set_key(key);
+  request.set_value(value);
+  mt::v1::RendezvousSetResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  return rpc::FromGrpcStatus(stub_->RendezvousSet(&context, request, &response));
+}
+
+absl::StatusOr<std::vector<std::string>> RendezvousClient::Get(
+    const std::vector<std::string>& keys, absl::Duration timeout) {
+  mt::v1::RendezvousGetRequest request;
+  request.set_job_id(job_id_);
+  request.set_attempt(attempt_);
+  for (const auto& k : keys) request.add_keys(k);
+  *request.mutable_timeout() = TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(timeout));
+  mt::v1::RendezvousGetResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout) + 10000));
+  absl::Status s = rpc::FromGrpcStatus(stub_->RendezvousGet(&context, request, &response));
+  if (!s.ok()) return s;
+  return std::vector<std::string>(response.values().begin(), response.values().end());
+}
+
+absl::StatusOr<int64_t> RendezvousClient::Add(const std::string& key, int64_t delta) {
+  mt::v1::RendezvousAddRequest request;
+  request.set_job_id(job_id_);
+  request.set_attempt(attempt_);
+  request.set_key(key);
+  request.set_delta(delta);
+  mt::v1::RendezvousAddResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  absl::Status s = rpc::FromGrpcStatus(stub_->RendezvousAdd(&context, request, &response));
+  if (!s.ok()) return s;
+  return response.value();
+}
+
+std::string AdvertiseHost() {
+  if (const char* v = std::getenv("MT_ADVERTISE_HOST"); v != nullptr && v[0] != '\0') return v;
+  ifaddrs* list = nullptr;
+  std::string found = "127.0.0.1";
+  if (::getifaddrs(&list) != 0) return found;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
+    char buf[INET_ADDRSTRLEN];
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf)) != nullptr) {
+      found = buf;
+      break;
+    }
+  }
+  ::freeifaddrs(list);
+  return found;
+}
+
+}  // namespace mt::parallel

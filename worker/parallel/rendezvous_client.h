@@ -1,0 +1,41 @@
+// The trainer's side of the job's rendezvous: a key-value space shared by the ranks of one
+// attempt of one job, served by the coordinator (WorkerService.Rendezvous*). Rank 0 publishes
+// the address of the collective store it serves; the others read it.
+// Thread-safe (gRPC stubs are).
+#ifndef MT_WORKER_PARALLEL_RENDEZVOUS_CLIENT_H_
+#define MT_WORKER_PARALLEL_RENDEZVOUS_CLIENT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "mt/v1/worker_service.grpc.pb.h"
+
+namespace mt::parallel {
+
+class RendezvousClient {
+ public:
+  // token: bearer token for a coordinator that requires one ("" = none).
+  RendezvousClient(const std::string& coordinator_address, const std::string& token,
+                   std::string job_id, int attempt);
+
+  absl::Status Set(const std::string& key, const std::string& value);
+  absl::StatusOr<std::vector<std::string>> Get(const std::vector<std::string>& keys,
+                                               absl::Duration timeout);
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
+
+ private:
+  std::unique_ptr<mt::v1::WorkerService::Stub> stub_;
+  const std::string job_id_;
+  const int attempt_;
+};
+
+// An address other nodes can reach this host at: $MT_ADVERTISE_HOST when set, else the first
+// non-loopback IPv4 address of an interface that is up, else 127.0.0.1.
+std::string AdvertiseHost();
+
+}  // namespace mt::parallel
+
+#endif  // MT_WORKER_PARALLEL_RENDEZVOUS_CLIENT_H_

@@ -85,12 +85,12 @@ std::string Bar(int64_t step, int64_t total, int width = 24) {
 
 std::string ProgressLine(const mt::v1::Job& job) {
   const mt::v1::Progress& p = job.progress();
-  std::string line = absl::StrCat(job.id(), " ", State(job.state()), " ",
-                                  Bar(p.step(), p.total_steps()), " ", p.step(), "/",
-                                  p.total_steps());
+  std::string line =
+      absl::StrCat(job.id(), " ", State(job.state()), " ", Bar(p.step(), p.total_steps()), " ",
+                   p.step(), "/", p.total_steps());
   if (p.step() > 0) {
-    absl::StrAppend(&line, "  loss ", Number(p.loss()), "  ", Rate(p.tokens_per_second()),
-                    "  ETA ", Eta(p.eta_seconds()));
+    absl::StrAppend(&line, "  loss ", Number(p.loss()), "  ", Rate(p.tokens_per_second()), "  ETA ",
+                    Eta(p.eta_seconds()));
   }
   if (!std::isnan(p.validation_loss()) && p.validation_step() > 0) {
     absl::StrAppend(&line, "  val ", Number(p.validation_loss()), " (ppl ",
@@ -142,9 +142,10 @@ int RunList(const std::vector<std::string>& args, const GlobalOptions& options) 
     std::string upper = absl::StrCat("JOB_STATE_", a);
     for (auto& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     if (!mt::v1::JobState_Parse(upper, &state)) {
-      return Fail(absl::InvalidArgumentError(absl::StrCat(
-          "'", a, "' is not a job state: pending, scheduled, running, restarting, succeeded, "
-          "failed, cancelled")));
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("'", a,
+                       "' is not a job state: pending, scheduled, running, restarting, succeeded, "
+                       "failed, cancelled")));
     }
     base.add_states(state);
   }
@@ -208,16 +209,16 @@ int RunDescribe(const std::vector<std::string>& args, const GlobalOptions& optio
             << "   ended " << Time(j.end_time()) << "\n"
             << "model        " << m.num_layers() << " layers x " << m.hidden_size() << " hidden, "
             << m.num_attention_heads() << " heads, seq " << m.seq_length() << "\n"
-            << "training     micro " << t.micro_batch_size() << ", global "
-            << t.global_batch_size() << ", lr " << t.lr() << ", "
+            << "training     micro " << t.micro_batch_size() << ", global " << t.global_batch_size()
+            << ", lr " << t.lr() << ", "
             << (t.train_iters() > 0 ? absl::StrCat(t.train_iters(), " iters")
                                     : absl::StrCat(t.train_samples(), " samples"))
             << "\n"
             << "progress     " << ProgressLine(j) << "\n";
   const auto& l = j.layout();
   if (l.world_size() > 0) {
-    std::cout << "layout       world " << l.world_size() << " = tp " << l.tensor_model_parallel_size()
-              << " x cp " << l.context_parallel_size() << " x pp "
+    std::cout << "layout       world " << l.world_size() << " = tp "
+              << l.tensor_model_parallel_size() << " x cp " << l.context_parallel_size() << " x pp "
               << l.pipeline_model_parallel_size() << " x dp " << l.data_parallel_size() << "\n";
     // The grid: one row per pipeline stage, ranks of each stage in dp-major order.
     const int per_stage = l.world_size() / std::max(1, l.pipeline_model_parallel_size());

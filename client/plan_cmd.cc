@@ -55,9 +55,9 @@ int RunPlan(const std::vector<std::string>& args, const GlobalOptions& options) 
   }
   const mt::v1::Layout& l = plan.layout();
   std::cout << "layout       world " << l.world_size() << " = tp " << l.tensor_model_parallel_size()
-            << " x cp " << l.context_parallel_size() << " x pp "
-            << l.pipeline_model_parallel_size() << " x dp " << l.data_parallel_size()
-            << ", " << l.num_micro_batches() << " micro-batches per step\n";
+            << " x cp " << l.context_parallel_size() << " x pp " << l.pipeline_model_parallel_size()
+            << " x dp " << l.data_parallel_size() << ", " << l.num_micro_batches()
+            << " micro-batches per step\n";
   std::cout << "tp groups    " << Groups(l.tensor_groups()) << "\n";
   std::cout << "dp groups    " << Groups(l.data_groups()) << "\n";
   std::cout << "pp groups    " << Groups(l.pipeline_groups()) << "\n";

@@ -21,7 +21,8 @@ const std::vector<Verb>& AllVerbs() {
   static const std::vector<Verb> verbs = {
       {"submit", "submit a job; prints its id",
        "mtctl submit JOB.yaml\n"
-       "mtctl submit --megatron -- --num-layers 24 --hidden-size 1024 ... (pretrain_gpt.py flags)\n\n"
+       "mtctl submit --megatron -- --num-layers 24 --hidden-size 1024 ... (pretrain_gpt.py "
+       "flags)\n\n"
        "The spec is checked locally first (exit 2 naming the field when it is wrong), relative\n"
        "paths are made absolute, and the job is queued. Prints the job id on stdout.",
        &RunSubmit},
@@ -35,10 +36,10 @@ const std::vector<Verb>& AllVerbs() {
        "happen, and the final state and losses on stdout. Exit code 0 when the job\n"
        "succeeded, 1 otherwise.",
        &RunWatch},
-      {"logs", "the last lines of each rank's trainer log",
-       "mtctl logs JOB_ID [RANK ...]", &RunLogs},
-      {"cancel", "stop every rank of a job and mark it cancelled",
-       "mtctl cancel JOB_ID [REASON]", &RunCancel},
+      {"logs", "the last lines of each rank's trainer log", "mtctl logs JOB_ID [RANK ...]",
+       &RunLogs},
+      {"cancel", "stop every rank of a job and mark it cancelled", "mtctl cancel JOB_ID [REASON]",
+       &RunCancel},
       {"plan", "show the layout and placement a job would get (nothing is submitted)",
        "mtctl plan JOB.yaml\n"
        "mtctl plan --megatron -- --num-layers 24 --hidden-size 1024 ... \n\n"
@@ -52,15 +53,15 @@ const std::vector<Verb>& AllVerbs() {
        "Needs no coordinator. Exit code 2 and the field at fault when the spec is wrong.",
        &RunValidate},
       {"data", "prepare training data: preprocess, inspect, merge (Megatron formats)",
-       "mtctl data preprocess --input FILE --output-prefix PREFIX --vocab-file F --merge-file F ...\n"
+       "mtctl data preprocess --input FILE --output-prefix PREFIX --vocab-file F --merge-file F "
+       "...\n"
        "mtctl data inspect PREFIX\n"
        "mtctl data merge --input PREFIX... --output-prefix PREFIX\n\n"
        "`mtctl data SUBCOMMAND --help` explains each.",
        &RunData, /*raw_args=*/true},
-      {"workers", "list the worker daemons and their state",
-       "mtctl workers [-o table|json|yaml]", &RunWorkers},
-      {"info", "the coordinator's version and counts", "mtctl info [-o table|json|yaml]",
-       &RunInfo},
+      {"workers", "list the worker daemons and their state", "mtctl workers [-o table|json|yaml]",
+       &RunWorkers},
+      {"info", "the coordinator's version and counts", "mtctl info [-o table|json|yaml]", &RunInfo},
   };
   return verbs;
 }
@@ -75,7 +76,8 @@ const char kGlobalHelp[] =
 
 std::string TopUsage() {
   std::string s = "mtctl: submit and watch GPT training jobs on an mt cluster.\n\nVerbs:\n";
-  for (const Verb& v : AllVerbs()) absl::StrAppend(&s, "  ", v.name, std::string(12 - std::strlen(v.name), ' '), v.summary, "\n");
+  for (const Verb& v : AllVerbs())
+    absl::StrAppend(&s, "  ", v.name, std::string(12 - std::strlen(v.name), ' '), v.summary, "\n");
   absl::StrAppend(&s, "\n", kGlobalHelp, "\n`mtctl VERB --help` explains a verb.\n");
   return s;
 }
@@ -101,6 +103,12 @@ int Main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--version") == 0) {
       std::cout << "mtctl " << kVersion << " (API " << kApiVersion << ")\n";
       return kExitOk;
+    } else if (verb == nullptr &&
+               (std::strcmp(argv[i], "-o") == 0 || std::strcmp(argv[i], "--o") == 0 ||
+                std::strcmp(argv[i], "--coordinator") == 0 ||
+                std::strcmp(argv[i], "--token-file") == 0 ||
+                std::strcmp(argv[i], "--token_file") == 0)) {
+      ++i;  // a global flag's value, not the verb
     } else if (argv[i][0] != '-' && verb == nullptr) {
       verb = FindVerb(argv[i]);
       if (verb == nullptr) {

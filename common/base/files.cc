@@ -46,8 +46,8 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes
   }
   if (static_cast<uint64_t>(st.st_size) > max_bytes) {
     ::close(fd);
-    return absl::FailedPreconditionError(absl::StrCat(path, " is ", st.st_size,
-                                                      " bytes, over the limit of ", max_bytes));
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " is ", st.st_size, " bytes, over the limit of ", max_bytes));
   }
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
@@ -113,8 +113,8 @@ absl::Status ValidatePath(absl::string_view path, absl::string_view field) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": path contains a NUL byte"));
   }
   if (path.size() > kMaxPathBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(field, ": path is ", path.size(), " bytes, over the limit of ", kMaxPathBytes));
+    return absl::InvalidArgumentError(absl::StrCat(field, ": path is ", path.size(),
+                                                   " bytes, over the limit of ", kMaxPathBytes));
   }
   return absl::OkStatus();
 }

@@ -38,7 +38,8 @@ TEST(Files, ReadFileEnforcesItsLimit) {
   MT_ASSERT_OK(WriteFileAtomically(dir + "/big", std::string(100, 'x')));
   EXPECT_THAT(ReadFile(dir + "/big", 99),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("limit of 99")));
-  EXPECT_THAT(ReadFile(dir + "/missing"), StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
+  EXPECT_THAT(ReadFile(dir + "/missing"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
 }
 
 TEST(Files, WriteIntoMissingDirectoryFailsCleanly) {
@@ -48,11 +49,16 @@ TEST(Files, WriteIntoMissingDirectoryFailsCleanly) {
 
 TEST(Files, RelativePathChecks) {
   EXPECT_THAT(ValidateRelativePath("a/b/c.bin", "name"), IsOk());
-  EXPECT_THAT(ValidateRelativePath("", "name"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name: path is empty")));
-  EXPECT_THAT(ValidateRelativePath("/etc/passwd", "name"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("absolute")));
-  EXPECT_THAT(ValidateRelativePath("a/../../b", "name"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'..'")));
-  EXPECT_THAT(ValidateRelativePath(std::string("a\0b", 3), "name"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NUL")));
-  EXPECT_THAT(ValidatePath(std::string(5000, 'a'), "save"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit of 4096")));
+  EXPECT_THAT(ValidateRelativePath("", "name"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("name: path is empty")));
+  EXPECT_THAT(ValidateRelativePath("/etc/passwd", "name"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("absolute")));
+  EXPECT_THAT(ValidateRelativePath("a/../../b", "name"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'..'")));
+  EXPECT_THAT(ValidateRelativePath(std::string("a\0b", 3), "name"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NUL")));
+  EXPECT_THAT(ValidatePath(std::string(5000, 'a'), "save"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("limit of 4096")));
   EXPECT_THAT(ValidateRelativePath("a..b/c", "name"), IsOk());
 }
 

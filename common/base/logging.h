@@ -45,14 +45,16 @@ struct LogVoidify {
 #define MT_LOG_SEVERITY_ERROR ::mt::LogSeverity::kError
 #define MT_LOG_SEVERITY_FATAL ::mt::LogSeverity::kFatal
 
-#define MT_LOG(level)                                 \
-  !::mt::LogEnabled(MT_LOG_SEVERITY_##level)          \
-      ? (void)0                                       \
-      : ::mt::LogVoidify() &                          \
+#define MT_LOG(level)                        \
+  !::mt::LogEnabled(MT_LOG_SEVERITY_##level) \
+      ? (void)0                              \
+      : ::mt::LogVoidify() &                 \
             ::mt::LogMessage(MT_LOG_SEVERITY_##level, __FILE__, __LINE__).stream()
 
-#define MT_CHECK(cond) \
-  (cond) ? (void)0     \
-         : ::mt::LogVoidify() & ::mt::LogMessage(::mt::LogSeverity::kFatal, __FILE__, __LINE__).stream() << "check failed: " #cond " "
+#define MT_CHECK(cond)                                                                  \
+  (cond) ? (void)0                                                                      \
+         : ::mt::LogVoidify() &                                                         \
+               ::mt::LogMessage(::mt::LogSeverity::kFatal, __FILE__, __LINE__).stream() \
+                   << "check failed: " #cond " "
 
 #endif  // MT_COMMON_BASE_LOGGING_H_

@@ -7,26 +7,26 @@
 #define MT_COMMON_BASE_STATUS_MACROS_H_
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 #define MT_STATUS_CONCAT_INNER_(a, b) a##b
 #define MT_STATUS_CONCAT_(a, b) MT_STATUS_CONCAT_INNER_(a, b)
 
-#define MT_RETURN_IF_ERROR(expr)                           \
-  do {                                                     \
-    ::absl::Status mt_status_ = (expr);                    \
-    if (!mt_status_.ok()) return mt_status_;               \
+#define MT_RETURN_IF_ERROR(expr)             \
+  do {                                       \
+    ::absl::Status mt_status_ = (expr);      \
+    if (!mt_status_.ok()) return mt_status_; \
   } while (false)
 
 #define MT_ASSIGN_OR_RETURN(lhs, expr) \
   MT_ASSIGN_OR_RETURN_IMPL_(MT_STATUS_CONCAT_(mt_statusor_, __LINE__), lhs, expr)
 
-#define MT_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr) \
-  auto statusor = (expr);                              \
+#define MT_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, expr)     \
+  auto statusor = (expr);                                  \
   if (!statusor.ok()) return std::move(statusor).status(); \
   lhs = std::move(statusor).value()
 

@@ -33,7 +33,9 @@ std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage) {
   NormalizeFlagNames(argc, argv);
   absl::flags_internal::SetProgramInvocationName(argv[0]);
   absl::FlagsUsageConfig config;
-  config.version_string = [] { return absl::StrCat("mt ", kVersion, " (API ", kApiVersion, ")\n"); };
+  config.version_string = [] {
+    return absl::StrCat("mt ", kVersion, " (API ", kApiVersion, ")\n");
+  };
   config.contains_help_flags = [](absl::string_view path) {
     return path.find("main") != absl::string_view::npos ||
            path.find("/cli/") != absl::string_view::npos;

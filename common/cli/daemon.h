@@ -12,8 +12,9 @@ namespace mt::cli {
 // are accepted in both spellings (Megatron-LM users write hyphens; absl names use '_').
 void NormalizeFlagNames(int argc, char** argv);
 
-// Normalizes flag names (above), sets the usage text and the --version string, parses flags, and returns the positional
-// arguments (argv[0] first). Exits with status 2 and a message on a bad flag.
+// Normalizes flag names (above), sets the usage text and the --version string, parses flags, and
+// returns the positional arguments (argv[0] first). Exits with status 2 and a message on a bad
+// flag.
 std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage);
 
 // Blocks SIGTERM/SIGINT in the calling thread; threads started afterwards inherit the mask.

@@ -2,8 +2,6 @@
 
 #include <openssl/crypto.h>
 
-#include "grpcpp/support/client_interceptor.h"
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -11,6 +9,7 @@
 #include "absl/strings/strip.h"
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
+#include "grpcpp/support/client_interceptor.h"
 
 namespace mt::rpc {
 namespace {

@@ -38,13 +38,16 @@ TEST(Auth, LoopbackAddresses) {
 
 TEST(Auth, TokenFile) {
   const std::string path = ::testing::TempDir() + "/tokens";
-  MT_ASSERT_OK(WriteFileAtomically(path, "# ops\n0123456789abcdef0123\n\n  fedcba9876543210xx  \n"));
+  MT_ASSERT_OK(
+      WriteFileAtomically(path, "# ops\n0123456789abcdef0123\n\n  fedcba9876543210xx  \n"));
   MT_ASSERT_OK_AND_ASSIGN(auto tokens, ReadTokenFile(path));
   EXPECT_THAT(tokens, ElementsAre("0123456789abcdef0123", "fedcba9876543210xx"));
   MT_ASSERT_OK(WriteFileAtomically(path, "short\n"));
-  EXPECT_THAT(ReadTokenFile(path), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(":1: a token must be 16..512")));
+  EXPECT_THAT(ReadTokenFile(path), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr(":1: a token must be 16..512")));
   MT_ASSERT_OK(WriteFileAtomically(path, "# nothing\n"));
-  EXPECT_THAT(ReadTokenFile(path), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("holds no token")));
+  EXPECT_THAT(ReadTokenFile(path),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("holds no token")));
 }
 
 }  // namespace

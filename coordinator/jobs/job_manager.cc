@@ -201,9 +201,8 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
   int64_t last = 0;
   for (const auto& [id, entry] : jobs_) {
     const mt::v1::Job& job = entry->job;
-    if (request.states_size() > 0 &&
-        std::find(request.states().begin(), request.states().end(), job.state()) ==
-            request.states().end()) {
+    if (request.states_size() > 0 && std::find(request.states().begin(), request.states().end(),
+                                               job.state()) == request.states().end()) {
       continue;
     }
     if (!request.name_prefix().empty() && job.spec().name().rfind(request.name_prefix(), 0) != 0) {
@@ -224,8 +223,8 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
       bool state_ok = request.states_size() == 0 ||
                       std::find(request.states().begin(), request.states().end(), job.state()) !=
                           request.states().end();
-      bool name_ok = request.name_prefix().empty() ||
-                     job.spec().name().rfind(request.name_prefix(), 0) == 0;
+      bool name_ok =
+          request.name_prefix().empty() || job.spec().name().rfind(request.name_prefix(), 0) == 0;
       if (state_ok && name_ok) {
         response.set_next_page_token(std::to_string(last));
         break;
@@ -262,9 +261,8 @@ absl::StatusOr<mt::v1::GetJobLogsResponse> JobManager::Logs(
   MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(request.job_id()));
   mt::v1::GetJobLogsResponse response;
   for (size_t r = 0; r < entry->ranks.size(); ++r) {
-    if (request.ranks_size() > 0 &&
-        std::find(request.ranks().begin(), request.ranks().end(), static_cast<int>(r)) ==
-            request.ranks().end()) {
+    if (request.ranks_size() > 0 && std::find(request.ranks().begin(), request.ranks().end(),
+                                              static_cast<int>(r)) == request.ranks().end()) {
       continue;
     }
     mt::v1::RankLog* log = response.add_logs();
@@ -364,9 +362,9 @@ void JobManager::ScheduleLocked() {
     }
     if (job.progress().total_steps() == 0) {
       const auto& t = job.spec().training();
-      const int64_t global = t.global_batch_size() > 0
-                                 ? t.global_batch_size()
-                                 : int64_t{t.micro_batch_size()} * plan->layout().data_parallel_size();
+      const int64_t global = t.global_batch_size() > 0 ? t.global_batch_size()
+                                                       : int64_t{t.micro_batch_size()} *
+                                                             plan->layout().data_parallel_size();
       job.mutable_progress()->set_total_steps(t.train_iters() > 0 ? t.train_iters()
                                                                   : t.train_samples() / global);
     }
@@ -446,13 +444,14 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
   mt::v1::Job& job = entry->job;
   if (report.attempt() != job.attempt() || IsTerminal(job.state())) return absl::OkStatus();
   if (report.rank() < 0 || report.rank() >= static_cast<int>(entry->ranks.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", report.rank(), " is not in ", job.id()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", report.rank(), " is not in ", job.id()));
   }
   RankState& rank = entry->ranks[report.rank()];
   if (rank.worker_id != report.worker_id()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "rank ", report.rank(), " of ", job.id(), " runs on ", rank.worker_id, ", not ",
-        report.worker_id()));
+    return absl::FailedPreconditionError(absl::StrCat("rank ", report.rank(), " of ", job.id(),
+                                                      " runs on ", rank.worker_id, ", not ",
+                                                      report.worker_id()));
   }
   rank.phase = report.phase();
   if (report.has_progress() && report.rank() == ReporterRank(job.layout())) {
@@ -462,10 +461,12 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
     (void)Persist(entry);
   }
   if (job.state() == mt::v1::JOB_STATE_SCHEDULED) {
-    const bool all_training = std::all_of(entry->ranks.begin(), entry->ranks.end(), [](const RankState& r) {
-      return r.phase == mt::v1::RANK_PHASE_TRAINING || r.phase == mt::v1::RANK_PHASE_EVALUATING ||
-             r.phase == mt::v1::RANK_PHASE_CHECKPOINTING;
-    });
+    const bool all_training =
+        std::all_of(entry->ranks.begin(), entry->ranks.end(), [](const RankState& r) {
+          return r.phase == mt::v1::RANK_PHASE_TRAINING ||
+                 r.phase == mt::v1::RANK_PHASE_EVALUATING ||
+                 r.phase == mt::v1::RANK_PHASE_CHECKPOINTING;
+        });
     if (all_training) {
       MT_RETURN_IF_ERROR(Transition(entry, mt::v1::JOB_STATE_RUNNING, "every rank is training"));
     }
@@ -483,7 +484,8 @@ absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
     return absl::OkStatus();
   }
   if (report.rank() < 0 || report.rank() >= static_cast<int>(entry->ranks.size())) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", report.rank(), " is not in ", job.id()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rank ", report.rank(), " is not in ", job.id()));
   }
   RankState& rank = entry->ranks[report.rank()];
   rank.outcome = report.outcome();
@@ -596,7 +598,8 @@ absl::Status JobManager::RendezvousSet(const std::string& job_id, int attempt,
     return absl::InvalidArgumentError(absl::StrCat("key must be 1..", kMaxKeyBytes, " bytes"));
   }
   if (value.size() > kMaxValueBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("value must be at most ", kMaxValueBytes, " bytes"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("value must be at most ", kMaxValueBytes, " bytes"));
   }
   absl::MutexLock lock(&mu_);
   MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));

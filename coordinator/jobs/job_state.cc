@@ -19,7 +19,8 @@ constexpr std::pair<S, S> kEdges[] = {
     {mt::v1::JOB_STATE_SCHEDULED, mt::v1::JOB_STATE_RESTARTING},
     {mt::v1::JOB_STATE_SCHEDULED, mt::v1::JOB_STATE_FAILED},
     {mt::v1::JOB_STATE_SCHEDULED, mt::v1::JOB_STATE_CANCELLED},
-    {mt::v1::JOB_STATE_SCHEDULED, mt::v1::JOB_STATE_SUCCEEDED},  // ranks finished before all said "training"
+    {mt::v1::JOB_STATE_SCHEDULED,
+     mt::v1::JOB_STATE_SUCCEEDED},  // ranks finished before all said "training"
     {mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED},
     {mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_RESTARTING},
     {mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_FAILED},

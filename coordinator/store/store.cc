@@ -134,8 +134,9 @@ absl::StatusOr<std::unique_ptr<Store>> Store::Open(const std::string& state_dir)
   std::unique_ptr<Store> store(new Store(db));
   absl::MutexLock lock(&store->mu_);
   // WAL keeps readers off the writer's back; NORMAL sync is durable across process crashes.
-  MT_RETURN_IF_ERROR(store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
-                                 "PRAGMA foreign_keys=ON;"));
+  MT_RETURN_IF_ERROR(
+      store->Exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+                  "PRAGMA foreign_keys=ON;"));
   MT_RETURN_IF_ERROR(Annotate(store->Migrate(), path));
   return store;
 }
@@ -169,9 +170,9 @@ absl::Status Store::Migrate() {
     }
   }
   if (version > kSchemaVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("database schema version ", version, " is newer than this mt's (",
-                     kSchemaVersion, "); upgrade mt-coordinator"));
+    return absl::FailedPreconditionError(absl::StrCat("database schema version ", version,
+                                                      " is newer than this mt's (", kSchemaVersion,
+                                                      "); upgrade mt-coordinator"));
   }
   for (; version < kSchemaVersion; ++version) {
     MT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
@@ -190,9 +191,10 @@ absl::Status Store::Migrate() {
 }
 
 absl::Status Store::InsertEvent(int64_t job_id, const mt::v1::JobEvent& event) {
-  Stmt st(db_,
-          "INSERT INTO job_events (job_id, seq, time_ns, state, attempt, reason) VALUES "
-          "(?1, (SELECT coalesce(max(seq), 0) + 1 FROM job_events WHERE job_id = ?1), ?2, ?3, ?4, ?5)");
+  Stmt st(
+      db_,
+      "INSERT INTO job_events (job_id, seq, time_ns, state, attempt, reason) VALUES "
+      "(?1, (SELECT coalesce(max(seq), 0) + 1 FROM job_events WHERE job_id = ?1), ?2, ?3, ?4, ?5)");
   MT_RETURN_IF_ERROR(st.status());
   st.Bind(1, job_id);
   st.Bind(2, TimeUtil::TimestampToNanoseconds(event.time()));
@@ -261,7 +263,8 @@ absl::Status Store::UpdateJob(const mt::v1::Job& job,
     up.BindBlob(3, stored.SerializeAsString());
     s = up.Done(up.Step());
   }
-  if (s.ok() && sqlite3_changes(db_) != 1) s = absl::NotFoundError(absl::StrCat("no job ", job.id()));
+  if (s.ok() && sqlite3_changes(db_) != 1)
+    s = absl::NotFoundError(absl::StrCat("no job ", job.id()));
   if (s.ok() && event.has_value()) s = InsertEvent(id, *event);
   if (!s.ok()) {
     (void)Exec("ROLLBACK");

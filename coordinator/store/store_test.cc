@@ -10,10 +10,10 @@
 namespace mt::coordinator {
 namespace {
 
+using google::protobuf::util::TimeUtil;
 using ::mt::testing::IsOk;
 using ::mt::testing::StatusIs;
 using ::testing::HasSubstr;
-using google::protobuf::util::TimeUtil;
 
 mt::v1::JobEvent Event(mt::v1::JobState state, const std::string& reason, int64_t t) {
   mt::v1::JobEvent e;
@@ -36,8 +36,12 @@ TEST(Store, JobsAndEventsSurviveReopening) {
   const std::string dir = testutil::MakeTempDir("store");
   {
     MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
-    MT_ASSERT_OK_AND_ASSIGN(auto a, store->CreateJob(NewJob("a"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 100)));
-    MT_ASSERT_OK_AND_ASSIGN(auto b, store->CreateJob(NewJob("b"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 101)));
+    MT_ASSERT_OK_AND_ASSIGN(
+        auto a,
+        store->CreateJob(NewJob("a"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 100)));
+    MT_ASSERT_OK_AND_ASSIGN(
+        auto b,
+        store->CreateJob(NewJob("b"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 101)));
     EXPECT_EQ(a.id(), "j-1");
     EXPECT_EQ(b.id(), "j-2");
     a.set_state(mt::v1::JOB_STATE_SCHEDULED);
@@ -60,14 +64,20 @@ TEST(Store, JobsAndEventsSurviveReopening) {
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[1].spec().name(), "b");
   // The next id continues after the stored ones.
-  MT_ASSERT_OK_AND_ASSIGN(auto c, store->CreateJob(NewJob("c"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 103)));
+  MT_ASSERT_OK_AND_ASSIGN(
+      auto c,
+      store->CreateJob(NewJob("c"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 103)));
   EXPECT_EQ(c.id(), "j-3");
 }
 
 TEST(Store, RequestIdMakesSubmitIdempotent) {
   MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(testutil::MakeTempDir("store")));
-  MT_ASSERT_OK_AND_ASSIGN(auto first, store->CreateJob(NewJob("a"), "req-1", Event(mt::v1::JOB_STATE_PENDING, "submitted", 1)));
-  MT_ASSERT_OK_AND_ASSIGN(auto again, store->CreateJob(NewJob("other"), "req-1", Event(mt::v1::JOB_STATE_PENDING, "submitted", 2)));
+  MT_ASSERT_OK_AND_ASSIGN(
+      auto first,
+      store->CreateJob(NewJob("a"), "req-1", Event(mt::v1::JOB_STATE_PENDING, "submitted", 1)));
+  MT_ASSERT_OK_AND_ASSIGN(
+      auto again,
+      store->CreateJob(NewJob("other"), "req-1", Event(mt::v1::JOB_STATE_PENDING, "submitted", 2)));
   EXPECT_EQ(again.id(), first.id());
   EXPECT_EQ(again.spec().name(), "a");
   MT_ASSERT_OK_AND_ASSIGN(auto all, store->AllJobs());
@@ -79,14 +89,16 @@ TEST(Store, RequestIdMakesSubmitIdempotent) {
 TEST(Store, ErrorsNameTheProblem) {
   MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(testutil::MakeTempDir("store")));
   EXPECT_THAT(store->GetJob("j-9"), StatusIs(absl::StatusCode::kNotFound, "no job j-9"));
-  EXPECT_THAT(store->GetJob("9"), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a job id")));
+  EXPECT_THAT(store->GetJob("9"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a job id")));
   mt::v1::Job ghost = NewJob("ghost");
   ghost.set_id("j-42");
   EXPECT_THAT(store->UpdateJob(ghost, Event(mt::v1::JOB_STATE_RUNNING, "x", 1)),
               StatusIs(absl::StatusCode::kNotFound));
   MT_ASSERT_OK_AND_ASSIGN(auto events, store->Events("j-42"));
   EXPECT_TRUE(events.empty());  // the failed update wrote no event
-  EXPECT_THAT(Store::Open(""), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--state-dir")));
+  EXPECT_THAT(Store::Open(""),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--state-dir")));
 }
 
 TEST(Store, RefusesADatabaseFromANewerVersion) {

@@ -24,8 +24,8 @@ absl::Status ValidateResources(const mt::v1::WorkerResources& r) {
   }
   for (char c : r.node()) {
     if (!(absl::ascii_isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_')) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("resources.node '", r.node(), "' may hold only letters, digits, '.', '-', '_'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "resources.node '", r.node(), "' may hold only letters, digits, '.', '-', '_'"));
     }
   }
   if (r.gpu_index() < -1 || r.gpu_index() > 1023) {
@@ -143,8 +143,9 @@ absl::StatusOr<mt::v1::Worker> WorkerRegistry::Drain(const std::string& worker_i
   mt::v1::Worker& w = it->second;
   if (w.state() != mt::v1::WORKER_STATE_IDLE && w.state() != mt::v1::WORKER_STATE_BUSY &&
       w.state() != mt::v1::WORKER_STATE_DRAINING) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", worker_id, " is ", mt::v1::WorkerState_Name(w.state()), "; only live workers drain"));
+    return absl::FailedPreconditionError(absl::StrCat("worker ", worker_id, " is ",
+                                                      mt::v1::WorkerState_Name(w.state()),
+                                                      "; only live workers drain"));
   }
   w.set_state(mt::v1::WORKER_STATE_DRAINING);
   w.set_reason("drained by an operator");
@@ -229,12 +230,23 @@ WorkerCounts WorkerRegistry::Counts() const {
   for (const auto& [id, w] : workers_) {
     ++c.total;
     switch (w.state()) {
-      case mt::v1::WORKER_STATE_IDLE: ++c.idle; break;
-      case mt::v1::WORKER_STATE_BUSY: ++c.busy; break;
-      case mt::v1::WORKER_STATE_DRAINING: ++c.draining; break;
-      case mt::v1::WORKER_STATE_LOST: ++c.lost; break;
-      case mt::v1::WORKER_STATE_GONE: ++c.gone; break;
-      default: break;
+      case mt::v1::WORKER_STATE_IDLE:
+        ++c.idle;
+        break;
+      case mt::v1::WORKER_STATE_BUSY:
+        ++c.busy;
+        break;
+      case mt::v1::WORKER_STATE_DRAINING:
+        ++c.draining;
+        break;
+      case mt::v1::WORKER_STATE_LOST:
+        ++c.lost;
+        break;
+      case mt::v1::WORKER_STATE_GONE:
+        ++c.gone;
+        break;
+      default:
+        break;
     }
   }
   return c;

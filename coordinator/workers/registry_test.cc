@@ -85,8 +85,8 @@ TEST_F(RegistryTest, DrainDeregisterAndFilters) {
   EXPECT_EQ(registry_.List({mt::v1::WORKER_STATE_IDLE}, "").size(), 1u);
   EXPECT_EQ(registry_.List({}, "n2").front().id(), b.id());
   MT_ASSERT_OK(registry_.Deregister(b.id()));
-  EXPECT_THAT(registry_.Drain(b.id()), StatusIs(absl::StatusCode::kFailedPrecondition,
-                                                HasSubstr("WORKER_STATE_GONE")));
+  EXPECT_THAT(registry_.Drain(b.id()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("WORKER_STATE_GONE")));
   EXPECT_EQ(registry_.Counts().gone, 1);
   EXPECT_TRUE(registry_.SweepLost().empty());  // GONE workers are never LOST
 }

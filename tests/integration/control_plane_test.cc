@@ -31,9 +31,12 @@ class ControlPlaneTest : public ::testing::Test {
 
   // Starts a coordinator on a free port and returns its address.
   std::string StartCoordinator(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {kBin + "mt-coordinator", "--listen=127.0.0.1:0",
-                                     "--address_file=" + dir_ + "/addr", "--state_dir=" + dir_ + "/state",
-                                     "--heartbeat_interval=100ms", "--lost_after=1s"};
+    std::vector<std::string> argv = {kBin + "mt-coordinator",
+                                     "--listen=127.0.0.1:0",
+                                     "--address_file=" + dir_ + "/addr",
+                                     "--state_dir=" + dir_ + "/state",
+                                     "--heartbeat_interval=100ms",
+                                     "--lost_after=1s"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     EXPECT_THAT(coordinator_.Start(argv, dir_ + "/coordinator.log"), testing::IsOk());
     auto addr = testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20));
@@ -187,8 +190,8 @@ TEST_F(ControlPlaneTest, HealthServiceAnswers) {
   grpc::Status status;
   bool done = false;
   absl::Mutex mu;
-  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request,
-                    &response, [&](grpc::Status s) {
+  generic.UnaryCall(&ctx, "/grpc.health.v1.Health/Check", grpc::StubOptions(), &request, &response,
+                    [&](grpc::Status s) {
                       absl::MutexLock l(&mu);
                       status = s;
                       done = true;
@@ -212,30 +215,99 @@ TEST_F(ControlPlaneTest, MtctlPlanShowsLayoutAndPlacement) {
   auto b1 = StartWorker("nodeb", 1);
   ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 4; },
                                 absl::Seconds(20)));
-  CommandResult r = Mtctl({"plan", "--megatron", "--", "--num-layers", "4", "--hidden-size", "64",
-                           "--num-attention-heads", "4", "--seq-length", "32",
-                           "--tensor-model-parallel-size", "2", "--micro-batch-size", "2",
-                           "--global-batch-size", "8", "--lr", "1e-3", "--train-iters", "10",
-                           "--data-path", "/data/x_text_document", "--vocab-file", "/v.json",
-                           "--merge-file", "/m.txt", "-o", "json"});
+  CommandResult r = Mtctl({"plan",
+                           "--megatron",
+                           "--",
+                           "--num-layers",
+                           "4",
+                           "--hidden-size",
+                           "64",
+                           "--num-attention-heads",
+                           "4",
+                           "--seq-length",
+                           "32",
+                           "--tensor-model-parallel-size",
+                           "2",
+                           "--micro-batch-size",
+                           "2",
+                           "--global-batch-size",
+                           "8",
+                           "--lr",
+                           "1e-3",
+                           "--train-iters",
+                           "10",
+                           "--data-path",
+                           "/data/x_text_document",
+                           "--vocab-file",
+                           "/v.json",
+                           "--merge-file",
+                           "/m.txt",
+                           "-o",
+                           "json"});
   // -o after `--` belongs to the Megatron flags and is rejected by name.
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("-o"));
-  r = Mtctl({"plan", "-o", "json", "--megatron", "--", "--num-layers", "4", "--hidden-size", "64",
-             "--num-attention-heads", "4", "--seq-length", "32", "--tensor-model-parallel-size",
-             "2", "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "1e-3",
-             "--train-iters", "10", "--data-path", "/data/x_text_document", "--vocab-file",
-             "/v.json", "--merge-file", "/m.txt"});
+  r = Mtctl({"plan",
+             "-o",
+             "json",
+             "--megatron",
+             "--",
+             "--num-layers",
+             "4",
+             "--hidden-size",
+             "64",
+             "--num-attention-heads",
+             "4",
+             "--seq-length",
+             "32",
+             "--tensor-model-parallel-size",
+             "2",
+             "--micro-batch-size",
+             "2",
+             "--global-batch-size",
+             "8",
+             "--lr",
+             "1e-3",
+             "--train-iters",
+             "10",
+             "--data-path",
+             "/data/x_text_document",
+             "--vocab-file",
+             "/v.json",
+             "--merge-file",
+             "/m.txt"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // dp: auto over 4 GPU workers with tp 2 -> dp 2; TP groups never span nodes.
   EXPECT_THAT(r.out, HasSubstr("\"world_size\": 4"));
   EXPECT_THAT(r.out, HasSubstr("\"data_parallel_size\": 2"));
   EXPECT_THAT(r.out, HasSubstr("\"placeable\": true"));
-  r = Mtctl({"plan", "--megatron", "--", "--num-layers", "4", "--hidden-size", "64",
-             "--num-attention-heads", "4", "--seq-length", "32", "--tensor-model-parallel-size",
-             "2", "--micro-batch-size", "2", "--global-batch-size", "8", "--lr", "1e-3",
-             "--train-iters", "10", "--data-path", "/data/x_text_document", "--vocab-file",
-             "/v.json", "--merge-file", "/m.txt"});
+  r = Mtctl({"plan",
+             "--megatron",
+             "--",
+             "--num-layers",
+             "4",
+             "--hidden-size",
+             "64",
+             "--num-attention-heads",
+             "4",
+             "--seq-length",
+             "32",
+             "--tensor-model-parallel-size",
+             "2",
+             "--micro-batch-size",
+             "2",
+             "--global-batch-size",
+             "8",
+             "--lr",
+             "1e-3",
+             "--train-iters",
+             "10",
+             "--data-path",
+             "/data/x_text_document",
+             "--vocab-file",
+             "/v.json",
+             "--merge-file",
+             "/m.txt"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("tp groups    [0,1] [2,3]"));
   EXPECT_THAT(r.out, HasSubstr("dp groups    [0,2] [1,3]"));
@@ -244,18 +316,23 @@ TEST_F(ControlPlaneTest, MtctlPlanShowsLayoutAndPlacement) {
   EXPECT_THAT(r.out, ::testing::ContainsRegex("3 +1 +1 +0 +w-[0-9] +nodeb +1"));
 
   // An invalid spec: exit 2, the field named, nothing sent.
-  r = Mtctl({"plan", "--megatron", "--", "--num-layers", "4", "--hidden-size", "60",
-             "--num-attention-heads", "8", "--seq-length", "32", "--micro-batch-size", "2",
-             "--lr", "1e-3", "--train-iters", "10", "--data-path", "/d", "--vocab-file", "/v",
-             "--merge-file", "/m"});
+  r = Mtctl({"plan", "--megatron",    "--",   "--num-layers",
+             "4",    "--hidden-size", "60",   "--num-attention-heads",
+             "8",    "--seq-length",  "32",   "--micro-batch-size",
+             "2",    "--lr",          "1e-3", "--train-iters",
+             "10",   "--data-path",   "/d",   "--vocab-file",
+             "/v",   "--merge-file",  "/m"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("hidden_size"));
 
   // tp 4 cannot fit in nodes of 2 GPUs: not placeable, exit 1, with the reason.
-  r = Mtctl({"plan", "--megatron", "--", "--num-layers", "4", "--hidden-size", "64",
-             "--num-attention-heads", "4", "--seq-length", "32", "--tensor-model-parallel-size",
-             "4", "--micro-batch-size", "2", "--lr", "1e-3", "--train-iters", "10",
-             "--data-path", "/d", "--vocab-file", "/v", "--merge-file", "/m"});
+  r = Mtctl({"plan", "--megatron",         "--", "--num-layers",
+             "4",    "--hidden-size",      "64", "--num-attention-heads",
+             "4",    "--seq-length",       "32", "--tensor-model-parallel-size",
+             "4",    "--micro-batch-size", "2",  "--lr",
+             "1e-3", "--train-iters",      "10", "--data-path",
+             "/d",   "--vocab-file",       "/v", "--merge-file",
+             "/m"});
   EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("does not fit on any node"));
 }

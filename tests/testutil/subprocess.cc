@@ -71,7 +71,8 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
     if (absl::Now() > end) {
       ::kill(pid, SIGKILL);
       ::waitpid(pid, &status, 0);
-      return absl::DeadlineExceededError(absl::StrCat(argv[0], " ran past ", absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat(argv[0], " ran past ", absl::FormatDuration(timeout)));
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
@@ -79,6 +80,9 @@ absl::StatusOr<CommandResult> RunCommand(const std::vector<std::string>& argv,
   result.exit_code = DecodeStatus(status);
   result.out = ReadFile(out_path).value_or("");
   result.err = ReadFile(err_path).value_or("");
+  ::unlink(out_path.c_str());
+  ::unlink(err_path.c_str());
+  ::rmdir(dir.c_str());
   return result;
 }
 
@@ -137,8 +141,8 @@ absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration 
 
 std::string MakeTempDir(const std::string& prefix) {
   const char* base = std::getenv("TMPDIR");
-  std::string tmpl = absl::StrCat(base != nullptr && base[0] != '\0' ? base : "/tmp", "/mt_",
-                                  prefix, "_XXXXXX");
+  std::string tmpl =
+      absl::StrCat(base != nullptr && base[0] != '\0' ? base : "/tmp", "/mt_", prefix, "_XXXXXX");
   char* d = ::mkdtemp(tmpl.data());
   return d ? std::string(d) : std::string();
 }

@@ -312,8 +312,8 @@ void Agent::ForwardReport(const mt::v1::RankReport& report) {
 }
 
 void Agent::ReportExit(const mt::v1::RankExitReport& report) {
-  MT_LOG(INFO) << "rank " << report.rank() << " of " << report.job_id() << " ended: "
-               << report.message();
+  MT_LOG(INFO) << "rank " << report.rank() << " of " << report.job_id()
+               << " ended: " << report.message();
   absl::MutexLock lock(&mu_);
   exit_threads_.emplace_back([this, report] {
     absl::Duration backoff = absl::Milliseconds(200);
@@ -324,7 +324,8 @@ void Agent::ReportExit(const mt::v1::RankExitReport& report) {
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       absl::Status s = rpc::FromGrpcStatus(stub_->ReportRankExit(&context, report, &response));
       if (s.ok() || absl::IsNotFound(s) || absl::IsInvalidArgument(s)) return;
-      if (stop_.WaitForNotificationWithTimeout(backoff) && absl::Now() > give_up - absl::Minutes(9)) {
+      if (stop_.WaitForNotificationWithTimeout(backoff) &&
+          absl::Now() > give_up - absl::Minutes(9)) {
         return;  // shutting down: one minute of retries is enough
       }
       backoff = std::min(backoff * 2, absl::Seconds(5));

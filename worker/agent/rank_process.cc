@@ -50,14 +50,15 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(
   p->on_report_ = std::move(on_report);
   p->on_exit_ = std::move(on_exit);
 
-  const std::string dir =
-      absl::StrCat(options.work_dir, "/", assignment.job_id(), "-a", assignment.attempt(), "-r",
-                   assignment.coordinates().rank());
+  const std::string dir = absl::StrCat(options.work_dir, "/", assignment.job_id(), "-a",
+                                       assignment.attempt(), "-r", assignment.coordinates().rank());
   if (::mkdir(options.work_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::FailedPreconditionError(absl::StrCat("work dir ", options.work_dir, ": ", std::strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("work dir ", options.work_dir, ": ", std::strerror(errno)));
   }
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::FailedPreconditionError(absl::StrCat("rank dir ", dir, ": ", std::strerror(errno)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank dir ", dir, ": ", std::strerror(errno)));
   }
   const std::string assignment_path = dir + "/assignment.pb";
   MT_RETURN_IF_ERROR(WriteFileAtomically(assignment_path, assignment.SerializeAsString()));
@@ -168,7 +169,8 @@ void RankProcess::WaitChild() {
     how = absl::StrCat("exit code ", code);
   } else if (WIFSIGNALED(status)) {
     code = -WTERMSIG(status);
-    how = absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
+    how =
+        absl::StrCat("killed by signal ", WTERMSIG(status), " (", strsignal(WTERMSIG(status)), ")");
   }
   report.set_exit_status(code);
   report.set_message(how);

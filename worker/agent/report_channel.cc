@@ -58,8 +58,8 @@ absl::StatusOr<std::optional<mt::v1::RankReport>> ReadReport(int fd) {
   ssize_t r = ReadFull(fd, reinterpret_cast<char*>(header), 4);
   if (r == 0) return std::nullopt;
   if (r != 4) return absl::DataLossError("report pipe: truncated frame header");
-  const uint32_t n = header[0] | (header[1] << 8) | (header[2] << 16) |
-                     (static_cast<uint32_t>(header[3]) << 24);
+  const uint32_t n =
+      header[0] | (header[1] << 8) | (header[2] << 16) | (static_cast<uint32_t>(header[3]) << 24);
   if (n > kMaxFrameBytes) {
     return absl::DataLossError(absl::StrCat("report pipe: frame of ", n, " bytes is too large"));
   }

@@ -1,12 +1,12 @@
 #include "worker/parallel/dist.h"
 
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 #include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -76,7 +76,8 @@ absl::StatusOr<c10::intrusive_ptr<Group>> MakeGroup(const std::string& backend,
     }
     return absl::InvalidArgumentError(absl::StrCat("unknown backend '", backend, "'"));
   } catch (const c10::Error& e) {
-    return absl::UnavailableError(absl::StrCat("creating a ", backend, " group: ", e.what_without_backtrace()));
+    return absl::UnavailableError(
+        absl::StrCat("creating a ", backend, " group: ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::UnavailableError(absl::StrCat("creating a ", backend, " group: ", e.what()));
   }
@@ -128,7 +129,8 @@ class ProcessGroupCollectives : public Collectives {
         for (const auto& g : bucket) views.push_back(g.reshape({-1}));
         flat.push_back(torch::cat(views));
       } catch (const c10::Error& e) {
-        return absl::InternalError(absl::StrCat("flattening gradients: ", e.what_without_backtrace()));
+        return absl::InternalError(
+            absl::StrCat("flattening gradients: ", e.what_without_backtrace()));
       }
       c10d::AllreduceOptions opts;
       opts.reduceOp = c10d::ReduceOp::SUM;
@@ -142,7 +144,8 @@ class ProcessGroupCollectives : public Collectives {
           offset += n;
         }
       } catch (const c10::Error& e) {
-        return absl::InternalError(absl::StrCat("unflattening gradients: ", e.what_without_backtrace()));
+        return absl::InternalError(
+            absl::StrCat("unflattening gradients: ", e.what_without_backtrace()));
       }
     }
     comm_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
@@ -206,16 +209,15 @@ bool HasBackend(const std::string& backend) {
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<Collectives>> InitDistributed(const mt::v1::Layout& layout,
-                                                             int rank, RendezvousClient* rendezvous,
+absl::StatusOr<std::unique_ptr<Collectives>> InitDistributed(const mt::v1::Layout& layout, int rank,
+                                                             RendezvousClient* rendezvous,
                                                              const DistOptions& options) {
   const int world = layout.world_size();
   if (world <= 1) return std::make_unique<LocalCollectives>();
   if (rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " outside world ", world));
   }
-  const auto timeout =
-      std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout));
+  const auto timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout));
   c10::intrusive_ptr<c10d::Store> store;
   try {
     if (rank == 0) {
@@ -251,29 +253,28 @@ absl::StatusOr<std::unique_ptr<Collectives>> InitDistributed(const mt::v1::Layou
     return absl::UnavailableError(absl::StrCat("collective store: ", e.what()));
   }
 
-  MT_ASSIGN_OR_RETURN(auto world_group,
-                      MakeGroup(options.backend,
-                                c10::make_intrusive<c10d::PrefixStore>("world", store), rank,
-                                world, timeout));
+  MT_ASSIGN_OR_RETURN(
+      auto world_group,
+      MakeGroup(options.backend, c10::make_intrusive<c10d::PrefixStore>("world", store), rank,
+                world, timeout));
   int dp_index = -1;
   std::vector<int> dp_ranks = GroupOf(layout.data_groups(), rank, &dp_index);
   if (dp_ranks.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is in no data-parallel group"));
   }
-  const int dp_rank = static_cast<int>(
-      std::find(dp_ranks.begin(), dp_ranks.end(), rank) - dp_ranks.begin());
+  const int dp_rank =
+      static_cast<int>(std::find(dp_ranks.begin(), dp_ranks.end(), rank) - dp_ranks.begin());
   c10::intrusive_ptr<Group> dp_group = world_group;
   if (static_cast<int>(dp_ranks.size()) != world) {
-    MT_ASSIGN_OR_RETURN(
-        dp_group, MakeGroup(options.backend,
-                            c10::make_intrusive<c10d::PrefixStore>(absl::StrCat("dp/", dp_index), store),
-                            dp_rank, static_cast<int>(dp_ranks.size()), timeout));
+    MT_ASSIGN_OR_RETURN(dp_group, MakeGroup(options.backend,
+                                            c10::make_intrusive<c10d::PrefixStore>(
+                                                absl::StrCat("dp/", dp_index), store),
+                                            dp_rank, static_cast<int>(dp_ranks.size()), timeout));
   }
   MT_LOG(INFO) << "rank " << rank << " joined world " << world << " (" << options.backend
                << "), data-parallel group [" << absl::StrJoin(dp_ranks, ",") << "]";
-  auto c = std::make_unique<ProcessGroupCollectives>(world_group, dp_group, dp_rank,
-                                                     static_cast<int>(dp_ranks.size()),
-                                                     options.bucket_elements);
+  auto c = std::make_unique<ProcessGroupCollectives>(
+      world_group, dp_group, dp_rank, static_cast<int>(dp_ranks.size()), options.bucket_elements);
   c->backend_is_cuda_ = options.backend == "nccl";
   return c;
 }

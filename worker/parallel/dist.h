@@ -30,8 +30,8 @@ struct DistOptions {
 
 // Builds the groups and returns the collectives the training step uses. With a world of one it
 // returns LocalCollectives without touching the rendezvous.
-absl::StatusOr<std::unique_ptr<Collectives>> InitDistributed(const mt::v1::Layout& layout,
-                                                             int rank, RendezvousClient* rendezvous,
+absl::StatusOr<std::unique_ptr<Collectives>> InitDistributed(const mt::v1::Layout& layout, int rank,
+                                                             RendezvousClient* rendezvous,
                                                              const DistOptions& options);
 
 // Which backends this build has ("gloo", "nccl").

@@ -16,8 +16,8 @@ namespace mt::parallel {
 
 using google::protobuf::util::TimeUtil;
 
-RendezvousClient::RendezvousClient(const std::string& coordinator_address,
-                                   const std::string& token, std::string job_id, int attempt)
+RendezvousClient::RendezvousClient(const std::string& coordinator_address, const std::string& token,
+                                   std::string job_id, int attempt)
     : stub_(mt::v1::WorkerService::NewStub(rpc::MakeChannel(coordinator_address, token))),
       job_id_(std::move(job_id)),
       attempt_(attempt) {}
@@ -34,8 +34,8 @@ absl::Status RendezvousClient::Set(const std::string& key, const std::string& va
   return rpc::FromGrpcStatus(stub_->RendezvousSet(&context, request, &response));
 }
 
-absl::StatusOr<std::vector<std::string>> RendezvousClient::Get(
-    const std::vector<std::string>& keys, absl::Duration timeout) {
+absl::StatusOr<std::vector<std::string>> RendezvousClient::Get(const std::vector<std::string>& keys,
+                                                               absl::Duration timeout) {
   mt::v1::RendezvousGetRequest request;
   request.set_job_id(job_id_);
   request.set_attempt(attempt_);

@@ -1,0 +1,112 @@
+#include "worker/engine/data_sources.h"
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "common/spec/defaults.h"
+#include "mt/v1/job_spec.pb.h"
+
+// worker/data is linked when its target exists (a generator expression in CMakeLists.txt).
+#if defined(MT_ENGINE_WITH_DATA) && MT_ENGINE_WITH_DATA
+#include "worker/data/data_loader.h"
+#include "worker/data/gpt_dataset.h"
+#include "worker/data/spec_data.h"
+#define MT_HAVE_DATASET_LOADER 1
+#else
+#define MT_HAVE_DATASET_LOADER 0
+#endif
+
+namespace mt::engine {
+namespace {
+
+constexpr int64_t kGpt2BpeVocabSize = 50257;
+constexpr int64_t kMaxSyntheticTokens = int64_t{1} << 24;
+
+#if MT_HAVE_DATASET_LOADER
+// A DataLoader's micro-batches as TokenBatches (int32 ids widened to int64).
+class DataLoaderSource : public BatchSource {
+ public:
+  explicit DataLoaderSource(std::unique_ptr<data::DataLoader> loader)
+      : loader_(std::move(loader)) {}
+
+  absl::StatusOr<TokenBatch> Next(int64_t num_samples) override {
+    MT_ASSIGN_OR_RETURN(data::MicroBatch mb, loader_->Next());
+    if (mb.batch_size != num_samples) {
+      return absl::InternalError(absl::StrCat("data loader gave ", mb.batch_size,
+                                              " samples, the trainer wants ", num_samples));
+    }
+    TokenBatch batch;
+    batch.rows = mb.batch_size;
+    batch.cols = mb.sample_length;
+    batch.tokens.assign(mb.tokens.begin(), mb.tokens.end());
+    return batch;
+  }
+
+ private:
+  std::unique_ptr<data::DataLoader> loader_;
+};
+
+absl::StatusOr<std::unique_ptr<BatchSource>> LoaderOver(
+    std::shared_ptr<const data::SampleDataset> dataset, const mt::v1::JobSpec& spec,
+    int64_t consumed_samples, int num_workers) {
+  data::DataLoaderOptions o;
+  o.micro_batch_size = spec.training().micro_batch_size();
+  o.global_batch_size = spec.training().global_batch_size();
+  o.consumed_samples = consumed_samples;
+  o.num_workers = num_workers;
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<data::DataLoader> loader,
+                      data::DataLoader::Create(std::move(dataset), o));
+  return std::unique_ptr<BatchSource>(new DataLoaderSource(std::move(loader)));
+}
+#endif
+
+}  // namespace
+
+bool HaveDatasetLoader() { return MT_HAVE_DATASET_LOADER != 0; }
+
+absl::StatusOr<DataSources> DataSourcesFromSpec(const mt::v1::JobSpec& spec,
+                                                int64_t consumed_samples) {
+#if MT_HAVE_DATASET_LOADER
+  MT_ASSIGN_OR_RETURN(data::GPTDataSetup setup, data::GPTDataSetupFromSpec(spec));
+  MT_ASSIGN_OR_RETURN(data::GPTDatasets datasets,
+                      data::BuildGPTDatasets(setup.config, setup.num_samples));
+  if (datasets.train == nullptr) {
+    return absl::InvalidArgumentError("data: the spec gives no training data");
+  }
+  DataSources out;
+  MT_ASSIGN_OR_RETURN(out.train,
+                      LoaderOver(datasets.train, spec, consumed_samples, setup.num_workers));
+  if (datasets.valid != nullptr) {
+    MT_ASSIGN_OR_RETURN(out.valid, LoaderOver(datasets.valid, spec, 0, 0));
+  }
+  return out;
+#else
+  (void)spec;
+  (void)consumed_samples;
+  return absl::UnimplementedError(
+      "this build has no GPT dataset loader (worker/data); use --synthetic-data");
+#endif
+}
+
+absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec) {
+  const mt::v1::ModelSpec& m = spec.model();
+  const int64_t vocab = m.vocab_size() > 0 ? m.vocab_size() : kGpt2BpeVocabSize;
+  const int64_t global =
+      std::max<int64_t>(spec.training().global_batch_size(), spec.training().micro_batch_size());
+  const int64_t count = std::min<int64_t>(kMaxSyntheticTokens, 8 * global * m.seq_length() + 1);
+  const uint64_t seed = spec.training().has_seed() ? spec.training().seed() : spec::kDefaultSeed;
+  DataSources out;
+  MT_ASSIGN_OR_RETURN(
+      auto train, TokenSequenceSource::Create(SyntheticTokens(count, vocab, seed), m.seq_length()));
+  MT_ASSIGN_OR_RETURN(auto valid, TokenSequenceSource::Create(
+                                      SyntheticTokens(count, vocab, seed + 1), m.seq_length()));
+  out.train = std::move(train);
+  out.valid = std::move(valid);
+  return out;
+}
+
+}  // namespace mt::engine

@@ -1,0 +1,40 @@
+// The trainer's BatchSources for a job spec: Megatron's GPT datasets over .bin/.idx files
+// (worker/data: GPTDataset / BlendedDataset, read in MegatronPretrainingSampler order), or
+// synthetic tokens. No LibTorch here.
+#ifndef MT_WORKER_ENGINE_DATA_SOURCES_H_
+#define MT_WORKER_ENGINE_DATA_SOURCES_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/statusor.h"
+#include "worker/engine/batch_source.h"
+
+namespace mt::v1 {
+class JobSpec;
+}  // namespace mt::v1
+
+namespace mt::engine {
+
+struct DataSources {
+  std::unique_ptr<BatchSource> train;
+  std::unique_ptr<BatchSource> valid;  // null when the spec has no validation data
+};
+
+// True when this build has worker/data (DataSourcesFromSpec works).
+bool HaveDatasetLoader();
+
+// From spec.data (after ApplyDefaults/ValidateSpec), for a single data-parallel rank; the
+// training loader starts after `consumed_samples` (a checkpoint's), the validation loader at
+// 0. Builds (or loads from the cache) Megatron's sample indices, which may take a while for a
+// large corpus. Errors from worker/data; kUnimplemented in a build without it.
+absl::StatusOr<DataSources> DataSourcesFromSpec(const mt::v1::JobSpec& spec,
+                                                int64_t consumed_samples = 0);
+
+// Deterministic random tokens over model.vocab_size (50257 when 0): a repeating sequence of
+// eight global batches for training (the loss visibly falls) and another one for validation.
+absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec);
+
+}  // namespace mt::engine
+
+#endif  // MT_WORKER_ENGINE_DATA_SOURCES_H_

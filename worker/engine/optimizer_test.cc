@@ -1,0 +1,336 @@
+// The mixed-precision optimizer against LibTorch's own AdamW and SGD (independent
+// implementations), plus skipped steps, unscaling, the no-decay rule and bf16 master weights.
+#include "worker/engine/optimizer.h"
+
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/base/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/model/gpt.h"
+
+namespace mt::engine {
+namespace {
+
+using model::GptConfig;
+using model::GptModel;
+
+std::shared_ptr<GptModel> TinyModel(uint64_t seed) {
+  GptConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.seq_length = 16;
+  c.vocab_size = 128;
+  c.hidden_dropout = 0.0;
+  c.attention_dropout = 0.0;
+  c.attention_backend = model::AttentionBackend::kMath;
+  c.Resolve();
+  torch::manual_seed(seed);
+  auto m = GptModel::Create(c);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+torch::Tensor Sample(uint64_t seed, int64_t rows = 4) {
+  torch::manual_seed(seed);
+  return torch::randint(128, {rows, 17}, torch::kLong);
+}
+
+double MaxParamDiff(GptModel& a, GptModel& b) {
+  double worst = 0;
+  auto pb = b.named_parameters();
+  for (const auto& p : a.named_parameters()) {
+    worst = std::max(worst, (p.value() - pb[p.key()]).abs().max().item<double>());
+  }
+  return worst;
+}
+
+std::vector<torch::optim::OptimizerParamGroup> Groups(
+    GptModel& m,
+    const std::function<std::unique_ptr<torch::optim::OptimizerOptions>(bool)>& options) {
+  std::vector<torch::Tensor> decay, no_decay;
+  for (const auto& p : m.named_parameters()) {
+    (UsesWeightDecay(p.key(), p.value()) ? decay : no_decay).push_back(p.value());
+  }
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(decay, options(true));
+  groups.emplace_back(no_decay, options(false));
+  return groups;
+}
+
+// LibTorch's AdamW as the reference; fp32, 6 steps, tolerance 1e-6 on every weight.
+TEST(OptimizerTest, AdamWMatchesLibTorchAdamW) {
+  auto a = TinyModel(1);
+  auto b = TinyModel(1);
+  ASSERT_EQ(MaxParamDiff(*a, *b), 0.0);
+  OptimizerConfig c;
+  c.weight_decay = 0.1;
+  c.adam_beta1 = 0.9;
+  c.adam_beta2 = 0.95;
+  c.adam_eps = 1e-8;
+  c.clip_grad = 0.0;
+  MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(c, *a));
+  const double lr = 3e-3;
+  torch::optim::AdamW ref(Groups(*b,
+                                 [&](bool decay) {
+                                   return std::make_unique<torch::optim::AdamWOptions>(
+                                       torch::optim::AdamWOptions(lr)
+                                           .betas({0.9, 0.95})
+                                           .eps(1e-8)
+                                           .weight_decay(decay ? 0.1 : 0.0));
+                                 }),
+                          torch::optim::AdamWOptions(lr));
+  for (int step = 0; step < 6; ++step) {
+    const torch::Tensor x = Sample(100 + step);
+    opt->ZeroGrad();
+    a->LossOnSample(x).backward();
+    const OptimizerStepResult r = opt->Step(lr, 1.0);
+    ref.zero_grad();
+    b->LossOnSample(x).backward();
+    ref.step();
+    EXPECT_FALSE(r.skipped);
+    EXPECT_LE(MaxParamDiff(*a, *b), 1e-6) << "step " << step;
+  }
+  EXPECT_EQ(opt->step_count(), 6);
+  EXPECT_GT(MaxParamDiff(*a, *TinyModel(1)), 1e-3);  // it did move
+}
+
+// Clipping by the global norm, against LibTorch's clip_grad_norm_ (the same formula as
+// Megatron's: coeff = max_norm / (norm + 1e-6), applied when < 1). Plain SGD, so the update
+// is the clipped gradient itself; tolerance 1e-6 relative.
+TEST(OptimizerTest, ClipsByGlobalNormLikeClipGradNorm) {
+  for (double clip : {0.05, 1e6}) {
+    auto a = TinyModel(11);
+    auto b = TinyModel(11);
+    OptimizerConfig c;
+    c.kind = OptimizerConfig::Kind::kSgd;
+    c.sgd_momentum = 0.0;
+    c.weight_decay = 0.0;
+    c.clip_grad = clip;
+    MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(c, *a));
+    const torch::Tensor x = Sample(12);
+    opt->ZeroGrad();
+    a->LossOnSample(x).backward();
+    const OptimizerStepResult r = opt->Step(/*lr=*/1.0, 1.0);
+    b->LossOnSample(x).backward();
+    const double norm = torch::nn::utils::clip_grad_norm_(b->parameters(), clip);
+    EXPECT_NEAR(r.grad_norm, norm, 1e-6 * norm);  // reported before clipping
+    // a moved by -clipped grad: a - b_initial == -grad_b (clipped).
+    auto pb = b->named_parameters();
+    double worst = 0;
+    for (const auto& p : a->named_parameters()) {
+      const torch::Tensor moved = p.value() - pb[p.key()];
+      worst = std::max(worst, (moved + pb[p.key()].grad()).abs().max().item<double>());
+    }
+    EXPECT_LE(worst, 1e-6) << "clip " << clip;
+  }
+}
+
+TEST(OptimizerTest, SgdMatchesLibTorchSgd) {
+  auto a = TinyModel(2);
+  auto b = TinyModel(2);
+  OptimizerConfig c;
+  c.kind = OptimizerConfig::Kind::kSgd;
+  c.weight_decay = 0.1;
+  c.sgd_momentum = 0.9;
+  c.clip_grad = 0.0;
+  MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(c, *a));
+  const double lr = 0.05;
+  torch::optim::SGD ref(
+      Groups(*b,
+             [&](bool decay) {
+               return std::make_unique<torch::optim::SGDOptions>(
+                   torch::optim::SGDOptions(lr).momentum(0.9).weight_decay(decay ? 0.1 : 0.0));
+             }),
+      torch::optim::SGDOptions(lr));
+  for (int step = 0; step < 4; ++step) {
+    const torch::Tensor x = Sample(200 + step);
+    opt->ZeroGrad();
+    a->LossOnSample(x).backward();
+    opt->Step(lr, 1.0);
+    ref.zero_grad();
+    b->LossOnSample(x).backward();
+    ref.step();
+    EXPECT_LE(MaxParamDiff(*a, *b), 1e-6) << "step " << step;
+  }
+}
+
+TEST(OptimizerTest, NoWeightDecayForBiasesAndOneDimensionalParameters) {
+  auto m = TinyModel(3);
+  std::map<std::string, bool> decay;
+  for (const auto& p : m->named_parameters()) decay[p.key()] = UsesWeightDecay(p.key(), p.value());
+  EXPECT_TRUE(decay.at("embedding.word_embeddings.weight"));
+  EXPECT_TRUE(decay.at("embedding.position_embeddings.weight"));
+  EXPECT_TRUE(decay.at("decoder.layers.0.self_attention.linear_qkv.weight"));
+  EXPECT_FALSE(decay.at("decoder.layers.0.self_attention.linear_qkv.bias"));
+  EXPECT_FALSE(decay.at("decoder.layers.0.input_layernorm.weight"));
+  EXPECT_FALSE(decay.at("decoder.final_layernorm.bias"));
+
+  // Zero gradients: Adam moves nothing, only decoupled decay acts, on decayed tensors only.
+  OptimizerConfig c;
+  c.weight_decay = 0.5;
+  MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(c, *m));
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& p : m->named_parameters()) before[p.key()] = p.value().clone();
+  opt->ZeroGrad();
+  opt->Step(/*lr=*/0.1, 1.0);
+  for (const auto& p : m->named_parameters()) {
+    const torch::Tensor want = decay[p.key()] ? before[p.key()] * (1 - 0.1 * 0.5) : before[p.key()];
+    EXPECT_TRUE(torch::allclose(p.value(), want, 0, 1e-7)) << p.key();
+  }
+  // Decayed parameters lie first in the buffers; offsets are 64-element aligned.
+  bool seen_no_decay = false;
+  for (const auto& slot : opt->slots()) {
+    EXPECT_EQ(slot.offset % 64, 0) << slot.name;
+    if (!slot.weight_decay) seen_no_decay = true;
+    EXPECT_FALSE(seen_no_decay && slot.weight_decay) << slot.name;
+  }
+  EXPECT_EQ(opt->num_parameters(), model::CountParameters(m->config()));
+}
+
+// An inf or NaN gradient skips the step and leaves weights, moments and the step count exactly
+// as they were.
+TEST(OptimizerTest, NonFiniteGradientSkipsStepAndChangesNothing) {
+  for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
+    auto m = TinyModel(4);
+    MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *m));
+    opt->ZeroGrad();
+    m->LossOnSample(Sample(1)).backward();
+    ASSERT_FALSE(opt->Step(1e-3, 1.0).skipped);  // non-trivial state first
+    const torch::Tensor master = opt->master_params().clone();
+    const torch::Tensor m1 = opt->exp_avg().clone();
+    const torch::Tensor m2 = opt->exp_avg_sq().clone();
+
+    opt->ZeroGrad();
+    m->LossOnSample(Sample(2)).backward();
+    {
+      torch::NoGradGuard no_grad;
+      m->decoder->layers[1]
+          ->as<model::TransformerLayer>()
+          ->mlp->linear_fc1->weight.mutable_grad()[3][5] = bad;
+    }
+    const OptimizerStepResult r = opt->Step(1e-3, 1.0);
+    EXPECT_TRUE(r.skipped);
+    EXPECT_FALSE(std::isfinite(r.grad_norm));
+    EXPECT_EQ(opt->step_count(), 1);
+    EXPECT_TRUE(torch::equal(opt->master_params(), master));
+    EXPECT_TRUE(torch::equal(opt->exp_avg(), m1));
+    EXPECT_TRUE(torch::equal(opt->exp_avg_sq(), m2));
+
+    opt->ZeroGrad();
+    m->LossOnSample(Sample(2)).backward();
+    EXPECT_FALSE(opt->Step(1e-3, 1.0).skipped);
+    EXPECT_EQ(opt->step_count(), 2);
+  }
+}
+
+// Gradients of loss * S stepped with loss_scale S equal gradients of loss stepped with 1.
+TEST(OptimizerTest, UnscalesByTheLossScale) {
+  auto a = TinyModel(5);
+  auto b = TinyModel(5);
+  OptimizerConfig c;
+  c.clip_grad = 1.0;
+  MT_ASSERT_OK_AND_ASSIGN(auto oa, MixedPrecisionOptimizer::Create(c, *a));
+  MT_ASSERT_OK_AND_ASSIGN(auto ob, MixedPrecisionOptimizer::Create(c, *b));
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor x = Sample(300 + step);
+    oa->ZeroGrad();
+    (a->LossOnSample(x) * 4096.0).backward();
+    const OptimizerStepResult ra = oa->Step(1e-3, 4096.0);
+    ob->ZeroGrad();
+    b->LossOnSample(x).backward();
+    const OptimizerStepResult rb = ob->Step(1e-3, 1.0);
+    EXPECT_NEAR(ra.grad_norm, rb.grad_norm, 1e-6 * rb.grad_norm);
+    EXPECT_LE(MaxParamDiff(*a, *b), 1e-6);
+  }
+}
+
+// bf16 model: fp32 master weights and state; the model holds the master rounded to bf16;
+// micro-batch gradients are summed in fp32.
+TEST(OptimizerTest, Bf16ModelKeepsFp32MasterWeights) {
+  auto m = TinyModel(6);
+  auto reference = TinyModel(6);  // fp32 copy, same initial weights
+  m->to(torch::kBFloat16);
+  MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *m));
+  EXPECT_EQ(opt->master_params().scalar_type(), torch::kFloat);
+  EXPECT_EQ(opt->exp_avg().scalar_type(), torch::kFloat);
+  for (const auto& slot : opt->slots()) {
+    EXPECT_EQ(slot.param.scalar_type(), torch::kBFloat16);
+  }
+  // The master starts as the bf16 weights, exactly.
+  EXPECT_TRUE(
+      torch::equal(opt->MasterParam(opt->slots()[0]).to(torch::kBFloat16), opt->slots()[0].param));
+  // Two micro-batches: master grads = fp32 sum of the two bf16 gradients.
+  opt->ZeroGrad();
+  std::vector<torch::Tensor> micro_grads;
+  for (int i = 0; i < 2; ++i) {
+    m->LossOnSample(Sample(400 + i)).backward();
+    micro_grads.push_back(opt->slots()[0].param.grad().to(torch::kFloat).clone());
+    opt->FinishMicroBatch();
+    EXPECT_EQ(opt->slots()[0].param.grad().abs().max().item<double>(), 0.0);
+  }
+  const auto& s0 = opt->slots()[0];
+  EXPECT_TRUE(
+      torch::equal(opt->master_grads().narrow(0, s0.offset, s0.numel).view(s0.param.sizes()),
+                   micro_grads[0] + micro_grads[1]));
+  const OptimizerStepResult r = opt->Step(1e-2, 1.0);
+  EXPECT_FALSE(r.skipped);
+  for (const auto& slot : opt->slots()) {
+    EXPECT_TRUE(torch::equal(slot.param, opt->MasterParam(slot).to(torch::kBFloat16))) << slot.name;
+  }
+  // Training in bf16 lowers the loss as fp32 does.
+  const torch::Tensor x = Sample(7);
+  const double start = reference->LossOnSample(x).item<double>();
+  for (int i = 0; i < 20; ++i) {
+    opt->ZeroGrad();
+    m->LossOnSample(x).backward();
+    opt->Step(1e-2, 1.0);
+  }
+  EXPECT_LT(m->LossOnSample(x).item<double>(), start - 0.5);
+}
+
+// A .grad replaced or reset behind the optimizer's back is folded back into its buffer.
+TEST(OptimizerTest, RecoversReplacedGradients) {
+  auto a = TinyModel(8);
+  auto b = TinyModel(8);
+  MT_ASSERT_OK_AND_ASSIGN(auto oa, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *a));
+  MT_ASSERT_OK_AND_ASSIGN(auto ob, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *b));
+  const torch::Tensor x = Sample(9);
+  oa->ZeroGrad();
+  a->LossOnSample(x).backward();
+  oa->Step(1e-3, 1.0);
+  ob->ZeroGrad();
+  for (auto& p : b->parameters()) p.mutable_grad().reset();  // zero_grad(set_to_none)
+  b->LossOnSample(x).backward();
+  auto& w = b->embedding->word_embeddings->weight;
+  w.mutable_grad() = w.grad().clone();  // replaced
+  ob->Step(1e-3, 1.0);
+  EXPECT_EQ(MaxParamDiff(*a, *b), 0.0);
+}
+
+TEST(OptimizerTest, RejectsBadConfig) {
+  auto m = TinyModel(1);
+  OptimizerConfig c;
+  c.adam_beta2 = 1.0;
+  EXPECT_THAT(MixedPrecisionOptimizer::Create(c, *m),
+              ::mt::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                      ::testing::HasSubstr("adam_beta2")));
+  torch::nn::Module empty;
+  EXPECT_THAT(MixedPrecisionOptimizer::Create(OptimizerConfig{}, empty),
+              ::mt::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                      ::testing::HasSubstr("no trainable")));
+}
+
+}  // namespace
+}  // namespace mt::engine

@@ -1,0 +1,221 @@
+#include "worker/engine/train_command.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+#include "common/base/files.h"
+#include "common/base/status_macros.h"
+#include "common/spec/defaults.h"
+#include "common/spec/validate.h"
+#include "common/spec/yaml_spec.h"
+#include "mt/v1/job_spec.pb.h"
+#include "worker/engine/batch_source.h"
+#include "worker/engine/data_sources.h"
+#include "worker/engine/trainer.h"
+
+namespace mt::engine {
+namespace {
+
+constexpr int kExitOk = 0;
+constexpr int kExitFailed = 1;
+constexpr int kExitUsage = 2;
+
+// Dense bf16/fp16 peak of an H100/H200 (DESIGN.md §9), the default for MFU on CUDA.
+constexpr double kDefaultCudaPeakTflops = 989.0;
+
+struct TrainArgs {
+  std::string spec_path;
+  std::string device = "cpu";
+  bool synthetic_data = false;
+  int64_t train_iters = 0;    // 0 = the spec's
+  double peak_tflops = -1.0;  // < 0 = default
+  std::string attention = "auto";
+  bool help = false;
+};
+
+absl::StatusOr<TrainArgs> ParseArgs(const std::vector<std::string>& args) {
+  TrainArgs out;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i];
+    std::string value;
+    bool has_value = false;
+    if (const size_t eq = name.find('='); absl::StartsWith(name, "--") && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    auto take_value = [&]() -> absl::StatusOr<std::string> {
+      if (has_value) return value;
+      if (i + 1 >= args.size())
+        return absl::InvalidArgumentError(absl::StrCat(name, " needs a value"));
+      return args[++i];
+    };
+    if (name == "--help" || name == "-h") {
+      out.help = true;
+    } else if (name == "--spec") {
+      MT_ASSIGN_OR_RETURN(out.spec_path, take_value());
+    } else if (name == "--device") {
+      MT_ASSIGN_OR_RETURN(out.device, take_value());
+    } else if (name == "--synthetic-data") {
+      if (has_value) return absl::InvalidArgumentError("--synthetic-data takes no value");
+      out.synthetic_data = true;
+    } else if (name == "--train-iters") {
+      MT_ASSIGN_OR_RETURN(std::string v, take_value());
+      if (!absl::SimpleAtoi(v, &out.train_iters) || out.train_iters < 1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--train-iters \"", v, "\": want an integer >= 1"));
+      }
+    } else if (name == "--peak-tflops") {
+      MT_ASSIGN_OR_RETURN(std::string v, take_value());
+      if (!absl::SimpleAtod(v, &out.peak_tflops) || out.peak_tflops < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--peak-tflops \"", v, "\": want a number >= 0"));
+      }
+    } else if (name == "--attention") {
+      MT_ASSIGN_OR_RETURN(out.attention, take_value());
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", args[i], "\""));
+    }
+  }
+  if (!out.help && out.spec_path.empty()) return absl::InvalidArgumentError("--spec is required");
+  return out;
+}
+
+// The spec as a submitted job would have it, with the command's overrides.
+absl::StatusOr<mt::v1::JobSpec> LoadSpec(const TrainArgs& args) {
+  MT_ASSIGN_OR_RETURN(std::string text, ReadFile(args.spec_path, spec::kMaxYamlSpecBytes));
+  absl::StatusOr<spec::ParsedSpec> parsed = spec::ParseYamlSpec(text);
+  if (!parsed.ok()) return Annotate(parsed.status(), args.spec_path);
+  for (const std::string& w : parsed->warnings) {
+    std::fprintf(stderr, "mt-worker train: %s: warning: %s\n", args.spec_path.c_str(), w.c_str());
+  }
+  mt::v1::JobSpec job = std::move(parsed->spec);
+  if (args.train_iters > 0) {
+    job.mutable_training()->set_train_iters(args.train_iters);
+    job.mutable_training()->clear_train_samples();
+    job.mutable_training()->clear_lr_decay_samples();
+    job.mutable_training()->clear_lr_warmup_samples();
+  }
+  spec::ApplyDefaults(&job);
+  std::vector<std::string> problems = spec::ListSpecProblems(job);
+  if (args.synthetic_data) {
+    // Synthetic tokens replace the data section entirely.
+    problems.erase(
+        std::remove_if(problems.begin(), problems.end(),
+                       [](const std::string& p) { return absl::StartsWith(p, "data."); }),
+        problems.end());
+  }
+  if (!problems.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(args.spec_path, ": invalid job spec:\n  ", absl::StrJoin(problems, "\n  ")));
+  }
+  return job;
+}
+
+}  // namespace
+
+const char* TrainCommandUsage() {
+  return "usage: mt-worker train --spec job.yaml [--device cpu|cuda|cuda:N] [--synthetic-data]\n"
+         "                       [--train-iters N] [--peak-tflops F] [--attention "
+         "auto|math|fused]\n"
+         "\n"
+         "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
+         "  --spec FILE        YAML job spec (as for mtctl submit)\n"
+         "  --device D         cpu (default), cuda or cuda:N\n"
+         "  --synthetic-data   deterministic random tokens instead of spec.data\n"
+         "  --train-iters N    override training.train_iters\n"
+         "  --peak-tflops F    device peak for MFU (default 989 on CUDA in bf16/fp16, else off)\n"
+         "  --attention A      attention kernel: auto (fused where available), math, fused\n"
+         "Progress on stderr; a final key=value summary on stdout.\n"
+         "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
+}
+
+int RunTrainCommand(const std::vector<std::string>& argv) {
+  absl::StatusOr<TrainArgs> args = ParseArgs(argv);
+  if (!args.ok()) {
+    std::fprintf(stderr, "mt-worker train: %s\n%s", std::string(args.status().message()).c_str(),
+                 TrainCommandUsage());
+    return kExitUsage;
+  }
+  if (args->help) {
+    std::fputs(TrainCommandUsage(), stdout);
+    return kExitOk;
+  }
+  absl::StatusOr<mt::v1::JobSpec> job = LoadSpec(*args);
+  if (!job.ok()) {
+    std::fprintf(stderr, "mt-worker train: %s\n", std::string(job.status().message()).c_str());
+    return kExitUsage;
+  }
+  absl::StatusOr<DataSources> data =
+      args->synthetic_data ? SyntheticDataSources(*job) : DataSourcesFromSpec(*job);
+  if (!data.ok()) {
+    std::fprintf(stderr, "mt-worker train: data: %s\n",
+                 std::string(data.status().message()).c_str());
+    const absl::StatusCode code = data.status().code();
+    return code == absl::StatusCode::kInvalidArgument || code == absl::StatusCode::kNotFound ||
+                   code == absl::StatusCode::kUnimplemented
+               ? kExitUsage
+               : kExitFailed;
+  }
+
+  TrainerOptions options;
+  options.device = args->device;
+  options.attention_backend = args->attention;
+  const bool sixteen_bit = job->training().precision() == mt::v1::PRECISION_BF16 ||
+                           job->training().precision() == mt::v1::PRECISION_FP16;
+  double peak_tflops = args->peak_tflops;
+  if (peak_tflops < 0) {
+    peak_tflops =
+        absl::StartsWith(args->device, "cuda") && sixteen_bit ? kDefaultCudaPeakTflops : 0;
+  }
+  options.peak_flops_per_second = peak_tflops * 1e12;
+
+  absl::StatusOr<std::unique_ptr<Trainer>> trainer =
+      Trainer::Create(*job, options, std::move(data->train), std::move(data->valid));
+  if (!trainer.ok()) {
+    std::fprintf(stderr, "mt-worker train: %s\n", std::string(trainer.status().message()).c_str());
+    return trainer.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailed;
+  }
+  StepMetrics last;
+  EvalMetrics last_eval;
+  bool evaluated = false;
+  double seconds = 0;
+  int64_t tokens = 0;
+  const absl::Status status = (*trainer)->Train(
+      [&](const StepMetrics& m) {
+        last = m;
+        seconds += m.seconds;
+        tokens += m.tokens;
+        return true;
+      },
+      [&](const EvalMetrics& e) {
+        last_eval = e;
+        evaluated = true;
+      });
+  if (!status.ok()) {
+    std::fprintf(stderr, "mt-worker train: %s\n", std::string(status.message()).c_str());
+    return kExitFailed;
+  }
+  std::string summary = absl::StrFormat(
+      "iterations=%d loss=%.6f skipped=%d tokens=%d seconds=%.3f tokens_per_second=%.1f",
+      last.iteration, last.loss, last.skipped_total, tokens, seconds,
+      seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
+  if (evaluated) {
+    absl::StrAppend(&summary, absl::StrFormat(" valid_loss=%.6f valid_perplexity=%.4f",
+                                              last_eval.loss, last_eval.perplexity));
+  }
+  std::printf("%s\n", summary.c_str());
+  return kExitOk;
+}
+
+}  // namespace mt::engine

@@ -1,0 +1,182 @@
+// The single-device training loop: a GPT model, its optimizer, the lr schedule and the loss
+// scaler, fed by a BatchSource. Written so that a parallelism layer (TP/PP/DP) can wrap it;
+// with dp = 1 here, num_micro_batches = global_batch / micro_batch.
+//
+// One step, top to bottom (trainer.cc, Trainer::StepImpl):
+//   lr = schedule(consumed samples); scale = loss scaler
+//   seed the RNG from (seed, iteration)              -> same seed, same dropout, same losses
+//   zero grads
+//   for each micro-batch: loss = model(batch); backward(loss * scale / num_micro_batches)
+//   optimizer: unscale, global norm, skip on inf/NaN, clip, AdamW on fp32 master weights
+//   loss scaler update; metrics; a log line every log_interval steps
+//
+// The reported loss is the mean over every token of the global batch (= the mean of the
+// micro-batch means, the micro-batches being equal). LibTorch's exceptions stop here and come
+// out as absl::Status (DESIGN.md §8.1): kResourceExhausted for out-of-memory, kInternal for
+// the rest. No LibTorch in this header.
+//
+// Thread-compatible: one thread drives a Trainer.
+#ifndef MT_WORKER_ENGINE_TRAINER_H_
+#define MT_WORKER_ENGINE_TRAINER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/engine/batch_source.h"
+#include "worker/engine/loss_scaler.h"
+#include "worker/engine/lr_schedule.h"
+
+namespace mt::v1 {
+class JobSpec;
+}  // namespace mt::v1
+
+namespace mt::model {
+class GptModel;
+}  // namespace mt::model
+
+namespace mt::engine {
+
+class MixedPrecisionOptimizer;
+
+// Runtime choices that are not part of the job spec.
+struct TrainerOptions {
+  // "cpu", "cuda" (= "cuda:0") or "cuda:N".
+  std::string device = "cpu";
+  // Peak FLOP/s of the device at the training precision, for MFU (989e12 for an H200 in
+  // bf16); 0 = MFU not reported.
+  double peak_flops_per_second = 0.0;
+  // One progress line on stderr every logging.log_interval steps.
+  bool log_progress = true;
+  // Dynamic loss scaling (with the spec's settings) whatever the precision. fp16 has it
+  // anyway; this exists to exercise overflow handling where fp16 cannot run (CPU).
+  bool force_dynamic_loss_scaling = false;
+  // "auto", "math" or "fused" (see model::AttentionBackend).
+  std::string attention_backend = "auto";
+};
+
+struct StepMetrics {
+  int64_t iteration = 0;  // 1-based number of the step just taken
+  int64_t train_iterations = 0;
+  double loss = 0.0;           // mean over the global batch's tokens
+  double learning_rate = 0.0;  // the rate this step used
+  double grad_norm = 0.0;      // before clipping; inf/NaN on a skipped step
+  double loss_scale = 1.0;     // the scale this step used
+  bool skipped = false;
+  int64_t skipped_total = 0;
+  int64_t tokens = 0;  // in this step
+  int64_t consumed_samples = 0;
+  double seconds = 0.0;
+  double data_seconds = 0.0;  // of which waiting for the BatchSource
+  double tokens_per_second = 0.0;
+  double mfu = 0.0;  // 0 when the peak is unknown
+};
+
+// Device memory: CUDA's caching-allocator counters, or the process's resident set on the CPU
+// (allocated = peak = reserved = RSS).
+struct MemoryStats {
+  bool is_cuda = false;
+  int64_t allocated_bytes = 0;
+  int64_t peak_allocated_bytes = 0;
+  int64_t reserved_bytes = 0;
+};
+
+struct EvalMetrics {
+  int64_t iteration = 0;  // steps taken when it ran
+  double loss = 0.0;
+  double perplexity = 0.0;  // exp(min(loss, 20)), as Megatron prints it
+  int64_t batches = 0;      // global batches evaluated
+  double seconds = 0.0;
+};
+
+// Sizes and totals the trainer derived from the spec.
+struct TrainPlan {
+  int64_t micro_batch_size = 0;
+  int64_t global_batch_size = 0;
+  int64_t num_micro_batches = 0;
+  int64_t seq_length = 0;
+  int64_t train_iterations = 0;
+  int64_t eval_interval = 0;  // 0 = never
+  int64_t eval_iterations = 0;
+  int64_t log_interval = 1;
+  uint64_t seed = 0;
+  int64_t num_parameters = 0;
+  double flops_per_token = 0.0;
+  std::string precision;  // "fp32", "bf16", "fp16"
+};
+
+class Trainer {
+ public:
+  // Builds the model (seeded with training.seed), the optimizer, the schedule and the loss
+  // scaler from `spec` (unset fields take the proto's defaults). `valid_data` may be null (no
+  // evaluation). Errors: kInvalidArgument for a spec this trainer cannot run (model-parallel
+  // sizes > 1, fp16 on the CPU, a bad device string ...), kFailedPrecondition for a CUDA
+  // device without CUDA.
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const mt::v1::JobSpec& spec,
+                                                         const TrainerOptions& options,
+                                                         std::unique_ptr<BatchSource> train_data,
+                                                         std::unique_ptr<BatchSource> valid_data);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // One optimizer step over one global batch.
+  absl::StatusOr<StepMetrics> Step();
+  // eval_iterations global batches of valid_data, no dropout, no gradients.
+  absl::StatusOr<EvalMetrics> Evaluate();
+  // Steps until train_iterations, evaluating every eval_interval steps and after the last
+  // one. `on_step` / `on_eval` (optional) see every result; on_step returning false stops the
+  // run early (cancellation) with OK.
+  absl::Status Train(const std::function<bool(const StepMetrics&)>& on_step = {},
+                     const std::function<void(const EvalMetrics&)>& on_eval = {});
+
+  int64_t iteration() const { return iteration_; }
+  int64_t consumed_samples() const { return consumed_samples_; }
+  int64_t skipped_iterations() const { return skipped_total_; }
+  const TrainPlan& plan() const { return plan_; }
+  const LrSchedule& lr_schedule() const { return schedule_; }
+  const LossScaler& loss_scaler() const { return scaler_; }
+  MemoryStats memory() const;
+  // For tests, checkpoints and the parallel layer.
+  model::GptModel& model();
+  MixedPrecisionOptimizer& optimizer();
+
+ private:
+  struct State;  // the LibTorch side (device, model, optimizer)
+  Trainer(TrainPlan plan, LrSchedule schedule, LossScaler scaler, TrainerOptions options,
+          std::unique_ptr<BatchSource> train_data, std::unique_ptr<BatchSource> valid_data);
+  absl::StatusOr<StepMetrics> StepImpl();
+  absl::StatusOr<EvalMetrics> EvaluateImpl();
+  void LogStep(const StepMetrics& m);
+
+  TrainPlan plan_;
+  LrSchedule schedule_;
+  LossScaler scaler_;
+  TrainerOptions options_;
+  std::unique_ptr<BatchSource> train_data_;
+  std::unique_ptr<BatchSource> valid_data_;
+  std::unique_ptr<State> state_;
+  int64_t iteration_ = 0;
+  int64_t consumed_samples_ = 0;
+  int64_t skipped_total_ = 0;
+  int64_t vocab_size_ = 0;
+
+  // Progress-line accumulators since the last line (Megatron averages over the interval).
+  struct Interval {
+    double loss_sum = 0.0;
+    int64_t loss_count = 0;
+    int64_t steps = 0;
+    int64_t skipped = 0;
+    int64_t tokens = 0;
+    double seconds = 0.0;
+  };
+  Interval interval_;
+  double total_seconds_ = 0.0;
+};
+
+}  // namespace mt::engine
+
+#endif  // MT_WORKER_ENGINE_TRAINER_H_

@@ -1,0 +1,155 @@
+// The trainer on a GPU (label `gpu`; skips without CUDA): bf16 and fp16 mixed precision with
+// fp32 master weights, the fused attention path, recomputation with the CUDA generator, and
+// seed repeatability. Tolerances are bf16's (relative step 2^-8): losses within 2e-2.
+#include <torch/cuda.h>
+#include <torch/utils.h>
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "common/base/status_matchers.h"
+#include "gtest/gtest.h"
+#include "mt/v1/job_spec.pb.h"
+#include "worker/engine/batch_source.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/trainer.h"
+#include "worker/model/gpt.h"
+
+namespace mt::engine {
+namespace {
+
+#define MT_SKIP_WITHOUT_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
+
+mt::v1::JobSpec SmallSpec(mt::v1::Precision precision) {
+  mt::v1::JobSpec spec;
+  auto* m = spec.mutable_model();
+  m->set_num_layers(4);
+  m->set_hidden_size(256);
+  m->set_num_attention_heads(4);
+  m->set_seq_length(256);
+  m->set_vocab_size(50257);
+  auto* t = spec.mutable_training();
+  t->set_micro_batch_size(4);
+  t->set_global_batch_size(8);
+  t->set_train_iters(30);
+  t->set_lr(1e-3);
+  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_CONSTANT);
+  t->set_precision(precision);
+  spec.mutable_evaluation()->set_eval_interval(0);
+  spec.mutable_logging()->set_log_interval(10);
+  return spec;
+}
+
+std::unique_ptr<BatchSource> Source(int64_t seq, int64_t tokens) {
+  auto s = TokenSequenceSource::Create(SyntheticTokens(tokens, 50257, 3), seq);
+  EXPECT_TRUE(s.ok());
+  return std::move(*s);
+}
+
+TrainerOptions CudaOptions(const std::string& attention = "auto") {
+  TrainerOptions o;
+  o.device = "cuda:0";
+  o.peak_flops_per_second = 989e12;
+  o.attention_backend = attention;
+  return o;
+}
+
+TEST(TrainerGpuTest, Bf16AndFp16TrainWithFp32Master) {
+  MT_SKIP_WITHOUT_CUDA();
+  for (auto precision : {mt::v1::PRECISION_BF16, mt::v1::PRECISION_FP16}) {
+    const mt::v1::JobSpec spec = SmallSpec(precision);
+    // One repeated global batch: the loss must fall fast.
+    MT_ASSERT_OK_AND_ASSIGN(auto trainer,
+                            Trainer::Create(spec, CudaOptions(), Source(256, 8 * 256), nullptr));
+    std::vector<StepMetrics> steps;
+    MT_ASSERT_OK(trainer->Train([&](const StepMetrics& m) {
+      steps.push_back(m);
+      return true;
+    }));
+    ASSERT_EQ(steps.size(), 30u);
+    EXPECT_NEAR(steps.front().loss, std::log(50304.0), 0.02 * std::log(50304.0));
+    EXPECT_LT(steps.back().loss, steps.front().loss - 1.5) << "precision " << precision;
+    EXPECT_EQ(trainer->optimizer().master_params().scalar_type(), torch::kFloat);
+    EXPECT_TRUE(trainer->optimizer().master_params().is_cuda());
+    if (precision == mt::v1::PRECISION_FP16) {
+      // Dynamic scaling from 2^32: overflowing steps are skipped and the scale comes down.
+      EXPECT_LT(steps.back().loss_scale, 4294967296.0);
+      EXPECT_LT(steps.back().skipped_total, 25);
+    } else {
+      EXPECT_EQ(steps.back().skipped_total, 0);
+    }
+  }
+}
+
+TEST(TrainerGpuTest, SameSeedSameLosses) {
+  MT_SKIP_WITHOUT_CUDA();
+  mt::v1::JobSpec spec = SmallSpec(mt::v1::PRECISION_BF16);
+  spec.mutable_training()->set_train_iters(5);
+  std::vector<double> a, b;
+  for (auto* out : {&a, &b}) {
+    MT_ASSERT_OK_AND_ASSIGN(auto t,
+                            Trainer::Create(spec, CudaOptions(), Source(256, 1 << 16), nullptr));
+    MT_ASSERT_OK(t->Train([&](const StepMetrics& m) {
+      out->push_back(m.loss);
+      return true;
+    }));
+  }
+  // Flash-attention backward may accumulate in a nondeterministic order: 1e-3 relative.
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 1e-3 * a[i]) << i;
+}
+
+// Full and selective recomputation with dropout on the GPU: losses within bf16 tolerance of
+// the plain run (the CUDA generator state is replayed in backward).
+TEST(TrainerGpuTest, RecomputeMatchesWithDropout) {
+  MT_SKIP_WITHOUT_CUDA();
+  mt::v1::JobSpec spec = SmallSpec(mt::v1::PRECISION_BF16);
+  spec.mutable_training()->set_train_iters(4);
+  std::vector<double> ref;
+  for (auto g : {mt::v1::RECOMPUTE_GRANULARITY_NONE, mt::v1::RECOMPUTE_GRANULARITY_FULL,
+                 mt::v1::RECOMPUTE_GRANULARITY_SELECTIVE}) {
+    mt::v1::JobSpec r = spec;
+    r.mutable_training()->set_recompute_granularity(g);
+    MT_ASSERT_OK_AND_ASSIGN(auto t,
+                            Trainer::Create(r, CudaOptions(), Source(256, 1 << 16), nullptr));
+    std::vector<double> losses;
+    MT_ASSERT_OK(t->Train([&](const StepMetrics& m) {
+      losses.push_back(m.loss);
+      return true;
+    }));
+    if (ref.empty()) {
+      ref = losses;
+      continue;
+    }
+    for (size_t i = 0; i < ref.size(); ++i) {
+      EXPECT_NEAR(losses[i], ref[i], 2e-2 * ref[i]) << "granularity " << g << " step " << i;
+    }
+  }
+}
+
+TEST(TrainerGpuTest, MathAndFusedAttentionTrainAlike) {
+  MT_SKIP_WITHOUT_CUDA();
+  if (!model::FusedAttentionAvailable()) GTEST_SKIP() << "no fused attention in this LibTorch";
+  mt::v1::JobSpec spec = SmallSpec(mt::v1::PRECISION_BF16);
+  spec.mutable_model()->set_hidden_dropout(0.0);
+  spec.mutable_model()->set_attention_dropout(0.0);
+  spec.mutable_training()->set_train_iters(5);
+  std::vector<std::vector<double>> curves;
+  for (const char* backend : {"math", "fused"}) {
+    MT_ASSERT_OK_AND_ASSIGN(
+        auto t, Trainer::Create(spec, CudaOptions(backend), Source(256, 1 << 16), nullptr));
+    curves.emplace_back();
+    MT_ASSERT_OK(t->Train([&](const StepMetrics& m) {
+      curves.back().push_back(m.loss);
+      return true;
+    }));
+  }
+  for (size_t i = 0; i < curves[0].size(); ++i) {
+    EXPECT_NEAR(curves[1][i], curves[0][i], 2e-2 * curves[0][i]) << i;
+  }
+}
+
+}  // namespace
+}  // namespace mt::engine

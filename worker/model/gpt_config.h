@@ -1,0 +1,101 @@
+// The GPT model's configuration as a plain struct (no LibTorch), plus the pure arithmetic
+// around it: Megatron's vocabulary padding, the exact parameter count and the MFU formula of
+// DESIGN.md §9. Thread-safe (plain values and pure functions).
+#ifndef MT_WORKER_MODEL_GPT_CONFIG_H_
+#define MT_WORKER_MODEL_GPT_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace mt::v1 {
+class JobSpec;
+}  // namespace mt::v1
+
+namespace mt::model {
+
+// How the attention core (softmax(QK^T / sqrt(d)) V with the causal mask) is computed.
+enum class AttentionBackend {
+  kAuto,   // kFused where LibTorch has it (>= 2.0), else kMath
+  kMath,   // explicit matmul + masked softmax (fp32 softmax for 16-bit inputs); exact reference
+  kFused,  // at::scaled_dot_product_attention(is_causal=true): flash / memory-efficient kernels
+};
+
+// Megatron's --recompute-granularity.
+enum class RecomputeGranularity {
+  kNone,
+  kFull,       // whole transformer blocks are rerun in backward (see recompute_method)
+  kSelective,  // only the attention core is rerun (it holds the s^2 activations)
+};
+
+// Megatron's --recompute-method (with kFull).
+enum class RecomputeMethod {
+  kUniform,  // blocks grouped by recompute_num_layers; every group is one recompute unit
+  kBlock,    // the first recompute_num_layers blocks are recomputed one by one, the rest not
+};
+
+struct GptConfig {
+  int64_t num_layers = 0;
+  int64_t hidden_size = 0;
+  int64_t num_attention_heads = 0;
+  int64_t ffn_hidden_size = 0;  // 0 = 4 * hidden_size
+  int64_t kv_channels = 0;      // 0 = hidden_size / num_attention_heads
+  int64_t seq_length = 0;
+  int64_t max_position_embeddings = 0;  // 0 = seq_length
+  int64_t vocab_size = 0;               // before padding
+  int64_t make_vocab_size_divisible_by = 128;
+  int64_t tensor_model_parallel_size = 1;  // only for the vocabulary padding rule
+  double hidden_dropout = 0.1;
+  double attention_dropout = 0.1;
+  double init_method_std = 0.02;
+  double layernorm_epsilon = 1e-5;
+  bool untie_embeddings_and_output_weights = false;
+  AttentionBackend attention_backend = AttentionBackend::kAuto;
+  RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
+  RecomputeMethod recompute_method = RecomputeMethod::kUniform;
+  int64_t recompute_num_layers = 1;
+
+  // From spec.model (and the recompute fields of spec.training, the TP size of
+  // spec.parallel). Unset fields take the defaults written in proto/mt/v1/job_spec.proto;
+  // model.vocab_size 0 becomes GPT-2 BPE's 50257. Returns Validate()'s error.
+  static absl::StatusOr<GptConfig> FromSpec(const mt::v1::JobSpec& spec);
+
+  // Fills the "0 = derived" fields; Validate() and the accessors below assume it ran.
+  GptConfig& Resolve();
+  absl::Status Validate() const;
+  std::string DebugString() const;
+
+  int64_t ffn_size() const { return ffn_hidden_size > 0 ? ffn_hidden_size : 4 * hidden_size; }
+  int64_t head_dim() const {
+    return kv_channels > 0 ? kv_channels : hidden_size / num_attention_heads;
+  }
+  int64_t max_positions() const {
+    return max_position_embeddings > 0 ? max_position_embeddings : seq_length;
+  }
+  // Megatron's _vocab_size_with_padding: the next multiple of make_vocab_size_divisible_by *
+  // tensor_model_parallel_size (50257 -> 50304 with the defaults).
+  int64_t padded_vocab_size() const;
+};
+
+// Megatron's padding rule as a free function.
+int64_t PaddedVocabSize(int64_t vocab_size, int64_t divisible_by, int64_t tp_size);
+
+// Number of parameters of the model GptModel builds from `config` (padded vocabulary,
+// position embeddings, every weight, bias and LayerNorm; the output layer counted once when
+// tied). Equals the sum of numel() over GptModel::parameters().
+int64_t CountParameters(const GptConfig& config);
+
+// Model FLOPs per token of a training step (forward + backward), DESIGN.md §9:
+//   6 * params + 12 * layers * hidden * seq.
+double TrainingFlopsPerToken(int64_t num_parameters, int64_t num_layers, int64_t hidden_size,
+                             int64_t seq_length);
+
+// Model FLOPs utilisation: tokens/s * TrainingFlopsPerToken / peak FLOP/s. 0 when the peak
+// is not known (<= 0).
+double ModelFlopsUtilization(double tokens_per_second, double flops_per_token,
+                             double peak_flops_per_second);
+
+}  // namespace mt::model
+
+#endif  // MT_WORKER_MODEL_GPT_CONFIG_H_

@@ -251,6 +251,7 @@ int RunWatch(const std::vector<std::string>& args, const GlobalOptions& options)
   auto reader = stub->WatchJob(&context, request);
   mt::v1::JobUpdate update;
   mt::v1::Job last;
+  std::string last_event;  // updates repeat the latest event; print each once
   const bool tty = ::isatty(STDERR_FILENO);
   while (reader->Read(&update)) {
     const bool had_spec = update.job().has_spec();
@@ -265,7 +266,9 @@ int RunWatch(const std::vector<std::string>& args, const GlobalOptions& options)
       std::cout << ToJson(update) << std::flush;
       continue;
     }
-    if (update.has_event() && update.event().state() != mt::v1::JOB_STATE_UNSPECIFIED) {
+    if (update.has_event() && update.event().state() != mt::v1::JOB_STATE_UNSPECIFIED &&
+        update.event().SerializeAsString() != last_event) {
+      last_event = update.event().SerializeAsString();
       if (tty) std::fprintf(stderr, "\r\033[K");
       std::fprintf(stderr, "%s %s: %s\n", last.id().c_str(), State(update.event().state()).c_str(),
                    update.event().reason().c_str());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The main job on one machine: starts a coordinator and workers (one per GPU, two CPU slots
-# when there is none), shows them registered, and plans a small GPT job over them: its
-# TP/PP/DP layout and where each rank lands. Stops everything it started on exit.
+# when there is none), preprocesses Moby Dick, submits a small GPT (4 layers x 256 hidden,
+# data-parallel over the workers), shows its live progress and ends with the final validation
+# loss and perplexity. Stops everything it started on exit.
 # Run deploy/setup.sh first (the README's first command does both).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -32,8 +33,10 @@ if [ "$gpus" -gt 0 ]; then
   done
   slots=$gpus
 else
+  cores=$(( $(nproc) / 2 )); [ "$cores" -ge 1 ] || cores=1
   for s in 0 1; do
-    "$bin/mt-worker" --coordinator "$MT_COORDINATOR" --gpu -1 --node "$(hostname)" 2>"$run/worker-cpu$s.log" & pids+=($!)
+    "$bin/mt-worker" --coordinator "$MT_COORDINATOR" --gpu -1 --node "$(hostname)" \
+      --cpu-cores "$cores" --work-dir "$run/worker-cpu$s" 2>"$run/worker-cpu$s.log" & pids+=($!)
   done
   slots=2
 fi
@@ -44,20 +47,29 @@ done
 say "workers:"
 "$bin/mtctl" workers
 
+say "preprocessing Moby Dick into $run/moby-dick_text_document.{bin,idx}"
+"$bin/mtctl" data preprocess --input "$assets/moby-dick.jsonl" --output-prefix "$run/moby-dick" \
+  --vocab-file "$assets/gpt2-vocab.json" --merge-file "$assets/gpt2-merges.txt" --append-eod \
+  --workers "$(nproc)"
+
 cat > "$run/job.yaml" <<YAML
 name: moby-dick-small
-model: {num_layers: 4, hidden_size: 256, num_attention_heads: 4, seq_length: 256}
+model: {num_layers: 4, hidden_size: 256, num_attention_heads: 4, seq_length: 64,
+        hidden_dropout: 0.0, attention_dropout: 0.0}
 parallel: {tp: 1, pp: 1, dp: auto}
-training: {micro_batch_size: 8, global_batch_size: 16, train_iters: 200, lr: 6.0e-4,
-           lr_warmup_iters: 20, lr_decay_style: cosine, min_lr: 6.0e-5}
+training: {micro_batch_size: 4, global_batch_size: 8, train_iters: ${MT_DEMO_ITERS:-150},
+           lr: 2.0e-3, lr_warmup_iters: 15, lr_decay_style: cosine, min_lr: 2.0e-4,
+           weight_decay: 0.1}
 data:
   data_path: $run/moby-dick_text_document
   split: "949,50,1"
   tokenizer: {vocab_file: $assets/gpt2-vocab.json, merge_file: $assets/gpt2-merges.txt}
-evaluation: {eval_interval: 50, eval_iters: 10}
+evaluation: {eval_interval: 50, eval_iters: 5}
 logging: {log_interval: 10}
 YAML
-say "job spec ($run/job.yaml), as mt completes it with defaults:"
-"$bin/mtctl" validate "$run/job.yaml" | sed 's/^/    /'
 say "plan: the layout and placement this job gets on these workers"
 "$bin/mtctl" plan "$run/job.yaml"
+job=$("$bin/mtctl" submit "$run/job.yaml")
+say "submitted $job; watching it (mtctl watch $job)"
+"$bin/mtctl" watch "$job"
+"$bin/mtctl" describe "$job" | sed -n '/^events/,$p'

@@ -78,10 +78,19 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config) 
   AgentConfig resolved = config;
   if (resolved.work_dir.empty()) resolved.work_dir = absl::StrCat("/tmp/mt-worker-", ::getpid());
   if (resolved.trainer_binary.empty()) {
+    // mt-train sits beside mt-worker.
     char self[4096];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) return absl::InternalError("cannot find this executable for --trainer-binary");
-    resolved.trainer_binary.assign(self, static_cast<size_t>(n));
+    if (n <= 0) return absl::InternalError("cannot find this executable; pass --trainer-binary");
+    std::string dir(self, static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    resolved.trainer_binary = dir + "/mt-train";
+  }
+  if (::access(resolved.trainer_binary.c_str(), X_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the trainer ", resolved.trainer_binary,
+                     " is missing or not executable (a build without LibTorch has none); pass "
+                     "--trainer-binary"));
   }
   std::unique_ptr<Agent> agent(new Agent(resolved, DetectResources(resolved), token));
   if (!config.state_file.empty()) {
@@ -277,6 +286,12 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
   RankProcessOptions options;
   options.trainer_binary = config_.trainer_binary;
   options.work_dir = config_.work_dir;
+  if (!config_.token_file.empty())
+    options.extra_env.push_back("MT_TOKEN_FILE=" + config_.token_file);
+  // A CPU rank computes with the cores of its slot, no more: several slots share a machine.
+  if (resources_.gpu_index() < 0) {
+    options.extra_env.push_back(absl::StrCat("MT_CPU_THREADS=", resources_.cpu_cores()));
+  }
   auto process = RankProcess::Start(
       a, worker_id(), options, [this](const mt::v1::RankReport& r) { ForwardReport(r); },
       [this](const mt::v1::RankExitReport& r) { ReportExit(r); });

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -81,14 +82,14 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(
     env_strings.emplace_back(*e);
   }
   env_strings.push_back(absl::StrCat(kReportFdEnv, "=", child_report_fd));
+  for (const auto& kv : options.extra_env) env_strings.push_back(kv);
   if (assignment.gpu_index() >= 0) {
     env_strings.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", assignment.gpu_index()));
   }
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = {options.trainer_binary, "train", "--assignment",
-                                   assignment_path};
+  std::vector<std::string> args = {options.trainer_binary, "--assignment", assignment_path};
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -102,6 +103,9 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(
   }
   if (pid == 0) {
     ::setsid();  // own process group: a stop reaches the trainer's children too
+    // A rank must not outlive its daemon (a lost worker's job is restarted elsewhere). The
+    // forking thread is the daemon's long-lived assignment thread.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -1,4 +1,4 @@
-// One supervised trainer process: `<trainer> train --assignment FILE`, run in its own process
+// One supervised trainer process: `<trainer> --assignment FILE`, run in its own process
 // group with its output in a log file, its reports read from a pipe, and its end reported
 // once. A crash, CUDA error or NCCL abort in the trainer never reaches the daemon.
 //
@@ -27,12 +27,14 @@
 namespace mt::worker {
 
 struct RankProcessOptions {
-  // The binary that implements `train --assignment FILE` (normally mt-worker itself).
+  // The trainer binary, run as `<trainer> --assignment FILE` (normally mt-train).
   std::string trainer_binary;
   // Parent of the per-rank directories (assignment, log).
   std::string work_dir;
   // Lines of the log kept for the exit report.
   int log_tail_lines = 50;
+  // NAME=VALUE pairs added to the trainer's environment (e.g. MT_TOKEN_FILE).
+  std::vector<std::string> extra_env;
 };
 
 class RankProcess {

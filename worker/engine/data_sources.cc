@@ -52,8 +52,10 @@ class DataLoaderSource : public BatchSource {
 
 absl::StatusOr<std::unique_ptr<BatchSource>> LoaderOver(
     std::shared_ptr<const data::SampleDataset> dataset, const mt::v1::JobSpec& spec,
-    int64_t consumed_samples, int num_workers) {
+    int64_t consumed_samples, int num_workers, int dp_rank, int dp_size) {
   data::DataLoaderOptions o;
+  o.data_parallel_rank = dp_rank;
+  o.data_parallel_size = dp_size;
   o.micro_batch_size = spec.training().micro_batch_size();
   o.global_batch_size = spec.training().global_batch_size();
   o.consumed_samples = consumed_samples;
@@ -69,30 +71,47 @@ absl::StatusOr<std::unique_ptr<BatchSource>> LoaderOver(
 bool HaveDatasetLoader() { return MT_HAVE_DATASET_LOADER != 0; }
 
 absl::StatusOr<DataSources> DataSourcesFromSpec(const mt::v1::JobSpec& spec,
-                                                int64_t consumed_samples) {
+                                                int64_t consumed_samples, int dp_rank,
+                                                int dp_size) {
 #if MT_HAVE_DATASET_LOADER
   MT_ASSIGN_OR_RETURN(data::GPTDataSetup setup, data::GPTDataSetupFromSpec(spec));
+  // The trainer evaluates on the validation split only; the test split is not built (so a
+  // small corpus whose test share rounds to no document still trains).
+  setup.num_samples[2] = 0;
   MT_ASSIGN_OR_RETURN(data::GPTDatasets datasets,
                       data::BuildGPTDatasets(setup.config, setup.num_samples));
   if (datasets.train == nullptr) {
     return absl::InvalidArgumentError("data: the spec gives no training data");
   }
   DataSources out;
-  MT_ASSIGN_OR_RETURN(out.train,
-                      LoaderOver(datasets.train, spec, consumed_samples, setup.num_workers));
+  MT_ASSIGN_OR_RETURN(out.train, LoaderOver(datasets.train, spec, consumed_samples,
+                                            setup.num_workers, dp_rank, dp_size));
   if (datasets.valid != nullptr) {
-    MT_ASSIGN_OR_RETURN(out.valid, LoaderOver(datasets.valid, spec, 0, 0));
+    MT_ASSIGN_OR_RETURN(out.valid, LoaderOver(datasets.valid, spec, 0, 0, dp_rank, dp_size));
   }
   return out;
 #else
   (void)spec;
   (void)consumed_samples;
+  (void)dp_rank;
+  (void)dp_size;
   return absl::UnimplementedError(
       "this build has no GPT dataset loader (worker/data); use --synthetic-data");
 #endif
 }
 
-absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec) {
+absl::StatusOr<TokenBatch> DataParallelSlice::Next(int64_t num_samples) {
+  MT_ASSIGN_OR_RETURN(TokenBatch all, source_->Next(num_samples * dp_size_));
+  TokenBatch out;
+  out.rows = num_samples;
+  out.cols = all.cols;
+  const auto first = all.tokens.begin() + dp_rank_ * num_samples * all.cols;
+  out.tokens.assign(first, first + num_samples * all.cols);
+  return out;
+}
+
+absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec, int dp_rank,
+                                                 int dp_size) {
   const mt::v1::ModelSpec& m = spec.model();
   const int64_t vocab = m.vocab_size() > 0 ? m.vocab_size() : kGpt2BpeVocabSize;
   const int64_t global =
@@ -104,8 +123,13 @@ absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec) {
       auto train, TokenSequenceSource::Create(SyntheticTokens(count, vocab, seed), m.seq_length()));
   MT_ASSIGN_OR_RETURN(auto valid, TokenSequenceSource::Create(
                                       SyntheticTokens(count, vocab, seed + 1), m.seq_length()));
-  out.train = std::move(train);
-  out.valid = std::move(valid);
+  if (dp_size > 1) {
+    out.train = std::make_unique<DataParallelSlice>(std::move(train), dp_rank, dp_size);
+    out.valid = std::make_unique<DataParallelSlice>(std::move(valid), dp_rank, dp_size);
+  } else {
+    out.train = std::move(train);
+    out.valid = std::move(valid);
+  }
   return out;
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "worker/engine/batch_source.h"
@@ -28,12 +29,31 @@ bool HaveDatasetLoader();
 // training loader starts after `consumed_samples` (a checkpoint's), the validation loader at
 // 0. Builds (or loads from the cache) Megatron's sample indices, which may take a while for a
 // large corpus. Errors from worker/data; kUnimplemented in a build without it.
+// With data parallelism, each of the `dp_size` ranks gets its slice of every global batch
+// (Megatron's MegatronPretrainingSampler): rank r takes samples [r*micro, (r+1)*micro) of each
+// run of micro*dp_size samples.
 absl::StatusOr<DataSources> DataSourcesFromSpec(const mt::v1::JobSpec& spec,
-                                                int64_t consumed_samples = 0);
+                                                int64_t consumed_samples = 0, int dp_rank = 0,
+                                                int dp_size = 1);
 
 // Deterministic random tokens over model.vocab_size (50257 when 0): a repeating sequence of
 // eight global batches for training (the loss visibly falls) and another one for validation.
-absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec);
+absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec, int dp_rank = 0,
+                                                 int dp_size = 1);
+
+// Rank `dp_rank`'s slice of `source`: each Next(micro) reads micro*dp_size samples from it and
+// keeps rows [dp_rank*micro, (dp_rank+1)*micro). Thread-compatible.
+class DataParallelSlice : public BatchSource {
+ public:
+  DataParallelSlice(std::unique_ptr<BatchSource> source, int dp_rank, int dp_size)
+      : source_(std::move(source)), dp_rank_(dp_rank), dp_size_(dp_size) {}
+  absl::StatusOr<TokenBatch> Next(int64_t num_samples) override;
+
+ private:
+  std::unique_ptr<BatchSource> source_;
+  int dp_rank_;
+  int dp_size_;
+};
 
 }  // namespace mt::engine
 

@@ -187,6 +187,24 @@ void MixedPrecisionOptimizer::SyncGradViews() {
   }
 }
 
+std::vector<torch::Tensor> MixedPrecisionOptimizer::GradientBuckets(int64_t bucket_elements) {
+  torch::NoGradGuard no_grad;
+  SyncGradViews();
+  torch::Tensor buffer = model_grad_flat_;
+  if (Fp32Accumulation()) {
+    master_grad_.add_(model_grad_flat_);
+    model_grad_flat_.zero_();
+    buffer = master_grad_;
+  }
+  std::vector<torch::Tensor> buckets;
+  const int64_t n = buffer.numel();
+  const int64_t size = std::max<int64_t>(1, bucket_elements);
+  for (int64_t offset = 0; offset < n; offset += size) {
+    buckets.push_back(buffer.narrow(0, offset, std::min(size, n - offset)));
+  }
+  return buckets;
+}
+
 OptimizerStepResult MixedPrecisionOptimizer::Step(double lr, double loss_scale) {
   torch::NoGradGuard no_grad;
   SyncGradViews();

@@ -90,6 +90,11 @@ class MixedPrecisionOptimizer {
   // folds the micro-batch's gradients into the fp32 master gradients; otherwise a no-op.
   void FinishMicroBatch();
   OptimizerStepResult Step(double lr, double loss_scale);
+  // The buffer that holds this step's accumulated gradients (fp32 master gradients when they
+  // accumulate there, the model-dtype buffer otherwise), as consecutive views of at most
+  // `bucket_elements` each, for data-parallel averaging between the last micro-batch and
+  // Step(). Reducing the views in place changes what Step() applies.
+  std::vector<torch::Tensor> GradientBuckets(int64_t bucket_elements);
 
   // Successful (not skipped) steps so far: Adam's t.
   int64_t step_count() const { return step_count_; }

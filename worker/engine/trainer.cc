@@ -21,6 +21,7 @@
 #include "worker/engine/optimizer.h"
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
+#include "worker/parallel/collectives.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -101,17 +102,23 @@ absl::StatusOr<model::AttentionBackend> ParseBackend(const std::string& name) {
       absl::StrCat("attention backend \"", name, "\" is not auto, math or fused"));
 }
 
-// The single-device trainer runs what needs no model parallelism.
-absl::Status CheckSingleDevice(const mt::v1::ParallelSpec& p) {
+// This trainer runs one model replica per rank: no tensor, pipeline or context parallelism;
+// data parallelism only with collectives (`dp_size` > 1).
+absl::Status CheckSingleDevice(const mt::v1::ParallelSpec& p, int dp_size) {
   auto over_one = [](int64_t v) { return v > 1; };
   if (over_one(p.tensor_model_parallel_size()) || over_one(p.pipeline_model_parallel_size()) ||
-      over_one(p.context_parallel_size()) || over_one(p.data_parallel_size()) ||
-      over_one(p.world_size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the single-device trainer runs tp=pp=cp=dp=1; this spec has tp=",
+      over_one(p.context_parallel_size())) {
+    return absl::UnimplementedError(
+        absl::StrCat("tensor, pipeline and context parallelism are not available yet: this spec "
+                     "has tp=",
                      p.tensor_model_parallel_size(), " pp=", p.pipeline_model_parallel_size(),
-                     " cp=", p.context_parallel_size(), " dp=", p.data_parallel_size(),
-                     " world=", p.world_size(), " (the parallel layer runs those)"));
+                     " cp=", p.context_parallel_size(), "; run it with tp=pp=cp=1"));
+  }
+  const int64_t dp = p.data_parallel_size() > 0 ? p.data_parallel_size() : p.world_size();
+  if (over_one(dp) && dp != dp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the spec asks for dp=", dp, " but this trainer has ", dp_size,
+                     " data-parallel rank(s); run it as a job (mtctl submit) for dp > 1"));
   }
   if (p.num_layers_per_virtual_pipeline_stage() > 0) {
     return absl::InvalidArgumentError(
@@ -120,7 +127,7 @@ absl::Status CheckSingleDevice(const mt::v1::ParallelSpec& p) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec) {
+absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
   const mt::v1::TrainingSpec& t = spec.training();
   TrainPlan plan;
   plan.micro_batch_size = t.micro_batch_size();
@@ -128,14 +135,19 @@ absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.micro_batch_size ", t.micro_batch_size(), " must be >= 1"));
   }
-  plan.global_batch_size = t.global_batch_size() > 0 ? t.global_batch_size() : t.micro_batch_size();
-  if (plan.global_batch_size % plan.micro_batch_size != 0) {
+  plan.global_batch_size =
+      t.global_batch_size() > 0 ? t.global_batch_size() : t.micro_batch_size() * dp;
+  if (plan.global_batch_size % (plan.micro_batch_size * dp) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.global_batch_size ", plan.global_batch_size,
                      " is not a multiple of micro_batch_size ", plan.micro_batch_size,
-                     " * data-parallel size 1"));
+                     " * data-parallel size ", dp));
   }
-  plan.num_micro_batches = plan.global_batch_size / plan.micro_batch_size;
+  plan.num_micro_batches = plan.global_batch_size / (plan.micro_batch_size * dp);
+  plan.data_parallel_size = dp;
+  if (spec.parallel().ddp_bucket_size() > 0) {
+    plan.ddp_bucket_elements = spec.parallel().ddp_bucket_size();
+  }
   plan.seq_length = spec.model().seq_length();
   if (t.train_iters() > 0 && t.train_samples() > 0) {
     return absl::InvalidArgumentError(
@@ -265,8 +277,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                                                          std::unique_ptr<BatchSource> train_data,
                                                          std::unique_ptr<BatchSource> valid_data) {
   if (train_data == nullptr) return absl::InvalidArgumentError("no training data source");
-  MT_RETURN_IF_ERROR(CheckSingleDevice(spec.parallel()));
-  MT_ASSIGN_OR_RETURN(TrainPlan plan, MakePlan(spec));
+  const int dp_size = options.collectives != nullptr ? options.collectives->dp_size() : 1;
+  MT_RETURN_IF_ERROR(CheckSingleDevice(spec.parallel(), dp_size));
+  MT_ASSIGN_OR_RETURN(TrainPlan plan, MakePlan(spec, dp_size));
   MT_ASSIGN_OR_RETURN(model::GptConfig config, model::GptConfig::FromSpec(spec));
   MT_ASSIGN_OR_RETURN(config.attention_backend, ParseBackend(options.attention_backend));
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
@@ -324,6 +337,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   return trainer;
 }
 
+void SetCpuThreads(int threads) {
+  if (threads > 0) at::set_num_threads(threads);
+}
+
 absl::StatusOr<StepMetrics> Trainer::Step() {
   return CatchTorch(absl::StrCat("training step ", iteration_ + 1), [this] { return StepImpl(); });
 }
@@ -358,11 +375,19 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     loss_sum = m == 0 ? loss.detach() : loss_sum + loss.detach();
   }
 
-  // 4. Unscale, check for inf/NaN, clip, update; then move the loss scale.
+  // 4. Data parallelism: average the step's gradients over the DP group, so every replica
+  //    applies the same update (and sees the same inf/NaN).
+  parallel::Collectives* dp = options_.collectives;
+  if (dp != nullptr && dp->dp_size() > 1) {
+    MT_RETURN_IF_ERROR(
+        dp->AverageGradients(s.optimizer->GradientBuckets(plan_.ddp_bucket_elements)));
+  }
+
+  // 5. Unscale, check for inf/NaN, clip, update; then move the loss scale.
   const OptimizerStepResult result = s.optimizer->Step(lr, loss_scale);
   scaler_.Update(result.skipped);
 
-  // 5. Bookkeeping.
+  // 6. Bookkeeping.
   ++iteration_;
   consumed_samples_ += plan_.global_batch_size;
   if (result.skipped) ++skipped_total_;
@@ -370,6 +395,9 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   m.iteration = iteration_;
   m.train_iterations = plan_.train_iterations;
   m.loss = loss_sum.item<double>() / static_cast<double>(num_micro);
+  if (dp != nullptr && dp->dp_size() > 1) {
+    MT_ASSIGN_OR_RETURN(m.loss, dp->AverageScalar(m.loss));
+  }
   m.learning_rate = lr;
   m.grad_norm = result.grad_norm;
   m.loss_scale = loss_scale;
@@ -447,6 +475,9 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
   }
   s.model->train();
   out.loss = loss_sum.item<double>() / static_cast<double>(batches * plan_.num_micro_batches);
+  if (options_.collectives != nullptr && options_.collectives->dp_size() > 1) {
+    MT_ASSIGN_OR_RETURN(out.loss, options_.collectives->AverageScalar(out.loss));
+  }
   out.perplexity = std::exp(std::min(20.0, out.loss));
   out.seconds = SecondsSince(start);
   if (options_.log_progress) {

@@ -38,6 +38,10 @@ namespace mt::model {
 class GptModel;
 }  // namespace mt::model
 
+namespace mt::parallel {
+class Collectives;
+}  // namespace mt::parallel
+
 namespace mt::engine {
 
 class MixedPrecisionOptimizer;
@@ -56,6 +60,11 @@ struct TrainerOptions {
   bool force_dynamic_loss_scaling = false;
   // "auto", "math" or "fused" (see model::AttentionBackend).
   std::string attention_backend = "auto";
+  // Data parallelism (not owned; null = a world of one). With it, each rank runs
+  // global_batch / (micro_batch * dp) micro-batches on its own slice of every global batch,
+  // gradients are averaged over the DP group before the optimizer step, and the reported
+  // losses are DP means. Tensor and pipeline parallelism are not run by this trainer.
+  parallel::Collectives* collectives = nullptr;
 };
 
 struct StepMetrics {
@@ -103,10 +112,15 @@ struct TrainPlan {
   int64_t eval_iterations = 0;
   int64_t log_interval = 1;
   uint64_t seed = 0;
+  int64_t data_parallel_size = 1;
+  int64_t ddp_bucket_elements = 40'000'000;  // gradient all-reduce bucket
   int64_t num_parameters = 0;
   double flops_per_token = 0.0;
   std::string precision;  // "fp32", "bf16", "fp16"
 };
+
+// Intra-op threads LibTorch uses on the CPU (a CPU rank sets its slot's core count).
+void SetCpuThreads(int threads);
 
 class Trainer {
  public:

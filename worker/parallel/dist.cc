@@ -123,6 +123,20 @@ class ProcessGroupCollectives : public Collectives {
         elements += grads[i].numel();
         ++i;
       }
+      if (bucket.size() == 1 && bucket[0].is_contiguous()) {
+        // A flat gradient buffer's view: reduce it in place, no copies.
+        std::vector<at::Tensor> inplace = {bucket[0]};
+        c10d::AllreduceOptions opts;
+        opts.reduceOp = c10d::ReduceOp::SUM;
+        MT_RETURN_IF_ERROR(Wait(dp_->allreduce(inplace, opts), "gradient all-reduce"));
+        try {
+          bucket[0].div_(static_cast<double>(dp_size_));
+        } catch (const c10::Error& e) {
+          return absl::InternalError(
+              absl::StrCat("averaging gradients: ", e.what_without_backtrace()));
+        }
+        continue;
+      }
       std::vector<at::Tensor> flat;
       try {
         std::vector<at::Tensor> views;

@@ -1,0 +1,165 @@
+#!/usr/bin/env bash
+# The GPU suite, on the GPU machine (shared/device/README.md), with .device/ carried into the
+# repo root: sources .device/gpu-env.sh, configures and builds (Release, Ninja) into
+# /tmp/mt-gpu, runs `ctest -L gpu`, then the engine benchmark (bench/engine/run_bench.sh: our
+# trainer against PyTorch eager and torch.compile), and prints a short table last.
+#
+#   tests/gpu/run.sh
+#
+# Environment:
+#   OUT               where logs and results go (default /tmp/mt-gpu-out)
+#   MT_GPU_BUILD_DIR  build dir (default /tmp/mt-gpu); MT_GPU_JOBS build jobs (default 16)
+#   MT_GPU_BUDGET_S   wall-time budget of the whole script (default 540 s); the build and the
+#                     tests are cut off where they would leave no time for the table, and the
+#                     benchmark gets what is left (runs that do not fit are listed as "skip")
+#   MT_GPU_SKIP_TESTS=1, MT_GPU_SKIP_BENCH=1   leave a stage out
+#   MT_BENCH_SIZES, MT_BENCH_MODES, MT_BENCH_WARMUP, MT_BENCH_STEPS, ...  see run_bench.sh
+# Exit codes: 0 all passed; 1 environment, configure, build or a GPU test failed; 3 the build
+# and tests passed but a benchmark run of our trainer failed.
+set -uo pipefail
+t0=$(date +%s)
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root" || exit 1
+out=${OUT:-/tmp/mt-gpu-out}
+mkdir -p "$out" && out=$(cd "$out" && pwd) || exit 1
+rm -f "$out/bench-engine/table.txt" "$out/summary.txt"  # never show an older run's table
+build=${MT_GPU_BUILD_DIR:-/tmp/mt-gpu}
+jobs=${MT_GPU_JOBS:-16}
+budget=${MT_GPU_BUDGET_S:-540}
+deadline=$((t0 + budget))
+# The machine's python and library path from before gpu-env.sh, for the PyTorch peer.
+export MT_PYTHON=${MT_PYTHON:-$(command -v python3 || echo python3)}
+export MT_PEER_LD_LIBRARY_PATH=${LD_LIBRARY_PATH-}
+
+names=() stats=() secs=() details=()
+record() { names+=("$1"); stats+=("$2"); secs+=("$3"); details+=("$4"); }
+say() { echo "[gpu +$(($(date +%s) - t0))s] $*"; }
+left() { echo $((deadline - $(date +%s))); }
+# A timeout(1) limit that keeps `reserve` seconds of the budget (at least 1 s: 0 means none).
+limit() { local t=$(($(left) - $1)); [ $t -ge 1 ] || t=1; echo $t; }
+failed=0
+
+print_table() {
+  local gpu
+  gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader \
+        2>/dev/null | head -1)
+  {
+    echo
+    echo "== mt GPU suite: ${gpu:-no nvidia-smi}; $(date -u '+%Y-%m-%d %H:%M:%S UTC');" \
+         "$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')" \
+         "$(git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo '(+ local changes)');" \
+         "$(($(date +%s) - t0)) s =="
+    printf '%-10s %-6s %6s  %s\n' stage result sec detail
+    local i
+    for i in "${!names[@]}"; do
+      printf '%-10s %-6s %6s  %s\n' "${names[$i]}" "${stats[$i]}" "${secs[$i]}" "${details[$i]}"
+    done
+    if [ -s "$out/bench-engine/table.txt" ] && [ "${MT_GPU_SKIP_BENCH:-0}" != 1 ]; then
+      echo
+      cat "$out/bench-engine/table.txt"
+    fi
+    echo "logs: $out"
+  } | tee "$out/summary.txt"
+}
+
+finish() {
+  print_table
+  exit "$1"
+}
+
+# 1. Environment: the bundle's libraries, LibTorch and NCCL from the machine's PyTorch.
+s=$(date +%s)
+if [ ! -f .device/gpu-env.sh ]; then
+  record env FAIL 0 ".device/gpu-env.sh is missing (carry .device into the repo root)"
+  finish 1
+fi
+# shellcheck disable=SC1091
+if ! source .device/gpu-env.sh >"$out/gpu-env.log" 2>&1; then
+  record env FAIL $(($(date +%s) - s)) "source .device/gpu-env.sh failed: $(tail -1 "$out/gpu-env.log")"
+  finish 1
+fi
+record env ok $(($(date +%s) - s)) "$(grep -m1 '^gpu-env:' "$out/gpu-env.log" | cut -c10-)"
+nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
+say "environment ready: $(tail -1 "$out/gpu-env.log")"
+
+# 2. Configure and build.
+s=$(date +%s)
+say "configure $build"
+if ! timeout -k 10 "$(limit 30)" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+     -DMT_BUILD_TESTS=ON -DCMAKE_PREFIX_PATH="$MT_CMAKE_PREFIX" -DCMAKE_CUDA_ARCHITECTURES=90 \
+     -DNCCL_ROOT="$MT_NCCL_ROOT" >"$out/configure.log" 2>&1; then
+  tail -n 30 "$out/configure.log"
+  record configure FAIL $(($(date +%s) - s)) "see configure.log"
+  finish 1
+fi
+record configure ok $(($(date +%s) - s)) "Release, CUDA arch 90, $build"
+s=$(date +%s)
+say "build -j $jobs"
+timeout -k 10 "$(limit 30)" cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1
+rc=$?
+if [ $rc -ne 0 ]; then
+  grep -E 'error|FAILED' "$out/build.log" | head -n 20
+  tail -n 20 "$out/build.log"
+  why="see build.log"
+  [ $rc -ge 124 ] && why="cut off by the time budget (MT_GPU_BUDGET_S=$budget); see build.log"
+  record build FAIL $(($(date +%s) - s)) "$why"
+  finish 1
+fi
+record build ok $(($(date +%s) - s)) "$(grep -c '^\[' "$out/build.log") build steps"
+
+# 3. GPU tests.
+if [ "${MT_GPU_SKIP_TESTS:-0}" = 1 ]; then
+  record "gpu tests" skip 0 "MT_GPU_SKIP_TESTS=1"
+else
+  s=$(date +%s)
+  say "ctest -L gpu"
+  timeout -k 10 "$(limit 20)" ctest --test-dir "$build" -L gpu --output-on-failure \
+    --no-tests=error --timeout 300 >"$out/ctest-gpu.log" 2>&1
+  rc=$?
+  cp "$build/Testing/Temporary/LastTest.log" "$out/ctest-gpu-LastTest.log" 2>/dev/null || true
+  summary=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$out/ctest-gpu.log" |
+            tail -1)
+  total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$summary")
+  nfail=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$summary")
+  # A GPU test that GTEST_SKIPs (no device, no CUDA build) passes in ctest: count those.
+  gskip=$(grep -oE '^\[  SKIPPED \] [^ ]+\.[^ ]+' "$out/ctest-gpu-LastTest.log" 2>/dev/null |
+          sort -u | wc -l)
+  nrun=$(sed -n '/tests did not run:/,/^$/p' "$out/ctest-gpu.log" | grep -cE '^\s+[0-9]+ - ')
+  if [ -n "$summary" ]; then
+    detail="$((total - nfail)) passed, $nfail failed of $total; $gskip skipped inside gtest"
+    [ "$nrun" -gt 0 ] && detail="$detail; $nrun not run"
+  else
+    detail="no ctest summary (see ctest-gpu.log): $(grep -m1 -iE 'no tests|error' "$out/ctest-gpu.log")"
+  fi
+  if [ $rc -ne 0 ]; then
+    failed=1
+    [ $rc -ge 124 ] && [ -z "$summary" ] && detail="cut off by the time budget; $detail"
+    bad=$(sed -n '/The following tests FAILED:/,/^Errors while running/p' "$out/ctest-gpu.log" |
+          grep -oE '[0-9]+ - [^ ]+' | sed -E 's/^[0-9]+ - //' | head -n 5 | paste -sd, -)
+    [ -n "$bad" ] && detail="$detail (failed: $bad)"
+    sed -n '/The following tests FAILED:/,$p' "$out/ctest-gpu.log" | head -n 20
+    record "gpu tests" FAIL $(($(date +%s) - s)) "$detail"
+  else
+    record "gpu tests" ok $(($(date +%s) - s)) "$detail"
+  fi
+fi
+
+# 4. The engine benchmark, in what is left of the budget (15 s kept for the table).
+if [ "${MT_GPU_SKIP_BENCH:-0}" = 1 ]; then
+  record bench skip 0 "MT_GPU_SKIP_BENCH=1"
+else
+  s=$(date +%s)
+  say "bench/engine/run_bench.sh ($(($(left) - 15)) s left)"
+  MT_BENCH_DEADLINE=$((deadline - 15)) timeout -k 10 "$(limit 5)" \
+    "$root/bench/engine/run_bench.sh" --build "$build" --out "$out/bench-engine" \
+    2>&1 | tee "$out/bench.log"
+  rc=${PIPESTATUS[0]}
+  case $rc in
+    0) record bench ok $(($(date +%s) - s)) "table below; $out/bench-engine/results.json" ;;
+    3) record bench FAIL $(($(date +%s) - s)) "a run of ours failed (notes below)"
+       [ $failed -eq 0 ] && failed=3 ;;
+    *) record bench FAIL $(($(date +%s) - s)) "run_bench.sh exit $rc (see bench.log)"
+       [ $failed -eq 0 ] && failed=3 ;;
+  esac
+fi
+finish $failed

@@ -1,0 +1,216 @@
+// Jobs end to end: a real coordinator, real worker daemons and real trainer processes (CPU,
+// Gloo) on loopback, with a tiny GPT on a small repetitive dataset.
+#include <signal.h>
+
+#include <cmath>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/base/files.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/cluster.h"
+
+namespace mt {
+namespace {
+
+using ::testing::HasSubstr;
+using testutil::Cluster;
+using testutil::CommandResult;
+
+const std::string kBin = std::string(MT_BINARY_DIR) + "/bin";
+
+// A job YAML for the tiny model; `dp` "auto" spreads it over the free workers.
+std::string JobYaml(const std::string& name, const std::string& data_prefix, int iters,
+                    const std::string& dp = "auto", int global_batch = 8) {
+  return absl::StrCat(
+      "name: ", name, "\n",
+      "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16,\n"
+      "        hidden_dropout: 0.0, attention_dropout: 0.0}\n"
+      "parallel: {tp: 1, pp: 1, dp: ",
+      dp, "}\n", "training: {micro_batch_size: 2, global_batch_size: ", global_batch,
+      ", train_iters: ", iters, ", lr: 3.0e-3, lr_warmup_iters: 2, seed: 7}\n",
+      "data:\n  data_path: ", data_prefix, "\n  split: \"90,10,0\"\n",
+      "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
+      "evaluation: {eval_interval: 0}\n", "logging: {log_interval: 5}\n");
+}
+
+class JobsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
+    data_ = testutil::WriteRepetitiveDataset(cluster_.dir(), 64, 200);
+    ASSERT_FALSE(data_.empty());
+  }
+
+  void StartWorkers(int n) {
+    for (int i = 0; i < n; ++i) ASSERT_TRUE(cluster_.StartWorker(absl::StrCat("w", i)).ok());
+    ASSERT_TRUE(cluster_.WaitForIdleWorkers(n, absl::Seconds(30)))
+        << cluster_.Log("coordinator.log");
+  }
+
+  std::string Submit(const std::string& yaml, const std::string& file) {
+    const std::string path = cluster_.dir() + "/" + file;
+    EXPECT_TRUE(WriteFileAtomically(path, yaml).ok());
+    CommandResult r = cluster_.Mtctl({"submit", path});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return std::string(absl::StripAsciiWhitespace(r.out));
+  }
+
+  std::string Events(const std::string& id) {
+    auto job = cluster_.GetJob(id, /*events=*/true);
+    std::string out;
+    if (!job.ok()) return out;
+    for (const auto& e : job->events()) {
+      absl::StrAppend(&out, mt::v1::JobState_Name(e.state()), ": ", e.reason(), "\n");
+    }
+    return out;
+  }
+
+  Cluster cluster_{kBin};
+  std::string data_;
+};
+
+TEST_F(JobsTest, SubmitRunsToSuccessWithFallingLossOverTwoDataParallelRanks) {
+  StartWorkers(2);
+  const std::string id = Submit(JobYaml("ok", data_, 40), "ok.yaml");
+  ASSERT_EQ(id, "j-1");
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5)))
+      << Events(id) << cluster_.Log("w0.log");
+  auto job = cluster_.GetJob(id, true);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->layout().data_parallel_size(), 2);
+  EXPECT_EQ(job->progress().step(), 40);
+  EXPECT_EQ(job->progress().total_steps(), 40);
+  // ln(50257) = 10.82 at the start; a repeated ten-token phrase is learnt quickly.
+  EXPECT_LT(job->progress().loss(), 6.0);
+  EXPECT_GT(job->progress().tokens_per_second(), 0.0);
+  // The history: submitted, placed, running, done, in that order.
+  ASSERT_GE(job->events_size(), 4);
+  EXPECT_EQ(job->events(0).state(), mt::v1::JOB_STATE_PENDING);
+  EXPECT_EQ(job->events(1).state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(job->events(2).state(), mt::v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(job->events(job->events_size() - 1).state(), mt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE(cluster_.WaitForIdleWorkers(2, absl::Seconds(10)));
+  // mtctl watch on an ended job prints the end and exits 0.
+  CommandResult w = cluster_.Mtctl({"watch", id});
+  EXPECT_EQ(w.exit_code, 0) << w.err;
+  EXPECT_THAT(w.out, HasSubstr("SUCCEEDED"));
+  CommandResult logs = cluster_.Mtctl({"logs", id, "0"});
+  EXPECT_EQ(logs.exit_code, 0);
+  EXPECT_THAT(logs.out, HasSubstr("finished 40 steps"));
+}
+
+TEST_F(JobsTest, ASecondJobThatDoesNotFitWaitsThenRuns) {
+  StartWorkers(2);
+  const std::string a = Submit(JobYaml("first", data_, 25, "2"), "a.yaml");
+  const std::string b = Submit(JobYaml("second", data_, 5, "2"), "b.yaml");
+  auto jb = cluster_.GetJob(b);
+  ASSERT_TRUE(jb.ok());
+  EXPECT_EQ(jb->state(), mt::v1::JOB_STATE_PENDING);
+  EXPECT_THAT(jb->reason(), HasSubstr("waiting for 2 free workers"));
+  EXPECT_EQ(jb->queue_position(), 0);
+  ASSERT_TRUE(cluster_.WaitForState(b, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5))) << Events(b);
+  auto ja = cluster_.GetJob(a);
+  jb = cluster_.GetJob(b);
+  ASSERT_TRUE(ja.ok() && jb.ok());
+  EXPECT_EQ(ja->state(), mt::v1::JOB_STATE_SUCCEEDED);
+  // Gang scheduling, no over-subscription: b started only after a ended.
+  EXPECT_GE(jb->start_time().seconds() * 1'000'000'000 + jb->start_time().nanos(),
+            ja->end_time().seconds() * 1'000'000'000 + ja->end_time().nanos());
+}
+
+TEST_F(JobsTest, CancelStopsEveryRank) {
+  StartWorkers(2);
+  const std::string id = Submit(JobYaml("long", data_, 100000), "long.yaml");
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_RUNNING, absl::Minutes(2))) << Events(id);
+  CommandResult r = cluster_.Mtctl({"cancel", id, "enough"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("CANCELLED"));
+  // Both ranks stop and both workers are free again within 10 s.
+  EXPECT_TRUE(cluster_.WaitForIdleWorkers(2, absl::Seconds(10))) << Events(id);
+  auto job = cluster_.GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->state(), mt::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(job->reason(), "cancelled: enough");
+  // Cancelling again is refused, naming the state.
+  r = cluster_.Mtctl({"cancel", id});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("already ended (CANCELLED)"));
+}
+
+TEST_F(JobsTest, AKilledWorkerFailsItsJobWithAReason) {
+  StartWorkers(2);
+  const std::string id = Submit(JobYaml("victim", data_, 100000), "victim.yaml");
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_RUNNING, absl::Minutes(2)));
+  cluster_.worker("w1")->Signal(SIGKILL);
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_FAILED, absl::Seconds(30))) << Events(id);
+  auto job = cluster_.GetJob(id);
+  ASSERT_TRUE(job.ok());
+  // Either the lost heartbeat or the surviving rank's broken collective tells first.
+  EXPECT_THAT(job->reason(), ::testing::AnyOf(HasSubstr("lost"), HasSubstr("failed")));
+  // The surviving worker is stopped and free again.
+  EXPECT_TRUE(cluster_.WaitForIdleWorkers(1, absl::Seconds(20)));
+}
+
+TEST_F(JobsTest, CoordinatorRestartMidJobKeepsTheJobAndItsHistory) {
+  StartWorkers(2);
+  const std::string id = Submit(JobYaml("survivor", data_, 60), "survivor.yaml");
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_RUNNING, absl::Minutes(2)));
+  cluster_.KillCoordinator(SIGKILL);
+  ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5)))
+      << Events(id) << cluster_.Log("coordinator.log");
+  auto job = cluster_.GetJob(id, true);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->progress().step(), 60);
+  std::vector<mt::v1::JobState> states;
+  for (const auto& e : job->events()) states.push_back(e.state());
+  EXPECT_EQ(states, (std::vector<mt::v1::JobState>{
+                        mt::v1::JOB_STATE_PENDING, mt::v1::JOB_STATE_SCHEDULED,
+                        mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED}));
+}
+
+TEST_F(JobsTest, InvalidSpecsAndUnknownIdsChangeNothing) {
+  StartWorkers(1);
+  const std::string path = cluster_.dir() + "/bad.yaml";
+  ASSERT_TRUE(WriteFileAtomically(path,
+                                  "model: {num_layers: 2, hidden_size: 30, "
+                                  "num_attention_heads: 4, seq_length: 16}\n"
+                                  "training: {micro_batch: 2}\n")
+                  .ok());
+  CommandResult r = cluster_.Mtctl({"submit", path});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("training.micro_batch: unknown key"));
+  r = cluster_.Mtctl({"describe", "j-42"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_THAT(r.err, HasSubstr("no job j-42"));
+  r = cluster_.Mtctl({"cancel", "nonsense"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("not a job id"));
+  r = cluster_.Mtctl({"list", "-o", "json"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("\"id\"")));
+}
+
+TEST_F(JobsTest, ACrashingTrainerLeavesItsWorkerReadyForTheNextJob) {
+  StartWorkers(1);
+  const std::string bad =
+      Submit(JobYaml("nodata", cluster_.dir() + "/missing", 5, "1", 2), "nodata.yaml");
+  ASSERT_TRUE(cluster_.WaitForState(bad, mt::v1::JOB_STATE_FAILED, absl::Minutes(2)))
+      << Events(bad);
+  auto job = cluster_.GetJob(bad);
+  ASSERT_TRUE(job.ok());
+  EXPECT_THAT(job->reason(), HasSubstr("rank 0 on w-1 failed: exit code 1"));
+  EXPECT_THAT(job->reason(), HasSubstr("missing"));
+  // The daemon lives on and takes the next job.
+  ASSERT_TRUE(cluster_.WaitForIdleWorkers(1, absl::Seconds(10)));
+  const std::string good = Submit(JobYaml("next", data_, 5, "1", 2), "next.yaml");
+  EXPECT_TRUE(cluster_.WaitForState(good, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(3)))
+      << Events(good);
+}
+
+}  // namespace
+}  // namespace mt

@@ -1,0 +1,221 @@
+#include "worker/train/rank_command.h"
+
+#include <signal.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/base/files.h"
+#include "common/base/logging.h"
+#include "common/base/status_macros.h"
+#include "common/rpc/auth.h"
+#include "google/protobuf/util/time_util.h"
+#include "mt/v1/worker_service.pb.h"
+#include "worker/agent/report_channel.h"
+#include "worker/engine/data_sources.h"
+#include "worker/engine/trainer.h"
+#include "worker/parallel/dist.h"
+#include "worker/parallel/rendezvous_client.h"
+
+namespace mt::train {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+// Set from the signal handler; the training loop polls it between steps.
+std::atomic<int> g_stop_signal{0};
+
+void OnStopSignal(int sig) { g_stop_signal.store(sig); }
+
+constexpr double kH200PeakBf16 = 989e12;
+
+int Fail(const absl::Status& status, absl::string_view what) {
+  // The daemon puts the log's last line into the job's failure reason: make it the cause.
+  std::fprintf(stderr, "mt-train: %s: %s\n", std::string(what).c_str(),
+               std::string(status.message()).c_str());
+  std::fflush(stderr);
+  return 1;
+}
+
+class Reporter {
+ public:
+  explicit Reporter(worker::ReportWriter writer) : writer_(writer) {}
+
+  void Phase(mt::v1::RankPhase phase) {
+    mt::v1::RankReport r;
+    r.set_phase(phase);
+    *r.mutable_progress() = progress_;
+    Send(r);
+  }
+
+  void Step(const engine::StepMetrics& m, const engine::MemoryStats& mem, bool send) {
+    interval_loss_ += m.loss;
+    ++interval_steps_;
+    seconds_ += m.seconds;
+    if (!send) return;
+    progress_.set_step(m.iteration);
+    progress_.set_total_steps(m.train_iterations);
+    progress_.set_consumed_samples(m.consumed_samples);
+    progress_.set_loss(interval_loss_ / interval_steps_);
+    progress_.set_learning_rate(m.learning_rate);
+    progress_.set_grad_norm(m.grad_norm);
+    progress_.set_loss_scale(m.loss_scale);
+    progress_.set_skipped_steps(m.skipped_total);
+    progress_.set_tokens_per_second(m.tokens_per_second);
+    progress_.set_step_seconds(m.seconds);
+    progress_.set_mfu(m.mfu);
+    progress_.set_memory_allocated_bytes(mem.allocated_bytes);
+    progress_.set_memory_reserved_bytes(mem.reserved_bytes);
+    progress_.set_memory_peak_bytes(mem.peak_allocated_bytes);
+    const double per_step = seconds_ / std::max<int64_t>(1, m.iteration - first_step_ + 1);
+    progress_.set_eta_seconds(per_step * static_cast<double>(m.train_iterations - m.iteration));
+    *progress_.mutable_time() = TimeUtil::NanosecondsToTimestamp(absl::GetCurrentTimeNanos());
+    interval_loss_ = 0;
+    interval_steps_ = 0;
+    mt::v1::RankReport r;
+    r.set_phase(mt::v1::RANK_PHASE_TRAINING);
+    *r.mutable_progress() = progress_;
+    Send(r);
+  }
+
+  void Eval(const engine::EvalMetrics& e) {
+    progress_.set_validation_loss(e.loss);
+    progress_.set_validation_perplexity(e.perplexity);
+    progress_.set_validation_step(e.iteration);
+    mt::v1::RankReport r;
+    r.set_phase(mt::v1::RANK_PHASE_TRAINING);
+    *r.mutable_progress() = progress_;
+    Send(r);
+  }
+
+  void set_first_step(int64_t s) { first_step_ = s; }
+
+ private:
+  void Send(const mt::v1::RankReport& r) {
+    if (absl::Status s = writer_.Write(r); !s.ok() && !warned_) {
+      MT_LOG(WARNING) << "progress reports stop: " << s.message();
+      warned_ = true;
+    }
+  }
+
+  worker::ReportWriter writer_;
+  mt::v1::Progress progress_ = [] {
+    mt::v1::Progress p;
+    p.set_validation_loss(std::nan(""));
+    p.set_validation_perplexity(std::nan(""));
+    p.set_eta_seconds(-1);
+    return p;
+  }();
+  double interval_loss_ = 0;
+  int64_t interval_steps_ = 0;
+  double seconds_ = 0;
+  int64_t first_step_ = 1;
+  bool warned_ = false;
+};
+
+}  // namespace
+
+int RunRankCommand(const std::vector<std::string>& args) {
+  std::string path;
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--assignment" && i + 1 < args.size()) {
+      path = args[++i];
+    } else if (args[i].rfind("--assignment=", 0) == 0) {
+      path = args[i].substr(13);
+    } else {
+      std::fprintf(stderr, "mt-train: unknown argument '%s'; usage: mt-train --assignment FILE\n",
+                   args[i].c_str());
+      return 2;
+    }
+  }
+  if (path.empty()) {
+    std::fprintf(stderr, "mt-train: usage: mt-train --assignment FILE\n");
+    return 2;
+  }
+  struct sigaction sa = {};
+  sa.sa_handler = OnStopSignal;
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  auto bytes = ReadFile(path, 64 << 20);
+  if (!bytes.ok()) return Fail(bytes.status(), "reading the assignment");
+  mt::v1::Assignment assignment;
+  mt::v1::JobSpec spec;
+  if (!assignment.ParseFromString(*bytes) || !spec.ParseFromString(assignment.spec())) {
+    return Fail(absl::DataLossError(path), "the assignment does not parse");
+  }
+  const int rank = assignment.coordinates().rank();
+  const mt::v1::Layout& layout = assignment.layout();
+  MT_LOG(INFO) << "rank " << rank << " of " << assignment.job_id() << " (attempt "
+               << assignment.attempt() << "), world " << layout.world_size();
+  Reporter reporter(worker::ReportWriter::FromEnvironment());
+  reporter.Phase(mt::v1::RANK_PHASE_STARTING);
+
+  std::string token;
+  if (const char* tf = std::getenv("MT_TOKEN_FILE"); tf != nullptr && tf[0] != '\0') {
+    auto tokens = rpc::ReadTokenFile(tf);
+    if (!tokens.ok()) return Fail(tokens.status(), "MT_TOKEN_FILE");
+    token = tokens->front();
+  }
+  parallel::RendezvousClient rendezvous(assignment.coordinator_address(), token,
+                                        assignment.job_id(), assignment.attempt());
+  const bool gpu = assignment.gpu_index() >= 0;
+  if (const char* threads = std::getenv("MT_CPU_THREADS"); !gpu && threads != nullptr) {
+    const int n = std::atoi(threads);
+    if (n > 0) engine::SetCpuThreads(n);
+  }
+  parallel::DistOptions dist;
+  dist.backend = gpu ? "nccl" : "gloo";
+  if (spec.parallel().ddp_bucket_size() > 0)
+    dist.bucket_elements = spec.parallel().ddp_bucket_size();
+  auto collectives = parallel::InitDistributed(layout, rank, &rendezvous, dist);
+  if (!collectives.ok()) return Fail(collectives.status(), "joining the process groups");
+  const int dp_rank = (*collectives)->dp_rank();
+  const int dp_size = (*collectives)->dp_size();
+  if (spec.training().global_batch_size() == 0) {
+    spec.mutable_training()->set_global_batch_size(spec.training().micro_batch_size() * dp_size);
+  }
+
+  auto data = engine::DataSourcesFromSpec(spec, /*consumed_samples=*/0, dp_rank, dp_size);
+  if (!data.ok()) return Fail(data.status(), "data");
+  engine::TrainerOptions options;
+  // The daemon sets CUDA_VISIBLE_DEVICES to the rank's GPU: it is device 0 here.
+  options.device = gpu ? "cuda:0" : "cpu";
+  options.collectives = collectives->get();
+  const bool sixteen_bit = spec.training().precision() == mt::v1::PRECISION_BF16 ||
+                           spec.training().precision() == mt::v1::PRECISION_FP16;
+  options.peak_flops_per_second = gpu && sixteen_bit ? kH200PeakBf16 : 0.0;
+  if (const char* peak = std::getenv("MT_PEAK_TFLOPS"); peak != nullptr) {
+    options.peak_flops_per_second = std::atof(peak) * 1e12;
+  }
+  auto trainer =
+      engine::Trainer::Create(spec, options, std::move(data->train), std::move(data->valid));
+  if (!trainer.ok()) return Fail(trainer.status(), "building the trainer");
+  reporter.Phase(mt::v1::RANK_PHASE_TRAINING);
+
+  engine::Trainer& t = **trainer;
+  const int64_t log_interval = std::max<int64_t>(1, t.plan().log_interval);
+  reporter.set_first_step(t.iteration() + 1);
+  absl::Status status = t.Train(
+      [&](const engine::StepMetrics& m) {
+        const bool send = m.iteration % log_interval == 0 || m.iteration == m.train_iterations;
+        reporter.Step(m, t.memory(), send);
+        return g_stop_signal.load() == 0;
+      },
+      [&](const engine::EvalMetrics& e) { reporter.Eval(e); });
+  if (!status.ok()) return Fail(status, "training");
+  if (int sig = g_stop_signal.load(); sig != 0) {
+    MT_LOG(INFO) << "stopped by signal " << sig << " at step " << t.iteration();
+    return 128 + sig;
+  }
+  MT_LOG(INFO) << "rank " << rank << " finished " << t.iteration() << " steps";
+  return 0;
+}
+
+}  // namespace mt::train

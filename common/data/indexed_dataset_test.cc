@@ -56,7 +56,7 @@ class IndexedDatasetTest : public ::testing::Test {
     dir_ = absl::StrCat(::testing::TempDir(), "/mt_data_test_", ::getpid(), "_", info->name());
     ASSERT_EQ(std::system(("rm -rf '" + dir_ + "' && mkdir -p '" + dir_ + "'").c_str()), 0);
   }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  void TearDown() override { EXPECT_EQ(std::system(("rm -rf '" + dir_ + "'").c_str()), 0); }
   std::string Prefix(absl::string_view name) const { return absl::StrCat(dir_, "/", name); }
 
   std::string dir_;

@@ -341,7 +341,11 @@ TEST(TrainerTest, CreateRejectsWhatItCannotRun) {
   };
   mt::v1::JobSpec tp = TinySpec();
   tp.mutable_parallel()->set_tensor_model_parallel_size(2);
-  EXPECT_THAT(create(tp), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tp=2")));
+  EXPECT_THAT(create(tp), StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("tp=2")));
+  // dp > 1 needs collectives (a job's ranks), not a lone trainer.
+  mt::v1::JobSpec dp = TinySpec();
+  dp.mutable_parallel()->set_data_parallel_size(2);
+  EXPECT_THAT(create(dp), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dp=2")));
   mt::v1::JobSpec fp16 = TinySpec();
   fp16.mutable_training()->set_precision(mt::v1::PRECISION_FP16);
   EXPECT_THAT(create(fp16), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("fp16")));

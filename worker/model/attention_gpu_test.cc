@@ -42,9 +42,10 @@ TEST(AttentionGpuTest, FusedMatchesMathInBf16) {
     const torch::Tensor dout = torch::randn({2, 12, s, 64}, fp32);
 
     auto run = [&](torch::ScalarType dtype, AttentionBackend backend) {
-      torch::Tensor q = q32.to(dtype).requires_grad_(true);
-      torch::Tensor k = k32.to(dtype).requires_grad_(true);
-      torch::Tensor v = v32.to(dtype).requires_grad_(true);
+      // detach(): fresh leaves each run (to() returns q32 itself when dtype is already fp32).
+      torch::Tensor q = q32.to(dtype).detach().requires_grad_(true);
+      torch::Tensor k = k32.to(dtype).detach().requires_grad_(true);
+      torch::Tensor v = v32.to(dtype).detach().requires_grad_(true);
       torch::Tensor out = CausalAttention(q, k, v, 0.0, false, backend);
       out.backward(dout.to(dtype));
       return std::vector<torch::Tensor>{out.detach(), q.grad(), k.grad(), v.grad()};

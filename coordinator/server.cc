@@ -89,8 +89,12 @@ void Server::SweepLoop() {
                       << absl::FormatDuration(config_.lost_after);
       jobs_->OnWorkerLost(id);
     }
-    // After a restart, workers get `lost_after` to come back before their ranks count as gone.
-    if (clock_->Now() - start_time_ > config_.lost_after) jobs_->FailOrphans();
+    // After a restart, workers get `lost_after` plus their reconnect backoff (at most 5 s,
+    // worker/agent/agent.cc; twice that for margin) to come back before their ranks count as
+    // gone.
+    if (clock_->Now() - start_time_ > config_.lost_after + absl::Seconds(10)) {
+      jobs_->FailOrphans();
+    }
   }
 }
 

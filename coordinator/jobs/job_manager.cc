@@ -33,6 +33,11 @@ std::string SpaceKey(const std::string& job_id, int attempt) {
   return absl::StrCat(job_id, "/", attempt);
 }
 
+bool HoldsRanks(mt::v1::JobState s) {
+  return s == mt::v1::JOB_STATE_SCHEDULED || s == mt::v1::JOB_STATE_RUNNING ||
+         s == mt::v1::JOB_STATE_RESTARTING;
+}
+
 std::string Outcome(mt::v1::RankOutcome o) {
   switch (o) {
     case mt::v1::RANK_OUTCOME_SUCCEEDED:
@@ -62,10 +67,58 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Store* store,
     for (int r = 0; r < job.placement_size(); ++r) {
       entry->ranks[r].worker_id = job.placement(r).worker_id();
     }
+    entry->id = id;
     entry->job = std::move(job);
+    m->Reindex(*entry, mt::v1::JOB_STATE_UNSPECIFIED, entry->job.state());
     m->jobs_[id] = std::move(entry);
   }
   return m;
+}
+
+void JobManager::Reindex(const JobEntry& entry, mt::v1::JobState from, mt::v1::JobState to) {
+  if (from == to) return;
+  const int64_t id = entry.id;
+  const int priority = entry.job.spec().priority();
+  if (from != mt::v1::JOB_STATE_UNSPECIFIED) {
+    auto c = state_counts_.find(from);
+    if (c != state_counts_.end() && --c->second <= 0) state_counts_.erase(c);
+  }
+  ++state_counts_[to];
+  if (from == mt::v1::JOB_STATE_PENDING) {
+    auto group = pending_.find(priority);
+    if (group != pending_.end()) {
+      std::deque<int64_t>& ids = group->second;
+      auto it = std::lower_bound(ids.begin(), ids.end(), id);
+      if (it != ids.end() && *it == id) ids.erase(it);
+      if (ids.empty()) pending_.erase(group);
+    }
+  }
+  if (to == mt::v1::JOB_STATE_PENDING) {
+    std::deque<int64_t>& ids = pending_[priority];
+    // Ids grow, so a new job goes to the back; a job queued again goes to its place.
+    if (ids.empty() || ids.back() < id) {
+      ids.push_back(id);
+    } else {
+      ids.insert(std::lower_bound(ids.begin(), ids.end(), id), id);
+    }
+  }
+  if (HoldsRanks(from) && !HoldsRanks(to)) placed_.erase(id);
+  if (!HoldsRanks(from) && HoldsRanks(to)) placed_.insert(id);
+}
+
+JobManager::JobEntry* JobManager::NextPending(const std::optional<std::pair<int, int64_t>>& after) {
+  auto group = pending_.begin();
+  if (after.has_value()) {
+    group = pending_.lower_bound(after->first);  // the first priority <= after's
+    if (group != pending_.end() && group->first == after->first) {
+      const std::deque<int64_t>& ids = group->second;
+      auto it = std::upper_bound(ids.begin(), ids.end(), after->second);
+      if (it != ids.end()) return jobs_.at(*it).get();
+      ++group;
+    }
+  }
+  if (group == pending_.end()) return nullptr;
+  return jobs_.at(group->second.front()).get();
 }
 
 absl::StatusOr<JobManager::JobEntry*> JobManager::Find(const std::string& job_id) {
@@ -102,9 +155,12 @@ absl::Status JobManager::Transition(JobEntry* entry, mt::v1::JobState to,
   event.set_reason(reason);
   event.set_attempt(next.attempt());
   MT_RETURN_IF_ERROR(store_->UpdateJob(next, event));
+  const mt::v1::JobState from = entry->job.state();
   entry->job = std::move(next);
   entry->last_event = event;
   ++entry->version;
+  entry->planned_version = 0;
+  Reindex(*entry, from, to);
   MT_LOG(INFO) << entry->job.id() << " -> " << ShortName(to) << ": " << reason;
   if (IsTerminal(to)) {
     rendezvous_.erase(SpaceKey(entry->job.id(), entry->job.attempt()));
@@ -147,8 +203,10 @@ absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSp
   MT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(stored.id()));
   if (jobs_.find(id) == jobs_.end()) {
     auto entry = std::make_unique<JobEntry>();
+    entry->id = id;
     entry->job = stored;
     entry->last_event = event;
+    Reindex(*entry, mt::v1::JOB_STATE_UNSPECIFIED, entry->job.state());
     jobs_[id] = std::move(entry);
     MT_LOG(INFO) << stored.id() << " submitted (" << spec.name() << ")";
     ScheduleLocked();
@@ -161,11 +219,16 @@ absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSp
 
 int64_t JobManager::QueuePosition(const JobEntry& entry) {
   if (entry.job.state() != mt::v1::JOB_STATE_PENDING) return -1;
+  // Jobs of higher priority, then jobs of the same priority with lower ids.
+  const int priority = entry.job.spec().priority();
   int64_t ahead = 0;
-  for (const auto& [id, other] : jobs_) {
-    if (other.get() == &entry || other->job.state() != mt::v1::JOB_STATE_PENDING) continue;
-    const int p = other->job.spec().priority(), q = entry.job.spec().priority();
-    if (p > q || (p == q && id < ParseJobId(entry.job.id()).value_or(0))) ++ahead;
+  for (const auto& [p, ids] : pending_) {
+    if (p < priority) break;
+    if (p > priority) {
+      ahead += static_cast<int64_t>(ids.size());
+      continue;
+    }
+    ahead += std::lower_bound(ids.begin(), ids.end(), entry.id) - ids.begin();
   }
   return ahead;
 }
@@ -197,6 +260,34 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
   }
   absl::MutexLock lock(&mu_);
   mt::v1::ListJobsResponse response;
+  if (request.name_prefix().empty()) {
+    // Totals from the per-state counts; the page from the token on, not the whole map.
+    auto wanted = [&](mt::v1::JobState s) {
+      return request.states_size() == 0 ||
+             std::find(request.states().begin(), request.states().end(), s) !=
+                 request.states().end();
+    };
+    int64_t total = 0;
+    for (const auto& [state, n] : state_counts_) {
+      if (wanted(state)) total += n;
+    }
+    response.set_total_count(total);
+    int64_t last = 0;
+    for (auto it = jobs_.upper_bound(after); it != jobs_.end(); ++it) {
+      const JobEntry& entry = *it->second;
+      if (!wanted(entry.job.state())) continue;
+      if (response.jobs_size() == size) {
+        // More follow: a matching job has an id above the page's last.
+        response.set_next_page_token(std::to_string(last));
+        break;
+      }
+      mt::v1::Job* out = response.add_jobs();
+      *out = entry.job;
+      out->set_queue_position(QueuePosition(entry));
+      last = it->first;
+    }
+    return response;
+  }
   int64_t total = 0;
   int64_t last = 0;
   for (const auto& [id, entry] : jobs_) {
@@ -295,9 +386,7 @@ absl::StatusOr<JobManager::Snapshot> JobManager::WaitForChange(const std::string
 
 std::map<mt::v1::JobState, int> JobManager::CountByState() {
   absl::MutexLock lock(&mu_);
-  std::map<mt::v1::JobState, int> counts;
-  for (const auto& [id, entry] : jobs_) ++counts[entry->job.state()];
-  return counts;
+  return state_counts_;
 }
 
 void JobManager::Schedule() {
@@ -307,18 +396,23 @@ void JobManager::Schedule() {
 
 void JobManager::ScheduleLocked() {
   if (shutdown_) return;
-  std::vector<JobEntry*> pending;
-  for (auto& [id, entry] : jobs_) {
-    if (entry->job.state() == mt::v1::JOB_STATE_PENDING) pending.push_back(entry.get());
-  }
-  // Priority first, then FIFO by id (the map is in id order and the sort is stable).
-  std::stable_sort(pending.begin(), pending.end(), [](JobEntry* a, JobEntry* b) {
-    return a->job.spec().priority() > b->job.spec().priority();
-  });
-  const int live = static_cast<int>(
-      registry_->List({mt::v1::WORKER_STATE_IDLE, mt::v1::WORKER_STATE_BUSY}, "").size());
-  for (JobEntry* entry : pending) {
-    std::vector<mt::v1::Worker> idle = registry_->List({mt::v1::WORKER_STATE_IDLE}, "");
+  // Priority first, then FIFO by id. The capacity snapshot is taken when a job needs a plan
+  // and again whenever the registry moved on (e.g. after this pass placed a job).
+  std::optional<WorkerRegistry::Capacity> capacity;
+  std::optional<std::pair<int, int64_t>> after;
+  while (JobEntry* entry = NextPending(after)) {
+    after = std::make_pair(entry->job.spec().priority(), entry->id);
+    const uint64_t version = registry_->capacity_version();
+    if (entry->planned_version == version) {
+      // Planned at this very capacity: still unplaceable, and its reason says so already.
+      if (entry->planned_blocks) break;
+      continue;
+    }
+    if (!capacity.has_value() || capacity->version != version) {
+      capacity = registry_->SnapshotCapacity();
+    }
+    const std::vector<mt::v1::Worker>& idle = capacity->idle;
+    const int live = capacity->live;
     absl::StatusOr<mt::v1::PlanJobResponse> plan = PlanOnWorkers(entry->job.spec(), idle);
     if (!plan.ok()) {
       // The spec was valid at submit; a plan error now means it can never run here.
@@ -334,6 +428,8 @@ void JobManager::ScheduleLocked() {
         entry->job.set_reason(reason);
         (void)Persist(entry);
       }
+      entry->planned_version = capacity->version;
+      entry->planned_blocks = needed <= live;
       if (needed <= live) break;  // it fits the cluster: keep its place, block the rest
       continue;                   // larger than the cluster: let smaller jobs by
     }
@@ -527,8 +623,10 @@ absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
 
 void JobManager::OnWorkerLost(const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
-  for (auto& [id, entry] : jobs_) {
-    if (IsTerminal(entry->job.state()) || entry->job.state() == mt::v1::JOB_STATE_PENDING) continue;
+  // Only jobs holding ranks can run on the worker; copied, as failing one unindexes it.
+  const std::vector<int64_t> placed(placed_.begin(), placed_.end());
+  for (int64_t id : placed) {
+    std::unique_ptr<JobEntry>& entry = jobs_.at(id);
     for (size_t r = 0; r < entry->ranks.size(); ++r) {
       RankState& rank = entry->ranks[r];
       if (rank.worker_id != worker_id || rank.outcome != mt::v1::RANK_OUTCOME_UNSPECIFIED) continue;
@@ -549,7 +647,9 @@ void JobManager::OnWorkerLost(const std::string& worker_id) {
 void JobManager::FailOrphans() {
   absl::MutexLock lock(&mu_);
   bool changed = false;
-  for (auto& [id, entry] : jobs_) {
+  const std::vector<int64_t> placed(placed_.begin(), placed_.end());
+  for (int64_t id : placed) {
+    std::unique_ptr<JobEntry>& entry = jobs_.at(id);
     const mt::v1::JobState state = entry->job.state();
     if (state != mt::v1::JOB_STATE_SCHEDULED && state != mt::v1::JOB_STATE_RUNNING) continue;
     for (size_t r = 0; r < entry->ranks.size(); ++r) {

@@ -10,6 +10,11 @@
 // backfilling, so large jobs are not starved); a job larger than the whole cluster waits
 // without blocking others.
 //
+// Cost: a pass walks the PENDING jobs in order from an index (no scan of every job), and a job
+// already planned at the registry's current capacity version is not planned again (its
+// placement cannot have changed), so a pass over a blocked queue costs O(log n) whatever its
+// length. Queue positions come from the same index.
+//
 // Dispatch: each worker has a mailbox of commands (assign, stop) that its StreamAssignments
 // call drains; commands queued while no stream is open wait for the next one.
 //
@@ -20,10 +25,13 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -119,10 +127,15 @@ class JobManager {
     std::string message;
   };
   struct JobEntry {
+    int64_t id = 0;  // numeric part of job.id
     mt::v1::Job job;
     uint64_t version = 1;
     std::optional<mt::v1::JobEvent> last_event;
     std::vector<RankState> ranks;  // for the current attempt
+    // The registry capacity version at which a pass last found this PENDING job unplaceable
+    // (0 = not since it last changed state), and whether it then blocked the jobs behind it.
+    uint64_t planned_version = 0;
+    bool planned_blocks = false;
   };
 
   JobManager(Store* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options)
@@ -133,6 +146,14 @@ class JobManager {
   absl::Status Transition(JobEntry* entry, mt::v1::JobState to, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Persist(JobEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps pending_, placed_ and state_counts_ in step with a job whose state moves from `from`
+  // to `to` (from = UNSPECIFIED for a job new to memory).
+  void Reindex(const JobEntry& entry, mt::v1::JobState from, mt::v1::JobState to)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The PENDING job after (priority, id) in scheduling order, the first when `after` is empty;
+  // nullptr at the end.
+  JobEntry* NextPending(const std::optional<std::pair<int, int64_t>>& after)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends a stop to every rank of the job's current attempt still running and frees workers
   // whose ranks already ended.
@@ -155,6 +176,13 @@ class JobManager {
   std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
   // Ordered by numeric id.
   std::map<int64_t, std::unique_ptr<JobEntry>> jobs_ ABSL_GUARDED_BY(mu_);
+  // PENDING job ids by priority (highest first), each in id order: the scheduling order.
+  // Groups are never empty.
+  std::map<int, std::deque<int64_t>, std::greater<int>> pending_ ABSL_GUARDED_BY(mu_);
+  // Jobs that hold or are stopping ranks (SCHEDULED, RUNNING, RESTARTING), by id.
+  std::set<int64_t> placed_ ABSL_GUARDED_BY(mu_);
+  // Jobs in each state (states with none are absent).
+  std::map<mt::v1::JobState, int> state_counts_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::deque<mt::v1::WorkerCommand>> mailboxes_
       ABSL_GUARDED_BY(mu_);
   // Rendezvous space per "job_id/attempt".

@@ -101,6 +101,7 @@ absl::StatusOr<mt::v1::Worker> WorkerRegistry::Register(const mt::v1::RegisterRe
     w.set_reason(known ? "re-registered" : "registered");
   }
   last_seen_[id] = now;
+  ++version_;
   return w;
 }
 
@@ -129,6 +130,7 @@ absl::Status WorkerRegistry::Deregister(const std::string& worker_id) {
   }
   it->second.set_state(mt::v1::WORKER_STATE_GONE);
   it->second.set_reason("deregistered");
+  ++version_;
   return absl::OkStatus();
 }
 
@@ -149,6 +151,7 @@ absl::StatusOr<mt::v1::Worker> WorkerRegistry::Drain(const std::string& worker_i
   }
   w.set_state(mt::v1::WORKER_STATE_DRAINING);
   w.set_reason("drained by an operator");
+  ++version_;
   return w;
 }
 
@@ -176,6 +179,7 @@ absl::Status WorkerRegistry::Assign(const std::string& worker_id, const std::str
   it->second.set_job_id(job_id);
   it->second.set_rank(rank);
   it->second.set_reason(absl::StrCat("running rank ", rank, " of ", job_id));
+  ++version_;
   return absl::OkStatus();
 }
 
@@ -187,6 +191,7 @@ void WorkerRegistry::Release(const std::string& worker_id, const std::string& jo
   if (it == workers_.end() || it->second.job_id() != job_id) return;
   it->second.clear_job_id();
   it->second.set_rank(0);
+  ++version_;
   if (it->second.state() == mt::v1::WORKER_STATE_BUSY) {
     it->second.set_state(mt::v1::WORKER_STATE_IDLE);
     it->second.set_reason(absl::StrCat("finished its rank of ", job_id));
@@ -221,7 +226,28 @@ std::vector<std::string> WorkerRegistry::SweepLost() {
       lost.push_back(w.id());
     }
   }
+  if (!lost.empty()) ++version_;
   return lost;
+}
+
+WorkerRegistry::Capacity WorkerRegistry::SnapshotCapacity() const {
+  absl::MutexLock lock(&mu_);
+  Capacity c;
+  c.version = version_;
+  for (const auto& [id, w] : workers_) {
+    if (w.state() == mt::v1::WORKER_STATE_IDLE) {
+      ++c.live;
+      c.idle.push_back(w);
+    } else if (w.state() == mt::v1::WORKER_STATE_BUSY) {
+      ++c.live;
+    }
+  }
+  return c;
+}
+
+uint64_t WorkerRegistry::capacity_version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
 }
 
 WorkerCounts WorkerRegistry::Counts() const {

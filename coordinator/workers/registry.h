@@ -61,6 +61,19 @@ class WorkerRegistry {
   // Declares LOST every live worker silent for longer than lost_after; returns their ids.
   std::vector<std::string> SweepLost();
   WorkerCounts Counts() const;
+
+  // What the scheduler places jobs on, read under one lock: the IDLE workers in id order, the
+  // number of live (IDLE or BUSY) workers, and the capacity version they belong to.
+  struct Capacity {
+    std::vector<mt::v1::Worker> idle;
+    int live = 0;
+    uint64_t version = 0;
+  };
+  Capacity SnapshotCapacity() const;
+  // Changes whenever a worker's state, job or resources change (register, assign, release,
+  // drain, lost, deregister); heartbeats leave it alone. Equal versions mean equal capacity,
+  // so a placement computed at one version holds until the version moves. Starts at 1.
+  uint64_t capacity_version() const;
   absl::Duration lost_after() const { return lost_after_; }
 
  private:
@@ -68,6 +81,7 @@ class WorkerRegistry {
   const absl::Duration lost_after_;
   mutable absl::Mutex mu_;
   int64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
   // Ordered by numeric id so listings are stable.
   absl::btree_map<int64_t, mt::v1::Worker> workers_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<int64_t, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);

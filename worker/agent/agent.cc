@@ -218,12 +218,12 @@ absl::Status Agent::Run() {
     if (!s.ok()) MT_LOG(WARNING) << "deregistering: " << s.message();
   }
   if (assignment_thread_.joinable()) assignment_thread_.join();
-  std::vector<std::thread> exits;
+  std::vector<ExitReporter> exits;
   {
     absl::MutexLock lock(&mu_);
     exits.swap(exit_threads_);
   }
-  for (auto& t : exits) t.join();
+  for (auto& e : exits) e.thread.join();
   {
     absl::MutexLock lock(&report_mu_);
     if (report_writer_ != nullptr) {
@@ -330,7 +330,12 @@ void Agent::ReportExit(const mt::v1::RankExitReport& report) {
   MT_LOG(INFO) << "rank " << report.rank() << " of " << report.job_id()
                << " ended: " << report.message();
   absl::MutexLock lock(&mu_);
-  exit_threads_.emplace_back([this, report] {
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread t([this, report, done] {
+    struct MarkDone {
+      std::atomic<bool>* flag;
+      ~MarkDone() { flag->store(true); }
+    } mark{done.get()};
     absl::Duration backoff = absl::Milliseconds(200);
     const absl::Time give_up = absl::Now() + absl::Minutes(10);
     while (absl::Now() < give_up) {
@@ -346,12 +351,22 @@ void Agent::ReportExit(const mt::v1::RankExitReport& report) {
       backoff = std::min(backoff * 2, absl::Seconds(5));
     }
   });
+  exit_threads_.push_back({std::move(t), std::move(done)});
 }
 
 void Agent::Reap() {
   std::vector<std::unique_ptr<RankProcess>> done;
+  std::vector<std::thread> finished_reporters;
   {
     absl::MutexLock lock(&mu_);
+    for (auto it = exit_threads_.begin(); it != exit_threads_.end();) {
+      if (it->done->load()) {
+        finished_reporters.push_back(std::move(it->thread));
+        it = exit_threads_.erase(it);
+      } else {
+        ++it;
+      }
+    }
     for (auto it = ranks_.begin(); it != ranks_.end();) {
       if (it->second->exited()) {
         done.push_back(std::move(it->second));
@@ -362,6 +377,7 @@ void Agent::Reap() {
     }
   }
   done.clear();  // joins their threads outside the lock
+  for (auto& t : finished_reporters) t.join();
 }
 
 void Agent::StopAllRanks(absl::Duration grace) {

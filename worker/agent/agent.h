@@ -11,6 +11,7 @@
 #ifndef MT_WORKER_AGENT_AGENT_H_
 #define MT_WORKER_AGENT_AGENT_H_
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <string>
@@ -92,7 +93,12 @@ class Agent {
   std::unique_ptr<grpc::ClientWriter<mt::v1::RankReport>> report_writer_
       ABSL_GUARDED_BY(report_mu_);
   std::thread assignment_thread_;
-  std::vector<std::thread> exit_threads_ ABSL_GUARDED_BY(mu_);
+  // Threads delivering exit reports (with retries); joined by Reap once done.
+  struct ExitReporter {
+    std::thread thread;
+    std::shared_ptr<std::atomic<bool>> done;
+  };
+  std::vector<ExitReporter> exit_threads_ ABSL_GUARDED_BY(mu_);
 };
 
 // This machine's resources for a slot: node name, device name and memory.

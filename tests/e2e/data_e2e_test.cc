@@ -16,10 +16,12 @@
 #include "absl/time/clock.h"
 #include "common/base/files.h"
 #include "common/base/status_matchers.h"
+#include "common/tokenizer/gpt2_bpe_tokenizer.h"
 #include "common/tokenizer/json_lite.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/subprocess.h"
+#include "worker/data/gpt_dataset.h"
 
 namespace mt {
 namespace {
@@ -142,6 +144,54 @@ TEST_F(DataE2eTest, MobyDickDecodesBackToTheOriginalChapters) {
     MT_ASSERT_OK_AND_ASSIGN(std::string b, tokenizer::ExtractJsonStringField(got[i], "text"));
     ASSERT_EQ(a, b) << "chapter " << i;
   }
+
+  // Sampling (worker/data, as the trainer reads it): Megatron's GPT samples of seq + 1 tokens
+  // across document boundaries. Every piece between <|endoftext|> markers is book text.
+  std::string book;
+  for (const std::string& line : want) {
+    MT_ASSERT_OK_AND_ASSIGN(std::string text, tokenizer::ExtractJsonStringField(line, "text"));
+    book += text;
+  }
+  data::GPTDataConfig config;
+  config.blend.prefixes = {dataset};
+  config.split = "949,50,1";
+  config.seq_length = 256;
+  config.cache_dir = dir_ + "/cache";
+  MT_ASSERT_OK_AND_ASSIGN(data::GPTDatasets sets, data::BuildGPTDatasets(config, {300, 20, 0}));
+  ASSERT_NE(sets.train, nullptr);
+  ASSERT_NE(sets.valid, nullptr);
+  // Whole epochs are indexed (Megatron), so at least the samples asked for.
+  EXPECT_GE(sets.train->size(), 300);
+  MT_ASSERT_OK_AND_ASSIGN(auto tok, tokenizer::Gpt2BpeTokenizer::Create(kVocab, kMerges));
+  int boundaries = 0;
+  for (int64_t i = 0; i < 300; ++i) {
+    MT_ASSERT_OK_AND_ASSIGN(std::vector<int32_t> sample, sets.train->Sample(i));
+    ASSERT_EQ(sample.size(), 257u);
+    // Byte-level BPE pieces may split a multi-byte character at a sample's edges; compare
+    // whole pieces between the markers, trimmed of their first and last token.
+    std::vector<int32_t> piece;
+    auto check = [&](bool at_start, bool at_end) {
+      std::vector<int32_t> inner(piece.begin() + (at_start ? 1 : 0),
+                                 piece.end() - (at_end && !piece.empty() ? 1 : 0));
+      if (inner.size() > 2) {
+        const std::string text = tok->Decode(inner);
+        EXPECT_NE(book.find(text), std::string::npos) << "sample " << i << ": " << text;
+      }
+      piece.clear();
+    };
+    bool first = true;
+    for (int32_t t : sample) {
+      if (t == tok->eod()) {
+        ++boundaries;
+        check(first, false);
+        first = false;
+      } else {
+        piece.push_back(t);
+      }
+    }
+    check(first, true);
+  }
+  EXPECT_GT(boundaries, 0);  // some samples span two chapters
 }
 
 TEST_F(DataE2eTest, WorkersAndStandardInputGiveTheSameBytes) {

@@ -601,6 +601,9 @@ int main(int argc, char** argv) {
       const size_t slash = name.find('/');
       (void)absl::SimpleAtoi(name.substr(1, slash - 1), &q);
       print("heartbeat during " + name.substr(slash + 1), q, Summarize(v));
+    } else if (name == "fill-cluster") {
+      // 125 jobs placed one by one on 1,000 idle workers.
+      print("heartbeat during cluster fill", 0, Summarize(v));
     } else if (name.rfind("fill-", 0) == 0) {
       // Filling: --fill_threads submitters flat out; the queue grows towards the mark.
       (void)absl::SimpleAtoi(name.substr(5), &q);

@@ -87,10 +87,10 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config) 
     resolved.trainer_binary = dir + "/mt-train";
   }
   if (::access(resolved.trainer_binary.c_str(), X_OK) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the trainer ", resolved.trainer_binary,
-                     " is missing or not executable (a build without LibTorch has none); pass "
-                     "--trainer-binary"));
+    // The daemon still serves (registration, heartbeats); ranks sent here fail with this reason.
+    MT_LOG(WARNING) << "the trainer " << resolved.trainer_binary
+                    << " is missing or not executable (a build without LibTorch has none; pass "
+                       "--trainer-binary): ranks assigned here will fail";
   }
   std::unique_ptr<Agent> agent(new Agent(resolved, DetectResources(resolved), token));
   if (!config.state_file.empty()) {

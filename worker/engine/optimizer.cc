@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/version.h>
 
 #include <cmath>
 #include <unordered_set>
@@ -160,14 +161,25 @@ void MixedPrecisionOptimizer::ZeroGrad() {
   torch::NoGradGuard no_grad;
   SyncGradViews();
   model_grad_flat_.zero_();
-  if (Fp32Accumulation()) master_grad_.zero_();
+  // The master gradients are overwritten by the first fold (FoldIntoMaster), not zeroed: one
+  // pass over them less per step.
+  master_grad_holds_step_ = false;
 }
 
 void MixedPrecisionOptimizer::FinishMicroBatch() {
   if (!Fp32Accumulation()) return;
   torch::NoGradGuard no_grad;
   SyncGradViews();
-  master_grad_.add_(model_grad_flat_);
+  FoldIntoMaster();
+}
+
+void MixedPrecisionOptimizer::FoldIntoMaster() {
+  if (master_grad_holds_step_) {
+    master_grad_.add_(model_grad_flat_);
+  } else {
+    master_grad_.copy_(model_grad_flat_);
+    master_grad_holds_step_ = true;
+  }
   model_grad_flat_.zero_();
 }
 
@@ -192,8 +204,7 @@ std::vector<torch::Tensor> MixedPrecisionOptimizer::GradientBuckets(int64_t buck
   SyncGradViews();
   torch::Tensor buffer = model_grad_flat_;
   if (Fp32Accumulation()) {
-    master_grad_.add_(model_grad_flat_);
-    model_grad_flat_.zero_();
+    FoldIntoMaster();
     buffer = master_grad_;
   }
   std::vector<torch::Tensor> buckets;
@@ -211,8 +222,7 @@ OptimizerStepResult MixedPrecisionOptimizer::Step(double lr, double loss_scale) 
   OptimizerStepResult result;
   // 1. fp32 gradients (plus whatever FinishMicroBatch has not folded in yet), unscaled.
   if (Fp32Accumulation()) {
-    master_grad_.add_(model_grad_flat_);
-    model_grad_flat_.zero_();
+    FoldIntoMaster();
   } else if (!master_is_model_) {
     master_grad_.copy_(model_grad_flat_);
   }
@@ -240,7 +250,38 @@ OptimizerStepResult MixedPrecisionOptimizer::Step(double lr, double loss_scale) 
   return result;
 }
 
+bool MixedPrecisionOptimizer::FusedAdamWUpdate(double lr) {
+#if TORCH_VERSION_MAJOR >= 2
+  if (!config_.fused_adamw || !master_.is_cuda() || master_.scalar_type() != at::kFloat) {
+    return false;
+  }
+  // The kernel reads each step tensor as Adam's t (torch.optim.AdamW(fused=True) increments
+  // them before the call); weight decay is per call, so the decayed and the other parameters
+  // go separately.
+  const int64_t total = master_.numel();
+  auto run = [&](int64_t begin, int64_t end, double weight_decay) {
+    if (end <= begin) return;
+    std::vector<at::Tensor> params = {master_.narrow(0, begin, end - begin)};
+    std::vector<at::Tensor> grads = {master_grad_.narrow(0, begin, end - begin)};
+    std::vector<at::Tensor> m = {exp_avg_.narrow(0, begin, end - begin)};
+    std::vector<at::Tensor> v = {exp_avg_sq_.narrow(0, begin, end - begin)};
+    std::vector<at::Tensor> steps = {
+        at::full({}, static_cast<double>(step_count_), master_.options())};
+    at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, config_.adam_beta1,
+                      config_.adam_beta2, weight_decay, config_.adam_eps, /*amsgrad=*/false,
+                      /*maximize=*/false);
+  };
+  run(0, decay_numel_, config_.weight_decay);
+  run(decay_numel_, total, 0.0);
+  return true;
+#else
+  (void)lr;
+  return false;
+#endif
+}
+
 void MixedPrecisionOptimizer::AdamWUpdate(double lr) {
+  if (FusedAdamWUpdate(lr)) return;
   const double b1 = config_.adam_beta1;
   const double b2 = config_.adam_beta2;
   const double t = static_cast<double>(step_count_);

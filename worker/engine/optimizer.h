@@ -63,6 +63,9 @@ struct OptimizerConfig {
   // (FinishMicroBatch) rather than accumulating them in 16 bits. Megatron turns this on for
   // bf16 (--accumulate-allreduce-grads-in-fp32); here it is the default for fp16 too.
   bool accumulate_grads_in_fp32 = true;
+  // AdamW on CUDA tensors with LibTorch >= 2.0: one fused kernel per step (at::_fused_adamw_)
+  // instead of a chain of element-wise passes over the master weights. Same math.
+  bool fused_adamw = true;
 
   // Unset fields take the defaults of proto/mt/v1/job_spec.proto.
   static absl::StatusOr<OptimizerConfig> FromSpec(const mt::v1::TrainingSpec& training);
@@ -124,6 +127,11 @@ class MixedPrecisionOptimizer {
   void SyncGradViews();
   bool Fp32Accumulation() const;
   void AdamWUpdate(double lr);
+  // The fused kernel; false when this LibTorch or device has none (the caller falls back).
+  bool FusedAdamWUpdate(double lr);
+  // Adds (or, first in a step, copies) the model-dtype gradients into the fp32 master
+  // gradients and zeroes the former.
+  void FoldIntoMaster();
   void SgdUpdate(double lr);
 
   OptimizerConfig config_;
@@ -131,9 +139,10 @@ class MixedPrecisionOptimizer {
   int64_t num_parameters_ = 0;  // without padding
   int64_t decay_numel_ = 0;     // decayed parameters occupy [0, decay_numel_)
   bool master_is_model_ = false;
-  torch::Tensor model_flat_;       // the model's dtype; parameters are views
-  torch::Tensor model_grad_flat_;  // the model's dtype; .grad are views
-  torch::Tensor master_;           // fp32 (fp64 for an fp64 model); == model_flat_ when fp32
+  torch::Tensor model_flat_;             // the model's dtype; parameters are views
+  torch::Tensor model_grad_flat_;        // the model's dtype; .grad are views
+  bool master_grad_holds_step_ = false;  // master_grad_ has this step's gradients so far
+  torch::Tensor master_;                 // fp32 (fp64 for an fp64 model); == model_flat_ when fp32
   torch::Tensor master_grad_;
   torch::Tensor exp_avg_;
   torch::Tensor exp_avg_sq_;

@@ -300,3 +300,60 @@ grpc::Status WorkerServiceImpl::RendezvousAdd(grpc::ServerContext* context,
 }
 
 }  // namespace mt::coordinator
+
+namespace mt::coordinator {
+namespace {
+
+grpc::Status NoCheckpointsYet() {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "this coordinator does not keep a checkpoint catalog yet: checkpoint "
+                      "save/load, the catalog and Hugging Face export arrive with the "
+                      "checkpoints work (jobs train without checkpoints until then)");
+}
+
+}  // namespace
+
+grpc::Status ClientServiceImpl::ListCheckpoints(grpc::ServerContext* context,
+                                                const mt::v1::ListCheckpointsRequest*,
+                                                mt::v1::ListCheckpointsResponse*) {
+  MT_CHECK_AUTH(context);
+  return NoCheckpointsYet();
+}
+grpc::Status ClientServiceImpl::GetCheckpoint(grpc::ServerContext* context,
+                                              const mt::v1::GetCheckpointRequest*,
+                                              mt::v1::Checkpoint*) {
+  MT_CHECK_AUTH(context);
+  return NoCheckpointsYet();
+}
+grpc::Status ClientServiceImpl::DeleteCheckpoint(grpc::ServerContext* context,
+                                                 const mt::v1::DeleteCheckpointRequest*,
+                                                 mt::v1::Checkpoint*) {
+  MT_CHECK_AUTH(context);
+  return NoCheckpointsYet();
+}
+grpc::Status ClientServiceImpl::VerifyCheckpoint(grpc::ServerContext* context,
+                                                 const mt::v1::VerifyCheckpointRequest*,
+                                                 mt::v1::VerifyCheckpointResponse*) {
+  MT_CHECK_AUTH(context);
+  return NoCheckpointsYet();
+}
+grpc::Status ClientServiceImpl::DownloadCheckpoint(
+    grpc::ServerContext* context, const mt::v1::DownloadCheckpointRequest*,
+    grpc::ServerWriter<mt::v1::DownloadCheckpointChunk>*) {
+  MT_CHECK_AUTH(context);
+  return NoCheckpointsYet();
+}
+grpc::Status ClientServiceImpl::ExportCheckpoint(grpc::ServerContext* context,
+                                                 const mt::v1::ExportCheckpointRequest*,
+                                                 mt::v1::ExportCheckpointResponse*) {
+  MT_CHECK_AUTH(context);
+  return NoCheckpointsYet();
+}
+grpc::Status ClientServiceImpl::ImportCheckpoint(grpc::ServerContext* context,
+                                                 const mt::v1::ImportCheckpointRequest*,
+                                                 mt::v1::Checkpoint*) {
+  MT_CHECK_AUTH(context);
+  return NoCheckpointsYet();
+}
+
+}  // namespace mt::coordinator

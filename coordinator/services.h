@@ -43,6 +43,30 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
                               const mt::v1::GetClusterInfoRequest* request,
                               mt::v1::ClusterInfo* response) override;
 
+  // The checkpoint catalog is part of the API but not served yet: each answers UNIMPLEMENTED
+  // saying so, rather than gRPC's bare default.
+  grpc::Status ListCheckpoints(grpc::ServerContext* context,
+                               const mt::v1::ListCheckpointsRequest* request,
+                               mt::v1::ListCheckpointsResponse* response) override;
+  grpc::Status GetCheckpoint(grpc::ServerContext* context,
+                             const mt::v1::GetCheckpointRequest* request,
+                             mt::v1::Checkpoint* response) override;
+  grpc::Status DeleteCheckpoint(grpc::ServerContext* context,
+                                const mt::v1::DeleteCheckpointRequest* request,
+                                mt::v1::Checkpoint* response) override;
+  grpc::Status VerifyCheckpoint(grpc::ServerContext* context,
+                                const mt::v1::VerifyCheckpointRequest* request,
+                                mt::v1::VerifyCheckpointResponse* response) override;
+  grpc::Status DownloadCheckpoint(
+      grpc::ServerContext* context, const mt::v1::DownloadCheckpointRequest* request,
+      grpc::ServerWriter<mt::v1::DownloadCheckpointChunk>* writer) override;
+  grpc::Status ExportCheckpoint(grpc::ServerContext* context,
+                                const mt::v1::ExportCheckpointRequest* request,
+                                mt::v1::ExportCheckpointResponse* response) override;
+  grpc::Status ImportCheckpoint(grpc::ServerContext* context,
+                                const mt::v1::ImportCheckpointRequest* request,
+                                mt::v1::Checkpoint* response) override;
+
  private:
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;

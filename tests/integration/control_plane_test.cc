@@ -207,6 +207,17 @@ TEST_F(ControlPlaneTest, HealthServiceAnswers) {
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
+TEST_F(ControlPlaneTest, CheckpointCallsSayTheyAreNotServedYet) {
+  StartCoordinator();
+  auto stub = mt::v1::ClientService::NewStub(rpc::MakeChannel(address_, ""));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  mt::v1::ListCheckpointsResponse resp;
+  absl::Status s = rpc::FromGrpcStatus(stub->ListCheckpoints(&ctx, {}, &resp));
+  EXPECT_THAT(s, testing::StatusIs(absl::StatusCode::kUnimplemented,
+                                   HasSubstr("does not keep a checkpoint catalog yet")));
+}
+
 TEST_F(ControlPlaneTest, MtctlPlanShowsLayoutAndPlacement) {
   StartCoordinator();
   auto a0 = StartWorker("nodea", 0);

@@ -35,7 +35,8 @@ TEST(OptimizerGpuTest, FusedAdamWMatchesTheElementwisePath) {
   b->to(torch::kCUDA);
   {
     torch::NoGradGuard g;
-    for (size_t i = 0; i < a->parameters().size(); ++i) b->parameters()[i].copy_(a->parameters()[i]);
+    for (size_t i = 0; i < a->parameters().size(); ++i)
+      b->parameters()[i].copy_(a->parameters()[i]);
   }
   OptimizerConfig fused;
   fused.weight_decay = 0.1;

@@ -218,6 +218,39 @@ TEST_F(ControlPlaneTest, CheckpointCallsSayTheyAreNotServedYet) {
                                    HasSubstr("does not keep a checkpoint catalog yet")));
 }
 
+// A tp=2 job as Megatron-LM flags (dp: auto).
+const std::vector<std::string> kTp2Job = {"--num-layers",
+                                          "4",
+                                          "--hidden-size",
+                                          "64",
+                                          "--num-attention-heads",
+                                          "4",
+                                          "--seq-length",
+                                          "32",
+                                          "--tensor-model-parallel-size",
+                                          "2",
+                                          "--micro-batch-size",
+                                          "2",
+                                          "--global-batch-size",
+                                          "8",
+                                          "--lr",
+                                          "1e-3",
+                                          "--train-iters",
+                                          "10",
+                                          "--data-path",
+                                          "/data/x_text_document",
+                                          "--vocab-file",
+                                          "/v.json",
+                                          "--merge-file",
+                                          "/m.txt"};
+
+std::vector<std::string> Args(std::vector<std::string> head, const std::vector<std::string>& flags,
+                              const std::vector<std::string>& tail = {}) {
+  head.insert(head.end(), flags.begin(), flags.end());
+  head.insert(head.end(), tail.begin(), tail.end());
+  return head;
+}
+
 TEST_F(ControlPlaneTest, MtctlPlanShowsLayoutAndPlacement) {
   StartCoordinator();
   auto a0 = StartWorker("nodea", 0);
@@ -226,99 +259,17 @@ TEST_F(ControlPlaneTest, MtctlPlanShowsLayoutAndPlacement) {
   auto b1 = StartWorker("nodeb", 1);
   ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 4; },
                                 absl::Seconds(20)));
-  CommandResult r = Mtctl({"plan",
-                           "--megatron",
-                           "--",
-                           "--num-layers",
-                           "4",
-                           "--hidden-size",
-                           "64",
-                           "--num-attention-heads",
-                           "4",
-                           "--seq-length",
-                           "32",
-                           "--tensor-model-parallel-size",
-                           "2",
-                           "--micro-batch-size",
-                           "2",
-                           "--global-batch-size",
-                           "8",
-                           "--lr",
-                           "1e-3",
-                           "--train-iters",
-                           "10",
-                           "--data-path",
-                           "/data/x_text_document",
-                           "--vocab-file",
-                           "/v.json",
-                           "--merge-file",
-                           "/m.txt",
-                           "-o",
-                           "json"});
+  CommandResult r = Mtctl(Args({"plan", "--megatron", "--"}, kTp2Job, {"-o", "json"}));
   // -o after `--` belongs to the Megatron flags and is rejected by name.
   EXPECT_EQ(r.exit_code, 2) << r.out << r.err;
   EXPECT_THAT(r.err, HasSubstr("-o"));
-  r = Mtctl({"plan",
-             "-o",
-             "json",
-             "--megatron",
-             "--",
-             "--num-layers",
-             "4",
-             "--hidden-size",
-             "64",
-             "--num-attention-heads",
-             "4",
-             "--seq-length",
-             "32",
-             "--tensor-model-parallel-size",
-             "2",
-             "--micro-batch-size",
-             "2",
-             "--global-batch-size",
-             "8",
-             "--lr",
-             "1e-3",
-             "--train-iters",
-             "10",
-             "--data-path",
-             "/data/x_text_document",
-             "--vocab-file",
-             "/v.json",
-             "--merge-file",
-             "/m.txt"});
+  r = Mtctl(Args({"plan", "-o", "json", "--megatron", "--"}, kTp2Job));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // dp: auto over 4 GPU workers with tp 2 -> dp 2; TP groups never span nodes.
   EXPECT_THAT(r.out, HasSubstr("\"world_size\": 4"));
   EXPECT_THAT(r.out, HasSubstr("\"data_parallel_size\": 2"));
   EXPECT_THAT(r.out, HasSubstr("\"placeable\": true"));
-  r = Mtctl({"plan",
-             "--megatron",
-             "--",
-             "--num-layers",
-             "4",
-             "--hidden-size",
-             "64",
-             "--num-attention-heads",
-             "4",
-             "--seq-length",
-             "32",
-             "--tensor-model-parallel-size",
-             "2",
-             "--micro-batch-size",
-             "2",
-             "--global-batch-size",
-             "8",
-             "--lr",
-             "1e-3",
-             "--train-iters",
-             "10",
-             "--data-path",
-             "/data/x_text_document",
-             "--vocab-file",
-             "/v.json",
-             "--merge-file",
-             "/m.txt"});
+  r = Mtctl(Args({"plan", "--megatron", "--"}, kTp2Job));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("tp groups    [0,1] [2,3]"));
   EXPECT_THAT(r.out, HasSubstr("dp groups    [0,2] [1,3]"));

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <utility>
 
@@ -15,94 +14,21 @@
 #include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
-
-#if MT_HAVE_GLOO
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#endif
-#if MT_HAVE_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
+#include "worker/parallel/process_groups.h"
 
 namespace mt::parallel {
 namespace {
 
-// LibTorch 2.x splits the process group into a ProcessGroup and its Backend; the backends
-// carry the collectives we call. 1.13 has only ProcessGroup.
-#if TORCH_VERSION_MAJOR >= 2
-using Group = c10d::Backend;
-#else
-using Group = c10d::ProcessGroup;
-#endif
-
-std::vector<int> GroupOf(const google::protobuf::RepeatedPtrField<mt::v1::RankGroup>& groups,
-                         int rank, int* index) {
-  for (int g = 0; g < groups.size(); ++g) {
-    const auto& ranks = groups[g].ranks();
-    auto it = std::find(ranks.begin(), ranks.end(), rank);
-    if (it != ranks.end()) {
-      *index = g;
-      return {ranks.begin(), ranks.end()};
-    }
-  }
-  *index = -1;
-  return {};
-}
-
-absl::StatusOr<c10::intrusive_ptr<Group>> MakeGroup(const std::string& backend,
-                                                    c10::intrusive_ptr<c10d::Store> store,
-                                                    int group_rank, int group_size,
-                                                    std::chrono::milliseconds timeout) {
-  try {
-    if (backend == "gloo") {
-#if MT_HAVE_GLOO
-      auto opts = c10d::ProcessGroupGloo::Options::create();
-      opts->timeout = timeout;
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-      return c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, opts);
-#else
-      return absl::FailedPreconditionError(
-          "this build has no Gloo (the CUDA LibTorch ships no Gloo headers): run CPU ranks "
-          "with a build against the distribution's LibTorch");
-#endif
-    }
-    if (backend == "nccl") {
-#if MT_HAVE_NCCL
-      auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = timeout;
-      return c10::make_intrusive<c10d::ProcessGroupNCCL>(store, group_rank, group_size, opts);
-#else
-      return absl::FailedPreconditionError("this build has no NCCL: GPU ranks need a CUDA build");
-#endif
-    }
-    return absl::InvalidArgumentError(absl::StrCat("unknown backend '", backend, "'"));
-  } catch (const c10::Error& e) {
-    return absl::UnavailableError(
-        absl::StrCat("creating a ", backend, " group: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("creating a ", backend, " group: ", e.what()));
-  }
-}
-
-absl::Status Wait(const c10::intrusive_ptr<c10d::Work>& work, absl::string_view what) {
-  try {
-    work->wait();
-  } catch (const c10::Error& e) {
-    return absl::UnavailableError(absl::StrCat(what, ": ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat(what, ": ", e.what()));
-  }
-  return absl::OkStatus();
-}
-
 class ProcessGroupCollectives : public Collectives {
  public:
-  ProcessGroupCollectives(c10::intrusive_ptr<Group> world, c10::intrusive_ptr<Group> dp,
-                          int dp_rank, int dp_size, int64_t bucket_elements)
-      : world_(std::move(world)),
-        dp_(std::move(dp)),
-        dp_rank_(dp_rank),
-        dp_size_(dp_size),
-        bucket_elements_(std::max<int64_t>(1, bucket_elements)) {}
+  ProcessGroupCollectives(std::shared_ptr<ProcessGroups> groups, int64_t bucket_elements)
+      : groups_(std::move(groups)),
+        world_(groups_->world().group),
+        dp_(groups_->dp().group),
+        dp_rank_(groups_->dp_rank()),
+        dp_size_(groups_->dp().size),
+        bucket_elements_(std::max<int64_t>(1, bucket_elements)),
+        backend_is_cuda_(groups_->is_cuda()) {}
 
   int dp_size() const override { return dp_size_; }
   int dp_rank() const override { return dp_rank_; }
@@ -199,15 +125,13 @@ class ProcessGroupCollectives : public Collectives {
     return t[0].item<double>();
   }
 
- public:
-  bool backend_is_cuda_ = false;
-
- private:
+  std::shared_ptr<ProcessGroups> groups_;
   c10::intrusive_ptr<Group> world_;
   c10::intrusive_ptr<Group> dp_;
   const int dp_rank_;
   const int dp_size_;
   const int64_t bucket_elements_;
+  const bool backend_is_cuda_;
   double comm_seconds_ = 0;
 };
 
@@ -223,11 +147,22 @@ bool HasBackend(const std::string& backend) {
   return false;
 }
 
-absl::StatusOr<std::unique_ptr<Collectives>> InitDistributed(const mt::v1::Layout& layout, int rank,
-                                                             RendezvousClient* rendezvous,
-                                                             const DistOptions& options) {
+std::unique_ptr<Collectives> MakeCollectives(std::shared_ptr<ProcessGroups> groups,
+                                             int64_t bucket_elements) {
+  if (groups->world_size() <= 1) return std::make_unique<LocalCollectives>();
+  return std::make_unique<ProcessGroupCollectives>(std::move(groups), bucket_elements);
+}
+
+absl::StatusOr<Distributed> InitDistributed(const mt::v1::Layout& layout, int rank,
+                                            RendezvousClient* rendezvous,
+                                            const DistOptions& options) {
   const int world = layout.world_size();
-  if (world <= 1) return std::make_unique<LocalCollectives>();
+  Distributed out;
+  if (world <= 1) {
+    out.groups = ProcessGroups::Single(options.backend);
+    out.collectives = std::make_unique<LocalCollectives>();
+    return out;
+  }
   if (rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " outside world ", world));
   }
@@ -267,30 +202,10 @@ absl::StatusOr<std::unique_ptr<Collectives>> InitDistributed(const mt::v1::Layou
     return absl::UnavailableError(absl::StrCat("collective store: ", e.what()));
   }
 
-  MT_ASSIGN_OR_RETURN(
-      auto world_group,
-      MakeGroup(options.backend, c10::make_intrusive<c10d::PrefixStore>("world", store), rank,
-                world, timeout));
-  int dp_index = -1;
-  std::vector<int> dp_ranks = GroupOf(layout.data_groups(), rank, &dp_index);
-  if (dp_ranks.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is in no data-parallel group"));
-  }
-  const int dp_rank =
-      static_cast<int>(std::find(dp_ranks.begin(), dp_ranks.end(), rank) - dp_ranks.begin());
-  c10::intrusive_ptr<Group> dp_group = world_group;
-  if (static_cast<int>(dp_ranks.size()) != world) {
-    MT_ASSIGN_OR_RETURN(dp_group, MakeGroup(options.backend,
-                                            c10::make_intrusive<c10d::PrefixStore>(
-                                                absl::StrCat("dp/", dp_index), store),
-                                            dp_rank, static_cast<int>(dp_ranks.size()), timeout));
-  }
-  MT_LOG(INFO) << "rank " << rank << " joined world " << world << " (" << options.backend
-               << "), data-parallel group [" << absl::StrJoin(dp_ranks, ",") << "]";
-  auto c = std::make_unique<ProcessGroupCollectives>(
-      world_group, dp_group, dp_rank, static_cast<int>(dp_ranks.size()), options.bucket_elements);
-  c->backend_is_cuda_ = options.backend == "nccl";
-  return c;
+  MT_ASSIGN_OR_RETURN(out.groups,
+                      ProcessGroups::Create(layout, rank, store, options.backend, timeout));
+  out.collectives = MakeCollectives(out.groups, options.bucket_elements);
+  return out;
 }
 
 }  // namespace mt::parallel

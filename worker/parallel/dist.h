@@ -28,11 +28,23 @@ struct DistOptions {
   int64_t bucket_elements = 40'000'000;
 };
 
-// Builds the groups and returns the collectives the training step uses. With a world of one it
-// returns LocalCollectives without touching the rendezvous.
-absl::StatusOr<std::unique_ptr<Collectives>> InitDistributed(const mt::v1::Layout& layout, int rank,
-                                                             RendezvousClient* rendezvous,
-                                                             const DistOptions& options);
+class ProcessGroups;  // process_groups.h (c10d; LibTorch translation units only)
+
+// What a rank of a job gets from InitDistributed.
+struct Distributed {
+  std::shared_ptr<ProcessGroups> groups;     // every group of this rank
+  std::unique_ptr<Collectives> collectives;  // the DP view the trainer uses
+};
+
+// Builds the groups and the collectives the training step uses. With a world of one it
+// returns ProcessGroups::Single and LocalCollectives without touching the rendezvous.
+absl::StatusOr<Distributed> InitDistributed(const mt::v1::Layout& layout, int rank,
+                                            RendezvousClient* rendezvous,
+                                            const DistOptions& options);
+
+// The collectives of the DP group of `groups` (LocalCollectives for a world of one).
+std::unique_ptr<Collectives> MakeCollectives(std::shared_ptr<ProcessGroups> groups,
+                                             int64_t bucket_elements);
 
 // Which backends this build has ("gloo", "nccl").
 bool HasBackend(const std::string& backend);

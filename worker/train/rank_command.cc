@@ -174,10 +174,10 @@ int RunRankCommand(const std::vector<std::string>& args) {
   dist.backend = gpu ? "nccl" : "gloo";
   if (spec.parallel().ddp_bucket_size() > 0)
     dist.bucket_elements = spec.parallel().ddp_bucket_size();
-  auto collectives = parallel::InitDistributed(layout, rank, &rendezvous, dist);
-  if (!collectives.ok()) return Fail(collectives.status(), "joining the process groups");
-  const int dp_rank = (*collectives)->dp_rank();
-  const int dp_size = (*collectives)->dp_size();
+  auto distributed = parallel::InitDistributed(layout, rank, &rendezvous, dist);
+  if (!distributed.ok()) return Fail(distributed.status(), "joining the process groups");
+  const int dp_rank = distributed->collectives->dp_rank();
+  const int dp_size = distributed->collectives->dp_size();
   if (spec.training().global_batch_size() == 0) {
     spec.mutable_training()->set_global_batch_size(spec.training().micro_batch_size() * dp_size);
   }
@@ -187,7 +187,7 @@ int RunRankCommand(const std::vector<std::string>& args) {
   engine::TrainerOptions options;
   // The daemon sets CUDA_VISIBLE_DEVICES to the rank's GPU: it is device 0 here.
   options.device = gpu ? "cuda:0" : "cpu";
-  options.collectives = collectives->get();
+  options.collectives = distributed->collectives.get();
   const bool sixteen_bit = spec.training().precision() == mt::v1::PRECISION_BF16 ||
                            spec.training().precision() == mt::v1::PRECISION_FP16;
   options.peak_flops_per_second = gpu && sixteen_bit ? kH200PeakBf16 : 0.0;

@@ -40,6 +40,7 @@ class GptModel;
 
 namespace mt::parallel {
 class Collectives;
+class ProcessGroups;
 }  // namespace mt::parallel
 
 namespace mt::engine {
@@ -65,6 +66,9 @@ struct TrainerOptions {
   // gradients are averaged over the DP group before the optimizer step, and the reported
   // losses are DP means. Tensor and pipeline parallelism are not run by this trainer.
   parallel::Collectives* collectives = nullptr;
+  // Every process group of this rank (worker/parallel/process_groups.h), for tensor and
+  // pipeline parallelism and the distributed optimizer; null = a world of one.
+  std::shared_ptr<parallel::ProcessGroups> groups;
 };
 
 struct StepMetrics {

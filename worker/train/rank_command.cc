@@ -188,6 +188,7 @@ int RunRankCommand(const std::vector<std::string>& args) {
   // The daemon sets CUDA_VISIBLE_DEVICES to the rank's GPU: it is device 0 here.
   options.device = gpu ? "cuda:0" : "cpu";
   options.collectives = distributed->collectives.get();
+  options.groups = distributed->groups;
   const bool sixteen_bit = spec.training().precision() == mt::v1::PRECISION_BF16 ||
                            spec.training().precision() == mt::v1::PRECISION_FP16;
   options.peak_flops_per_second = gpu && sixteen_bit ? kH200PeakBf16 : 0.0;

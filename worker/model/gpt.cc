@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "worker/kernels/cross_entropy.h"
 #include "worker/model/recompute.h"
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -275,9 +276,10 @@ torch::Tensor GptModel::forward(const torch::Tensor& tokens) {
 
 torch::Tensor GptModel::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
   torch::Tensor logits = forward(tokens);
-  if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
   const int64_t vocab = logits.size(-1);
-  return torch::nn::functional::cross_entropy(logits.view({-1, vocab}), targets.reshape({-1}));
+  // On CUDA one fused kernel (worker/kernels/cross_entropy.h) that reuses the logits' memory
+  // for their gradient; elsewhere cross_entropy on the logits upcast to fp32 (fp64 stays).
+  return kernels::FusedCrossEntropy(logits.view({-1, vocab}), targets.reshape({-1}));
 }
 
 torch::Tensor GptModel::LossOnSample(const torch::Tensor& tokens_and_targets) {

@@ -408,7 +408,7 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   m.seconds = SecondsSince(start);
   m.data_seconds = data_seconds;
   m.tokens_per_second = m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds : 0.0;
-  m.mfu = model::ModelFlopsUtilization(m.tokens_per_second, plan_.flops_per_token,
+  m.mfu = model::ModelFlopsUtilization(m.tokens_per_second / NumDevices(), plan_.flops_per_token,
                                        options_.peak_flops_per_second);
   LogStep(m);
   return m;
@@ -433,8 +433,8 @@ void Trainer::LogStep(const StepMetrics& m) {
     const double loss = interval_.loss_count > 0
                             ? interval_.loss_sum / static_cast<double>(interval_.loss_count)
                             : std::nan("");
-    const double mfu = model::ModelFlopsUtilization(tokens_per_second, plan_.flops_per_token,
-                                                    options_.peak_flops_per_second);
+    const double mfu = model::ModelFlopsUtilization(
+        tokens_per_second / NumDevices(), plan_.flops_per_token, options_.peak_flops_per_second);
     const int64_t remaining = std::max<int64_t>(0, plan_.train_iterations - m.iteration);
     MT_LOG(INFO) << absl::StrFormat(
         "step %d/%d | loss %.4f | lr %.3e | grad norm %.3f | loss scale %g | skipped %d | "

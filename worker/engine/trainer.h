@@ -54,6 +54,9 @@ struct TrainerOptions {
   // Peak FLOP/s of the device at the training precision, for MFU (989e12 for an H200 in
   // bf16); 0 = MFU not reported.
   double peak_flops_per_second = 0.0;
+  // Devices the whole job runs on (TP x PP x DP): MFU is per device, so the job's tokens/s is
+  // divided by it. 0 = the data-parallel size (a job without model parallelism).
+  int num_devices = 0;
   // One progress line on stderr every logging.log_interval steps.
   bool log_progress = true;
   // Dynamic loss scaling (with the spec's settings) whatever the precision. fp16 has it
@@ -169,6 +172,11 @@ class Trainer {
   absl::StatusOr<StepMetrics> StepImpl();
   absl::StatusOr<EvalMetrics> EvaluateImpl();
   void LogStep(const StepMetrics& m);
+  // The job's device count for MFU (TrainerOptions::num_devices).
+  double NumDevices() const {
+    return options_.num_devices > 0 ? options_.num_devices
+                                    : static_cast<double>(plan_.data_parallel_size);
+  }
 
   TrainPlan plan_;
   LrSchedule schedule_;

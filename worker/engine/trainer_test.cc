@@ -302,6 +302,18 @@ TEST(TrainerTest, Bf16OnCpuTrains) {
   EXPECT_EQ(trainer->model().embedding->word_embeddings->weight.scalar_type(), torch::kBFloat16);
 }
 
+TEST(TrainerTest, MfuIsPerDevice) {
+  // A job on 4 devices: the same tokens/s is a quarter of the utilisation of each device.
+  TrainerOptions options = QuietOptions();
+  options.peak_flops_per_second = 1e12;
+  options.num_devices = 4;
+  auto trainer = MakeTrainer(TinySpec(), Source(4096), nullptr, options);
+  const auto steps = RunSteps(*trainer, 2);
+  ASSERT_EQ(steps.size(), 2u);
+  const StepMetrics& m = steps.back();
+  EXPECT_NEAR(m.mfu, m.tokens_per_second / 4 * trainer->plan().flops_per_token / 1e12, 1e-12);
+}
+
 TEST(TrainerTest, MetricsAndProgressLine) {
   mt::v1::JobSpec spec = TinySpec();
   TrainerOptions options = QuietOptions();
@@ -328,6 +340,7 @@ TEST(TrainerTest, MetricsAndProgressLine) {
   EXPECT_NEAR(m.tokens_per_second, m.tokens / m.seconds, 1e-6 * m.tokens_per_second);
   EXPECT_NEAR(m.mfu, m.tokens_per_second * trainer->plan().flops_per_token / 1e12, 1e-12);
   EXPECT_EQ(trainer->plan().num_parameters, model::CountParameters(trainer->model().config()));
+
   EXPECT_GE(m.data_seconds, 0.0);
   EXPECT_LE(m.data_seconds, m.seconds);
   const MemoryStats mem = trainer->memory();

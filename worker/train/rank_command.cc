@@ -189,6 +189,7 @@ int RunRankCommand(const std::vector<std::string>& args) {
   options.device = gpu ? "cuda:0" : "cpu";
   options.collectives = distributed->collectives.get();
   options.groups = distributed->groups;
+  options.num_devices = layout.world_size();
   const bool sixteen_bit = spec.training().precision() == mt::v1::PRECISION_BF16 ||
                            spec.training().precision() == mt::v1::PRECISION_FP16;
   options.peak_flops_per_second = gpu && sixteen_bit ? kH200PeakBf16 : 0.0;

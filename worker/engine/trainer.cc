@@ -9,11 +9,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
@@ -22,6 +25,8 @@
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
 #include "worker/parallel/collectives.h"
+#include "worker/parallel/pipeline.h"
+#include "worker/parallel/process_groups.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -102,25 +107,30 @@ absl::StatusOr<model::AttentionBackend> ParseBackend(const std::string& name) {
       absl::StrCat("attention backend \"", name, "\" is not auto, math or fused"));
 }
 
-// This trainer runs one model replica per rank: no tensor, pipeline or context parallelism;
-// data parallelism only with collectives (`dp_size` > 1).
-absl::Status CheckSingleDevice(const mt::v1::ParallelSpec& p, int dp_size) {
+// This trainer runs data and pipeline parallelism (tensor and context parallelism not yet):
+// pipeline stages with `groups` (a job's ranks), data parallelism with collectives.
+absl::Status CheckParallelism(const mt::v1::ParallelSpec& p, int dp_size, int pp_size) {
   auto over_one = [](int64_t v) { return v > 1; };
-  if (over_one(p.tensor_model_parallel_size()) || over_one(p.pipeline_model_parallel_size()) ||
-      over_one(p.context_parallel_size())) {
+  if (over_one(p.tensor_model_parallel_size()) || over_one(p.context_parallel_size())) {
     return absl::UnimplementedError(
-        absl::StrCat("tensor, pipeline and context parallelism are not available yet: this spec "
-                     "has tp=",
-                     p.tensor_model_parallel_size(), " pp=", p.pipeline_model_parallel_size(),
-                     " cp=", p.context_parallel_size(), "; run it with tp=pp=cp=1"));
+        absl::StrCat("tensor and context parallelism are not available yet: this spec has tp=",
+                     p.tensor_model_parallel_size(), " cp=", p.context_parallel_size(),
+                     "; run it with tp=cp=1"));
   }
-  const int64_t dp = p.data_parallel_size() > 0 ? p.data_parallel_size() : p.world_size();
+  const int64_t pp = std::max<int64_t>(1, p.pipeline_model_parallel_size());
+  if (pp != pp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the spec asks for pp=", pp, " but this trainer's groups have ", pp_size,
+                     " pipeline stage(s); run it as a job (mtctl submit) for pp > 1"));
+  }
+  int64_t dp = p.data_parallel_size();
+  if (dp <= 0 && p.world_size() > 0) dp = p.world_size() / pp;  // dp "auto"
   if (over_one(dp) && dp != dp_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("the spec asks for dp=", dp, " but this trainer has ", dp_size,
                      " data-parallel rank(s); run it as a job (mtctl submit) for dp > 1"));
   }
-  if (p.num_layers_per_virtual_pipeline_stage() > 0) {
+  if (p.num_layers_per_virtual_pipeline_stage() > 0 && pp <= 1) {
     return absl::InvalidArgumentError(
         "parallel.num_layers_per_virtual_pipeline_stage needs pipeline parallelism");
   }
@@ -225,6 +235,192 @@ std::string MemoryString(const MemoryStats& m) {
                          FormatBytes(static_cast<double>(m.reserved_bytes)));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Pipeline parallelism (pp > 1). Kept apart from the single-stage path: Trainer::StepImpl and
+// EvaluateImpl call into it where the plain micro-batch loop would run.
+
+// The module tree of `from` added to `into` under the same names (shared, not copied), so that
+// the chunks of an interleaved stage appear to the optimizer as one module with the whole
+// model's parameter names (embedding.*, decoder.layers.N.*, output_layer.weight, ...).
+absl::Status MergeModules(torch::nn::Module& into, const torch::nn::Module& from,
+                          const std::string& path) {
+  for (const auto& item : from.named_parameters(/*recurse=*/false)) {
+    if (into.named_parameters(/*recurse=*/false).contains(item.key())) {
+      return absl::InternalError(absl::StrCat("two model chunks hold ", path, item.key()));
+    }
+    into.register_parameter(item.key(), item.value());
+  }
+  for (const auto& item : from.named_children()) {
+    auto children = into.named_children();
+    if (children.contains(item.key())) {
+      MT_RETURN_IF_ERROR(
+          MergeModules(*children[item.key()], *item.value(), path + item.key() + "."));
+      continue;
+    }
+    auto holder = std::make_shared<torch::nn::Module>(item.value()->name());
+    MT_RETURN_IF_ERROR(MergeModules(*holder, *item.value(), path + item.key() + "."));
+    into.register_module(item.key(), holder);
+  }
+  return absl::OkStatus();
+}
+
+// This rank's stage: its model chunks, the executor of the schedule, and what the step does
+// around it (the tied embedding's gradient over the embedding group; the global norm).
+struct PipelineStage {
+  std::shared_ptr<parallel::ProcessGroups> groups;
+  // chunks[c] is virtual stage c*p + stage: a GptModel over its consecutive global layers;
+  // the embedding on the first stage's chunk 0, final LayerNorm + output + loss on the last
+  // stage's last chunk.
+  std::vector<std::shared_ptr<model::GptModel>> chunks;
+  // v > 1: every chunk under the whole model's names, for the optimizer.
+  std::shared_ptr<torch::nn::Module> merged;
+  std::unique_ptr<parallel::PipelineExecutor> executor;
+  // The tied word embedding held here, by optimizer slot name ("" when none): the first
+  // stage's embedding.word_embeddings.weight, the last stage's output_layer.weight copy.
+  std::string tied_name;
+  bool tied_copy = false;  // the last stage's copy: counted in the norm on the first stage only
+  double clip_grad = 0.0;  // the spec's (the optimizer's own clipping is off; see ClipGlobal)
+
+  torch::nn::Module& module() {
+    if (merged) return *merged;
+    return *chunks[0];
+  }
+  void SetTraining(bool on) {
+    for (auto& c : chunks) c->train(on);
+  }
+
+  static absl::StatusOr<std::unique_ptr<PipelineStage>> Create(
+      const mt::v1::JobSpec& spec, const model::GptConfig& config, const TrainPlan& plan,
+      std::shared_ptr<parallel::ProcessGroups> groups, const torch::Device& device,
+      c10::ScalarType dtype) {
+    auto st = std::make_unique<PipelineStage>();
+    st->groups = groups;
+    const mt::v1::Layout& layout = groups->layout();
+    const int p = groups->pp().size;
+    const int stage = groups->pp_rank();
+    if (layout.stage_layers_size() != p) {
+      return absl::InvalidArgumentError(absl::StrCat("the layout has ", layout.stage_layers_size(),
+                                                     " stages' layers for pp=", p));
+    }
+    int chunks = 1;
+    const int per_virtual = spec.parallel().num_layers_per_virtual_pipeline_stage();
+    if (per_virtual > 0) chunks = static_cast<int>(config.num_layers / (p * per_virtual));
+    const auto& layers = layout.stage_layers(stage).layers();
+    if (chunks < 1 || layers.size() % chunks != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage ", stage, " holds ", layers.size(), " layers, not a multiple of ", chunks,
+          " model chunks; num_layers must be a multiple of pp * num_layers_per_virtual_"
+          "pipeline_stage"));
+    }
+    const int per_chunk = layers.size() / chunks;
+    const bool tied = !config.untie_embeddings_and_output_weights;
+    for (int c = 0; c < chunks; ++c) {
+      model::ModelShard shard;
+      shard.tp_size = groups->tp().size;
+      shard.tp_rank = groups->tp_rank();
+      shard.tp_group = std::make_shared<parallel::GroupHandle>(groups->tp());
+      shard.sequence_parallel = spec.parallel().sequence_parallel();
+      for (int i = c * per_chunk; i < (c + 1) * per_chunk; ++i) shard.layers.push_back(layers[i]);
+      shard.pre_process = stage == 0 && c == 0;
+      shard.post_process = stage == p - 1 && c == chunks - 1;
+      // The same build seed as the one-stage trainer (drawn after seeding with the spec's).
+      torch::manual_seed(plan.seed);
+      MT_ASSIGN_OR_RETURN(std::shared_ptr<model::GptModel> chunk,
+                          model::GptModel::Create(config, shard));
+      chunk->to(device, dtype);
+      chunk->train();
+      st->chunks.push_back(std::move(chunk));
+    }
+    if (chunks > 1) {
+      st->merged = std::make_shared<torch::nn::Module>("GptStage");
+      for (const auto& c : st->chunks) MT_RETURN_IF_ERROR(MergeModules(*st->merged, *c, ""));
+    }
+    if (tied && stage == 0) st->tied_name = "embedding.word_embeddings.weight";
+    if (tied && stage == p - 1 && p > 1) {
+      st->tied_name = model::GptModel::kSharedOutputWeightName;
+      st->tied_copy = true;
+    }
+    parallel::PipelineConfig pc;
+    pc.num_micro_batches = static_cast<int>(plan.num_micro_batches);
+    pc.num_chunks = chunks;
+    // [b, s, h]; under sequence parallelism each TP rank holds s/tp of the sequence.
+    const int tp = groups->tp().size;
+    const int64_t seq =
+        spec.parallel().sequence_parallel() && tp > 1 ? plan.seq_length / tp : plan.seq_length;
+    pc.activation_shape = {plan.micro_batch_size, seq, config.hidden_size};
+    pc.activation_dtype = dtype;
+    pc.device = device;
+    pc.overlap_p2p_comm = spec.parallel().overlap_p2p_comm();
+    MT_ASSIGN_OR_RETURN(st->executor, parallel::PipelineExecutor::Create(groups->pp(), pc));
+    return st;
+  }
+
+  parallel::ChunkForward Forward() {
+    return [this](int chunk, const torch::Tensor& input, const torch::Tensor& targets) {
+      return chunks[chunk]->ForwardStage(input, targets);
+    };
+  }
+
+  // The loss summed over the micro-batches, from the last stage, on every stage (on the
+  // device: no host synchronisation on NCCL).
+  absl::StatusOr<torch::Tensor> LossOnEveryStage(double loss_sum, const torch::Device& device) {
+    MT_ASSIGN_OR_RETURN(double loss, executor->BroadcastFromLastStage(loss_sum));
+    return torch::full({}, loss, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  }
+
+  // Megatron's _allreduce_word_embedding_grads: the first stage's embedding and the last
+  // stage's copy get the sum of both gradients, so both apply the same update and stay equal.
+  absl::Status SumTiedEmbeddingGradients(MixedPrecisionOptimizer& opt) {
+    if (tied_name.empty() || !groups->embedding().active()) return absl::OkStatus();
+    torch::NoGradGuard no_grad;
+    const std::vector<torch::Tensor> buffer =
+        opt.GradientBuckets(std::numeric_limits<int64_t>::max());
+    for (const auto& slot : opt.slots()) {
+      if (slot.name != tied_name) continue;
+      return parallel::SumOverGroup(groups->embedding(),
+                                    {buffer.at(0).narrow(0, slot.offset, slot.numel)},
+                                    "tied embedding gradient");
+    }
+    return absl::InternalError(absl::StrCat("no parameter ", tied_name, " on this stage"));
+  }
+
+  // Megatron's clip_grad_norm_fp32 across the stages, until the optimizer's own norm spans
+  // the model-parallel group: the sum of squares of this stage's unscaled gradients (the
+  // tied copy left out: the first stage counts it) summed over the model-parallel group; the
+  // gradients scaled by clip / (norm + 1e-6) when that is < 1; and when the norm is not
+  // finite, this rank's gradients made non-finite too, so every rank skips the step. Returns
+  // the global norm.
+  absl::StatusOr<double> ClipGlobal(MixedPrecisionOptimizer& opt, double loss_scale) {
+    torch::NoGradGuard no_grad;
+    const std::vector<torch::Tensor> buffer =
+        opt.GradientBuckets(std::numeric_limits<int64_t>::max());
+    if (buffer.empty()) return 0.0;
+    const torch::Tensor g = buffer[0];
+    std::vector<std::pair<int64_t, int64_t>> ranges = {{0, g.numel()}};
+    if (tied_copy) {
+      for (const auto& slot : opt.slots()) {
+        if (slot.name != tied_name) continue;
+        ranges = {{0, slot.offset}, {slot.offset + slot.numel, g.numel()}};
+      }
+    }
+    torch::Tensor sum = torch::zeros({1}, g.options().dtype(torch::kDouble));
+    for (const auto& [begin, end] : ranges) {
+      if (end <= begin) continue;
+      sum += g.narrow(0, begin, end - begin).to(torch::kDouble).div(loss_scale).pow(2).sum();
+    }
+    const bool local_finite = std::isfinite(sum.item<double>());
+    MT_RETURN_IF_ERROR(parallel::SumOverGroup(groups->model_parallel(), {sum}, "gradient norm"));
+    const double norm = std::sqrt(sum.item<double>());
+    if (!std::isfinite(norm)) {
+      if (local_finite && g.numel() > 0) g.narrow(0, 0, 1).fill_(std::nan(""));
+      return norm;
+    }
+    const double coeff = clip_grad / (norm + 1e-6);
+    if (clip_grad > 0 && coeff < 1.0) g.mul_(coeff);
+    return norm;
+  }
+};
+
 }  // namespace
 
 struct Trainer::State {
@@ -232,6 +428,8 @@ struct Trainer::State {
   c10::ScalarType dtype = torch::kFloat;
   std::shared_ptr<model::GptModel> model;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer;
+  // Pipeline parallelism (pp > 1); null otherwise. `model` is then its first chunk.
+  std::unique_ptr<PipelineStage> pipeline;
 
   // One batch from the source onto the device, checked.
   absl::StatusOr<torch::Tensor> ToDevice(const TokenBatch& batch, int64_t rows, int64_t cols,
@@ -278,7 +476,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                                                          std::unique_ptr<BatchSource> valid_data) {
   if (train_data == nullptr) return absl::InvalidArgumentError("no training data source");
   const int dp_size = options.collectives != nullptr ? options.collectives->dp_size() : 1;
-  MT_RETURN_IF_ERROR(CheckSingleDevice(spec.parallel(), dp_size));
+  const int pp_size = options.groups != nullptr ? options.groups->pp().size : 1;
+  MT_RETURN_IF_ERROR(CheckParallelism(spec.parallel(), dp_size, pp_size));
   MT_ASSIGN_OR_RETURN(TrainPlan plan, MakePlan(spec, dp_size));
   MT_ASSIGN_OR_RETURN(model::GptConfig config, model::GptConfig::FromSpec(spec));
   MT_ASSIGN_OR_RETURN(config.attention_backend, ParseBackend(options.attention_backend));
@@ -320,6 +519,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   s.device = device;
   s.dtype = dtype;
   MT_RETURN_IF_ERROR(CatchTorch("building the model", [&]() -> absl::Status {
+    if (pp_size > 1) return trainer->CreatePipelineStage(spec, config, opt_config);
     torch::manual_seed(plan.seed);
     MT_ASSIGN_OR_RETURN(s.model, model::GptModel::Create(config));
     s.model->to(device, dtype);
@@ -359,12 +559,16 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   // 2. Dropout masks from (seed, iteration) only.
   torch::manual_seed(StepSeed(plan_.seed, iteration_));
 
-  // 3. Forward and backward over the micro-batches; gradients accumulate.
+  // 3. Forward and backward over the micro-batches; gradients accumulate. With pipeline
+  //    parallelism the schedule runs them over the stages (PipelineForwardBackward).
   s.model->train();
   s.optimizer->ZeroGrad();
   torch::Tensor loss_sum;
   double data_seconds = 0.0;
-  for (int64_t m = 0; m < num_micro; ++m) {
+  if (s.pipeline != nullptr) {
+    MT_ASSIGN_OR_RETURN(loss_sum, PipelineForwardBackward(loss_scale, &data_seconds));
+  }
+  for (int64_t m = 0; s.pipeline == nullptr && m < num_micro; ++m) {
     const Clock::time_point data_start = Clock::now();
     MT_ASSIGN_OR_RETURN(TokenBatch batch, train_data_->Next(rows));
     data_seconds += SecondsSince(data_start);
@@ -375,16 +579,26 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     loss_sum = m == 0 ? loss.detach() : loss_sum + loss.detach();
   }
 
-  // 4. Data parallelism: average the step's gradients over the DP group, so every replica
-  //    applies the same update (and sees the same inf/NaN).
+  // 4. Pipeline: the tied embedding's two copies get the sum of their gradients. Data
+  //    parallelism: average the step's gradients over the DP group, so every replica applies
+  //    the same update (and sees the same inf/NaN).
+  if (s.pipeline != nullptr) {
+    MT_RETURN_IF_ERROR(s.pipeline->SumTiedEmbeddingGradients(*s.optimizer));
+  }
   parallel::Collectives* dp = options_.collectives;
   if (dp != nullptr && dp->dp_size() > 1) {
     MT_RETURN_IF_ERROR(
         dp->AverageGradients(s.optimizer->GradientBuckets(plan_.ddp_bucket_elements)));
   }
 
-  // 5. Unscale, check for inf/NaN, clip, update; then move the loss scale.
-  const OptimizerStepResult result = s.optimizer->Step(lr, loss_scale);
+  // 5. Unscale, check for inf/NaN, clip, update; then move the loss scale. Pipeline stages
+  //    clip by the norm over all stages first (and skip together).
+  double global_norm = 0.0;
+  if (s.pipeline != nullptr) {
+    MT_ASSIGN_OR_RETURN(global_norm, s.pipeline->ClipGlobal(*s.optimizer, loss_scale));
+  }
+  OptimizerStepResult result = s.optimizer->Step(lr, loss_scale);
+  if (s.pipeline != nullptr) result.grad_norm = global_norm;
   scaler_.Update(result.skipped);
 
   // 6. Bookkeeping.
@@ -437,7 +651,7 @@ void Trainer::LogStep(const StepMetrics& m) {
         tokens_per_second / NumDevices(), plan_.flops_per_token, options_.peak_flops_per_second);
     const int64_t remaining = std::max<int64_t>(0, plan_.train_iterations - m.iteration);
     MT_LOG(INFO) << absl::StrFormat(
-        "step %d/%d | loss %.4f | lr %.3e | grad norm %.3f | loss scale %g | skipped %d | "
+        "step %d/%d | loss %.6E | lr %.3e | grad norm %.3f | loss scale %g | skipped %d | "
         "%.0f tokens/s | %.1f ms/step | MFU %s | %s | ETA %s",
         m.iteration, m.train_iterations, loss, m.learning_rate, m.grad_norm, m.loss_scale,
         interval_.skipped, tokens_per_second, step_seconds * 1e3,
@@ -464,7 +678,13 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
   if (batches == 0) return out;
   s.model->eval();
   torch::Tensor loss_sum;
-  {
+  if (s.pipeline != nullptr) {
+    s.pipeline->SetTraining(false);
+    absl::StatusOr<torch::Tensor> pipeline_loss = PipelineEvaluate(batches);
+    s.pipeline->SetTraining(true);
+    MT_ASSIGN_OR_RETURN(loss_sum, std::move(pipeline_loss));
+  }
+  if (s.pipeline == nullptr) {
     torch::NoGradGuard no_grad;
     for (int64_t i = 0; i < batches * plan_.num_micro_batches; ++i) {
       MT_ASSIGN_OR_RETURN(TokenBatch batch, valid_data_->Next(rows));
@@ -486,6 +706,77 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
         out.loss, out.perplexity, batches, out.seconds);
   }
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pipeline parallelism: the parts of Create, StepImpl and EvaluateImpl that differ.
+
+absl::Status Trainer::CreatePipelineStage(const mt::v1::JobSpec& spec,
+                                          const model::GptConfig& config,
+                                          OptimizerConfig opt_config) {
+  State& s = *state_;
+  MT_ASSIGN_OR_RETURN(
+      s.pipeline, PipelineStage::Create(spec, config, plan_, options_.groups, s.device, s.dtype));
+  s.model = s.pipeline->chunks[0];
+  // The global norm and clipping across the stages happen in PipelineStage::ClipGlobal.
+  s.pipeline->clip_grad = opt_config.clip_grad;
+  opt_config.clip_grad = 0.0;
+  MT_ASSIGN_OR_RETURN(s.optimizer,
+                      MixedPrecisionOptimizer::Create(opt_config, s.pipeline->module()));
+  if (options_.log_progress) {
+    const parallel::ProcessGroups& g = *options_.groups;
+    MT_LOG(INFO) << "trainer: pipeline stage " << g.pp_rank() << " of " << g.pp().size << ", "
+                 << s.pipeline->chunks.size() << " model chunk(s), layers ["
+                 << absl::StrJoin(g.layout().stage_layers(g.pp_rank()).layers(), ",") << "]"
+                 << (spec.parallel().overlap_p2p_comm() ? ", overlapped send/recv" : "");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<parallel::PipelineMicroBatch>> Trainer::ReadMicroBatches(
+    BatchSource& source, int64_t count, double* data_seconds) {
+  State& s = *state_;
+  const int64_t rows = plan_.micro_batch_size;
+  const int64_t cols = plan_.seq_length + 1;
+  std::vector<parallel::PipelineMicroBatch> out;
+  for (int64_t m = 0; m < count; ++m) {
+    const Clock::time_point data_start = Clock::now();
+    // Every stage reads the same micro-batches in the same order (the first needs the tokens,
+    // the last the targets), so that all stages stay at the same place in the data.
+    MT_ASSIGN_OR_RETURN(TokenBatch batch, source.Next(rows));
+    if (data_seconds != nullptr) *data_seconds += SecondsSince(data_start);
+    MT_ASSIGN_OR_RETURN(torch::Tensor sample, s.ToDevice(batch, rows, cols, vocab_size_));
+    out.push_back({sample.narrow(1, 0, plan_.seq_length), sample.narrow(1, 1, plan_.seq_length)});
+  }
+  return out;
+}
+
+absl::StatusOr<torch::Tensor> Trainer::PipelineForwardBackward(double loss_scale,
+                                                               double* data_seconds) {
+  State& s = *state_;
+  PipelineStage& stage = *s.pipeline;
+  MT_ASSIGN_OR_RETURN(std::vector<parallel::PipelineMicroBatch> micro_batches,
+                      ReadMicroBatches(*train_data_, plan_.num_micro_batches, data_seconds));
+  stage.SetTraining(true);
+  MT_ASSIGN_OR_RETURN(parallel::PipelineStepResult r,
+                      stage.executor->Train(stage.Forward(), micro_batches, loss_scale,
+                                            [&s] { s.optimizer->FinishMicroBatch(); }));
+  return stage.LossOnEveryStage(r.loss_sum, s.device);
+}
+
+absl::StatusOr<torch::Tensor> Trainer::PipelineEvaluate(int64_t batches) {
+  State& s = *state_;
+  PipelineStage& stage = *s.pipeline;
+  torch::Tensor loss_sum;
+  for (int64_t b = 0; b < batches; ++b) {
+    MT_ASSIGN_OR_RETURN(std::vector<parallel::PipelineMicroBatch> micro_batches,
+                        ReadMicroBatches(*valid_data_, plan_.num_micro_batches, nullptr));
+    MT_ASSIGN_OR_RETURN(parallel::PipelineStepResult r,
+                        stage.executor->Evaluate(stage.Forward(), micro_batches));
+    MT_ASSIGN_OR_RETURN(torch::Tensor loss, stage.LossOnEveryStage(r.loss_sum, s.device));
+    loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+  }
+  return loss_sum;
 }
 
 absl::Status Trainer::Train(const std::function<bool(const StepMetrics&)>& on_step,

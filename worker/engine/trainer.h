@@ -23,6 +23,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,18 +35,25 @@ namespace mt::v1 {
 class JobSpec;
 }  // namespace mt::v1
 
+namespace at {
+class Tensor;
+}  // namespace at
+
 namespace mt::model {
 class GptModel;
+struct GptConfig;
 }  // namespace mt::model
 
 namespace mt::parallel {
 class Collectives;
 class ProcessGroups;
+struct PipelineMicroBatch;
 }  // namespace mt::parallel
 
 namespace mt::engine {
 
 class MixedPrecisionOptimizer;
+struct OptimizerConfig;
 
 // Runtime choices that are not part of the job spec.
 struct TrainerOptions {
@@ -67,10 +75,14 @@ struct TrainerOptions {
   // Data parallelism (not owned; null = a world of one). With it, each rank runs
   // global_batch / (micro_batch * dp) micro-batches on its own slice of every global batch,
   // gradients are averaged over the DP group before the optimizer step, and the reported
-  // losses are DP means. Tensor and pipeline parallelism are not run by this trainer.
+  // losses are DP means. Tensor parallelism is not run by this trainer yet.
   parallel::Collectives* collectives = nullptr;
   // Every process group of this rank (worker/parallel/process_groups.h), for tensor and
-  // pipeline parallelism and the distributed optimizer; null = a world of one.
+  // pipeline parallelism and the distributed optimizer; null = a world of one. With a
+  // pipeline group of p > 1 ranks this rank is stage pp_rank: it builds that stage's model
+  // chunks from the layout's stage_layers and runs the pipeline schedule
+  // (worker/parallel/pipeline.h) instead of the plain micro-batch loop; every stage reports
+  // the same losses (the last stage's, broadcast) and grad norm (over all stages).
   std::shared_ptr<parallel::ProcessGroups> groups;
 };
 
@@ -171,6 +183,16 @@ class Trainer {
           std::unique_ptr<BatchSource> train_data, std::unique_ptr<BatchSource> valid_data);
   absl::StatusOr<StepMetrics> StepImpl();
   absl::StatusOr<EvalMetrics> EvaluateImpl();
+  // Pipeline parallelism (trainer.cc, "Pipeline parallelism"): this stage's chunks and
+  // optimizer; the micro-batches of a step on the device; one step's schedule (returns the
+  // loss summed over the micro-batches, on every stage); evaluation through the pipeline.
+  absl::Status CreatePipelineStage(const mt::v1::JobSpec& spec, const model::GptConfig& config,
+                                   OptimizerConfig opt_config);
+  absl::StatusOr<std::vector<parallel::PipelineMicroBatch>> ReadMicroBatches(BatchSource& source,
+                                                                             int64_t count,
+                                                                             double* data_seconds);
+  absl::StatusOr<at::Tensor> PipelineForwardBackward(double loss_scale, double* data_seconds);
+  absl::StatusOr<at::Tensor> PipelineEvaluate(int64_t batches);
   void LogStep(const StepMetrics& m);
   // The job's device count for MFU (TrainerOptions::num_devices).
   double NumDevices() const {

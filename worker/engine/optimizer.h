@@ -101,6 +101,8 @@ class MixedPrecisionOptimizer {
 
   // Successful (not skipped) steps so far: Adam's t.
   int64_t step_count() const { return step_count_; }
+  // Checkpoints (worker/checkpoint/trainer_state.cc): Adam's t of a restored state.
+  void RestoreStepCount(int64_t steps) { step_count_ = steps; }
   const OptimizerConfig& config() const { return config_; }
 
   struct ParamSlot {

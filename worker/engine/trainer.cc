@@ -694,6 +694,7 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
     }
   }
   s.model->train();
+  valid_consumed_samples_ += batches * plan_.global_batch_size;
   out.loss = loss_sum.item<double>() / static_cast<double>(batches * plan_.num_micro_batches);
   if (options_.collectives != nullptr && options_.collectives->dp_size() > 1) {
     MT_ASSIGN_OR_RETURN(out.loss, options_.collectives->AverageScalar(out.loss));
@@ -777,6 +778,27 @@ absl::StatusOr<torch::Tensor> Trainer::PipelineEvaluate(int64_t batches) {
     loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
   }
   return loss_sum;
+}
+
+absl::Status Trainer::RestoreProgress(int64_t iteration, int64_t consumed_samples,
+                                      int64_t skipped_iterations, int64_t valid_consumed_samples) {
+  if (iteration < 0 || consumed_samples < 0 || skipped_iterations < 0 ||
+      valid_consumed_samples < 0) {
+    return absl::InvalidArgumentError("checkpoint counters must be >= 0");
+  }
+  iteration_ = iteration;
+  consumed_samples_ = consumed_samples;
+  skipped_total_ = skipped_iterations;
+  if (valid_data_ != nullptr && valid_consumed_samples > valid_consumed_samples_) {
+    // This rank reads micro_batch samples per Next() of every micro_batch * dp global ones.
+    const int64_t per_read = plan_.micro_batch_size * plan_.data_parallel_size;
+    for (int64_t n = valid_consumed_samples_; n + per_read <= valid_consumed_samples;
+         n += per_read) {
+      MT_RETURN_IF_ERROR(valid_data_->Next(plan_.micro_batch_size).status());
+    }
+  }
+  valid_consumed_samples_ = valid_consumed_samples;
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Train(const std::function<bool(const StepMetrics&)>& on_step,

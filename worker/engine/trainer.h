@@ -177,6 +177,17 @@ class Trainer {
   model::GptModel& model();
   MixedPrecisionOptimizer& optimizer();
 
+  // --- Checkpoints (worker/checkpoint) ----------------------------------------------------
+  // Global validation samples evaluated so far (the validation loader's position).
+  int64_t valid_consumed_samples() const { return valid_consumed_samples_; }
+  // Puts the loop where a checkpoint left it: the counters, and the validation source moved
+  // past `valid_consumed_samples` (read and dropped). Weights and optimizer state are restored
+  // through model() and optimizer(), the loss scale through mutable_loss_scaler(). The
+  // training source must already start at `consumed_samples`.
+  absl::Status RestoreProgress(int64_t iteration, int64_t consumed_samples,
+                               int64_t skipped_iterations, int64_t valid_consumed_samples);
+  LossScaler& mutable_loss_scaler() { return scaler_; }
+
  private:
   struct State;  // the LibTorch side (device, model, optimizer)
   Trainer(TrainPlan plan, LrSchedule schedule, LossScaler scaler, TrainerOptions options,
@@ -210,6 +221,7 @@ class Trainer {
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
   int64_t skipped_total_ = 0;
+  int64_t valid_consumed_samples_ = 0;
   int64_t vocab_size_ = 0;
 
   // Progress-line accumulators since the last line (Megatron averages over the interval).

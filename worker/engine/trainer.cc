@@ -22,6 +22,7 @@
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
 #include "worker/parallel/collectives.h"
+#include "worker/parallel/process_groups.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -148,6 +149,9 @@ absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
   if (spec.parallel().ddp_bucket_size() > 0) {
     plan.ddp_bucket_elements = spec.parallel().ddp_bucket_size();
   }
+  plan.use_distributed_optimizer = spec.parallel().use_distributed_optimizer();
+  plan.overlap_grad_reduce = spec.parallel().overlap_grad_reduce();
+  plan.overlap_param_gather = spec.parallel().overlap_param_gather();
   plan.seq_length = spec.model().seq_length();
   if (t.train_iters() > 0 && t.train_samples() > 0) {
     return absl::InvalidArgumentError(
@@ -225,13 +229,79 @@ std::string MemoryString(const MemoryStats& m) {
                          FormatBytes(static_cast<double>(m.reserved_bytes)));
 }
 
+// How the optimizer spreads over the ranks: the spec's DP choices over this rank's groups.
+absl::StatusOr<OptimizerParallelConfig> MakeOptimizerParallel(const TrainPlan& plan,
+                                                              const TrainerOptions& options) {
+  OptimizerParallelConfig p;
+  p.groups = options.groups;
+  if (plan.data_parallel_size > 1) {
+    if (p.groups == nullptr || p.groups->dp().size != plan.data_parallel_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data parallelism over ", plan.data_parallel_size,
+          " ranks needs TrainerOptions::groups with a DP group of that size (the optimizer "
+          "reduces the gradients over it); run it as a job (mtctl submit)"));
+    }
+  }
+  p.use_distributed_optimizer = plan.use_distributed_optimizer;
+  p.overlap_grad_reduce = plan.overlap_grad_reduce;
+  p.overlap_param_gather = plan.overlap_param_gather;
+  p.bucket_elements = plan.ddp_bucket_elements;
+  return p;
+}
+
 }  // namespace
+
+// The statistics of the steps since the last read, kept on the device so that a step does not
+// wait for it (Trainer::SyncStepMetrics reads them).
+struct DeviceStepStats {
+  torch::Tensor loss_sum;    // losses of the steps not skipped
+  torch::Tensor loss_count;  // steps not skipped
+  torch::Tensor skipped;     // steps skipped
+  torch::Tensor last_loss;
+  torch::Tensor last_norm;
+  torch::Tensor last_found_inf;
+
+  void Add(const torch::Tensor& loss, const OptimizerStepResult& r) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor found_inf = r.found_inf_tensor().to(torch::kDouble);
+    const torch::Tensor keep = 1.0 - found_inf;
+    const torch::Tensor l = loss.to(torch::kDouble);
+    // A skipped step's loss may be inf/NaN: where(), not a multiplication by 0.
+    const torch::Tensor kept_loss = torch::where(keep > 0, l, torch::zeros_like(l));
+    if (!loss_sum.defined()) {
+      loss_sum = kept_loss;
+      loss_count = keep;
+      skipped = found_inf;
+    } else {
+      loss_sum = loss_sum + kept_loss;
+      loss_count = loss_count + keep;
+      skipped = skipped + found_inf;
+    }
+    last_loss = l;
+    last_norm = r.grad_norm_tensor().to(torch::kDouble);
+    last_found_inf = found_inf;
+  }
+
+  struct Values {
+    double loss_sum = 0, loss_count = 0, skipped = 0, loss = 0, grad_norm = 0, found_inf = 0;
+  };
+  // One copy from the device for all of them; resets the sums.
+  Values Take() {
+    const torch::Tensor host =
+        torch::stack({loss_sum, loss_count, skipped, last_loss, last_norm, last_found_inf})
+            .to(torch::kCPU);
+    const double* v = host.data_ptr<double>();
+    loss_sum = loss_count = skipped = torch::Tensor();
+    return Values{v[0], v[1], v[2], v[3], v[4], v[5]};
+  }
+};
 
 struct Trainer::State {
   torch::Device device = torch::Device(torch::kCPU);
   c10::ScalarType dtype = torch::kFloat;
   std::shared_ptr<model::GptModel> model;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer;
+  DeviceStepStats stats;
 
   // One batch from the source onto the device, checked.
   absl::StatusOr<torch::Tensor> ToDevice(const TokenBatch& batch, int64_t rows, int64_t cols,
@@ -268,7 +338,12 @@ Trainer::Trainer(TrainPlan plan, LrSchedule schedule, LossScaler scaler, Trainer
 
 Trainer::~Trainer() = default;
 
-model::GptModel& Trainer::model() { return *state_->model; }
+model::GptModel& Trainer::model() {
+  if (absl::Status s = state_->optimizer->WaitForParameters(); !s.ok()) {
+    MT_LOG(ERROR) << "waiting for the parameter all-gather: " << s;
+  }
+  return *state_->model;
+}
 MixedPrecisionOptimizer& Trainer::optimizer() { return *state_->optimizer; }
 MemoryStats Trainer::memory() const { return ReadMemoryStats(state_->device); }
 
@@ -288,6 +363,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                                              ? LossScaler::DynamicFromSpec(spec.training())
                                              : LossScaler::FromSpec(spec.training()));
   MT_ASSIGN_OR_RETURN(OptimizerConfig opt_config, OptimizerConfig::FromSpec(spec.training()));
+  opt_config.num_micro_batches = plan.num_micro_batches;
+  MT_ASSIGN_OR_RETURN(OptimizerParallelConfig opt_parallel, MakeOptimizerParallel(plan, options));
   MT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(options.device));
 
   c10::ScalarType dtype = torch::kFloat;
@@ -324,7 +401,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
     MT_ASSIGN_OR_RETURN(s.model, model::GptModel::Create(config));
     s.model->to(device, dtype);
     s.model->train();
-    MT_ASSIGN_OR_RETURN(s.optimizer, MixedPrecisionOptimizer::Create(opt_config, *s.model));
+    MT_ASSIGN_OR_RETURN(s.optimizer,
+                        MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
     return absl::OkStatus();
   }));
   if (options.log_progress) {
@@ -333,6 +411,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                  << plan.micro_batch_size << " x " << plan.num_micro_batches << " = global batch "
                  << plan.global_batch_size << "; " << plan.train_iterations << " iterations; lr "
                  << trainer->schedule_.config().DebugString();
+    if (plan.data_parallel_size > 1) {
+      MT_LOG(INFO) << "trainer: dp " << plan.data_parallel_size << ", "
+                   << s.optimizer->buckets().size()
+                   << " gradient bucket(s) of <= " << plan.ddp_bucket_elements << " elements"
+                   << (plan.use_distributed_optimizer ? ", distributed optimizer" : "")
+                   << (plan.overlap_grad_reduce ? ", overlapped reduction" : "")
+                   << (plan.overlap_param_gather ? ", overlapped parameter gather" : "");
+    }
   }
   return trainer;
 }
@@ -361,7 +447,7 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
 
   // 3. Forward and backward over the micro-batches; gradients accumulate.
   s.model->train();
-  s.optimizer->ZeroGrad();
+  MT_RETURN_IF_ERROR(s.optimizer->ZeroGrad());
   torch::Tensor loss_sum;
   double data_seconds = 0.0;
   for (int64_t m = 0; m < num_micro; ++m) {
@@ -370,38 +456,31 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     data_seconds += SecondsSince(data_start);
     MT_ASSIGN_OR_RETURN(torch::Tensor sample, s.ToDevice(batch, rows, cols, vocab_size_));
     torch::Tensor loss = s.model->LossOnSample(sample);
+    s.optimizer->BeginMicroBatch(/*last=*/m == num_micro - 1);
     (loss * (loss_scale / static_cast<double>(num_micro))).backward();
     s.optimizer->FinishMicroBatch();
     loss_sum = m == 0 ? loss.detach() : loss_sum + loss.detach();
   }
 
-  // 4. Data parallelism: average the step's gradients over the DP group, so every replica
-  //    applies the same update (and sees the same inf/NaN).
-  parallel::Collectives* dp = options_.collectives;
-  if (dp != nullptr && dp->dp_size() > 1) {
-    MT_RETURN_IF_ERROR(
-        dp->AverageGradients(s.optimizer->GradientBuckets(plan_.ddp_bucket_elements)));
-  }
+  // 4. Reduce the gradients over DP (started during the last backward with
+  //    overlap_grad_reduce), unscale, check for inf/NaN, clip, update: all on the device.
+  MT_ASSIGN_OR_RETURN(const OptimizerStepResult result, s.optimizer->Step(lr, loss_scale));
+  s.stats.Add(loss_sum / static_cast<double>(num_micro), result);
 
-  // 5. Unscale, check for inf/NaN, clip, update; then move the loss scale.
-  const OptimizerStepResult result = s.optimizer->Step(lr, loss_scale);
-  scaler_.Update(result.skipped);
-
-  // 6. Bookkeeping.
+  // 5. Bookkeeping; the device is waited for only where the values are needed.
   ++iteration_;
   consumed_samples_ += plan_.global_batch_size;
-  if (result.skipped) ++skipped_total_;
   StepMetrics m;
   m.iteration = iteration_;
   m.train_iterations = plan_.train_iterations;
-  m.loss = loss_sum.item<double>() / static_cast<double>(num_micro);
-  if (dp != nullptr && dp->dp_size() > 1) {
-    MT_ASSIGN_OR_RETURN(m.loss, dp->AverageScalar(m.loss));
+  m.loss = m.grad_norm = m.interval_loss = std::nan("");
+  const bool dynamic_scaling = scaler_.config().kind == LossScalerConfig::Kind::kDynamic;
+  if (options_.sync_every_step || dynamic_scaling || IsLogStep(iteration_)) {
+    MT_RETURN_IF_ERROR(SyncStepMetrics(&m));
   }
+  scaler_.Update(m.skipped);  // only the dynamic scaler reads it, and then it is synced
   m.learning_rate = lr;
-  m.grad_norm = result.grad_norm;
   m.loss_scale = loss_scale;
-  m.skipped = result.skipped;
   m.skipped_total = skipped_total_;
   m.tokens = plan_.global_batch_size * plan_.seq_length;
   m.consumed_samples = consumed_samples_;
@@ -410,8 +489,32 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   m.tokens_per_second = m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds : 0.0;
   m.mfu = model::ModelFlopsUtilization(m.tokens_per_second, plan_.flops_per_token,
                                        options_.peak_flops_per_second);
+  if (IsLogStep(iteration_) && interval_.loss_count > 0) {
+    m.interval_loss = interval_.loss_sum / static_cast<double>(interval_.loss_count);
+  }
   LogStep(m);
   return m;
+}
+
+absl::Status Trainer::SyncStepMetrics(StepMetrics* m) {
+  const DeviceStepStats::Values v = state_->stats.Take();
+  double loss = v.loss, loss_sum = v.loss_sum;
+  parallel::Collectives* dp = options_.collectives;
+  if (dp != nullptr && dp->dp_size() > 1) {
+    // Skips are the same on every DP rank (the norm is global): the means of the sums are the
+    // sums of the means.
+    MT_ASSIGN_OR_RETURN(loss, dp->AverageScalar(loss));
+    MT_ASSIGN_OR_RETURN(loss_sum, dp->AverageScalar(loss_sum));
+  }
+  skipped_total_ += static_cast<int64_t>(v.skipped);
+  interval_.skipped += static_cast<int64_t>(v.skipped);
+  interval_.loss_sum += loss_sum;
+  interval_.loss_count += static_cast<int64_t>(v.loss_count);
+  m->synced = true;
+  m->loss = loss;
+  m->grad_norm = v.grad_norm;
+  m->skipped = v.found_inf != 0.0;
+  return absl::OkStatus();
 }
 
 void Trainer::LogStep(const StepMetrics& m) {
@@ -419,13 +522,7 @@ void Trainer::LogStep(const StepMetrics& m) {
   interval_.steps += 1;
   interval_.tokens += m.tokens;
   interval_.seconds += m.seconds;
-  if (m.skipped) {
-    interval_.skipped += 1;
-  } else {
-    interval_.loss_sum += m.loss;
-    interval_.loss_count += 1;
-  }
-  if (m.iteration % plan_.log_interval != 0 && m.iteration != plan_.train_iterations) return;
+  if (!IsLogStep(m.iteration)) return;
   if (options_.log_progress) {
     const double step_seconds = interval_.seconds / static_cast<double>(interval_.steps);
     const double tokens_per_second =
@@ -462,6 +559,7 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
   out.iteration = iteration_;
   out.batches = batches;
   if (batches == 0) return out;
+  MT_RETURN_IF_ERROR(s.optimizer->WaitForParameters());
   s.model->eval();
   torch::Tensor loss_sum;
   {

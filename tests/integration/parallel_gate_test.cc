@@ -41,15 +41,16 @@ struct GateLayout {
   bool overlap_p2p_comm = false;
 };
 
-// The reference first, then every layout this build's trainer runs. Tensor parallelism and
-// the distributed optimizer join the list with their trainers: (2,1,1) (2,2,1) (2,1,2)
-// (2,2,2), (2,1,1) with sequence parallelism, (1,1,4) with the distributed optimizer.
+// The reference first, then every layout this build's trainer runs. Tensor parallelism joins
+// the list with its trainer: (2,1,1) (2,2,1) (2,1,2) (2,2,2), (2,1,1) with sequence
+// parallelism.
 const GateLayout kLayouts[] = {
     {"ref", 1, 1, 1},
     {"pp2", 1, 2, 1},
     {"dp2", 1, 1, 2},
     {"pp2dp2", 1, 2, 2, 0, false, false, /*overlap_p2p_comm=*/true},
     {"pp4v2", 1, 4, 1, /*layers_per_virtual_stage=*/1},
+    {"dp4distopt", 1, 1, 4, 0, false, /*distributed_optimizer=*/true},
 };
 
 // 8 layers (so that 4 stages of 2 chunks each hold a layer), hidden 32, 4 heads, seq 16; 16

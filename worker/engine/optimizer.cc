@@ -2,8 +2,12 @@
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/version.h>
 
+#include <algorithm>
 #include <cmath>
 #include <unordered_set>
 #include <utility>
@@ -11,8 +15,12 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
+#include "worker/model/sharding.h"
+#include "worker/parallel/grad_reducer.h"
+#include "worker/parallel/process_groups.h"
 
 namespace mt::engine {
 namespace {
@@ -62,6 +70,10 @@ absl::Status OptimizerConfig::Validate() const {
     return bad("training.sgd_momentum ", sgd_momentum, " must be in [0, 1)");
   }
   if (!(clip_grad >= 0.0)) return bad("training.clip_grad ", clip_grad, " must be >= 0");
+  if (num_micro_batches < 1) {
+    return bad("optimizer: num_micro_batches ", num_micro_batches, " must be >= 1");
+  }
+  if (chunk_elements < 1) return bad("optimizer: chunk_elements ", chunk_elements, " must be >= 1");
   return absl::OkStatus();
 }
 
@@ -69,118 +81,425 @@ bool UsesWeightDecay(const std::string& name, const torch::Tensor& param) {
   return !(absl::EndsWith(name, ".bias") || name == "bias" || param.dim() == 1);
 }
 
-absl::StatusOr<std::unique_ptr<MixedPrecisionOptimizer>> MixedPrecisionOptimizer::Create(
-    const OptimizerConfig& config, torch::nn::Module& model) {
-  absl::Status valid = config.Validate();
-  if (!valid.ok()) return valid;
-  std::unique_ptr<MixedPrecisionOptimizer> opt(new MixedPrecisionOptimizer(config));
+bool OptimizerStepResult::skipped() const {
+  return found_inf_.defined() && found_inf_.item<double>() != 0.0;
+}
 
-  // Unique trainable parameters, decayed ones first, each group in registration order.
-  std::vector<ParamSlot> decay, no_decay;
+double OptimizerStepResult::grad_norm() const {
+  return grad_norm_.defined() ? grad_norm_.item<double>() : 0.0;
+}
+
+// Marks a parameter's gradient ready for its bucket's DP reduction (overlap_grad_reduce). A
+// post-hook of the parameter's gradient accumulator (AccumulateGrad): it runs once per backward,
+// after the gradient has been added into .grad. The same API exists in LibTorch 1.13 and 2.x
+// (PyTorch's own DDP reducer uses it).
+class GradReadyHook : public torch::autograd::FunctionPostHook {
+ public:
+  GradReadyHook(MixedPrecisionOptimizer* opt, size_t slot) : opt_(opt), slot_(slot) {}
+  torch::autograd::variable_list operator()(
+      const torch::autograd::variable_list& outputs,
+      const torch::autograd::variable_list& /*inputs*/) override {
+    opt_->OnGradReady(slot_);
+    return outputs;
+  }
+
+ private:
+  MixedPrecisionOptimizer* opt_;
+  size_t slot_;
+};
+
+absl::StatusOr<std::unique_ptr<MixedPrecisionOptimizer>> MixedPrecisionOptimizer::Create(
+    const OptimizerConfig& config, torch::nn::Module& model,
+    const OptimizerParallelConfig& parallel) {
+  MT_RETURN_IF_ERROR(config.Validate());
+  std::unique_ptr<MixedPrecisionOptimizer> opt(new MixedPrecisionOptimizer(config, parallel));
+  MT_RETURN_IF_ERROR(opt->Init(model));
+  return opt;
+}
+
+MixedPrecisionOptimizer::MixedPrecisionOptimizer(const OptimizerConfig& config,
+                                                 const OptimizerParallelConfig& parallel)
+    : config_(config), parallel_(parallel) {}
+
+MixedPrecisionOptimizer::~MixedPrecisionOptimizer() {
+  // The hooks point at this object; the model (and its gradient accumulators) may outlive it.
+  for (size_t i = 0; i < grad_accumulators_.size(); ++i) {
+    grad_accumulators_[i]->del_post_hook(hook_keys_[i]);
+  }
+  if (reducer_ != nullptr) {
+    (void)reducer_->WaitReductions();
+    (void)reducer_->WaitGathers();
+  }
+}
+
+namespace {
+
+// Merges touching ranges.
+std::vector<std::pair<int64_t, int64_t>> Merge(std::vector<std::pair<int64_t, int64_t>> ranges) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& r : ranges) {
+    if (r.second <= r.first) continue;
+    if (!out.empty() && out.back().second == r.first) {
+      out.back().second = r.second;
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+// `ranges` (sorted, disjoint) intersected with the flat ranges of `segments` (sorted).
+std::vector<std::pair<int64_t, int64_t>> Intersect(
+    const std::vector<std::pair<int64_t, int64_t>>& ranges,
+    const std::vector<MixedPrecisionOptimizer::Segment>& segments) {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& seg : segments) {
+    const int64_t sb = seg.flat_begin, se = seg.flat_begin + seg.numel;
+    for (const auto& r : ranges) {
+      const int64_t b = std::max(sb, r.first), e = std::min(se, r.second);
+      if (b < e) out.emplace_back(b, e);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return Merge(std::move(out));
+}
+
+}  // namespace
+
+absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
+  const parallel::ProcessGroups* groups = parallel_.groups.get();
+  const int tp_rank = groups != nullptr ? groups->tp_rank() : 0;
+  const int dp_size = groups != nullptr ? groups->dp().size : 1;
+  const bool shard = parallel_.use_distributed_optimizer && dp_size > 1;
+
+  // Unique trainable parameters (file comment: decayed first, each group in reverse
+  // registration order, TP-replicated ones last within it).
+  struct Candidate {
+    ParamSlot slot;
+    bool replicated = false;
+    int64_t index = 0;
+  };
+  std::vector<Candidate> candidates;
   std::unordered_set<const void*> seen;
   for (const auto& item : model.named_parameters()) {
     const torch::Tensor& p = item.value();
     if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
-    ParamSlot slot;
-    slot.name = item.key();
-    slot.param = p;
-    slot.numel = p.numel();
-    slot.weight_decay = UsesWeightDecay(slot.name, p);
-    (slot.weight_decay ? decay : no_decay).push_back(std::move(slot));
+    Candidate c;
+    c.slot.name = item.key();
+    c.slot.param = p;
+    c.slot.numel = p.numel();
+    c.slot.weight_decay = UsesWeightDecay(c.slot.name, p);
+    c.replicated = model::TensorParallelSplit(c.slot.name) == model::TpSplit::kReplicated;
+    const bool duplicate = parallel_.norm_duplicate && parallel_.norm_duplicate(c.slot.name);
+    c.slot.counted_in_norm = !(c.replicated && tp_rank != 0) && !duplicate;
+    c.index = static_cast<int64_t>(candidates.size());
+    candidates.push_back(std::move(c));
   }
-  if (decay.empty() && no_decay.empty()) {
+  if (candidates.empty()) {
     return absl::InvalidArgumentError("the model has no trainable parameters");
   }
-  const torch::Tensor& first = decay.empty() ? no_decay[0].param : decay[0].param;
-  const c10::ScalarType dtype = first.scalar_type();
-  const c10::Device device = first.device();
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) {
+                     if (a.slot.weight_decay != b.slot.weight_decay) return a.slot.weight_decay;
+                     if (a.replicated != b.replicated) return b.replicated;
+                     return a.index > b.index;
+                   });
+  const c10::ScalarType dtype = candidates[0].slot.param.scalar_type();
+  const c10::Device device = candidates[0].slot.param.device();
   if (dtype != torch::kFloat && dtype != torch::kDouble && dtype != torch::kBFloat16 &&
       dtype != torch::kHalf) {
     return absl::InvalidArgumentError(
         absl::StrCat("unsupported parameter dtype ", c10::toString(dtype)));
   }
-  int64_t offset = 0;
-  for (auto* group : {&decay, &no_decay}) {
-    for (ParamSlot& slot : *group) {
-      if (slot.param.scalar_type() != dtype || slot.param.device() != device) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("parameter ", slot.name, " is ", c10::toString(slot.param.scalar_type()),
-                         " on ", slot.param.device().str(), ", others are ", c10::toString(dtype),
-                         " on ", device.str()));
-      }
-      slot.offset = offset;
-      offset = AlignUp(offset + slot.numel);
-      opt->num_parameters_ += slot.numel;
-      opt->slots_.push_back(std::move(slot));
-    }
-    if (group == &decay) opt->decay_numel_ = offset;
+  if (groups != nullptr && groups->dp().active() && groups->is_cuda() != device.is_cuda()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the data-parallel group runs ", groups->backend(), " but the parameters are on ",
+        device.str(), ": use nccl for CUDA parameters and gloo for CPU ones"));
   }
+
+  // Offsets and buckets. A bucket closes once it holds bucket_elements (Megatron's rule); with
+  // sharding its length is padded to a multiple of dp * 64 so that every rank's slice is
+  // equal and aligned.
+  const int64_t bucket_limit =
+      parallel_.bucket_elements > 0 ? parallel_.bucket_elements : int64_t{40'000'000};
+  const int64_t bucket_align = kAlignElements * (shard ? dp_size : 1);
+  std::vector<parallel::GradReducer::Range> buckets;
+  int64_t offset = 0;
+  int64_t bucket_begin = 0;
+  int64_t decay_end = -1;
+  auto close_bucket = [&]() {
+    if (offset == bucket_begin) return;
+    offset = (offset + bucket_align - 1) / bucket_align * bucket_align;
+    buckets.push_back({bucket_begin, offset});
+    bucket_begin = offset;
+    bucket_slots_.emplace_back();
+  };
+  bucket_slots_.emplace_back();
+  for (Candidate& c : candidates) {
+    ParamSlot& slot = c.slot;
+    if (slot.param.scalar_type() != dtype || slot.param.device() != device) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "parameter ", slot.name, " is ", c10::toString(slot.param.scalar_type()), " on ",
+          slot.param.device().str(), ", others are ", c10::toString(dtype), " on ", device.str()));
+    }
+    if (!slot.weight_decay && decay_end < 0) decay_end = offset;
+    slot.offset = offset;
+    offset = AlignUp(offset + slot.numel);
+    num_parameters_ += slot.numel;
+    bucket_slots_.back().push_back(slots_.size());
+    slot_bucket_.push_back(buckets.size());
+    slots_.push_back(std::move(slot));
+    if (offset - bucket_begin >= bucket_limit) close_bucket();
+  }
+  close_bucket();
+  bucket_slots_.pop_back();  // the empty one close_bucket opened last
   const int64_t total = offset;
+  if (decay_end < 0) decay_end = total;
+
+  // This rank's segments.
+  if (!shard) {
+    if (decay_end > 0) segments_.push_back({0, 0, decay_end, true});
+    if (total > decay_end) segments_.push_back({decay_end, decay_end, total - decay_end, false});
+  } else {
+    int64_t local = 0;
+    for (const auto& b : buckets) {
+      const int64_t part = (b.end - b.begin) / dp_size;
+      const int64_t sb = b.begin + part * groups->dp_rank(), se = sb + part;
+      const int64_t cut = std::clamp(decay_end, sb, se);
+      if (cut > sb) segments_.push_back({sb, local, cut - sb, true});
+      local += cut - sb;
+      if (se > cut) segments_.push_back({cut, local, se - cut, false});
+      local += se - cut;
+    }
+  }
+  for (const Segment& s : segments_) state_numel_ += s.numel;
+
+  // Norm ranges: each slot's span to its aligned end, merged, within this rank's segments.
+  std::vector<std::pair<int64_t, int64_t>> counted, excluded;
+  for (const ParamSlot& slot : slots_) {
+    (slot.counted_in_norm ? counted : excluded)
+        .emplace_back(slot.offset, AlignUp(slot.offset + slot.numel));
+  }
+  norm_ranges_ = Intersect(Merge(counted), segments_);
+  excluded_ranges_ = Intersect(Merge(excluded), segments_);
 
   torch::NoGradGuard no_grad;
   const auto options = torch::TensorOptions().dtype(dtype).device(device);
-  opt->model_flat_ = torch::zeros({total}, options);
-  opt->model_grad_flat_ = torch::zeros({total}, options);
-  for (ParamSlot& slot : opt->slots_) {
-    torch::Tensor view =
-        opt->model_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
+  model_flat_ = torch::zeros({total}, options);
+  model_grad_flat_ = torch::zeros({total}, options);
+  for (ParamSlot& slot : slots_) {
+    torch::Tensor view = model_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
     view.copy_(slot.param);
     slot.param.set_data(view);
     slot.param.mutable_grad() =
-        opt->model_grad_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
+        model_grad_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
   }
   const c10::ScalarType master_dtype = dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
-  opt->master_is_model_ = dtype == master_dtype;
-  if (opt->master_is_model_) {
-    opt->master_ = opt->model_flat_;
-    opt->master_grad_ = opt->model_grad_flat_;
-  } else {
-    opt->master_ = opt->model_flat_.to(master_dtype);
-    opt->master_grad_ = torch::zeros({total}, options.dtype(master_dtype));
-  }
   const auto master_options = options.dtype(master_dtype);
-  if (config.kind == OptimizerConfig::Kind::kAdamW) {
-    opt->exp_avg_ = torch::zeros({total}, master_options);
-    opt->exp_avg_sq_ = torch::zeros({total}, master_options);
-    opt->scratch_ = torch::empty({total}, master_options);
-  } else if (config.sgd_momentum > 0.0) {
-    opt->momentum_ = torch::zeros({total}, master_options);
+  master_is_model_ = dtype == master_dtype;
+  const bool fp32_grads =
+      !master_is_model_ &&
+      (dtype == torch::kHalf ||
+       (config_.accumulate_grads_in_fp32 && (config_.num_micro_batches > 1 || dp_size > 1)));
+  needs_conversion_ = !master_is_model_ && !fp32_grads;
+  if (groups != nullptr && groups->dp().active() && !groups->is_cuda() && !master_is_model_ &&
+      !fp32_grads) {
+    return absl::InvalidArgumentError(
+        "data parallelism over gloo cannot sum 16-bit gradients (gloo has no bf16): keep "
+        "accumulate_grads_in_fp32 on");
   }
-  return opt;
+  if (master_is_model_) {
+    master_ = model_flat_;
+    master_grad_ = model_grad_flat_;
+  } else {
+    master_ = torch::empty({state_numel_}, master_options);
+    for (const Segment& s : segments_) {
+      master_.narrow(0, s.local_begin, s.numel).copy_(model_flat_.narrow(0, s.flat_begin, s.numel));
+    }
+    if (fp32_grads) master_grad_ = torch::zeros({total}, master_options);
+  }
+  if (config_.kind == OptimizerConfig::Kind::kAdamW) {
+    exp_avg_ = torch::zeros({state_numel_}, master_options);
+    exp_avg_sq_ = torch::zeros({state_numel_}, master_options);
+  } else if (config_.sgd_momentum > 0.0) {
+    momentum_ = torch::zeros({state_numel_}, master_options);
+  }
+  step_ = torch::zeros({}, options.dtype(torch::kFloat));
+
+  // Data parallelism.
+  const size_t num_buckets = buckets.size();
+  if (groups != nullptr && groups->dp().active()) {
+    reducer_ = std::make_unique<parallel::GradReducer>(groups->dp(), groups->is_cuda(), shard,
+                                                       std::move(buckets));
+  } else {
+    reducer_ = std::make_unique<parallel::GradReducer>(parallel::GroupHandle{}, device.is_cuda(),
+                                                       /*shard=*/false, std::move(buckets));
+  }
+  slot_ready_.assign(slots_.size(), false);
+  bucket_pending_.assign(num_buckets, 0);
+  bucket_folded_.assign(num_buckets, false);
+  if (parallel_.overlap_grad_reduce && reducer_->active()) {
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      std::shared_ptr<torch::autograd::Node> acc =
+          torch::autograd::impl::grad_accumulator(slots_[i].param);
+      if (acc == nullptr) {
+        return absl::InternalError(
+            absl::StrCat("parameter ", slots_[i].name, " has no gradient accumulator"));
+      }
+      hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>(this, i)));
+      grad_accumulators_.push_back(std::move(acc));
+    }
+  }
+  return absl::OkStatus();
 }
 
 torch::Tensor MixedPrecisionOptimizer::MasterParam(const ParamSlot& slot) const {
+  if (reducer_ != nullptr && reducer_->shard() && !master_is_model_) return torch::Tensor();
   return master_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
 }
 
-bool MixedPrecisionOptimizer::Fp32Accumulation() const {
-  return !master_is_model_ && config_.accumulate_grads_in_fp32;
+torch::Tensor MixedPrecisionOptimizer::MasterView(const Segment& s) const {
+  return master_is_model_ ? model_flat_.narrow(0, s.flat_begin, s.numel)
+                          : master_.narrow(0, s.local_begin, s.numel);
 }
 
-void MixedPrecisionOptimizer::ZeroGrad() {
+int64_t MixedPrecisionOptimizer::step_count() const {
+  return static_cast<int64_t>(step_.item<double>());
+}
+
+std::vector<std::pair<int64_t, int64_t>> MixedPrecisionOptimizer::buckets() const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const auto& b : reducer_->buckets()) out.emplace_back(b.begin, b.end);
+  return out;
+}
+
+MixedPrecisionOptimizer::MemoryBytes MixedPrecisionOptimizer::memory_bytes() const {
+  auto bytes = [](const torch::Tensor& t) {
+    return t.defined() ? t.numel() * static_cast<int64_t>(t.element_size()) : int64_t{0};
+  };
+  MemoryBytes m;
+  m.params = bytes(model_flat_);
+  m.grads = bytes(model_grad_flat_);
+  m.master_params = master_is_model_ ? 0 : bytes(master_);
+  m.master_grads = has_fp32_master_grads() ? bytes(master_grad_) : 0;
+  m.optimizer_state = bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(momentum_);
+  if (needs_conversion_) {
+    m.temporary = std::min(config_.chunk_elements, state_numel_) *
+                  static_cast<int64_t>(master_.element_size());
+  }
+  return m;
+}
+
+absl::Status MixedPrecisionOptimizer::ZeroGrad() {
+  MT_RETURN_IF_ERROR(WaitForParameters());
   torch::NoGradGuard no_grad;
   SyncGradViews();
   model_grad_flat_.zero_();
   // The master gradients are overwritten by the first fold (FoldIntoMaster), not zeroed: one
   // pass over them less per step.
   master_grad_holds_step_ = false;
+  std::lock_guard<std::mutex> lock(hook_mu_);
+  unfolded_ = true;
+  armed_ = false;
+  reduced_ = false;
+  std::fill(bucket_folded_.begin(), bucket_folded_.end(), false);
+  return absl::OkStatus();
+}
+
+void MixedPrecisionOptimizer::BeginMicroBatch(bool last) {
+  std::lock_guard<std::mutex> lock(hook_mu_);
+  reduced_ = false;
+  unfolded_ = true;
+  std::fill(bucket_folded_.begin(), bucket_folded_.end(), false);
+  armed_ = last && !grad_accumulators_.empty();
+  if (!armed_) return;
+  std::fill(slot_ready_.begin(), slot_ready_.end(), false);
+  for (size_t b = 0; b < bucket_slots_.size(); ++b) bucket_pending_[b] = bucket_slots_[b].size();
+  next_bucket_ = 0;
+  started_in_backward_ = 0;
 }
 
 void MixedPrecisionOptimizer::FinishMicroBatch() {
-  if (!Fp32Accumulation()) return;
+  if (!has_fp32_master_grads()) return;
   torch::NoGradGuard no_grad;
   SyncGradViews();
-  FoldIntoMaster();
+  std::lock_guard<std::mutex> lock(hook_mu_);
+  // Fold the buckets no hook has folded, in runs of consecutive ones.
+  const auto& buckets = reducer_->buckets();
+  size_t b = 0;
+  while (b < buckets.size()) {
+    if (bucket_folded_[b]) {
+      ++b;
+      continue;
+    }
+    size_t e = b;
+    while (e < buckets.size() && !bucket_folded_[e]) bucket_folded_[e++] = true;
+    FoldIntoMaster(buckets[b].begin, buckets[e - 1].end);
+    b = e;
+  }
+  // What the next backward adds is new (folded by the next FinishMicroBatch, or by Step).
+  std::fill(bucket_folded_.begin(), bucket_folded_.end(), false);
+  master_grad_holds_step_ = true;
+  unfolded_ = false;
 }
 
-void MixedPrecisionOptimizer::FoldIntoMaster() {
+void MixedPrecisionOptimizer::FoldIntoMaster(int64_t begin, int64_t end) {
+  torch::Tensor master = master_grad_.narrow(0, begin, end - begin);
+  torch::Tensor model = model_grad_flat_.narrow(0, begin, end - begin);
   if (master_grad_holds_step_) {
-    master_grad_.add_(model_grad_flat_);
+    master.add_(model);
   } else {
-    master_grad_.copy_(model_grad_flat_);
-    master_grad_holds_step_ = true;
+    master.copy_(model);
   }
-  model_grad_flat_.zero_();
+  model.zero_();
+}
+
+void MixedPrecisionOptimizer::OnGradReady(size_t slot) {
+  torch::NoGradGuard no_grad;
+  std::lock_guard<std::mutex> lock(hook_mu_);
+  if (!armed_ || slot_ready_[slot]) return;
+  slot_ready_[slot] = true;
+  if (--bucket_pending_[slot_bucket_[slot]] > 0) return;
+  // Buckets start in index order on every rank (c10d matches collectives by order).
+  while (next_bucket_ < bucket_pending_.size() && bucket_pending_[next_bucket_] == 0) {
+    StartBucket(next_bucket_++, /*fold=*/true);
+    ++started_in_backward_;
+  }
+}
+
+void MixedPrecisionOptimizer::StartBucket(size_t b, bool fold) {
+  if (fold && has_fp32_master_grads() && !bucket_folded_[b]) {
+    const auto& r = reducer_->buckets()[b];
+    FoldIntoMaster(r.begin, r.end);
+    bucket_folded_[b] = true;
+  }
+  reducer_->StartReduction(static_cast<int>(b), GradBuffer());
+}
+
+absl::Status MixedPrecisionOptimizer::ReduceGradients() {
+  torch::NoGradGuard no_grad;
+  {
+    std::lock_guard<std::mutex> lock(hook_mu_);
+    if (reduced_) return absl::OkStatus();
+  }
+  SyncGradViews();
+  // The last backward's gradients, unless FinishMicroBatch has folded them.
+  if (has_fp32_master_grads() && unfolded_) FinishMicroBatch();
+  if (reducer_->active()) {
+    std::lock_guard<std::mutex> lock(hook_mu_);
+    if (!armed_) next_bucket_ = 0;
+    armed_ = false;
+    while (next_bucket_ < reducer_->buckets().size()) StartBucket(next_bucket_++, false);
+  }
+  MT_RETURN_IF_ERROR(reducer_->WaitReductions());
+  std::lock_guard<std::mutex> lock(hook_mu_);
+  reduced_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status MixedPrecisionOptimizer::WaitForParameters() {
+  if (reducer_ == nullptr || !reducer_->gathers_pending()) return absl::OkStatus();
+  return reducer_->WaitGathers();
 }
 
 void MixedPrecisionOptimizer::SyncGradViews() {
@@ -199,118 +518,240 @@ void MixedPrecisionOptimizer::SyncGradViews() {
   }
 }
 
-std::vector<torch::Tensor> MixedPrecisionOptimizer::GradientBuckets(int64_t bucket_elements) {
-  torch::NoGradGuard no_grad;
-  SyncGradViews();
-  torch::Tensor buffer = model_grad_flat_;
-  if (Fp32Accumulation()) {
-    FoldIntoMaster();
-    buffer = master_grad_;
-  }
-  std::vector<torch::Tensor> buckets;
-  const int64_t n = buffer.numel();
-  const int64_t size = std::max<int64_t>(1, bucket_elements);
-  for (int64_t offset = 0; offset < n; offset += size) {
-    buckets.push_back(buffer.narrow(0, offset, std::min(size, n - offset)));
-  }
-  return buckets;
+torch::Tensor MixedPrecisionOptimizer::LocalSumOfSquares() {
+  const torch::Tensor& g = GradBuffer();
+  const c10::ScalarType acc = master_.scalar_type();
+  auto sum_of = [&](const std::vector<std::pair<int64_t, int64_t>>& ranges) {
+    std::vector<torch::Tensor> norms;
+    for (const auto& r : ranges) {
+      for (int64_t b = r.first; b < r.second; b += config_.chunk_elements) {
+        const int64_t n = std::min(config_.chunk_elements, r.second - b);
+        norms.push_back(at::linalg_vector_norm(g.narrow(0, b, n), 2, c10::nullopt, false, acc));
+      }
+    }
+    if (norms.empty()) return torch::zeros({1}, g.options().dtype(acc));
+    return at::stack(norms).square().sum().reshape({1});
+  };
+  torch::Tensor sumsq = sum_of(norm_ranges_);
+  // Left-out gradients add 0 * their sum of squares: nothing, unless it is inf or NaN.
+  if (!excluded_ranges_.empty()) sumsq = sumsq + sum_of(excluded_ranges_) * 0.0;
+  return sumsq;
 }
 
-OptimizerStepResult MixedPrecisionOptimizer::Step(double lr, double loss_scale) {
+absl::Status MixedPrecisionOptimizer::AllReduceSum(torch::Tensor& value) {
+  const parallel::ProcessGroups* groups = parallel_.groups.get();
+  if (groups == nullptr) return absl::OkStatus();
+  std::vector<const parallel::GroupHandle*> over;
+  // Distributed optimizer: each DP rank holds a different slice of the gradients.
+  if (reducer_->shard()) over.push_back(&groups->dp());
+  over.push_back(&groups->model_parallel());
+  for (const parallel::GroupHandle* h : over) {
+    if (!h->active()) continue;
+    std::vector<at::Tensor> tensors = {value};
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    MT_RETURN_IF_ERROR(
+        parallel::Wait(h->group->allreduce(tensors, opts), "gradient norm over " + h->name));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::vector<MixedPrecisionOptimizer::Piece>> MixedPrecisionOptimizer::Chunks(
+    int64_t limit) const {
+  std::vector<std::vector<Piece>> chunks(1);
+  int64_t used = 0;
+  for (const Segment& s : segments_) {
+    int64_t done = 0;
+    while (done < s.numel) {
+      if (limit > 0 && used == limit) {
+        chunks.emplace_back();
+        used = 0;
+      }
+      const int64_t n = limit > 0 ? std::min(s.numel - done, limit - used) : s.numel - done;
+      Piece p;
+      p.segment = {s.flat_begin + done, s.local_begin + done, n, s.weight_decay};
+      p.temp_begin = used;
+      chunks.back().push_back(p);
+      used += n;
+      done += n;
+    }
+  }
+  return chunks;
+}
+
+absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, double loss_scale) {
   torch::NoGradGuard no_grad;
-  SyncGradViews();
-  OptimizerStepResult result;
-  // 1. fp32 gradients (plus whatever FinishMicroBatch has not folded in yet), unscaled.
-  if (Fp32Accumulation()) {
-    FoldIntoMaster();
-  } else if (!master_is_model_) {
-    master_grad_.copy_(model_grad_flat_);
+  // 1. This step's gradients, summed over DP.
+  MT_RETURN_IF_ERROR(ReduceGradients());
+  // Loss scaling: unscale first, as Megatron does, because the squares of scaled gradients can
+  // overflow fp32 (scales reach 2^32 and more); a pass over this rank's gradients, fp16 only in
+  // practice. The DP sum's 1/dp is folded into the update instead (no pass).
+  if (loss_scale != 1.0) {
+    for (const Segment& s : segments_) {
+      GradBuffer().narrow(0, s.flat_begin, s.numel).mul_(1.0 / loss_scale);
+    }
   }
-  if (loss_scale != 1.0) master_grad_.mul_(1.0 / loss_scale);
-  // 2. One device sync: the norm tells both the clip factor and whether anything overflowed
-  //    (an inf or NaN anywhere makes the norm inf or NaN).
-  result.grad_norm = master_grad_.norm().item<double>();
-  if (!std::isfinite(result.grad_norm)) {
-    result.skipped = true;
-    return result;
-  }
-  // 3. Clip by the global norm.
-  if (config_.clip_grad > 0.0) {
-    const double coeff = config_.clip_grad / (result.grad_norm + 1e-6);
-    if (coeff < 1.0) master_grad_.mul_(coeff);
-  }
-  // 4. Update the master weights, then the model's copy.
-  ++step_count_;
+  const double divisor = reducer_->active() ? reducer_->dp_size() : 1;
+  // 2. The global norm, on the device: an inf or NaN anywhere makes it inf or NaN.
+  torch::Tensor sumsq = LocalSumOfSquares();
+  MT_RETURN_IF_ERROR(AllReduceSum(sumsq));
+  const torch::Tensor norm = (sumsq.sqrt() / divisor).reshape({});
+  const torch::Tensor found_inf = torch::isfinite(norm).logical_not().to(torch::kFloat);
+  // 3. The clip coefficient (Megatron: clip / (norm + 1e-6), applied when < 1).
+  torch::Tensor coeff = torch::ones({}, norm.options());
+  if (config_.clip_grad > 0.0) coeff = (config_.clip_grad / (norm + 1e-6)).clamp_max(1.0);
+  // 4. Adam's t counts the steps taken.
+  step_.add_(1.0 - found_inf);
+  // 5. The update (nothing changes when found_inf), then the model's copy.
   if (config_.kind == OptimizerConfig::Kind::kAdamW) {
-    AdamWUpdate(lr);
+    if (!FusedAdamWUpdate(lr, (divisor / coeff).to(torch::kFloat), found_inf)) {
+      AdamWUpdate(lr, coeff / divisor, found_inf);
+    }
   } else {
-    SgdUpdate(lr);
+    SgdUpdate(lr, coeff / divisor, found_inf);
   }
-  if (!master_is_model_) model_flat_.copy_(master_);
-  return result;
+  if (!master_is_model_) {
+    for (const Segment& s : segments_) {
+      model_flat_.narrow(0, s.flat_begin, s.numel).copy_(MasterView(s));
+    }
+  }
+  // 6. Distributed optimizer: every rank's slices back into every rank's parameters.
+  if (reducer_->shard()) {
+    for (size_t b = 0; b < reducer_->buckets().size(); ++b) {
+      reducer_->StartGather(static_cast<int>(b), model_flat_);
+    }
+    if (!parallel_.overlap_param_gather) MT_RETURN_IF_ERROR(reducer_->WaitGathers());
+  }
+  return OptimizerStepResult(norm, found_inf);
 }
 
-bool MixedPrecisionOptimizer::FusedAdamWUpdate(double lr) {
+bool MixedPrecisionOptimizer::FusedAdamWUpdate(double lr, const torch::Tensor& grad_divisor,
+                                               const torch::Tensor& found_inf) {
 #if TORCH_VERSION_MAJOR >= 2
   if (!config_.fused_adamw || !master_.is_cuda() || master_.scalar_type() != at::kFloat) {
     return false;
   }
-  // The kernel reads each step tensor as Adam's t (torch.optim.AdamW(fused=True) increments
-  // them before the call); weight decay is per call, so the decayed and the other parameters
-  // go separately.
-  const int64_t total = master_.numel();
-  auto run = [&](int64_t begin, int64_t end, double weight_decay) {
-    if (end <= begin) return;
-    std::vector<at::Tensor> params = {master_.narrow(0, begin, end - begin)};
-    std::vector<at::Tensor> grads = {master_grad_.narrow(0, begin, end - begin)};
-    std::vector<at::Tensor> m = {exp_avg_.narrow(0, begin, end - begin)};
-    std::vector<at::Tensor> v = {exp_avg_sq_.narrow(0, begin, end - begin)};
-    std::vector<at::Tensor> steps = {
-        at::full({}, static_cast<double>(step_count_), master_.options())};
-    at::_fused_adamw_(params, grads, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, config_.adam_beta1,
-                      config_.adam_beta2, weight_decay, config_.adam_eps, /*amsgrad=*/false,
-                      /*maximize=*/false);
-  };
-  run(0, decay_numel_, config_.weight_decay);
-  run(decay_numel_, total, 0.0);
+  // The kernel divides each gradient by grad_scale (= dp / clip coefficient: the DP mean and
+  // clipping cost no pass of their own), does nothing at all when found_inf is
+  // 1, and reads each step tensor as Adam's t (torch.optim.AdamW(fused=True) increments them
+  // before the call, as Step does). Weight decay is per call: decayed and other pieces go
+  // separately.
+  const torch::Tensor& grads = GradBuffer();
+  const int64_t limit = needs_conversion_ ? config_.chunk_elements : 0;
+  torch::Tensor temp;
+  if (needs_conversion_) {
+    temp = torch::empty({std::min(limit, state_numel_)}, master_.options());
+  }
+  for (const std::vector<Piece>& chunk : Chunks(limit)) {
+    for (bool decay : {true, false}) {
+      std::vector<at::Tensor> params, g, m, v, steps;
+      for (const Piece& p : chunk) {
+        const Segment& s = p.segment;
+        if (s.weight_decay != decay) continue;
+        params.push_back(MasterView(s));
+        torch::Tensor grad = grads.narrow(0, s.flat_begin, s.numel);
+        if (needs_conversion_) {
+          torch::Tensor t = temp.narrow(0, p.temp_begin, s.numel);
+          t.copy_(grad);
+          grad = t;
+        }
+        g.push_back(grad);
+        m.push_back(exp_avg_.narrow(0, s.local_begin, s.numel));
+        v.push_back(exp_avg_sq_.narrow(0, s.local_begin, s.numel));
+        steps.push_back(step_);
+      }
+      if (params.empty()) continue;
+      at::_fused_adamw_(params, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, config_.adam_beta1,
+                        config_.adam_beta2, decay ? config_.weight_decay : 0.0, config_.adam_eps,
+                        /*amsgrad=*/false, /*maximize=*/false, grad_divisor, found_inf);
+    }
+  }
   return true;
 #else
   (void)lr;
+  (void)grad_divisor;
+  (void)found_inf;
   return false;
 #endif
 }
 
-void MixedPrecisionOptimizer::AdamWUpdate(double lr) {
-  if (FusedAdamWUpdate(lr)) return;
-  const double b1 = config_.adam_beta1;
-  const double b2 = config_.adam_beta2;
-  const double t = static_cast<double>(step_count_);
-  const double bias_correction1 = 1.0 - std::pow(b1, t);
-  const double bias_correction2_sqrt = std::sqrt(1.0 - std::pow(b2, t));
-  exp_avg_.mul_(b1).add_(master_grad_, 1.0 - b1);
-  exp_avg_sq_.mul_(b2).addcmul_(master_grad_, master_grad_, 1.0 - b2);
-  if (config_.weight_decay > 0.0 && decay_numel_ > 0) {
-    master_.narrow(0, 0, decay_numel_).mul_(1.0 - lr * config_.weight_decay);
+void MixedPrecisionOptimizer::AdamWUpdate(double lr, const torch::Tensor& scale,
+                                          const torch::Tensor& found_inf) {
+  // Element-wise, with every step-dependent factor a device scalar: on a skipped step the
+  // gradients become 0 and every factor the identity, so nothing changes, bit for bit.
+  // The factors are computed in fp64 (as LibTorch's AdamW does on the host), then rounded once.
+  const c10::ScalarType dt = master_.scalar_type();
+  const torch::Tensor skip = found_inf.to(torch::kBool);
+  const torch::Tensor keep = (1.0 - found_inf).to(torch::kDouble);
+  const torch::Tensor grad_scale = torch::where(skip, torch::zeros_like(scale), scale).to(dt);
+  const torch::Tensor t = step_.to(torch::kDouble).clamp_min(1.0);
+  const double b1 = config_.adam_beta1, b2 = config_.adam_beta2;
+  const torch::Tensor neg_step_size = (-lr * keep / (1.0 - at::pow(b1, t))).to(dt);
+  const torch::Tensor sqrt_bc2 = (1.0 - at::pow(b2, t)).sqrt().to(dt);
+  const torch::Tensor b1_now = torch::where(skip, torch::ones_like(keep), keep * b1).to(dt);
+  const torch::Tensor b2_now = torch::where(skip, torch::ones_like(keep), keep * b2).to(dt);
+  const torch::Tensor decay = (1.0 - lr * config_.weight_decay * keep).to(dt);
+  const torch::Tensor& grads = GradBuffer();
+  const int64_t limit = config_.chunk_elements;
+  torch::Tensor temp;
+  if (needs_conversion_) temp = torch::empty({std::min(limit, state_numel_)}, master_.options());
+  for (const std::vector<Piece>& chunk : Chunks(limit)) {
+    for (const Piece& p : chunk) {
+      const Segment& s = p.segment;
+      // The gradient, unscaled and clipped, in fp32: the master gradients in place, or a
+      // converted piece of the 16-bit ones. It is scratch space afterwards.
+      torch::Tensor g = grads.narrow(0, s.flat_begin, s.numel);
+      if (needs_conversion_) g = temp.narrow(0, p.temp_begin, s.numel).copy_(g);
+      g.mul_(grad_scale).nan_to_num_(0.0, 0.0, 0.0);
+      torch::Tensor m = exp_avg_.narrow(0, s.local_begin, s.numel);
+      torch::Tensor v = exp_avg_sq_.narrow(0, s.local_begin, s.numel);
+      torch::Tensor w = MasterView(s);
+      m.mul_(b1_now).add_(g, 1.0 - b1);
+      v.mul_(b2_now).addcmul_(g, g, 1.0 - b2);
+      if (s.weight_decay && config_.weight_decay > 0.0) w.mul_(decay);
+      at::sqrt_out(g, v);
+      g.div_(sqrt_bc2).add_(config_.adam_eps);
+      // (-step_size * m) / denom, rounded as LibTorch's addcdiv_(m, denom, -step_size) rounds
+      // it (a piece-sized temporary, the fallback's only one besides the conversion chunk).
+      w.addcdiv_(m * neg_step_size, g);
+    }
   }
-  at::sqrt_out(scratch_, exp_avg_sq_);
-  scratch_.div_(bias_correction2_sqrt).add_(config_.adam_eps);
-  master_.addcdiv_(exp_avg_, scratch_, -lr / bias_correction1);
 }
 
-void MixedPrecisionOptimizer::SgdUpdate(double lr) {
-  if (config_.weight_decay > 0.0 && decay_numel_ > 0) {
-    master_grad_.narrow(0, 0, decay_numel_)
-        .add_(master_.narrow(0, 0, decay_numel_), config_.weight_decay);
-  }
-  if (momentum_.defined()) {
-    if (step_count_ == 1) {
-      momentum_.copy_(master_grad_);
-    } else {
-      momentum_.mul_(config_.sgd_momentum).add_(master_grad_);
+void MixedPrecisionOptimizer::SgdUpdate(double lr, const torch::Tensor& scale,
+                                        const torch::Tensor& found_inf) {
+  const c10::ScalarType dt = master_.scalar_type();
+  const torch::Tensor skip = found_inf.to(torch::kBool);
+  const torch::Tensor keep = (1.0 - found_inf).to(torch::kDouble);
+  const torch::Tensor grad_scale = torch::where(skip, torch::zeros_like(scale), scale).to(dt);
+  const torch::Tensor neg_lr = (-lr * keep).to(dt);
+  const torch::Tensor decay = (config_.weight_decay * keep).to(dt);
+  // The momentum buffer starts as the first gradient (t == 1 after this step's increment).
+  const torch::Tensor first = step_ == 1.0;
+  const torch::Tensor mu = torch::where(skip, torch::ones_like(keep),
+                                        torch::where(first, torch::zeros_like(keep),
+                                                     torch::full_like(keep, config_.sgd_momentum)))
+                               .to(dt);
+  const torch::Tensor& grads = GradBuffer();
+  const int64_t limit = needs_conversion_ ? config_.chunk_elements : 0;
+  torch::Tensor temp;
+  if (needs_conversion_) temp = torch::empty({std::min(limit, state_numel_)}, master_.options());
+  for (const std::vector<Piece>& chunk : Chunks(limit)) {
+    for (const Piece& p : chunk) {
+      const Segment& s = p.segment;
+      torch::Tensor g = grads.narrow(0, s.flat_begin, s.numel);
+      if (needs_conversion_) g = temp.narrow(0, p.temp_begin, s.numel).copy_(g);
+      g.mul_(grad_scale).nan_to_num_(0.0, 0.0, 0.0);
+      torch::Tensor w = MasterView(s);
+      if (s.weight_decay && config_.weight_decay > 0.0) g.addcmul_(w, decay);
+      if (momentum_.defined()) {
+        torch::Tensor buf = momentum_.narrow(0, s.local_begin, s.numel);
+        buf.mul_(mu).add_(g);
+        w.addcmul_(buf, neg_lr);
+      } else {
+        w.addcmul_(g, neg_lr);
+      }
     }
-    master_.add_(momentum_, -lr);
-  } else {
-    master_.add_(master_grad_, -lr);
   }
 }
 

@@ -1,36 +1,71 @@
-// The optimizer of the single-device trainer: AdamW (or SGD with momentum) over fp32 master
-// weights, as Megatron's Float16OptimizerWithFloat16Params / FP32Optimizer.
+// The optimizer of the trainer: AdamW (or SGD with momentum) over fp32 master weights, as
+// Megatron's Float16OptimizerWithFloat16Params / FP32Optimizer, with Megatron's data-parallel
+// gradient buffers and distributed optimizer (ZeRO-1).
 //
-// Memory layout (the same idea as Megatron's contiguous grad buffers and distributed
-// optimizer): every parameter of the model becomes a view into one flat buffer of the model's
-// dtype, and its .grad a view into one flat gradient buffer, so that
+// Memory layout (Megatron's contiguous grad buffers): every parameter of the model becomes a
+// view into one flat buffer of the model's dtype, and its .grad a view into one flat gradient
+// buffer, so that
 //   - gradients accumulate in place across micro-batches (autograd adds into .grad),
-//   - unscaling, the inf/NaN check, the global norm, clipping and the update are a handful of
-//     kernels over whole buffers rather than one per parameter,
-//   - a later data-parallel layer can all-reduce (or reduce-scatter) one buffer.
-// fp32 model: the master weights are the model's parameters (no copy). bf16/fp16 model: an
-// fp32 master copy and fp32 gradients, copied back into the model after the update. The
-// optimizer state (exp_avg, exp_avg_sq or the momentum buffer) is fp32. An fp64 model (tests)
-// keeps everything in fp64. Each parameter starts at a multiple of 64 elements (aligned
-// vector loads); the padding is zero and stays zero.
+//   - the norm, the inf/NaN check, clipping and the update are a handful of kernels over whole
+//     buffers rather than one per parameter,
+//   - data parallelism reduces the buffer bucket by bucket (worker/parallel/grad_reducer.h).
+// fp32 model: the master weights are the model's parameters (no copy). bf16/fp16 model: an fp32
+// master copy, copied back into the model after the update. The optimizer state (exp_avg,
+// exp_avg_sq or the momentum buffer) is fp32. An fp64 model (tests) keeps everything in fp64.
 //
-// Weight decay follows Megatron's rule: no decay for biases and for 1-D parameters (LayerNorm);
-// decayed parameters come first in the buffers so that decay is one kernel on a prefix.
+// fp32 master gradients exist only where something is summed in them (16-bit model with
+// accumulate_grads_in_fp32 and more than one micro-batch per step or more than one DP rank
+// -- Megatron's --accumulate-allreduce-grads-in-fp32, its bf16 default -- and always for fp16).
+// Otherwise the update reads the 16-bit gradients, converting at most chunk_elements of them at
+// a time into one reused fp32 temporary. Bytes per parameter, bf16, one micro-batch, one rank:
+// 2 (weights) + 2 (gradients) + 4 (master) + 8 (moments) = 16; with fp32 gradients 20.
+//
+// Order in the buffers: parameters with weight decay first, then the others (Megatron's rule:
+// no decay for biases and 1-D parameters); within each group the reverse of registration order
+// (the order backward produces gradients in, so buckets fill front to back), and within that
+// tensor-parallel-replicated parameters last (fewer ranges to leave out of the norm). Each
+// parameter starts at a multiple of 64 elements (aligned vector loads); the padding is zero
+// and stays zero.
+//
 // AdamW is decoupled (torch.optim.AdamW / apex FusedAdam adam_w_mode):
 //   p *= 1 - lr * wd;  m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2;
 //   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// SGD is torch.optim.SGD as Megatron uses it (L2 decay added to the gradient, momentum
-// buffer initialised with the first gradient, no dampening, no Nesterov).
+// SGD is torch.optim.SGD as Megatron uses it (L2 decay added to the gradient, momentum buffer
+// initialised with the first gradient, no dampening, no Nesterov).
 //
-// Step(lr, loss_scale): gradients / loss_scale -> global L2 norm -> if not finite, the step is
-// skipped and NOTHING changes (weights, moments, step count) -> clip to clip_grad (Megatron:
-// coeff = clip / (norm + 1e-6), applied when < 1) -> update.
+// Step(lr, loss_scale), all on the device, no host synchronisation:
+//   gradients reduced over DP (if not already, see overlap) -> unscaled (loss_scale != 1
+//   only) -> sum of squares of this rank's gradients, summed over the model-parallel group
+//   (and DP with the distributed optimizer) -> norm = sqrt / dp (the DP reduction sums) ->
+//   found_inf = norm not finite -> clip coefficient
+//   (Megatron: clip / (norm + 1e-6) when < 1) -> update, which changes NOTHING (weights,
+//   moments, Adam's t) when found_inf -> 16-bit weights from the master -> DP all-gather of the
+//   parameters with the distributed optimizer.
+// The result holds device tensors; reading them waits for the step.
+//
+// Global norm (Megatron's clip_grad_norm_fp32): a tensor-parallel-replicated parameter
+// (worker/model/sharding.h) is counted on TP rank 0 only, and a parameter the caller names in
+// OptimizerParallelConfig::norm_duplicate (the last stage's copy of a tied embedding) not at
+// all; their inf/NaN still count (they add 0 * their sum of squares). Gradients are summed over
+// DP before the norm, so an inf/NaN on any DP rank reaches every rank: all skip together.
+//
+// Data parallelism (OptimizerParallelConfig): buckets of about bucket_elements consecutive
+// elements of the gradient buffer (fp32 master gradients where they exist, else the model's
+// dtype) are all-reduced, or reduce-scattered with the distributed optimizer, in place. With
+// overlap_grad_reduce a hook on each parameter's gradient accumulator marks it ready during
+// the last micro-batch's backward (BeginMicroBatch(true)), and a bucket's collective starts as
+// soon as it and every bucket before it are ready (the same order on every rank, as PyTorch's
+// DDP). Distributed optimizer: this rank keeps master weights, moments and the update for its
+// 1/dp slice of every bucket only (each bucket padded to a multiple of dp * 64 elements); after
+// the update the model's parameters are all-gathered bucket by bucket. With
+// overlap_param_gather the all-gathers are left running when Step returns and waited for by the
+// next ZeroGrad / WaitForParameters (call it before reading the parameters).
 //
 // After Create the model must not be moved or cast (to()) and its .grad must not be replaced;
 // zero the gradients with ZeroGrad(). A replaced or reset .grad (e.g. Module::zero_grad with
 // set_to_none) is detected and copied back into the buffer, at a cost.
 //
-// Thread-compatible.
+// Thread-compatible; the gradient hooks run on autograd's threads during backward().
 #ifndef MT_WORKER_ENGINE_OPTIMIZER_H_
 #define MT_WORKER_ENGINE_OPTIMIZER_H_
 
@@ -38,15 +73,27 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace mt::v1 {
 class TrainingSpec;
 }  // namespace mt::v1
+
+namespace torch::autograd {
+struct Node;
+}  // namespace torch::autograd
+
+namespace mt::parallel {
+class GradReducer;
+class ProcessGroups;
+}  // namespace mt::parallel
 
 namespace mt::engine {
 
@@ -59,88 +106,202 @@ struct OptimizerConfig {
   double adam_eps = 1e-8;
   double sgd_momentum = 0.9;
   double clip_grad = 1.0;  // global-norm clip; 0 = off
-  // 16-bit models: add each micro-batch's gradients into the fp32 master gradients
-  // (FinishMicroBatch) rather than accumulating them in 16 bits. Megatron turns this on for
-  // bf16 (--accumulate-allreduce-grads-in-fp32); here it is the default for fp16 too.
+  // 16-bit models: sum each micro-batch's gradients (and the DP reduction) in fp32 master
+  // gradients (FinishMicroBatch) rather than in 16 bits, when there is more than one
+  // micro-batch per step or more than one DP rank. Megatron turns this on for bf16
+  // (--accumulate-allreduce-grads-in-fp32); fp16 always has fp32 master gradients.
   bool accumulate_grads_in_fp32 = true;
+  // Micro-batches per step on this rank (gradient accumulation steps).
+  int64_t num_micro_batches = 1;
   // AdamW on CUDA tensors with LibTorch >= 2.0: one fused kernel per step (at::_fused_adamw_)
   // instead of a chain of element-wise passes over the master weights. Same math.
   bool fused_adamw = true;
+  // Elements of 16-bit gradients converted to fp32 at a time (the size of the one temporary the
+  // update uses when there are no fp32 master gradients); also the piece size of the norm.
+  int64_t chunk_elements = int64_t{64} << 20;
 
   // Unset fields take the defaults of proto/mt/v1/job_spec.proto.
   static absl::StatusOr<OptimizerConfig> FromSpec(const mt::v1::TrainingSpec& training);
   absl::Status Validate() const;
 };
 
-struct OptimizerStepResult {
-  bool skipped = false;    // a gradient was inf or NaN; nothing was changed
-  double grad_norm = 0.0;  // L2 norm of all unscaled gradients before clipping
+// Where this rank's optimizer sits among the job's ranks (the file comment says what each
+// choice does). The default is a world of one.
+struct OptimizerParallelConfig {
+  // Every group of this rank (worker/parallel/process_groups.h); null = a world of one.
+  std::shared_ptr<parallel::ProcessGroups> groups;
+  bool use_distributed_optimizer = false;  // --use-distributed-optimizer
+  bool overlap_grad_reduce = false;        // --overlap-grad-reduce
+  bool overlap_param_gather = false;       // --overlap-param-gather
+  int64_t bucket_elements = 40'000'000;    // --ddp-bucket-size
+  // Parameters (by name) whose gradient another rank of the model-parallel group counts in
+  // the global norm already, besides the TP-replicated ones on TP rank > 0 (those are found by
+  // name, worker/model/sharding.h). Null = none.
+  std::function<bool(const std::string& name)> norm_duplicate;
+};
+
+// The outcome of one Step, as device tensors (nothing waits for the step until it is read).
+class OptimizerStepResult {
+ public:
+  OptimizerStepResult() = default;
+  OptimizerStepResult(torch::Tensor grad_norm, torch::Tensor found_inf)
+      : grad_norm_(std::move(grad_norm)), found_inf_(std::move(found_inf)) {}
+  // A gradient was inf or NaN on some rank; nothing was changed. Reading waits for the step.
+  bool skipped() const;
+  // L2 norm of all unscaled gradients of the model (every rank's part) before clipping; inf
+  // or NaN on a skipped step. Reading waits for the step.
+  double grad_norm() const;
+  // 0-dim tensors on the device: the norm (fp32 or fp64) and 1.0/0.0 for skipped (fp32).
+  const torch::Tensor& grad_norm_tensor() const { return grad_norm_; }
+  const torch::Tensor& found_inf_tensor() const { return found_inf_; }
+
+ private:
+  torch::Tensor grad_norm_;
+  torch::Tensor found_inf_;
 };
 
 // Megatron's no-weight-decay rule: biases and 1-D parameters.
 bool UsesWeightDecay(const std::string& name, const torch::Tensor& param);
 
+class GradReadyHook;
+
 class MixedPrecisionOptimizer {
  public:
   // Takes over the parameters of `model` (see the file comment). Errors: no parameters,
-  // parameters on several devices or of several dtypes, an unsupported dtype.
+  // parameters on several devices or of several dtypes, an unsupported dtype, a DP group whose
+  // backend does not match the parameters' device.
   static absl::StatusOr<std::unique_ptr<MixedPrecisionOptimizer>> Create(
-      const OptimizerConfig& config, torch::nn::Module& model);
+      const OptimizerConfig& config, torch::nn::Module& model,
+      const OptimizerParallelConfig& parallel = {});
+  ~MixedPrecisionOptimizer();
+  MixedPrecisionOptimizer(const MixedPrecisionOptimizer&) = delete;
+  MixedPrecisionOptimizer& operator=(const MixedPrecisionOptimizer&) = delete;
 
-  // Zeroes the gradients (call before the first micro-batch of a step).
-  void ZeroGrad();
-  // Call after each micro-batch's backward: with accumulate_grads_in_fp32 and a 16-bit model,
-  // folds the micro-batch's gradients into the fp32 master gradients; otherwise a no-op.
+  // Zeroes the gradients (call before the first micro-batch of a step). Waits for parameter
+  // all-gathers still running (overlap_param_gather).
+  absl::Status ZeroGrad();
+  // Call before each micro-batch's backward; `last` = the step's last micro-batch, whose
+  // backward starts the DP reduction with overlap_grad_reduce. Optional otherwise.
+  void BeginMicroBatch(bool last);
+  // Call after each micro-batch's backward: with fp32 master gradients, folds the micro-batch's
+  // gradients into them (what a hook has folded already excepted); otherwise a no-op. Every
+  // backward must be preceded by BeginMicroBatch or followed by FinishMicroBatch (Step folds
+  // the last one's gradients if FinishMicroBatch has not).
   void FinishMicroBatch();
-  OptimizerStepResult Step(double lr, double loss_scale);
-  // The buffer that holds this step's accumulated gradients (fp32 master gradients when they
-  // accumulate there, the model-dtype buffer otherwise), as consecutive views of at most
-  // `bucket_elements` each, for data-parallel averaging between the last micro-batch and
-  // Step(). Reducing the views in place changes what Step() applies.
-  std::vector<torch::Tensor> GradientBuckets(int64_t bucket_elements);
+  // Sums the step's gradients over DP (the buckets no hook has started) and waits for every
+  // bucket. Step calls it; a no-op on one DP rank or when already done this step.
+  absl::Status ReduceGradients();
+  // The update (see the file comment). Errors come from the collectives.
+  absl::StatusOr<OptimizerStepResult> Step(double lr, double loss_scale);
+  // Waits for the parameter all-gathers of the last step (overlap_param_gather). Call before
+  // reading or evaluating the model; ZeroGrad calls it.
+  absl::Status WaitForParameters();
 
-  // Successful (not skipped) steps so far: Adam's t.
-  int64_t step_count() const { return step_count_; }
+  // Successful (not skipped) steps so far: Adam's t. Reads the device (waits for the step).
+  int64_t step_count() const;
   // Checkpoints (worker/checkpoint/trainer_state.cc): Adam's t of a restored state.
-  void RestoreStepCount(int64_t steps) { step_count_ = steps; }
+  void RestoreStepCount(int64_t steps) { step_.fill_(static_cast<double>(steps)); }
   const OptimizerConfig& config() const { return config_; }
 
   struct ParamSlot {
     std::string name;
     torch::Tensor param;  // the model's parameter (a view into the model buffer)
-    int64_t offset = 0;   // in elements, into every flat buffer
+    int64_t offset = 0;   // in elements, into the model, gradient and master-gradient buffers
+    int64_t numel = 0;
+    bool weight_decay = true;
+    bool counted_in_norm = true;  // false: another rank counts this gradient (file comment)
+  };
+  const std::vector<ParamSlot>& slots() const { return slots_; }
+
+  // A range of the flat buffers this rank updates: [flat_begin, flat_begin + numel) of the
+  // model/gradient buffers is [local_begin, local_begin + numel) of master_params (when it is
+  // not the model buffer), exp_avg, exp_avg_sq and momentum. Without the distributed
+  // optimizer, local == flat and the segments cover everything.
+  struct Segment {
+    int64_t flat_begin = 0;
+    int64_t local_begin = 0;
     int64_t numel = 0;
     bool weight_decay = true;
   };
-  const std::vector<ParamSlot>& slots() const { return slots_; }
-  // Flat buffers (checkpoints, tests). exp_avg/exp_avg_sq are undefined for SGD, momentum
-  // undefined for AdamW.
+  const std::vector<Segment>& segments() const { return segments_; }
+
+  // Flat buffers (checkpoints, tests). master_params is the model buffer for an fp32 model
+  // (all of it), else this rank's fp32 master (its shard with the distributed optimizer).
+  // master_grads is undefined when there are no fp32 master gradients (see the file comment).
+  // exp_avg/exp_avg_sq are undefined for SGD, momentum undefined for AdamW.
   const torch::Tensor& master_params() const { return master_; }
   const torch::Tensor& master_grads() const { return master_grad_; }
+  const torch::Tensor& model_params() const { return model_flat_; }
+  const torch::Tensor& model_grads() const { return model_grad_flat_; }
   const torch::Tensor& exp_avg() const { return exp_avg_; }
   const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   const torch::Tensor& momentum() const { return momentum_; }
-  // The master copy of one parameter, shaped like it.
+  // The master copy of one parameter, shaped like it (not with the distributed optimizer,
+  // where a parameter's master may lie on several ranks: undefined then).
   torch::Tensor MasterParam(const ParamSlot& slot) const;
   int64_t num_parameters() const { return num_parameters_; }
+  bool has_fp32_master_grads() const { return master_grad_.defined() && !master_is_model_; }
+
+  // Bytes this rank holds, by kind (the memory test; the per-step temporary included).
+  struct MemoryBytes {
+    int64_t params = 0;           // the model's weights (its dtype)
+    int64_t grads = 0;            // the model-dtype gradient buffer
+    int64_t master_params = 0;    // fp32 master weights (0 when they are the model's)
+    int64_t master_grads = 0;     // fp32 master gradients (0 when there are none)
+    int64_t optimizer_state = 0;  // moments or momentum
+    int64_t temporary = 0;        // the conversion chunk, allocated during Step only
+  };
+  MemoryBytes memory_bytes() const;
+
+  // Buckets of the gradient buffer (for tests and logs): [begin, end) in elements.
+  std::vector<std::pair<int64_t, int64_t>> buckets() const;
+  // Buckets whose reduction a gradient hook started during the last step's backward
+  // (overlap_grad_reduce); the others started in ReduceGradients.
+  size_t buckets_started_in_backward() const { return started_in_backward_; }
 
  private:
-  explicit MixedPrecisionOptimizer(const OptimizerConfig& config) : config_(config) {}
+  friend class GradReadyHook;
+  MixedPrecisionOptimizer(const OptimizerConfig& config, const OptimizerParallelConfig& parallel);
+  absl::Status Init(torch::nn::Module& model);
   void SyncGradViews();
-  bool Fp32Accumulation() const;
-  void AdamWUpdate(double lr);
+  // The buffer DP reduces and the update reads: master_grad_ or model_grad_flat_.
+  const torch::Tensor& GradBuffer() const {
+    return has_fp32_master_grads() ? master_grad_ : model_grad_flat_;
+  }
+  // Adds (or, first in a step, copies) [begin, end) of the model-dtype gradients into the fp32
+  // master gradients.
+  void FoldIntoMaster(int64_t begin, int64_t end);
+  void OnGradReady(size_t slot);
+  // Starts bucket `b`'s reduction, first folding it into the master gradients when `fold`
+  // (a hook during the last micro-batch's backward) and not done yet.
+  void StartBucket(size_t b, bool fold);
+  torch::Tensor LocalSumOfSquares();
+  absl::Status AllReduceSum(torch::Tensor& value);
+  // Pieces of the local segments, each at most `limit` elements (one piece per segment when
+  // limit <= 0), grouped into chunks of at most `limit` elements.
+  struct Piece {
+    Segment segment;     // the piece itself (a part of a segment)
+    int64_t temp_begin;  // offset in the conversion temporary
+  };
+  std::vector<std::vector<Piece>> Chunks(int64_t limit) const;
+  void AdamWUpdate(double lr, const torch::Tensor& scale, const torch::Tensor& found_inf);
   // The fused kernel; false when this LibTorch or device has none (the caller falls back).
-  bool FusedAdamWUpdate(double lr);
-  // Adds (or, first in a step, copies) the model-dtype gradients into the fp32 master
-  // gradients and zeroes the former.
-  void FoldIntoMaster();
-  void SgdUpdate(double lr);
+  bool FusedAdamWUpdate(double lr, const torch::Tensor& grad_divisor,
+                        const torch::Tensor& found_inf);
+  void SgdUpdate(double lr, const torch::Tensor& scale, const torch::Tensor& found_inf);
+  torch::Tensor MasterView(const Segment& s) const;
 
   OptimizerConfig config_;
+  OptimizerParallelConfig parallel_;
   std::vector<ParamSlot> slots_;
+  std::vector<Segment> segments_;
+  // Ranges of the gradient buffer (flat) in this rank's norm, and the ones left out of it
+  // (only their inf/NaN counts), both inside the segments.
+  std::vector<std::pair<int64_t, int64_t>> norm_ranges_;
+  std::vector<std::pair<int64_t, int64_t>> excluded_ranges_;
   int64_t num_parameters_ = 0;  // without padding
-  int64_t decay_numel_ = 0;     // decayed parameters occupy [0, decay_numel_)
   bool master_is_model_ = false;
+  bool needs_conversion_ = false;        // the update reads 16-bit gradients
   torch::Tensor model_flat_;             // the model's dtype; parameters are views
   torch::Tensor model_grad_flat_;        // the model's dtype; .grad are views
   bool master_grad_holds_step_ = false;  // master_grad_ has this step's gradients so far
@@ -149,8 +310,24 @@ class MixedPrecisionOptimizer {
   torch::Tensor exp_avg_;
   torch::Tensor exp_avg_sq_;
   torch::Tensor momentum_;
-  torch::Tensor scratch_;
-  int64_t step_count_ = 0;
+  torch::Tensor step_;       // Adam's t, 0-dim fp32 on the device
+  int64_t state_numel_ = 0;  // elements of the local state buffers
+
+  // Data parallelism.
+  std::unique_ptr<parallel::GradReducer> reducer_;
+  std::vector<size_t> slot_bucket_;  // bucket of each slot
+  std::vector<std::vector<size_t>> bucket_slots_;
+  std::mutex hook_mu_;  // the hooks run on autograd threads
+  bool armed_ = false;  // the last micro-batch's backward is running
+  std::vector<bool> slot_ready_;
+  std::vector<size_t> bucket_pending_;  // slots not ready yet
+  std::vector<bool> bucket_folded_;     // folded into master this micro-batch
+  size_t next_bucket_ = 0;              // buckets [0, next) are started
+  size_t started_in_backward_ = 0;
+  bool reduced_ = false;  // this step's reduction is complete
+  bool unfolded_ = true;  // the model-dtype buffer may hold gradients not folded into master
+  std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
+  std::vector<uintptr_t> hook_keys_;
 };
 
 }  // namespace mt::engine

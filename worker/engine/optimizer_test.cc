@@ -47,6 +47,15 @@ torch::Tensor Sample(uint64_t seed, int64_t rows = 4) {
   return torch::randint(128, {rows, 17}, torch::kLong);
 }
 
+// Step and ZeroGrad, failing the test on an error status.
+OptimizerStepResult StepOk(MixedPrecisionOptimizer& opt, double lr, double loss_scale) {
+  absl::StatusOr<OptimizerStepResult> r = opt.Step(lr, loss_scale);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : OptimizerStepResult();
+}
+
+void Zero(MixedPrecisionOptimizer& opt) { MT_EXPECT_OK(opt.ZeroGrad()); }
+
 double MaxParamDiff(GptModel& a, GptModel& b) {
   double worst = 0;
   auto pb = b.named_parameters();
@@ -93,13 +102,13 @@ TEST(OptimizerTest, AdamWMatchesLibTorchAdamW) {
                           torch::optim::AdamWOptions(lr));
   for (int step = 0; step < 6; ++step) {
     const torch::Tensor x = Sample(100 + step);
-    opt->ZeroGrad();
+    Zero(*opt);
     a->LossOnSample(x).backward();
-    const OptimizerStepResult r = opt->Step(lr, 1.0);
+    const OptimizerStepResult r = StepOk(*opt, lr, 1.0);
     ref.zero_grad();
     b->LossOnSample(x).backward();
     ref.step();
-    EXPECT_FALSE(r.skipped);
+    EXPECT_FALSE(r.skipped());
     EXPECT_LE(MaxParamDiff(*a, *b), 1e-6) << "step " << step;
   }
   EXPECT_EQ(opt->step_count(), 6);
@@ -120,12 +129,12 @@ TEST(OptimizerTest, ClipsByGlobalNormLikeClipGradNorm) {
     c.clip_grad = clip;
     MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(c, *a));
     const torch::Tensor x = Sample(12);
-    opt->ZeroGrad();
+    Zero(*opt);
     a->LossOnSample(x).backward();
-    const OptimizerStepResult r = opt->Step(/*lr=*/1.0, 1.0);
+    const OptimizerStepResult r = StepOk(*opt, /*lr=*/1.0, 1.0);
     b->LossOnSample(x).backward();
     const double norm = torch::nn::utils::clip_grad_norm_(b->parameters(), clip);
-    EXPECT_NEAR(r.grad_norm, norm, 1e-6 * norm);  // reported before clipping
+    EXPECT_NEAR(r.grad_norm(), norm, 1e-6 * norm);  // reported before clipping
     // a moved by -clipped grad: a - b_initial == -grad_b (clipped).
     auto pb = b->named_parameters();
     double worst = 0;
@@ -156,9 +165,9 @@ TEST(OptimizerTest, SgdMatchesLibTorchSgd) {
       torch::optim::SGDOptions(lr));
   for (int step = 0; step < 4; ++step) {
     const torch::Tensor x = Sample(200 + step);
-    opt->ZeroGrad();
+    Zero(*opt);
     a->LossOnSample(x).backward();
-    opt->Step(lr, 1.0);
+    StepOk(*opt, lr, 1.0);
     ref.zero_grad();
     b->LossOnSample(x).backward();
     ref.step();
@@ -183,8 +192,8 @@ TEST(OptimizerTest, NoWeightDecayForBiasesAndOneDimensionalParameters) {
   MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(c, *m));
   std::map<std::string, torch::Tensor> before;
   for (const auto& p : m->named_parameters()) before[p.key()] = p.value().clone();
-  opt->ZeroGrad();
-  opt->Step(/*lr=*/0.1, 1.0);
+  Zero(*opt);
+  StepOk(*opt, /*lr=*/0.1, 1.0);
   for (const auto& p : m->named_parameters()) {
     const torch::Tensor want = decay[p.key()] ? before[p.key()] * (1 - 0.1 * 0.5) : before[p.key()];
     EXPECT_TRUE(torch::allclose(p.value(), want, 0, 1e-7)) << p.key();
@@ -205,14 +214,14 @@ TEST(OptimizerTest, NonFiniteGradientSkipsStepAndChangesNothing) {
   for (double bad : {std::numeric_limits<double>::infinity(), std::nan("")}) {
     auto m = TinyModel(4);
     MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *m));
-    opt->ZeroGrad();
+    Zero(*opt);
     m->LossOnSample(Sample(1)).backward();
-    ASSERT_FALSE(opt->Step(1e-3, 1.0).skipped);  // non-trivial state first
+    ASSERT_FALSE(StepOk(*opt, 1e-3, 1.0).skipped());  // non-trivial state first
     const torch::Tensor master = opt->master_params().clone();
     const torch::Tensor m1 = opt->exp_avg().clone();
     const torch::Tensor m2 = opt->exp_avg_sq().clone();
 
-    opt->ZeroGrad();
+    Zero(*opt);
     m->LossOnSample(Sample(2)).backward();
     {
       torch::NoGradGuard no_grad;
@@ -220,17 +229,17 @@ TEST(OptimizerTest, NonFiniteGradientSkipsStepAndChangesNothing) {
           ->as<model::TransformerLayer>()
           ->mlp->linear_fc1->weight.mutable_grad()[3][5] = bad;
     }
-    const OptimizerStepResult r = opt->Step(1e-3, 1.0);
-    EXPECT_TRUE(r.skipped);
-    EXPECT_FALSE(std::isfinite(r.grad_norm));
+    const OptimizerStepResult r = StepOk(*opt, 1e-3, 1.0);
+    EXPECT_TRUE(r.skipped());
+    EXPECT_FALSE(std::isfinite(r.grad_norm()));
     EXPECT_EQ(opt->step_count(), 1);
     EXPECT_TRUE(torch::equal(opt->master_params(), master));
     EXPECT_TRUE(torch::equal(opt->exp_avg(), m1));
     EXPECT_TRUE(torch::equal(opt->exp_avg_sq(), m2));
 
-    opt->ZeroGrad();
+    Zero(*opt);
     m->LossOnSample(Sample(2)).backward();
-    EXPECT_FALSE(opt->Step(1e-3, 1.0).skipped);
+    EXPECT_FALSE(StepOk(*opt, 1e-3, 1.0).skipped());
     EXPECT_EQ(opt->step_count(), 2);
   }
 }
@@ -245,24 +254,28 @@ TEST(OptimizerTest, UnscalesByTheLossScale) {
   MT_ASSERT_OK_AND_ASSIGN(auto ob, MixedPrecisionOptimizer::Create(c, *b));
   for (int step = 0; step < 3; ++step) {
     const torch::Tensor x = Sample(300 + step);
-    oa->ZeroGrad();
+    Zero(*oa);
     (a->LossOnSample(x) * 4096.0).backward();
-    const OptimizerStepResult ra = oa->Step(1e-3, 4096.0);
-    ob->ZeroGrad();
+    const OptimizerStepResult ra = StepOk(*oa, 1e-3, 4096.0);
+    Zero(*ob);
     b->LossOnSample(x).backward();
-    const OptimizerStepResult rb = ob->Step(1e-3, 1.0);
-    EXPECT_NEAR(ra.grad_norm, rb.grad_norm, 1e-6 * rb.grad_norm);
+    const OptimizerStepResult rb = StepOk(*ob, 1e-3, 1.0);
+    EXPECT_NEAR(ra.grad_norm(), rb.grad_norm(), 1e-6 * rb.grad_norm());
     EXPECT_LE(MaxParamDiff(*a, *b), 1e-6);
   }
 }
 
-// bf16 model: fp32 master weights and state; the model holds the master rounded to bf16;
-// micro-batch gradients are summed in fp32.
+// bf16 model with two micro-batches per step: fp32 master weights and state; the model holds
+// the master rounded to bf16; micro-batch gradients are summed in fp32.
 TEST(OptimizerTest, Bf16ModelKeepsFp32MasterWeights) {
   auto m = TinyModel(6);
   auto reference = TinyModel(6);  // fp32 copy, same initial weights
   m->to(torch::kBFloat16);
-  MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *m));
+  OptimizerConfig c;
+  c.num_micro_batches = 2;
+  MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(c, *m));
+  ASSERT_TRUE(opt->has_fp32_master_grads());
+  EXPECT_EQ(opt->master_grads().scalar_type(), torch::kFloat);
   EXPECT_EQ(opt->master_params().scalar_type(), torch::kFloat);
   EXPECT_EQ(opt->exp_avg().scalar_type(), torch::kFloat);
   for (const auto& slot : opt->slots()) {
@@ -272,7 +285,7 @@ TEST(OptimizerTest, Bf16ModelKeepsFp32MasterWeights) {
   EXPECT_TRUE(
       torch::equal(opt->MasterParam(opt->slots()[0]).to(torch::kBFloat16), opt->slots()[0].param));
   // Two micro-batches: master grads = fp32 sum of the two bf16 gradients.
-  opt->ZeroGrad();
+  Zero(*opt);
   std::vector<torch::Tensor> micro_grads;
   for (int i = 0; i < 2; ++i) {
     m->LossOnSample(Sample(400 + i)).backward();
@@ -284,8 +297,8 @@ TEST(OptimizerTest, Bf16ModelKeepsFp32MasterWeights) {
   EXPECT_TRUE(
       torch::equal(opt->master_grads().narrow(0, s0.offset, s0.numel).view(s0.param.sizes()),
                    micro_grads[0] + micro_grads[1]));
-  const OptimizerStepResult r = opt->Step(1e-2, 1.0);
-  EXPECT_FALSE(r.skipped);
+  const OptimizerStepResult r = StepOk(*opt, 1e-2, 1.0);
+  EXPECT_FALSE(r.skipped());
   for (const auto& slot : opt->slots()) {
     EXPECT_TRUE(torch::equal(slot.param, opt->MasterParam(slot).to(torch::kBFloat16))) << slot.name;
   }
@@ -293,11 +306,103 @@ TEST(OptimizerTest, Bf16ModelKeepsFp32MasterWeights) {
   const torch::Tensor x = Sample(7);
   const double start = reference->LossOnSample(x).item<double>();
   for (int i = 0; i < 20; ++i) {
-    opt->ZeroGrad();
+    Zero(*opt);
     m->LossOnSample(x).backward();
-    opt->Step(1e-2, 1.0);
+    StepOk(*opt, 1e-2, 1.0);
   }
   EXPECT_LT(m->LossOnSample(x).item<double>(), start - 0.5);
+}
+
+// bf16, one micro-batch per step: no fp32 master gradients (16 bytes per parameter plus one
+// chunk-sized temporary); the update converts the bf16 gradients chunk by chunk. Against the
+// same steps with fp32 master gradients (two-micro-batch configuration, one micro-batch run):
+// the same fp32 numbers go into the same arithmetic, so master weights and moments agree to
+// 1e-6 relative (only the order of the norm's partial sums differs). chunk_elements = 1000
+// puts every parameter tensor across several chunks.
+TEST(OptimizerTest, Bf16OneMicroBatchConvertsGradientsInChunks) {
+  auto a = TinyModel(13);
+  auto b = TinyModel(13);
+  a->to(torch::kBFloat16);
+  b->to(torch::kBFloat16);
+  OptimizerConfig chunked;
+  chunked.chunk_elements = 1000;
+  chunked.clip_grad = 0.05;  // clipping acts
+  OptimizerConfig fp32_grads = chunked;
+  fp32_grads.num_micro_batches = 2;
+  MT_ASSERT_OK_AND_ASSIGN(auto oa, MixedPrecisionOptimizer::Create(chunked, *a));
+  MT_ASSERT_OK_AND_ASSIGN(auto ob, MixedPrecisionOptimizer::Create(fp32_grads, *b));
+  EXPECT_FALSE(oa->has_fp32_master_grads());
+  EXPECT_FALSE(oa->master_grads().defined());
+  ASSERT_TRUE(ob->has_fp32_master_grads());
+  const int64_t n = oa->model_params().numel();  // parameters + alignment padding
+  const MixedPrecisionOptimizer::MemoryBytes ma = oa->memory_bytes();
+  EXPECT_EQ(ma.params, 2 * n);
+  EXPECT_EQ(ma.grads, 2 * n);
+  EXPECT_EQ(ma.master_params, 4 * n);
+  EXPECT_EQ(ma.master_grads, 0);
+  EXPECT_EQ(ma.optimizer_state, 8 * n);
+  EXPECT_EQ(ma.temporary, 4 * 1000);
+  EXPECT_EQ(ob->memory_bytes().master_grads, 4 * n);
+  EXPECT_EQ(ob->memory_bytes().temporary, 0);
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor x = Sample(500 + step);
+    Zero(*oa);
+    a->LossOnSample(x).backward();
+    const OptimizerStepResult ra = StepOk(*oa, 1e-2, 1.0);
+    Zero(*ob);
+    b->LossOnSample(x).backward();
+    ob->FinishMicroBatch();
+    const OptimizerStepResult rb = StepOk(*ob, 1e-2, 1.0);
+    ASSERT_FALSE(ra.skipped());
+    EXPECT_NEAR(ra.grad_norm(), rb.grad_norm(), 1e-6 * rb.grad_norm());
+    EXPECT_GT(rb.grad_norm(), 0.05);  // so the clip coefficient is < 1
+    auto rel = [](const torch::Tensor& x, const torch::Tensor& y) {
+      return ((x - y).abs().max() / y.abs().max()).item<double>();
+    };
+    EXPECT_LE(rel(oa->master_params(), ob->master_params()), 1e-6) << "step " << step;
+    EXPECT_LE(rel(oa->exp_avg(), ob->exp_avg()), 1e-6) << "step " << step;
+    EXPECT_LE(rel(oa->exp_avg_sq(), ob->exp_avg_sq()), 1e-6) << "step " << step;
+  }
+  EXPECT_EQ(oa->step_count(), 3);
+  EXPECT_GT(MaxParamDiff(*a, *TinyModel(13)), 1e-3);  // it moved
+}
+
+// The skip on a device-side inf, on the chunked bf16 path: nothing changes (weights, moments,
+// t), and the next finite step goes through.
+TEST(OptimizerTest, Bf16ChunkedPathSkipsNonFiniteGradients) {
+  auto m = TinyModel(14);
+  m->to(torch::kBFloat16);
+  OptimizerConfig c;
+  c.chunk_elements = 777;
+  MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(c, *m));
+  ASSERT_FALSE(opt->has_fp32_master_grads());
+  Zero(*opt);
+  m->LossOnSample(Sample(1)).backward();
+  ASSERT_FALSE(StepOk(*opt, 1e-3, 1.0).skipped());
+  const torch::Tensor master = opt->master_params().clone();
+  const torch::Tensor weights = opt->model_params().clone();
+  const torch::Tensor m1 = opt->exp_avg().clone();
+  const torch::Tensor m2 = opt->exp_avg_sq().clone();
+  Zero(*opt);
+  m->LossOnSample(Sample(2)).backward();
+  {
+    torch::NoGradGuard no_grad;
+    m->embedding->word_embeddings->weight.mutable_grad()[7][3] =
+        -std::numeric_limits<double>::infinity();
+  }
+  const OptimizerStepResult r = StepOk(*opt, 1e-3, 1.0);
+  EXPECT_TRUE(r.skipped());
+  EXPECT_EQ(r.found_inf_tensor().item<float>(), 1.0f);
+  EXPECT_EQ(opt->step_count(), 1);
+  EXPECT_TRUE(torch::equal(opt->master_params(), master));
+  EXPECT_TRUE(torch::equal(opt->model_params(), weights));
+  EXPECT_TRUE(torch::equal(opt->exp_avg(), m1));
+  EXPECT_TRUE(torch::equal(opt->exp_avg_sq(), m2));
+  Zero(*opt);
+  m->LossOnSample(Sample(2)).backward();
+  EXPECT_FALSE(StepOk(*opt, 1e-3, 1.0).skipped());
+  EXPECT_EQ(opt->step_count(), 2);
+  EXPECT_FALSE(torch::equal(opt->master_params(), master));
 }
 
 // A .grad replaced or reset behind the optimizer's back is folded back into its buffer.
@@ -307,15 +412,15 @@ TEST(OptimizerTest, RecoversReplacedGradients) {
   MT_ASSERT_OK_AND_ASSIGN(auto oa, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *a));
   MT_ASSERT_OK_AND_ASSIGN(auto ob, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *b));
   const torch::Tensor x = Sample(9);
-  oa->ZeroGrad();
+  Zero(*oa);
   a->LossOnSample(x).backward();
-  oa->Step(1e-3, 1.0);
-  ob->ZeroGrad();
+  StepOk(*oa, 1e-3, 1.0);
+  Zero(*ob);
   for (auto& p : b->parameters()) p.mutable_grad().reset();  // zero_grad(set_to_none)
   b->LossOnSample(x).backward();
   auto& w = b->embedding->word_embeddings->weight;
   w.mutable_grad() = w.grad().clone();  // replaced
-  ob->Step(1e-3, 1.0);
+  StepOk(*ob, 1e-3, 1.0);
   EXPECT_EQ(MaxParamDiff(*a, *b), 0.0);
 }
 

@@ -158,6 +158,9 @@ absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
   if (spec.parallel().ddp_bucket_size() > 0) {
     plan.ddp_bucket_elements = spec.parallel().ddp_bucket_size();
   }
+  plan.use_distributed_optimizer = spec.parallel().use_distributed_optimizer();
+  plan.overlap_grad_reduce = spec.parallel().overlap_grad_reduce();
+  plan.overlap_param_gather = spec.parallel().overlap_param_gather();
   plan.seq_length = spec.model().seq_length();
   if (t.train_iters() > 0 && t.train_samples() > 0) {
     return absl::InvalidArgumentError(
@@ -235,6 +238,26 @@ std::string MemoryString(const MemoryStats& m) {
                          FormatBytes(static_cast<double>(m.reserved_bytes)));
 }
 
+// How the optimizer spreads over the ranks: the spec's DP choices over this rank's groups.
+absl::StatusOr<OptimizerParallelConfig> MakeOptimizerParallel(const TrainPlan& plan,
+                                                              const TrainerOptions& options) {
+  OptimizerParallelConfig p;
+  p.groups = options.groups;
+  if (plan.data_parallel_size > 1) {
+    if (p.groups == nullptr || p.groups->dp().size != plan.data_parallel_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data parallelism over ", plan.data_parallel_size,
+          " ranks needs TrainerOptions::groups with a DP group of that size (the optimizer "
+          "reduces the gradients over it); run it as a job (mtctl submit)"));
+    }
+  }
+  p.use_distributed_optimizer = plan.use_distributed_optimizer;
+  p.overlap_grad_reduce = plan.overlap_grad_reduce;
+  p.overlap_param_gather = plan.overlap_param_gather;
+  p.bucket_elements = plan.ddp_bucket_elements;
+  return p;
+}
+
 // ---------------------------------------------------------------------------------------------
 // Pipeline parallelism (pp > 1). Kept apart from the single-stage path: Trainer::StepImpl and
 // EvaluateImpl call into it where the plain micro-batch loop would run.
@@ -279,7 +302,6 @@ struct PipelineStage {
   // stage's embedding.word_embeddings.weight, the last stage's output_layer.weight copy.
   std::string tied_name;
   bool tied_copy = false;  // the last stage's copy: counted in the norm on the first stage only
-  double clip_grad = 0.0;  // the spec's (the optimizer's own clipping is off; see ClipGlobal)
 
   torch::nn::Module& module() {
     if (merged) return *merged;
@@ -370,58 +392,71 @@ struct PipelineStage {
 
   // Megatron's _allreduce_word_embedding_grads: the first stage's embedding and the last
   // stage's copy get the sum of both gradients, so both apply the same update and stay equal.
+  // Before the optimizer's DP reduction (sums commute), where every rank holds its whole
+  // gradient buffer also with the distributed optimizer.
   absl::Status SumTiedEmbeddingGradients(MixedPrecisionOptimizer& opt) {
     if (tied_name.empty() || !groups->embedding().active()) return absl::OkStatus();
     torch::NoGradGuard no_grad;
-    const std::vector<torch::Tensor> buffer =
-        opt.GradientBuckets(std::numeric_limits<int64_t>::max());
+    // FinishMicroBatch ran after every backward: the step's gradients are in the buffer the
+    // optimizer reduces and reads.
+    const torch::Tensor& buffer =
+        opt.has_fp32_master_grads() ? opt.master_grads() : opt.model_grads();
     for (const auto& slot : opt.slots()) {
       if (slot.name != tied_name) continue;
       return parallel::SumOverGroup(groups->embedding(),
-                                    {buffer.at(0).narrow(0, slot.offset, slot.numel)},
+                                    {buffer.narrow(0, slot.offset, slot.numel)},
                                     "tied embedding gradient");
     }
     return absl::InternalError(absl::StrCat("no parameter ", tied_name, " on this stage"));
   }
-
-  // Megatron's clip_grad_norm_fp32 across the stages, until the optimizer's own norm spans
-  // the model-parallel group: the sum of squares of this stage's unscaled gradients (the
-  // tied copy left out: the first stage counts it) summed over the model-parallel group; the
-  // gradients scaled by clip / (norm + 1e-6) when that is < 1; and when the norm is not
-  // finite, this rank's gradients made non-finite too, so every rank skips the step. Returns
-  // the global norm.
-  absl::StatusOr<double> ClipGlobal(MixedPrecisionOptimizer& opt, double loss_scale) {
-    torch::NoGradGuard no_grad;
-    const std::vector<torch::Tensor> buffer =
-        opt.GradientBuckets(std::numeric_limits<int64_t>::max());
-    if (buffer.empty()) return 0.0;
-    const torch::Tensor g = buffer[0];
-    std::vector<std::pair<int64_t, int64_t>> ranges = {{0, g.numel()}};
-    if (tied_copy) {
-      for (const auto& slot : opt.slots()) {
-        if (slot.name != tied_name) continue;
-        ranges = {{0, slot.offset}, {slot.offset + slot.numel, g.numel()}};
-      }
-    }
-    torch::Tensor sum = torch::zeros({1}, g.options().dtype(torch::kDouble));
-    for (const auto& [begin, end] : ranges) {
-      if (end <= begin) continue;
-      sum += g.narrow(0, begin, end - begin).to(torch::kDouble).div(loss_scale).pow(2).sum();
-    }
-    const bool local_finite = std::isfinite(sum.item<double>());
-    MT_RETURN_IF_ERROR(parallel::SumOverGroup(groups->model_parallel(), {sum}, "gradient norm"));
-    const double norm = std::sqrt(sum.item<double>());
-    if (!std::isfinite(norm)) {
-      if (local_finite && g.numel() > 0) g.narrow(0, 0, 1).fill_(std::nan(""));
-      return norm;
-    }
-    const double coeff = clip_grad / (norm + 1e-6);
-    if (clip_grad > 0 && coeff < 1.0) g.mul_(coeff);
-    return norm;
-  }
 };
 
 }  // namespace
+
+// The statistics of the steps since the last read, kept on the device so that a step does not
+// wait for it (Trainer::SyncStepMetrics reads them).
+struct DeviceStepStats {
+  torch::Tensor loss_sum;    // losses of the steps not skipped
+  torch::Tensor loss_count;  // steps not skipped
+  torch::Tensor skipped;     // steps skipped
+  torch::Tensor last_loss;
+  torch::Tensor last_norm;
+  torch::Tensor last_found_inf;
+
+  void Add(const torch::Tensor& loss, const OptimizerStepResult& r) {
+    torch::NoGradGuard no_grad;
+    const torch::Tensor found_inf = r.found_inf_tensor().to(torch::kDouble);
+    const torch::Tensor keep = 1.0 - found_inf;
+    const torch::Tensor l = loss.to(torch::kDouble);
+    // A skipped step's loss may be inf/NaN: where(), not a multiplication by 0.
+    const torch::Tensor kept_loss = torch::where(keep > 0, l, torch::zeros_like(l));
+    if (!loss_sum.defined()) {
+      loss_sum = kept_loss;
+      loss_count = keep;
+      skipped = found_inf;
+    } else {
+      loss_sum = loss_sum + kept_loss;
+      loss_count = loss_count + keep;
+      skipped = skipped + found_inf;
+    }
+    last_loss = l;
+    last_norm = r.grad_norm_tensor().to(torch::kDouble);
+    last_found_inf = found_inf;
+  }
+
+  struct Values {
+    double loss_sum = 0, loss_count = 0, skipped = 0, loss = 0, grad_norm = 0, found_inf = 0;
+  };
+  // One copy from the device for all of them; resets the sums.
+  Values Take() {
+    const torch::Tensor host =
+        torch::stack({loss_sum, loss_count, skipped, last_loss, last_norm, last_found_inf})
+            .to(torch::kCPU);
+    const double* v = host.data_ptr<double>();
+    loss_sum = loss_count = skipped = torch::Tensor();
+    return Values{v[0], v[1], v[2], v[3], v[4], v[5]};
+  }
+};
 
 struct Trainer::State {
   torch::Device device = torch::Device(torch::kCPU);
@@ -430,6 +465,7 @@ struct Trainer::State {
   std::unique_ptr<MixedPrecisionOptimizer> optimizer;
   // Pipeline parallelism (pp > 1); null otherwise. `model` is then its first chunk.
   std::unique_ptr<PipelineStage> pipeline;
+  DeviceStepStats stats;
 
   // One batch from the source onto the device, checked.
   absl::StatusOr<torch::Tensor> ToDevice(const TokenBatch& batch, int64_t rows, int64_t cols,
@@ -466,7 +502,12 @@ Trainer::Trainer(TrainPlan plan, LrSchedule schedule, LossScaler scaler, Trainer
 
 Trainer::~Trainer() = default;
 
-model::GptModel& Trainer::model() { return *state_->model; }
+model::GptModel& Trainer::model() {
+  if (absl::Status s = state_->optimizer->WaitForParameters(); !s.ok()) {
+    MT_LOG(ERROR) << "waiting for the parameter all-gather: " << s;
+  }
+  return *state_->model;
+}
 MixedPrecisionOptimizer& Trainer::optimizer() { return *state_->optimizer; }
 MemoryStats Trainer::memory() const { return ReadMemoryStats(state_->device); }
 
@@ -487,6 +528,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                                              ? LossScaler::DynamicFromSpec(spec.training())
                                              : LossScaler::FromSpec(spec.training()));
   MT_ASSIGN_OR_RETURN(OptimizerConfig opt_config, OptimizerConfig::FromSpec(spec.training()));
+  opt_config.num_micro_batches = plan.num_micro_batches;
+  MT_ASSIGN_OR_RETURN(OptimizerParallelConfig opt_parallel, MakeOptimizerParallel(plan, options));
   MT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(options.device));
 
   c10::ScalarType dtype = torch::kFloat;
@@ -519,12 +562,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   s.device = device;
   s.dtype = dtype;
   MT_RETURN_IF_ERROR(CatchTorch("building the model", [&]() -> absl::Status {
-    if (pp_size > 1) return trainer->CreatePipelineStage(spec, config, opt_config);
+    if (pp_size > 1) {
+      return trainer->CreatePipelineStage(spec, config, opt_config, opt_parallel);
+    }
     torch::manual_seed(plan.seed);
     MT_ASSIGN_OR_RETURN(s.model, model::GptModel::Create(config));
     s.model->to(device, dtype);
     s.model->train();
-    MT_ASSIGN_OR_RETURN(s.optimizer, MixedPrecisionOptimizer::Create(opt_config, *s.model));
+    MT_ASSIGN_OR_RETURN(s.optimizer,
+                        MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
     return absl::OkStatus();
   }));
   if (options.log_progress) {
@@ -533,6 +579,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                  << plan.micro_batch_size << " x " << plan.num_micro_batches << " = global batch "
                  << plan.global_batch_size << "; " << plan.train_iterations << " iterations; lr "
                  << trainer->schedule_.config().DebugString();
+    if (plan.data_parallel_size > 1) {
+      MT_LOG(INFO) << "trainer: dp " << plan.data_parallel_size << ", "
+                   << s.optimizer->buckets().size()
+                   << " gradient bucket(s) of <= " << plan.ddp_bucket_elements << " elements"
+                   << (plan.use_distributed_optimizer ? ", distributed optimizer" : "")
+                   << (plan.overlap_grad_reduce ? ", overlapped reduction" : "")
+                   << (plan.overlap_param_gather ? ", overlapped parameter gather" : "");
+    }
   }
   return trainer;
 }
@@ -562,7 +616,7 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   // 3. Forward and backward over the micro-batches; gradients accumulate. With pipeline
   //    parallelism the schedule runs them over the stages (PipelineForwardBackward).
   s.model->train();
-  s.optimizer->ZeroGrad();
+  MT_RETURN_IF_ERROR(s.optimizer->ZeroGrad());
   torch::Tensor loss_sum;
   double data_seconds = 0.0;
   if (s.pipeline != nullptr) {
@@ -574,48 +628,38 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     data_seconds += SecondsSince(data_start);
     MT_ASSIGN_OR_RETURN(torch::Tensor sample, s.ToDevice(batch, rows, cols, vocab_size_));
     torch::Tensor loss = s.model->LossOnSample(sample);
+    s.optimizer->BeginMicroBatch(/*last=*/m == num_micro - 1);
     (loss * (loss_scale / static_cast<double>(num_micro))).backward();
     s.optimizer->FinishMicroBatch();
     loss_sum = m == 0 ? loss.detach() : loss_sum + loss.detach();
   }
 
-  // 4. Pipeline: the tied embedding's two copies get the sum of their gradients. Data
-  //    parallelism: average the step's gradients over the DP group, so every replica applies
-  //    the same update (and sees the same inf/NaN).
+  // 4. Pipeline: the tied embedding's two copies get the sum of their gradients (before the
+  //    optimizer's DP reduction).
   if (s.pipeline != nullptr) {
     MT_RETURN_IF_ERROR(s.pipeline->SumTiedEmbeddingGradients(*s.optimizer));
   }
-  parallel::Collectives* dp = options_.collectives;
-  if (dp != nullptr && dp->dp_size() > 1) {
-    MT_RETURN_IF_ERROR(
-        dp->AverageGradients(s.optimizer->GradientBuckets(plan_.ddp_bucket_elements)));
-  }
 
-  // 5. Unscale, check for inf/NaN, clip, update; then move the loss scale. Pipeline stages
-  //    clip by the norm over all stages first (and skip together).
-  double global_norm = 0.0;
-  if (s.pipeline != nullptr) {
-    MT_ASSIGN_OR_RETURN(global_norm, s.pipeline->ClipGlobal(*s.optimizer, loss_scale));
-  }
-  OptimizerStepResult result = s.optimizer->Step(lr, loss_scale);
-  if (s.pipeline != nullptr) result.grad_norm = global_norm;
-  scaler_.Update(result.skipped);
+  // 5. Reduce the gradients over DP (started during the last backward with
+  //    overlap_grad_reduce), unscale, check for inf/NaN, clip, update: all on the device. The norm
+  //    spans every stage (the model-parallel group).
+  MT_ASSIGN_OR_RETURN(const OptimizerStepResult result, s.optimizer->Step(lr, loss_scale));
+  s.stats.Add(loss_sum / static_cast<double>(num_micro), result);
 
-  // 6. Bookkeeping.
+  // 6. Bookkeeping; the device is waited for only where the values are needed.
   ++iteration_;
   consumed_samples_ += plan_.global_batch_size;
-  if (result.skipped) ++skipped_total_;
   StepMetrics m;
   m.iteration = iteration_;
   m.train_iterations = plan_.train_iterations;
-  m.loss = loss_sum.item<double>() / static_cast<double>(num_micro);
-  if (dp != nullptr && dp->dp_size() > 1) {
-    MT_ASSIGN_OR_RETURN(m.loss, dp->AverageScalar(m.loss));
+  m.loss = m.grad_norm = m.interval_loss = std::nan("");
+  const bool dynamic_scaling = scaler_.config().kind == LossScalerConfig::Kind::kDynamic;
+  if (options_.sync_every_step || dynamic_scaling || IsLogStep(iteration_)) {
+    MT_RETURN_IF_ERROR(SyncStepMetrics(&m));
   }
+  scaler_.Update(m.skipped);  // only the dynamic scaler reads it, and then it is synced
   m.learning_rate = lr;
-  m.grad_norm = result.grad_norm;
   m.loss_scale = loss_scale;
-  m.skipped = result.skipped;
   m.skipped_total = skipped_total_;
   m.tokens = plan_.global_batch_size * plan_.seq_length;
   m.consumed_samples = consumed_samples_;
@@ -624,8 +668,32 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   m.tokens_per_second = m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds : 0.0;
   m.mfu = model::ModelFlopsUtilization(m.tokens_per_second / NumDevices(), plan_.flops_per_token,
                                        options_.peak_flops_per_second);
+  if (IsLogStep(iteration_) && interval_.loss_count > 0) {
+    m.interval_loss = interval_.loss_sum / static_cast<double>(interval_.loss_count);
+  }
   LogStep(m);
   return m;
+}
+
+absl::Status Trainer::SyncStepMetrics(StepMetrics* m) {
+  const DeviceStepStats::Values v = state_->stats.Take();
+  double loss = v.loss, loss_sum = v.loss_sum;
+  parallel::Collectives* dp = options_.collectives;
+  if (dp != nullptr && dp->dp_size() > 1) {
+    // Skips are the same on every DP rank (the norm is global): the means of the sums are the
+    // sums of the means.
+    MT_ASSIGN_OR_RETURN(loss, dp->AverageScalar(loss));
+    MT_ASSIGN_OR_RETURN(loss_sum, dp->AverageScalar(loss_sum));
+  }
+  skipped_total_ += static_cast<int64_t>(v.skipped);
+  interval_.skipped += static_cast<int64_t>(v.skipped);
+  interval_.loss_sum += loss_sum;
+  interval_.loss_count += static_cast<int64_t>(v.loss_count);
+  m->synced = true;
+  m->loss = loss;
+  m->grad_norm = v.grad_norm;
+  m->skipped = v.found_inf != 0.0;
+  return absl::OkStatus();
 }
 
 void Trainer::LogStep(const StepMetrics& m) {
@@ -633,13 +701,7 @@ void Trainer::LogStep(const StepMetrics& m) {
   interval_.steps += 1;
   interval_.tokens += m.tokens;
   interval_.seconds += m.seconds;
-  if (m.skipped) {
-    interval_.skipped += 1;
-  } else {
-    interval_.loss_sum += m.loss;
-    interval_.loss_count += 1;
-  }
-  if (m.iteration % plan_.log_interval != 0 && m.iteration != plan_.train_iterations) return;
+  if (!IsLogStep(m.iteration)) return;
   if (options_.log_progress) {
     const double step_seconds = interval_.seconds / static_cast<double>(interval_.steps);
     const double tokens_per_second =
@@ -676,6 +738,7 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
   out.iteration = iteration_;
   out.batches = batches;
   if (batches == 0) return out;
+  MT_RETURN_IF_ERROR(s.optimizer->WaitForParameters());
   s.model->eval();
   torch::Tensor loss_sum;
   if (s.pipeline != nullptr) {
@@ -714,16 +777,20 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
 
 absl::Status Trainer::CreatePipelineStage(const mt::v1::JobSpec& spec,
                                           const model::GptConfig& config,
-                                          OptimizerConfig opt_config) {
+                                          const OptimizerConfig& opt_config,
+                                          OptimizerParallelConfig opt_parallel) {
   State& s = *state_;
   MT_ASSIGN_OR_RETURN(
       s.pipeline, PipelineStage::Create(spec, config, plan_, options_.groups, s.device, s.dtype));
   s.model = s.pipeline->chunks[0];
-  // The global norm and clipping across the stages happen in PipelineStage::ClipGlobal.
-  s.pipeline->clip_grad = opt_config.clip_grad;
-  opt_config.clip_grad = 0.0;
-  MT_ASSIGN_OR_RETURN(s.optimizer,
-                      MixedPrecisionOptimizer::Create(opt_config, s.pipeline->module()));
+  // The optimizer's norm sums over the model-parallel group: the last stage's copy of the tied
+  // embedding is the first stage's parameter, counted there.
+  if (s.pipeline->tied_copy) {
+    const std::string name = s.pipeline->tied_name;
+    opt_parallel.norm_duplicate = [name](const std::string& n) { return n == name; };
+  }
+  MT_ASSIGN_OR_RETURN(
+      s.optimizer, MixedPrecisionOptimizer::Create(opt_config, s.pipeline->module(), opt_parallel));
   if (options_.log_progress) {
     const parallel::ProcessGroups& g = *options_.groups;
     MT_LOG(INFO) << "trainer: pipeline stage " << g.pp_rank() << " of " << g.pp().size << ", "

@@ -7,13 +7,17 @@
 //   seed the RNG from (seed, iteration)              -> same seed, same dropout, same losses
 //   zero grads
 //   for each micro-batch: loss = model(batch); backward(loss * scale / num_micro_batches)
-//   optimizer: unscale, global norm, skip on inf/NaN, clip, AdamW on fp32 master weights
+//   optimizer: DP gradient reduction, unscale, global norm, skip on inf/NaN, clip, AdamW on
+//     fp32 master weights (all on the device)
 //   loss scaler update; metrics; a log line every log_interval steps
 //
 // The reported loss is the mean over every token of the global batch (= the mean of the
-// micro-batch means, the micro-batches being equal). LibTorch's exceptions stop here and come
-// out as absl::Status (DESIGN.md §8.1): kResourceExhausted for out-of-memory, kInternal for
-// the rest. No LibTorch in this header.
+// micro-batch means, the micro-batches being equal). A step does not wait for the device: the
+// loss, grad norm and skip flag stay there and are read at log steps (every
+// logging.log_interval-th step and the last), and every step when the loss scaler is dynamic
+// (it needs the skip flag) or with TrainerOptions::sync_every_step (StepMetrics::synced).
+// LibTorch's exceptions stop here and come out as absl::Status (DESIGN.md §8.1): kResourceExhausted
+// for out-of-memory, kInternal for the rest. No LibTorch in this header.
 //
 // Thread-compatible: one thread drives a Trainer.
 #ifndef MT_WORKER_ENGINE_TRAINER_H_
@@ -54,6 +58,7 @@ namespace mt::engine {
 
 class MixedPrecisionOptimizer;
 struct OptimizerConfig;
+struct OptimizerParallelConfig;
 
 // Runtime choices that are not part of the job spec.
 struct TrainerOptions {
@@ -82,19 +87,30 @@ struct TrainerOptions {
   // pipeline group of p > 1 ranks this rank is stage pp_rank: it builds that stage's model
   // chunks from the layout's stage_layers and runs the pipeline schedule
   // (worker/parallel/pipeline.h) instead of the plain micro-batch loop; every stage reports
-  // the same losses (the last stage's, broadcast) and grad norm (over all stages).
+  // the same losses (the last stage's, broadcast) and grad norm (over all stages). Needed
+  // with dp > 1: the optimizer reduces the gradients over its DP group.
   std::shared_ptr<parallel::ProcessGroups> groups;
+  // Read loss, grad norm and skip flag from the device after every step (tests and tools that
+  // look at each step), not only at log steps.
+  bool sync_every_step = false;
 };
 
 struct StepMetrics {
   int64_t iteration = 0;  // 1-based number of the step just taken
   int64_t train_iterations = 0;
+  // loss, grad_norm, skipped and skipped_total were read from the device for this step (see
+  // the file comment for when). Otherwise loss and grad_norm are NaN, skipped is false and
+  // skipped_total is the count at the last synced step.
+  bool synced = false;
   double loss = 0.0;           // mean over the global batch's tokens
   double learning_rate = 0.0;  // the rate this step used
   double grad_norm = 0.0;      // before clipping; inf/NaN on a skipped step
   double loss_scale = 1.0;     // the scale this step used
   bool skipped = false;
   int64_t skipped_total = 0;
+  // On log steps: the mean loss of the steps since the previous log step that were not
+  // skipped (NaN when all were); NaN on other steps.
+  double interval_loss = 0.0;
   int64_t tokens = 0;  // in this step
   int64_t consumed_samples = 0;
   double seconds = 0.0;
@@ -133,6 +149,9 @@ struct TrainPlan {
   uint64_t seed = 0;
   int64_t data_parallel_size = 1;
   int64_t ddp_bucket_elements = 40'000'000;  // gradient all-reduce bucket
+  bool use_distributed_optimizer = false;
+  bool overlap_grad_reduce = false;
+  bool overlap_param_gather = false;
   int64_t num_parameters = 0;
   double flops_per_token = 0.0;
   std::string precision;  // "fp32", "bf16", "fp16"
@@ -168,12 +187,14 @@ class Trainer {
 
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }
+  // Skipped steps up to the last synced step.
   int64_t skipped_iterations() const { return skipped_total_; }
   const TrainPlan& plan() const { return plan_; }
   const LrSchedule& lr_schedule() const { return schedule_; }
   const LossScaler& loss_scaler() const { return scaler_; }
   MemoryStats memory() const;
-  // For tests, checkpoints and the parallel layer.
+  // For tests, checkpoints and the parallel layer. model() first waits for the parameter
+  // all-gathers of the distributed optimizer still running (overlap_param_gather).
   model::GptModel& model();
   MixedPrecisionOptimizer& optimizer();
 
@@ -194,11 +215,17 @@ class Trainer {
           std::unique_ptr<BatchSource> train_data, std::unique_ptr<BatchSource> valid_data);
   absl::StatusOr<StepMetrics> StepImpl();
   absl::StatusOr<EvalMetrics> EvaluateImpl();
+  // Reads the device-side statistics of the steps since the last read into `m` (DP means).
+  absl::Status SyncStepMetrics(StepMetrics* m);
+  bool IsLogStep(int64_t iteration) const {
+    return iteration % plan_.log_interval == 0 || iteration == plan_.train_iterations;
+  }
   // Pipeline parallelism (trainer.cc, "Pipeline parallelism"): this stage's chunks and
   // optimizer; the micro-batches of a step on the device; one step's schedule (returns the
   // loss summed over the micro-batches, on every stage); evaluation through the pipeline.
   absl::Status CreatePipelineStage(const mt::v1::JobSpec& spec, const model::GptConfig& config,
-                                   OptimizerConfig opt_config);
+                                   const OptimizerConfig& opt_config,
+                                   OptimizerParallelConfig opt_parallel);
   absl::StatusOr<std::vector<parallel::PipelineMicroBatch>> ReadMicroBatches(BatchSource& source,
                                                                              int64_t count,
                                                                              double* data_seconds);
@@ -226,7 +253,7 @@ class Trainer {
 
   // Progress-line accumulators since the last line (Megatron averages over the interval).
   struct Interval {
-    double loss_sum = 0.0;
+    double loss_sum = 0.0;  // DP means of the non-skipped steps' losses read so far
     int64_t loss_count = 0;
     int64_t steps = 0;
     int64_t skipped = 0;

@@ -48,9 +48,11 @@ std::unique_ptr<BatchSource> Source(int64_t seq, int64_t tokens) {
   return std::move(*s);
 }
 
+// The tests look at every step's loss: read it from the device after each step.
 TrainerOptions CudaOptions(const std::string& attention = "auto") {
   TrainerOptions o;
   o.device = "cuda:0";
+  o.sync_every_step = true;
   o.peak_flops_per_second = 989e12;
   o.attention_backend = attention;
   return o;

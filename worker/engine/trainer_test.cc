@@ -49,10 +49,12 @@ mt::v1::JobSpec TinySpec() {
   return spec;
 }
 
+// Every step's loss and grad norm read from the device: the tests below look at each step.
 TrainerOptions QuietOptions() {
   TrainerOptions o;
   o.log_progress = false;
   o.attention_backend = "math";
+  o.sync_every_step = true;
   return o;
 }
 
@@ -312,6 +314,40 @@ TEST(TrainerTest, MfuIsPerDevice) {
   ASSERT_EQ(steps.size(), 2u);
   const StepMetrics& m = steps.back();
   EXPECT_NEAR(m.mfu, m.tokens_per_second / 4 * trainer->plan().flops_per_token / 1e12, 1e-12);
+}
+
+// Without sync_every_step, only log steps (every 5th and the last) read the device: other steps
+// report NaN, and a log step's interval_loss is the mean of the interval's losses, which a
+// twin trainer syncing every step sees one by one (same computation: equal to 1e-12).
+TEST(TrainerTest, LossIsReadAtLogStepsOnly) {
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_train_iters(7);
+  TrainerOptions lazy = QuietOptions();
+  lazy.sync_every_step = false;
+  auto a = MakeTrainer(spec, Source(4096), nullptr, lazy);
+  auto b = MakeTrainer(spec, Source(4096));
+  const auto got = RunSteps(*a, 7);
+  const auto want = RunSteps(*b, 7);
+  ASSERT_EQ(got.size(), 7u);
+  ASSERT_EQ(want.size(), 7u);
+  for (int i = 0; i < 7; ++i) {
+    const bool log_step = i + 1 == 5 || i + 1 == 7;
+    EXPECT_EQ(got[i].synced, log_step) << "step " << i + 1;
+    EXPECT_TRUE(want[i].synced);
+    if (log_step) {
+      EXPECT_NEAR(got[i].loss, want[i].loss, 1e-12) << "step " << i + 1;
+      EXPECT_NEAR(got[i].grad_norm, want[i].grad_norm, 1e-12) << "step " << i + 1;
+    } else {
+      EXPECT_TRUE(std::isnan(got[i].loss)) << "step " << i + 1;
+      EXPECT_TRUE(std::isnan(got[i].interval_loss)) << "step " << i + 1;
+    }
+  }
+  const double first =
+      (want[0].loss + want[1].loss + want[2].loss + want[3].loss + want[4].loss) / 5;
+  EXPECT_NEAR(got[4].interval_loss, first, 1e-12);
+  EXPECT_NEAR(got[6].interval_loss, (want[5].loss + want[6].loss) / 2, 1e-12);
+  EXPECT_NEAR(want[4].interval_loss, first, 1e-12);
+  EXPECT_EQ(got[6].skipped_total, 0);
 }
 
 TEST(TrainerTest, MetricsAndProgressLine) {

@@ -1,18 +1,13 @@
 // What the training step needs from data parallelism, as a narrow interface (DESIGN.md §8.4):
-// gradients averaged over the DP group, and scalars averaged for reporting. `LocalCollectives`
+// scalars averaged for reporting. (Gradients are reduced by the optimizer, which owns the
+// gradient buffers: worker/engine/optimizer.h, worker/parallel/grad_reducer.h.) `LocalCollectives`
 // (a world of one) sits beside it; `ProcessGroupCollectives` (dist.h) runs over c10d.
 // Implementations are used by one training thread at a time.
 #ifndef MT_WORKER_PARALLEL_COLLECTIVES_H_
 #define MT_WORKER_PARALLEL_COLLECTIVES_H_
 
-#include <vector>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-
-namespace at {
-class Tensor;
-}  // namespace at
 
 namespace mt::parallel {
 
@@ -22,8 +17,6 @@ class Collectives {
   // Ranks in this rank's data-parallel group, and this rank's index in it.
   virtual int dp_size() const = 0;
   virtual int dp_rank() const = 0;
-  // Averages every gradient over the DP group, in place (bucketed; same order on every rank).
-  virtual absl::Status AverageGradients(const std::vector<at::Tensor>& grads) = 0;
   // The mean of `value` over the DP group (e.g. the step's loss).
   virtual absl::StatusOr<double> AverageScalar(double value) = 0;
   // The maximum over the whole job (e.g. "any rank saw inf": skip the step everywhere).
@@ -37,9 +30,6 @@ class LocalCollectives : public Collectives {
  public:
   int dp_size() const override { return 1; }
   int dp_rank() const override { return 0; }
-  absl::Status AverageGradients(const std::vector<at::Tensor>&) override {
-    return absl::OkStatus();
-  }
   absl::StatusOr<double> AverageScalar(double value) override { return value; }
   absl::StatusOr<double> MaxScalarOverWorld(double value) override { return value; }
   double TakeCommunicationSeconds() override { return 0.0; }

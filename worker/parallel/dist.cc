@@ -21,76 +21,16 @@ namespace {
 
 class ProcessGroupCollectives : public Collectives {
  public:
-  ProcessGroupCollectives(std::shared_ptr<ProcessGroups> groups, int64_t bucket_elements)
+  explicit ProcessGroupCollectives(std::shared_ptr<ProcessGroups> groups)
       : groups_(std::move(groups)),
         world_(groups_->world().group),
         dp_(groups_->dp().group),
         dp_rank_(groups_->dp_rank()),
         dp_size_(groups_->dp().size),
-        bucket_elements_(std::max<int64_t>(1, bucket_elements)),
         backend_is_cuda_(groups_->is_cuda()) {}
 
   int dp_size() const override { return dp_size_; }
   int dp_rank() const override { return dp_rank_; }
-
-  absl::Status AverageGradients(const std::vector<at::Tensor>& grads) override {
-    if (dp_size_ == 1) return absl::OkStatus();
-    const absl::Time start = absl::Now();
-    // Buckets of consecutive same-dtype gradients, flattened, all-reduced, divided, copied
-    // back: one collective per bucket instead of one per tensor.
-    size_t i = 0;
-    while (i < grads.size()) {
-      std::vector<at::Tensor> bucket;
-      int64_t elements = 0;
-      const auto dtype = grads[i].scalar_type();
-      while (i < grads.size() && grads[i].scalar_type() == dtype &&
-             (bucket.empty() || elements + grads[i].numel() <= bucket_elements_)) {
-        bucket.push_back(grads[i]);
-        elements += grads[i].numel();
-        ++i;
-      }
-      if (bucket.size() == 1 && bucket[0].is_contiguous()) {
-        // A flat gradient buffer's view: reduce it in place, no copies.
-        std::vector<at::Tensor> inplace = {bucket[0]};
-        c10d::AllreduceOptions opts;
-        opts.reduceOp = c10d::ReduceOp::SUM;
-        MT_RETURN_IF_ERROR(Wait(dp_->allreduce(inplace, opts), "gradient all-reduce"));
-        try {
-          bucket[0].div_(static_cast<double>(dp_size_));
-        } catch (const c10::Error& e) {
-          return absl::InternalError(
-              absl::StrCat("averaging gradients: ", e.what_without_backtrace()));
-        }
-        continue;
-      }
-      std::vector<at::Tensor> flat;
-      try {
-        std::vector<at::Tensor> views;
-        for (const auto& g : bucket) views.push_back(g.reshape({-1}));
-        flat.push_back(torch::cat(views));
-      } catch (const c10::Error& e) {
-        return absl::InternalError(
-            absl::StrCat("flattening gradients: ", e.what_without_backtrace()));
-      }
-      c10d::AllreduceOptions opts;
-      opts.reduceOp = c10d::ReduceOp::SUM;
-      MT_RETURN_IF_ERROR(Wait(dp_->allreduce(flat, opts), "gradient all-reduce"));
-      try {
-        flat[0].div_(static_cast<double>(dp_size_));
-        int64_t offset = 0;
-        for (const auto& g : bucket) {
-          const int64_t n = g.numel();
-          g.copy_(flat[0].narrow(0, offset, n).view_as(g));
-          offset += n;
-        }
-      } catch (const c10::Error& e) {
-        return absl::InternalError(
-            absl::StrCat("unflattening gradients: ", e.what_without_backtrace()));
-      }
-    }
-    comm_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
-    return absl::OkStatus();
-  }
 
   absl::StatusOr<double> AverageScalar(double value) override {
     if (dp_size_ == 1) return value;
@@ -130,7 +70,6 @@ class ProcessGroupCollectives : public Collectives {
   c10::intrusive_ptr<Group> dp_;
   const int dp_rank_;
   const int dp_size_;
-  const int64_t bucket_elements_;
   const bool backend_is_cuda_;
   double comm_seconds_ = 0;
 };
@@ -150,7 +89,8 @@ bool HasBackend(const std::string& backend) {
 std::unique_ptr<Collectives> MakeCollectives(std::shared_ptr<ProcessGroups> groups,
                                              int64_t bucket_elements) {
   if (groups->world_size() <= 1) return std::make_unique<LocalCollectives>();
-  return std::make_unique<ProcessGroupCollectives>(std::move(groups), bucket_elements);
+  (void)bucket_elements;  // the optimizer buckets the gradients (optimizer.h)
+  return std::make_unique<ProcessGroupCollectives>(std::move(groups));
 }
 
 absl::StatusOr<Distributed> InitDistributed(const mt::v1::Layout& layout, int rank,

@@ -230,11 +230,14 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
   gradients_in_.clear();
   outstanding_.clear();
   p2p_seconds_ = 0.0;
+  const Clock::time_point run_start = Clock::now();
+  double compute_seconds = 0.0;
   auto where = [this](const PipelineAction& a) {
     return absl::StrCat("pipeline stage ", stage_, " ", ActionString(a));
   };
   for (const PipelineAction& a : *table) {
     const Key key{a.micro_batch, a.chunk};
+    const Clock::time_point action_start = Clock::now();
     try {
       switch (a.type) {
         case PipelineAction::Type::kForward: {
@@ -293,8 +296,12 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
           MT_RETURN_IF_ERROR(Post(a.ops, &send_activation, &send_gradient));
           break;
       }
+      if (config_.synchronize) config_.synchronize();
     } catch (const std::exception& e) {
       return FromException(e, where(a));
+    }
+    if (a.type != PipelineAction::Type::kCommunicate) {
+      compute_seconds += SecondsSince(action_start);
     }
   }
   MT_RETURN_IF_ERROR(WaitAll());
@@ -306,6 +313,9 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
   PipelineStepResult result;
   result.loss_sum = loss_sum.defined() ? loss_sum.item<double>() : 0.0;
   result.p2p_seconds = p2p_seconds_;
+  if (config_.synchronize) config_.synchronize();
+  result.compute_seconds = compute_seconds;
+  result.seconds = SecondsSince(run_start);
   return result;
 }
 

@@ -46,6 +46,9 @@ struct PipelineConfig {
   at::ScalarType activation_dtype = at::kFloat;
   c10::Device device = c10::Device(c10::kCPU);
   bool overlap_p2p_comm = false;
+  // Timing (bench/pipeline): when set, called after every action so that compute_seconds is
+  // exact on an asynchronous device (e.g. torch::cuda::synchronize). Slows the step.
+  std::function<void()> synchronize;
 };
 
 // What one micro-batch brings: tokens (needed on the first stage) and targets (needed on the
@@ -66,6 +69,10 @@ struct PipelineStepResult {
   double loss_sum = 0.0;
   // Seconds this stage waited in send/recv.
   double p2p_seconds = 0.0;
+  // Seconds in forwards and backwards (host time; exact with PipelineConfig::synchronize),
+  // and of the whole schedule: 1 - compute/total is this stage's idle share (the bubble).
+  double compute_seconds = 0.0;
+  double seconds = 0.0;
 };
 
 class PipelineExecutor {

@@ -190,6 +190,8 @@ TEST_P(PipelineExecutorTest, GivesTheLossAndGradientsOfTheWholeNetwork) {
       auto step = (*executor)->Train(forward, mbs, /*loss_scale=*/1.0, [&] { ++backwards; });
       if (!step.ok()) return fail(step.status());
       EXPECT_EQ(backwards, c.micro_batches * c.chunks);
+      EXPECT_GT(step->compute_seconds, 0.0);
+      EXPECT_LE(step->compute_seconds, step->seconds);
       if (stage != c.pp - 1) {
         EXPECT_EQ(step->loss_sum, 0.0);
       }

@@ -58,15 +58,15 @@ class Reporter {
     Send(r);
   }
 
+  // `send` on the trainer's log steps, where m.interval_loss is the mean since the last one
+  // (the loss stays on the device on other steps).
   void Step(const engine::StepMetrics& m, const engine::MemoryStats& mem, bool send) {
-    interval_loss_ += m.loss;
-    ++interval_steps_;
     seconds_ += m.seconds;
     if (!send) return;
     progress_.set_step(m.iteration);
     progress_.set_total_steps(m.train_iterations);
     progress_.set_consumed_samples(m.consumed_samples);
-    progress_.set_loss(interval_loss_ / interval_steps_);
+    progress_.set_loss(m.interval_loss);
     progress_.set_learning_rate(m.learning_rate);
     progress_.set_grad_norm(m.grad_norm);
     progress_.set_loss_scale(m.loss_scale);
@@ -80,8 +80,6 @@ class Reporter {
     const double per_step = seconds_ / std::max<int64_t>(1, m.iteration - first_step_ + 1);
     progress_.set_eta_seconds(per_step * static_cast<double>(m.train_iterations - m.iteration));
     *progress_.mutable_time() = TimeUtil::NanosecondsToTimestamp(absl::GetCurrentTimeNanos());
-    interval_loss_ = 0;
-    interval_steps_ = 0;
     mt::v1::RankReport r;
     r.set_phase(mt::v1::RANK_PHASE_TRAINING);
     *r.mutable_progress() = progress_;
@@ -128,8 +126,6 @@ class Reporter {
     p.set_eta_seconds(-1);
     return p;
   }();
-  double interval_loss_ = 0;
-  int64_t interval_steps_ = 0;
   double seconds_ = 0;
   int64_t first_step_ = 1;
   bool warned_ = false;

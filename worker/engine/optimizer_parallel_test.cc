@@ -1,0 +1,516 @@
+// The optimizer across ranks, in one process: one thread per rank over one c10d::HashStore and
+// Gloo (as worker/parallel/process_groups_test.cc). Data parallelism (plain, overlapped
+// reduction, distributed optimizer, overlapped parameter gather) against one rank, the global
+// gradient norm over the model-parallel group, a skip decided on one rank reaching all, and
+// the bytes each rank holds.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <vector>
+
+#include "common/base/status_matchers.h"
+#include "common/layout/job_layout.h"
+#include "common/spec/defaults.h"
+#include "mt/v1/job_spec.pb.h"
+#include "worker/engine/batch_source.h"
+#include "worker/engine/data_sources.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/trainer.h"
+#include "worker/model/gpt.h"
+#include "worker/model/sharding.h"
+#include "worker/parallel/dist.h"
+#include "worker/parallel/process_groups.h"
+
+namespace mt::engine {
+namespace {
+
+using parallel::ProcessGroups;
+
+constexpr int64_t kSeq = 16;
+constexpr int64_t kVocab = 128;
+
+// Ranks of a real job are processes; here they are threads sharing LibTorch's default
+// generator, which seeds and draws the initial weights. Rank threads build their models one at
+// a time under this lock so that every rank gets the weights its seed says.
+std::mutex& RngMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+mt::v1::Layout LayoutOf(int tp, int pp, int dp) {
+  mt::v1::JobSpec spec;
+  spec.mutable_model()->set_num_layers(4);
+  spec.mutable_parallel()->set_tensor_model_parallel_size(tp);
+  spec.mutable_parallel()->set_pipeline_model_parallel_size(pp);
+  spec.mutable_parallel()->set_data_parallel_size(dp);
+  spec.mutable_training()->set_micro_batch_size(1);
+  spec.mutable_training()->set_global_batch_size(dp);
+  mt::spec::ApplyDefaults(&spec);
+  auto layout = mt::layout::JobLayout(spec, tp * pp * dp);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  return *layout;
+}
+
+// Runs fn(rank, groups) on one thread per rank of `layout`, Gloo over one HashStore.
+void RunRanks(const mt::v1::Layout& layout,
+              const std::function<void(int, std::shared_ptr<ProcessGroups>)>& fn) {
+  const int world = layout.world_size();
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < world; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto groups =
+          ProcessGroups::Create(layout, rank, store, "gloo", std::chrono::milliseconds(120000));
+      ASSERT_TRUE(groups.ok()) << groups.status();
+      fn(rank, *groups);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+mt::v1::JobSpec TinySpec() {
+  mt::v1::JobSpec spec;
+  auto* m = spec.mutable_model();
+  m->set_num_layers(2);
+  m->set_hidden_size(32);
+  m->set_num_attention_heads(4);
+  m->set_seq_length(kSeq);
+  m->set_vocab_size(kVocab);
+  m->set_hidden_dropout(0.0);
+  m->set_attention_dropout(0.0);
+  auto* t = spec.mutable_training();
+  t->set_micro_batch_size(2);
+  t->set_global_batch_size(8);
+  t->set_lr(3e-3);
+  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_CONSTANT);
+  // As in trainer_test's accumulation test: eps 1e-6 keeps Adam's update Lipschitz in the
+  // gradient, so summation-order noise is not amplified at near-zero gradients.
+  t->set_adam_eps(1e-6);
+  t->set_clip_grad(0.5);  // clipping acts on some steps
+  t->set_seed(99);
+  spec.mutable_evaluation()->set_eval_interval(0);
+  spec.mutable_logging()->set_log_interval(1000);
+  // ~30K parameters: about 15 buckets, so buckets start during backward one by one.
+  spec.mutable_parallel()->set_ddp_bucket_size(2000);
+  return spec;
+}
+
+TrainerOptions Quiet() {
+  TrainerOptions o;
+  o.log_progress = false;
+  o.attention_backend = "math";
+  o.sync_every_step = true;
+  return o;
+}
+
+// Two global batches of 8 samples, repeated: the loss falls within a few steps.
+std::unique_ptr<BatchSource> Tokens(int dp_rank, int dp_size) {
+  auto s = TokenSequenceSource::Create(SyntheticTokens(2 * 8 * kSeq, kVocab, 5), kSeq);
+  EXPECT_TRUE(s.ok());
+  std::unique_ptr<BatchSource> source = std::move(*s);
+  if (dp_size == 1) return source;
+  return std::make_unique<DataParallelSlice>(std::move(source), dp_rank, dp_size);
+}
+
+// The losses of `steps` steps of `spec` on one rank.
+std::vector<double> SingleRankLosses(const mt::v1::JobSpec& spec, int steps) {
+  auto trainer = Trainer::Create(spec, Quiet(), Tokens(0, 1), nullptr);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  std::vector<double> out;
+  for (int i = 0; i < steps && trainer.ok(); ++i) {
+    auto m = (*trainer)->Step();
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) break;
+    out.push_back(m->loss);
+  }
+  return out;
+}
+
+struct DpCase {
+  const char* name;
+  int dp;
+  bool distributed_optimizer;
+  bool overlap_grad_reduce;
+  bool overlap_param_gather;
+  int steps;
+};
+
+// DP ranks over the same global batch give the single rank's losses within 1e-5 relative (fp32:
+// only the order of the gradient sums differs), and every rank ends with the same weights.
+class DataParallelTest : public ::testing::TestWithParam<DpCase> {};
+
+TEST_P(DataParallelTest, GivesTheSingleRankLosses) {
+  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
+  const DpCase c = GetParam();
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_train_iters(c.steps);
+  const std::vector<double> want = SingleRankLosses(spec, c.steps);
+  ASSERT_EQ(want.size(), static_cast<size_t>(c.steps));
+
+  spec.mutable_parallel()->set_data_parallel_size(c.dp);
+  spec.mutable_parallel()->set_use_distributed_optimizer(c.distributed_optimizer);
+  spec.mutable_parallel()->set_overlap_grad_reduce(c.overlap_grad_reduce);
+  spec.mutable_parallel()->set_overlap_param_gather(c.overlap_param_gather);
+  std::vector<std::vector<double>> losses(c.dp);
+  std::vector<torch::Tensor> weights(c.dp);
+  RunRanks(LayoutOf(1, 1, c.dp), [&](int rank, std::shared_ptr<ProcessGroups> groups) {
+    TrainerOptions o = Quiet();
+    std::unique_ptr<parallel::Collectives> collectives = parallel::MakeCollectives(groups, 0);
+    o.collectives = collectives.get();
+    o.groups = groups;
+    auto trainer = [&] {
+      std::lock_guard<std::mutex> lock(RngMutex());
+      return Trainer::Create(spec, o, Tokens(groups->dp_rank(), c.dp), nullptr);
+    }();
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    EXPECT_EQ((*trainer)->plan().num_micro_batches, 4 / c.dp);
+    EXPECT_GT((*trainer)->optimizer().buckets().size(), 5u);
+    for (int i = 0; i < c.steps; ++i) {
+      auto m = (*trainer)->Step();
+      ASSERT_TRUE(m.ok()) << m.status();
+      EXPECT_FALSE(m->skipped);
+      losses[rank].push_back(m->loss);
+      // With overlap every bucket starts from a hook during backward (every parameter gets a
+      // gradient); without, all start after it.
+      EXPECT_EQ((*trainer)->optimizer().buckets_started_in_backward(),
+                c.overlap_grad_reduce ? (*trainer)->optimizer().buckets().size() : 0u);
+    }
+    MT_EXPECT_OK((*trainer)->optimizer().WaitForParameters());
+    weights[rank] = (*trainer)->optimizer().model_params().clone();
+  });
+  for (int r = 0; r < c.dp; ++r) {
+    ASSERT_EQ(losses[r].size(), want.size()) << "rank " << r;
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_NEAR(losses[r][i], want[i], 1e-5 * want[i])
+          << c.name << " rank " << r << " step " << i + 1;
+    }
+    EXPECT_TRUE(torch::equal(weights[r], weights[0])) << c.name << " rank " << r;
+  }
+  EXPECT_LT(want.back(), want.front());  // it trained
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, DataParallelTest,
+    ::testing::Values(DpCase{"dp2", 2, false, false, false, 6},
+                      DpCase{"dp2_overlap", 2, false, true, false, 6},
+                      DpCase{"dp2_distopt", 2, true, false, false, 6},
+                      DpCase{"dp4_overlap", 4, false, true, false, 6},
+                      DpCase{"dp4_distopt_overlap", 4, true, true, true, 6},
+                      // The gate layout (1,1,4) with the distributed optimizer: 20 steps.
+                      DpCase{"dp4_distopt_20_steps", 4, true, false, false, 20}),
+    [](const ::testing::TestParamInfo<DpCase>& info) { return std::string(info.param.name); });
+
+// bf16 with DP: the reduction runs on fp32 master gradients (folded per bucket by the hooks
+// during backward with overlap); the losses follow the single rank's within bf16 noise (2e-2).
+TEST(DataParallelBf16Test, OverlappedDistributedOptimizerFollowsOneRank) {
+  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_precision(mt::v1::PRECISION_BF16);
+  spec.mutable_training()->set_train_iters(4);
+  const std::vector<double> want = SingleRankLosses(spec, 4);
+  ASSERT_EQ(want.size(), 4u);
+  spec.mutable_parallel()->set_data_parallel_size(2);
+  spec.mutable_parallel()->set_use_distributed_optimizer(true);
+  spec.mutable_parallel()->set_overlap_grad_reduce(true);
+  std::vector<std::vector<double>> losses(2);
+  RunRanks(LayoutOf(1, 1, 2), [&](int rank, std::shared_ptr<ProcessGroups> groups) {
+    TrainerOptions o = Quiet();
+    auto collectives = parallel::MakeCollectives(groups, 0);
+    o.collectives = collectives.get();
+    o.groups = groups;
+    auto trainer = [&] {
+      std::lock_guard<std::mutex> lock(RngMutex());
+      return Trainer::Create(spec, o, Tokens(groups->dp_rank(), 2), nullptr);
+    }();
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    EXPECT_TRUE((*trainer)->optimizer().has_fp32_master_grads());
+    for (int i = 0; i < 4; ++i) {
+      auto m = (*trainer)->Step();
+      ASSERT_TRUE(m.ok()) << m.status();
+      EXPECT_EQ((*trainer)->optimizer().buckets_started_in_backward(),
+                (*trainer)->optimizer().buckets().size());
+      losses[rank].push_back(m->loss);
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(losses[r].size(), 4u);
+    for (size_t i = 0; i < 4; ++i) EXPECT_NEAR(losses[r][i], want[i], 2e-2 * want[i]) << i;
+  }
+}
+
+std::shared_ptr<model::GptModel> TinyModel(uint64_t seed) {
+  std::lock_guard<std::mutex> lock(RngMutex());
+  model::GptConfig c;
+  c.num_layers = 2;
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.seq_length = kSeq;
+  c.vocab_size = kVocab;
+  c.hidden_dropout = 0.0;
+  c.attention_dropout = 0.0;
+  c.attention_backend = model::AttentionBackend::kMath;
+  c.Resolve();
+  torch::manual_seed(seed);
+  auto m = model::GptModel::Create(c);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+// An inf on one DP rank's gradients skips the step on every rank, with and without the
+// distributed optimizer: weights, moments and t stay as they were everywhere.
+TEST(DataParallelSkipTest, AnInfOnOneRankSkipsEverywhere) {
+  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
+  for (bool distributed : {false, true}) {
+    RunRanks(LayoutOf(1, 1, 2), [&](int rank, std::shared_ptr<ProcessGroups> groups) {
+      auto model = TinyModel(3);
+      OptimizerParallelConfig p;
+      p.groups = groups;
+      p.use_distributed_optimizer = distributed;
+      p.bucket_elements = 3000;
+      auto opt = MixedPrecisionOptimizer::Create(OptimizerConfig{}, *model, p);
+      ASSERT_TRUE(opt.ok()) << opt.status();
+      MixedPrecisionOptimizer& o = **opt;
+      const torch::Tensor x = [&] {
+        std::lock_guard<std::mutex> lock(RngMutex());
+        torch::manual_seed(10 + rank);
+        return torch::randint(kVocab, {2, kSeq + 1}, torch::kLong);
+      }();
+      MT_ASSERT_OK(o.ZeroGrad());
+      model->LossOnSample(x).backward();
+      MT_ASSERT_OK_AND_ASSIGN(const OptimizerStepResult first, o.Step(1e-3, 1.0));
+      ASSERT_FALSE(first.skipped());
+      const torch::Tensor weights = o.model_params().clone();
+      const torch::Tensor m1 = o.exp_avg().clone();
+      MT_ASSERT_OK(o.ZeroGrad());
+      model->LossOnSample(x).backward();
+      if (rank == 1) {
+        torch::NoGradGuard no_grad;
+        model->decoder->layers[0]
+            ->as<model::TransformerLayer>()
+            ->mlp->linear_fc2->weight.mutable_grad()[1][2] = std::numeric_limits<float>::infinity();
+      }
+      MT_ASSERT_OK_AND_ASSIGN(const OptimizerStepResult r, o.Step(1e-3, 1.0));
+      EXPECT_TRUE(r.skipped()) << "rank " << rank << " distributed " << distributed;
+      EXPECT_FALSE(std::isfinite(r.grad_norm()));
+      EXPECT_EQ(o.step_count(), 1);
+      EXPECT_TRUE(torch::equal(o.model_params(), weights)) << "rank " << rank;
+      EXPECT_TRUE(torch::equal(o.exp_avg(), m1)) << "rank " << rank;
+    });
+  }
+}
+
+// A module holding the named parameters given (shapes chosen by the test).
+struct Params : torch::nn::Module {
+  explicit Params(const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes) {
+    for (const auto& [name, shape] : shapes) {
+      // Module parameter names cannot contain '.': register under an escaped name and rename
+      // through named_parameters' keys is not possible, so nest modules along the dots.
+      torch::nn::Module* owner = this;
+      std::string rest = name;
+      size_t dot;
+      while ((dot = rest.find('.')) != std::string::npos) {
+        const std::string part = rest.substr(0, dot);
+        rest = rest.substr(dot + 1);
+        std::shared_ptr<torch::nn::Module> child;
+        for (const auto& c : owner->named_children()) {
+          if (c.key() == part) child = c.value();
+        }
+        if (child == nullptr) child = owner->register_module(part, std::make_shared<Params>());
+        owner = child.get();
+      }
+      owner->register_parameter(rest, torch::zeros(shape));
+    }
+  }
+  Params() = default;
+};
+
+// The global norm over a model-parallel group (TP 2 x PP 2): each rank holds its TP half of a
+// column-parallel weight and the word embedding (vocabulary-split; the last stage's copy of the
+// tied embedding is named a duplicate), and a full copy of a replicated LayerNorm weight. The
+// norm counts every TP half once, each stage's LayerNorm once (TP rank 0) and the embedding
+// once (first stage): 1e-6 relative. Then a NaN in a gradient left out of the norm (the
+// LayerNorm on TP rank 1) still skips the step on all four ranks.
+TEST(GlobalNormTest, CountsReplicatedAndSharedParametersOnce) {
+  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
+  const mt::v1::Layout layout = LayoutOf(2, 2, 1);
+  // Gradient values per (tp, pp): qkv = tp + 2*pp + 1, layernorm = pp + 5 (same on both TP
+  // ranks), embedding = tp + 7 (same on both stages).
+  const int64_t qkv = 96 * 32 / 2, ln = 32, emb = 128 * 32 / 2;
+  double want = 0;
+  for (int tp = 0; tp < 2; ++tp) {
+    for (int pp = 0; pp < 2; ++pp) want += qkv * std::pow(tp + 2 * pp + 1, 2);
+  }
+  for (int pp = 0; pp < 2; ++pp) want += ln * std::pow(pp + 5, 2);
+  for (int tp = 0; tp < 2; ++tp) want += emb * std::pow(tp + 7, 2);
+  want = std::sqrt(want);
+  for (bool poison : {false, true}) {
+    RunRanks(layout, [&](int rank, std::shared_ptr<ProcessGroups> groups) {
+      const int tp = groups->tp_rank(), pp = groups->pp_rank();
+      const std::string layer = pp == 0 ? "decoder.layers.0" : "decoder.layers.2";
+      Params module({{layer + ".self_attention.linear_qkv.weight", {48, 32}},
+                     {layer + ".input_layernorm.weight", {32}},
+                     {"embedding.word_embeddings.weight", {64, 32}}});
+      OptimizerParallelConfig p;
+      p.groups = groups;
+      p.norm_duplicate = [&](const std::string& name) {
+        return name == "embedding.word_embeddings.weight" && !groups->is_first_stage();
+      };
+      OptimizerConfig c;
+      c.kind = OptimizerConfig::Kind::kSgd;
+      c.sgd_momentum = 0.0;
+      c.weight_decay = 0.0;
+      c.clip_grad = 0.0;
+      auto opt = MixedPrecisionOptimizer::Create(c, module, p);
+      ASSERT_TRUE(opt.ok()) << opt.status();
+      MT_ASSERT_OK((*opt)->ZeroGrad());
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& item : module.named_parameters()) {
+          const std::string& n = item.key();
+          double v = tp + 7;
+          if (n.find("linear_qkv") != std::string::npos) v = tp + 2 * pp + 1;
+          if (n.find("layernorm") != std::string::npos) v = pp + 5;
+          item.value().mutable_grad().fill_(v);
+          if (poison && tp == 1 && n.find("layernorm") != std::string::npos) {
+            item.value().mutable_grad()[3] = std::nan("");
+          }
+        }
+      }
+      for (const auto& slot : (*opt)->slots()) {
+        const bool replicated = slot.name.find("layernorm") != std::string::npos;
+        const bool duplicate = slot.name.find("word_embeddings") != std::string::npos && pp == 1;
+        EXPECT_EQ(slot.counted_in_norm, !(replicated && tp == 1) && !duplicate) << slot.name;
+      }
+      MT_ASSERT_OK_AND_ASSIGN(const OptimizerStepResult r, (*opt)->Step(1e-3, 1.0));
+      if (poison) {
+        EXPECT_TRUE(r.skipped()) << "rank " << rank;
+      } else {
+        EXPECT_FALSE(r.skipped());
+        EXPECT_NEAR(r.grad_norm(), want, 1e-6 * want) << "rank " << rank;
+      }
+    });
+  }
+}
+
+// Bytes per rank. DP 4 with the distributed optimizer: weights and gradients whole, master
+// weights and moments 1/4 of one rank's (plus at most the bucket padding, dp * 64 elements per
+// bucket). TP 2 x PP 2, built by hand from worker/model/sharding.h (the TP/PP model code lives
+// on other branches): every rank's parameters, gradients, master and moments are its TP/PP
+// share -- the split tensors 1/TP of the stage's, the stages' layers disjoint -- and the sum
+// over ranks is the whole model plus the replicated copies.
+TEST(MemoryTest, BytesPerRankFollowTheSplit) {
+  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
+  // One rank, bf16, one micro-batch: 16 bytes per element of the (padded) buffer.
+  auto single_model = TinyModel(4);
+  single_model->to(torch::kBFloat16);
+  MT_ASSERT_OK_AND_ASSIGN(auto single,
+                          MixedPrecisionOptimizer::Create(OptimizerConfig{}, *single_model));
+  const int64_t n1 = single->model_params().numel();
+  const auto m1 = single->memory_bytes();
+  EXPECT_EQ(m1.params + m1.grads + m1.master_params + m1.master_grads + m1.optimizer_state,
+            16 * n1);
+
+  RunRanks(LayoutOf(1, 1, 4), [&](int rank, std::shared_ptr<ProcessGroups> groups) {
+    auto model = TinyModel(4);
+    model->to(torch::kBFloat16);
+    OptimizerParallelConfig p;
+    p.groups = groups;
+    p.use_distributed_optimizer = true;
+    p.bucket_elements = 5000;
+    MT_ASSERT_OK_AND_ASSIGN(auto opt,
+                            MixedPrecisionOptimizer::Create(OptimizerConfig{}, *model, p));
+    const auto m = opt->memory_bytes();
+    const int64_t n = opt->model_params().numel();
+    const int64_t buckets = static_cast<int64_t>(opt->buckets().size());
+    EXPECT_LE(n - n1, buckets * 4 * 64) << "padding";
+    EXPECT_EQ(m.params, 2 * n);
+    EXPECT_EQ(m.grads, 2 * n);
+    EXPECT_EQ(m.master_grads, 4 * n);  // DP > 1: the reduction runs in fp32 (Megatron's bf16)
+    EXPECT_EQ(m.master_params * 4, 4 * n);
+    EXPECT_EQ(m.optimizer_state * 4, 8 * n);
+    EXPECT_LE(std::abs(m.optimizer_state * 4 - m1.optimizer_state), 8 * buckets * 4 * 64);
+    int64_t covered = 0;
+    for (const auto& s : opt->segments()) covered += s.numel;
+    EXPECT_EQ(covered * 4, n) << "rank " << rank;
+  });
+
+  // TP 2 x PP 2 by hand: each (tp, pp) rank's parameters with their split shapes.
+  auto full = TinyModel(4);
+  const int num_layers = 2, tp_size = 2, pp_size = 2;
+  std::map<std::string, std::vector<int64_t>> full_shapes;
+  int64_t total = 0, replicated_total = 0;
+  for (const auto& item : full->named_parameters()) {
+    full_shapes[item.key()] = item.value().sizes().vec();
+    total += item.value().numel();
+    if (model::TensorParallelSplit(item.key()) == model::TpSplit::kReplicated) {
+      replicated_total += item.value().numel();
+    }
+  }
+  int64_t sum_over_ranks = 0, embedding_copies = 0;
+  for (int pp = 0; pp < pp_size; ++pp) {
+    for (int tp = 0; tp < tp_size; ++tp) {
+      std::vector<std::pair<std::string, std::vector<int64_t>>> mine;
+      int64_t expect = 0;
+      for (const auto& [name, shape] : full_shapes) {
+        const int64_t layer = model::LayerIndexOf(name);
+        bool here = layer >= 0 ? layer / (num_layers / pp_size) == pp : false;
+        if (name.rfind("embedding.", 0) == 0) here = pp == 0;
+        if (name.rfind("decoder.final_layernorm", 0) == 0) here = pp == pp_size - 1;
+        // The tied word embedding: the last stage keeps a copy for the output layer.
+        const bool tied_copy = name == "embedding.word_embeddings.weight" && pp == pp_size - 1;
+        if (!here && !tied_copy) continue;
+        std::vector<int64_t> s = shape;
+        switch (model::TensorParallelSplit(name)) {
+          case model::TpSplit::kDim0:
+            s[0] /= tp_size;
+            break;
+          case model::TpSplit::kDim1:
+            s[1] /= tp_size;
+            break;
+          case model::TpSplit::kReplicated:
+            break;
+        }
+        int64_t numel = 1;
+        for (int64_t d : s) numel *= d;
+        expect += numel;
+        if (tied_copy) embedding_copies += numel;
+        mine.emplace_back(name, s);
+      }
+      Params module(mine);
+      MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(OptimizerConfig{}, module));
+      // Exactly this rank's share: split tensors 1/TP of the whole, replicated ones whole.
+      EXPECT_EQ(opt->num_parameters(), expect) << "tp " << tp << " pp " << pp;
+      for (const auto& slot : opt->slots()) {
+        int64_t whole = 1;
+        for (int64_t d : full_shapes.at(slot.name)) whole *= d;
+        const bool split = model::TensorParallelSplit(slot.name) != model::TpSplit::kReplicated;
+        EXPECT_EQ(slot.numel * (split ? tp_size : 1), whole) << slot.name;
+      }
+      const auto m = opt->memory_bytes();
+      const int64_t n = opt->model_params().numel();  // fp32 model: the master is the weights
+      EXPECT_EQ(m.params, 4 * n);
+      EXPECT_EQ(m.grads, 4 * n);
+      EXPECT_EQ(m.master_params, 0);
+      EXPECT_EQ(m.master_grads, 0);
+      EXPECT_EQ(m.optimizer_state, 8 * n);
+      EXPECT_LE(n - expect, static_cast<int64_t>(mine.size()) * 64) << "padding";
+      sum_over_ranks += expect;
+    }
+  }
+  // Every split parameter is held once over the TP ranks of its stage; replicated ones TP
+  // times; the last stage's tied embedding copy is extra.
+  EXPECT_EQ(sum_over_ranks,
+            (total - replicated_total) + tp_size * replicated_total + embedding_copies);
+}
+
+}  // namespace
+}  // namespace mt::engine

@@ -9,7 +9,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -22,6 +26,8 @@
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
 #include "worker/parallel/collectives.h"
+#include "worker/parallel/process_groups.h"
+#include "worker/parallel/tensor_parallel.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -102,19 +108,23 @@ absl::StatusOr<model::AttentionBackend> ParseBackend(const std::string& name) {
       absl::StrCat("attention backend \"", name, "\" is not auto, math or fused"));
 }
 
-// This trainer runs one model replica per rank: no tensor, pipeline or context parallelism;
-// data parallelism only with collectives (`dp_size` > 1).
-absl::Status CheckSingleDevice(const mt::v1::ParallelSpec& p, int dp_size) {
+// This trainer runs tensor parallelism (over the TP group of TrainerOptions::groups) and data
+// parallelism (with collectives, `dp_size` > 1); no pipeline or context parallelism.
+absl::Status CheckSingleDevice(const mt::v1::ParallelSpec& p, int dp_size, int tp_group_size) {
   auto over_one = [](int64_t v) { return v > 1; };
-  if (over_one(p.tensor_model_parallel_size()) || over_one(p.pipeline_model_parallel_size()) ||
-      over_one(p.context_parallel_size())) {
+  if (over_one(p.pipeline_model_parallel_size()) || over_one(p.context_parallel_size())) {
     return absl::UnimplementedError(
-        absl::StrCat("tensor, pipeline and context parallelism are not available yet: this spec "
-                     "has tp=",
-                     p.tensor_model_parallel_size(), " pp=", p.pipeline_model_parallel_size(),
-                     " cp=", p.context_parallel_size(), "; run it with tp=pp=cp=1"));
+        absl::StrCat("pipeline and context parallelism are not available yet: this spec has pp=",
+                     p.pipeline_model_parallel_size(), " cp=", p.context_parallel_size(),
+                     "; run it with pp=cp=1"));
   }
-  const int64_t dp = p.data_parallel_size() > 0 ? p.data_parallel_size() : p.world_size();
+  const int64_t tp = std::max<int64_t>(1, p.tensor_model_parallel_size());
+  if (tp != tp_group_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the spec asks for tp=", tp, " but this trainer's tensor-parallel group has ",
+                     tp_group_size, " rank(s); run it as a job (mtctl submit) for tp > 1"));
+  }
+  const int64_t dp = p.data_parallel_size() > 0 ? p.data_parallel_size() : p.world_size() / tp;
   if (over_one(dp) && dp != dp_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("the spec asks for dp=", dp, " but this trainer has ", dp_size,
@@ -125,6 +135,40 @@ absl::Status CheckSingleDevice(const mt::v1::ParallelSpec& p, int dp_size) {
         "parallel.num_layers_per_virtual_pipeline_stage needs pipeline parallelism");
   }
   return absl::OkStatus();
+}
+
+// This rank's part of the model: its tensor-parallel shard (options.groups; the whole model
+// without groups), every layer.
+model::ModelShard ModelShardOf(const TrainerOptions& options, const mt::v1::ParallelSpec& p) {
+  model::ModelShard shard;
+  if (options.groups != nullptr) {
+    const parallel::GroupHandle& tp = options.groups->tp();
+    shard.tp_size = tp.size;
+    shard.tp_rank = tp.rank;
+    // Shares ownership of the groups: the model's autograd graphs use the TP group.
+    shard.tp_group = std::shared_ptr<const parallel::GroupHandle>(options.groups, &tp);
+  }
+  shard.sequence_parallel = p.sequence_parallel() && shard.tp_size > 1;
+  return shard;
+}
+
+// Megatron's allreduce_layernorm_grads: under sequence parallelism each TP rank computed the
+// gradients of the replicated parameters (LayerNorms, row-parallel biases, the position
+// embedding) from its part of the sequence only. Sums them over the TP group, in the
+// optimizer's gradient buffer (where this step's gradients have accumulated).
+absl::Status AllReduceSequenceParallelGradients(model::GptModel& model,
+                                                MixedPrecisionOptimizer& optimizer) {
+  const std::vector<std::string> names = model.SequenceParallelParameterNames();
+  if (names.empty()) return absl::OkStatus();
+  const std::set<std::string> wanted(names.begin(), names.end());
+  // One bucket: the whole buffer, laid out by the slots' offsets.
+  const torch::Tensor buffer =
+      optimizer.GradientBuckets(std::numeric_limits<int64_t>::max()).front();
+  std::vector<torch::Tensor> grads;
+  for (const MixedPrecisionOptimizer::ParamSlot& slot : optimizer.slots()) {
+    if (wanted.count(slot.name) > 0) grads.push_back(buffer.narrow(0, slot.offset, slot.numel));
+  }
+  return parallel::AllReduceCoalesced(grads, model.shard().group());
 }
 
 absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
@@ -278,7 +322,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                                                          std::unique_ptr<BatchSource> valid_data) {
   if (train_data == nullptr) return absl::InvalidArgumentError("no training data source");
   const int dp_size = options.collectives != nullptr ? options.collectives->dp_size() : 1;
-  MT_RETURN_IF_ERROR(CheckSingleDevice(spec.parallel(), dp_size));
+  const int tp_size = options.groups != nullptr ? options.groups->tp().size : 1;
+  MT_RETURN_IF_ERROR(CheckSingleDevice(spec.parallel(), dp_size, tp_size));
   MT_ASSIGN_OR_RETURN(TrainPlan plan, MakePlan(spec, dp_size));
   MT_ASSIGN_OR_RETURN(model::GptConfig config, model::GptConfig::FromSpec(spec));
   MT_ASSIGN_OR_RETURN(config.attention_backend, ParseBackend(options.attention_backend));
@@ -320,9 +365,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   s.device = device;
   s.dtype = dtype;
   MT_RETURN_IF_ERROR(CatchTorch("building the model", [&]() -> absl::Status {
-    torch::manual_seed(plan.seed);
-    MT_ASSIGN_OR_RETURN(s.model, model::GptModel::Create(config));
-    s.model->to(device, dtype);
+    model::ModelBuildOptions build;
+    build.seed = plan.seed;
+    build.device = device;
+    build.dtype = dtype;
+    MT_ASSIGN_OR_RETURN(
+        s.model, model::GptModel::Create(config, ModelShardOf(options, spec.parallel()), build));
     s.model->train();
     MT_ASSIGN_OR_RETURN(s.optimizer, MixedPrecisionOptimizer::Create(opt_config, *s.model));
     return absl::OkStatus();
@@ -375,8 +423,10 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     loss_sum = m == 0 ? loss.detach() : loss_sum + loss.detach();
   }
 
-  // 4. Data parallelism: average the step's gradients over the DP group, so every replica
+  // 4. Sequence parallelism: sum the replicated parameters' partial gradients over TP. Then
+  //    data parallelism: average the step's gradients over the DP group, so every replica
   //    applies the same update (and sees the same inf/NaN).
+  MT_RETURN_IF_ERROR(AllReduceSequenceParallelGradients(*s.model, *s.optimizer));
   parallel::Collectives* dp = options_.collectives;
   if (dp != nullptr && dp->dp_size() > 1) {
     MT_RETURN_IF_ERROR(

@@ -234,13 +234,14 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden,
                                                        const ModelShard& shard,
-                                                       const torch::TensorOptions& options) {
+                                                       const torch::TensorOptions& options)
+    : tp_size_(shard.tp_size) {
   std::tie(vocab_start, vocab_end) = parallel::VocabRange(vocab, shard.tp_rank, shard.tp_size);
   weight = register_parameter("weight", torch::empty({vocab_end - vocab_start, hidden}, options));
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
-  if (vocab_start == 0 && vocab_end == weight.size(0)) {
+  if (tp_size_ == 1) {
     // The whole table (no TP): torch::nn::Embedding's lookup.
     return torch::embedding(weight, tokens);
   }

@@ -170,6 +170,9 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
   torch::Tensor weight;
   int64_t vocab_start = 0;
   int64_t vocab_end = 0;
+
+ private:
+  int tp_size_;
 };
 TORCH_MODULE(VocabParallelEmbedding);
 

@@ -182,5 +182,27 @@ TEST(TensorParallelSingle, NullGroupIsTheIdentity) {
   EXPECT_EQ(range.second, 256);
 }
 
+// The model-parallel RNG (one thread: the default generator is the process's).
+TEST(TensorParallelRng, EachRankDrawsItsOwnMasksAndTheDefaultStreamMovesAlike) {
+  auto draw = [](int rank) {
+    return WithTensorParallelRng(torch::kCPU, rank, [] { return torch::rand({1000}); });
+  };
+  torch::manual_seed(5);
+  const torch::Tensor rank0 = draw(0);
+  const torch::Tensor next0 = torch::rand({8});
+  torch::manual_seed(5);
+  EXPECT_TRUE(torch::equal(draw(0), rank0));  // a rerun from the same state: the same masks
+  torch::manual_seed(5);
+  const torch::Tensor rank1 = draw(1);
+  const torch::Tensor next1 = torch::rand({8});
+  EXPECT_FALSE(torch::equal(rank0, rank1));  // another rank: other masks
+  EXPECT_TRUE(torch::equal(next0, next1));   // the default stream moved the same way
+  torch::manual_seed(5);
+  EXPECT_FALSE(torch::equal(torch::rand({1000}), rank0));  // not the default stream itself
+  torch::manual_seed(5);
+  const torch::Tensor first = draw(0);
+  EXPECT_FALSE(torch::equal(draw(0), first));  // consecutive calls draw new masks
+}
+
 }  // namespace
 }  // namespace mt::parallel

@@ -253,6 +253,13 @@ class MixedPrecisionOptimizer {
   };
   MemoryBytes memory_bytes() const;
 
+  // The step's gradient of one parameter so far (call after FinishMicroBatch, before Step), as
+  // a flat view of what the update will read: the fp32 master gradients, the gradient buffer,
+  // or the parameter's own .grad where there is no buffer. Summing it in place over a group
+  // (tied embeddings over the embedding group, sequence-parallel replicas over TP) changes
+  // what Step applies. Undefined when the parameter has no gradient.
+  torch::Tensor SlotGradient(const ParamSlot& slot) const;
+
   // Buckets of the gradient buffer (for tests and logs): [begin, end) in elements.
   std::vector<std::pair<int64_t, int64_t>> buckets() const;
   // Buckets whose reduction a gradient hook started during the last step's backward

@@ -10,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,7 @@
 #include "worker/parallel/collectives.h"
 #include "worker/parallel/pipeline.h"
 #include "worker/parallel/process_groups.h"
+#include "worker/parallel/tensor_parallel.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -107,15 +110,22 @@ absl::StatusOr<model::AttentionBackend> ParseBackend(const std::string& name) {
       absl::StrCat("attention backend \"", name, "\" is not auto, math or fused"));
 }
 
-// This trainer runs data and pipeline parallelism (tensor and context parallelism not yet):
-// pipeline stages with `groups` (a job's ranks), data parallelism with collectives.
-absl::Status CheckParallelism(const mt::v1::ParallelSpec& p, int dp_size, int pp_size) {
+// This trainer runs tensor, pipeline and data parallelism (not context parallelism): the
+// tensor-parallel shard and the pipeline stages over `groups` (a job's ranks), data
+// parallelism with collectives and the optimizer's DP group.
+absl::Status CheckParallelism(const mt::v1::ParallelSpec& p, int dp_size, int tp_size,
+                              int pp_size) {
   auto over_one = [](int64_t v) { return v > 1; };
-  if (over_one(p.tensor_model_parallel_size()) || over_one(p.context_parallel_size())) {
+  if (over_one(p.context_parallel_size())) {
     return absl::UnimplementedError(
-        absl::StrCat("tensor and context parallelism are not available yet: this spec has tp=",
-                     p.tensor_model_parallel_size(), " cp=", p.context_parallel_size(),
-                     "; run it with tp=cp=1"));
+        absl::StrCat("context parallelism is not available yet: this spec has cp=",
+                     p.context_parallel_size(), "; run it with cp=1"));
+  }
+  const int64_t tp = std::max<int64_t>(1, p.tensor_model_parallel_size());
+  if (tp != tp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the spec asks for tp=", tp, " but this trainer's tensor-parallel group has ",
+                     tp_size, " rank(s); run it as a job (mtctl submit) for tp > 1"));
   }
   const int64_t pp = std::max<int64_t>(1, p.pipeline_model_parallel_size());
   if (pp != pp_size) {
@@ -124,7 +134,7 @@ absl::Status CheckParallelism(const mt::v1::ParallelSpec& p, int dp_size, int pp
                      " pipeline stage(s); run it as a job (mtctl submit) for pp > 1"));
   }
   int64_t dp = p.data_parallel_size();
-  if (dp <= 0 && p.world_size() > 0) dp = p.world_size() / pp;  // dp "auto"
+  if (dp <= 0 && p.world_size() > 0) dp = p.world_size() / (tp * pp);  // dp "auto"
   if (over_one(dp) && dp != dp_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("the spec asks for dp=", dp, " but this trainer has ", dp_size,
@@ -135,6 +145,40 @@ absl::Status CheckParallelism(const mt::v1::ParallelSpec& p, int dp_size, int pp
         "parallel.num_layers_per_virtual_pipeline_stage needs pipeline parallelism");
   }
   return absl::OkStatus();
+}
+
+// This rank's part of the model: its tensor-parallel shard (options.groups; the whole model
+// without groups), every layer.
+model::ModelShard ModelShardOf(const TrainerOptions& options, const mt::v1::ParallelSpec& p) {
+  model::ModelShard shard;
+  if (options.groups != nullptr) {
+    const parallel::GroupHandle& tp = options.groups->tp();
+    shard.tp_size = tp.size;
+    shard.tp_rank = tp.rank;
+    // Shares ownership of the groups: the model's autograd graphs use the TP group.
+    shard.tp_group = std::shared_ptr<const parallel::GroupHandle>(options.groups, &tp);
+  }
+  shard.sequence_parallel = p.sequence_parallel() && shard.tp_size > 1;
+  return shard;
+}
+
+// Megatron's allreduce_layernorm_grads: under sequence parallelism each TP rank computed the
+// gradients of the replicated parameters (LayerNorms, row-parallel biases, the position
+// embedding) from its part of the sequence only. Sums them over the TP group, in the
+// optimizer's gradient buffer (where this step's gradients have accumulated).
+absl::Status AllReduceSequenceParallelGradients(model::GptModel& model,
+                                                MixedPrecisionOptimizer& optimizer) {
+  const std::vector<std::string> names = model.SequenceParallelParameterNames();
+  if (names.empty()) return absl::OkStatus();
+  const std::set<std::string> wanted(names.begin(), names.end());
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const MixedPrecisionOptimizer::ParamSlot& slot : optimizer.slots()) {
+    if (wanted.count(slot.name) == 0) continue;
+    torch::Tensor g = optimizer.SlotGradient(slot);
+    if (g.defined()) grads.push_back(g);
+  }
+  return parallel::AllReduceCoalesced(grads, model.shard().group());
 }
 
 absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
@@ -341,15 +385,18 @@ struct PipelineStage {
       shard.tp_size = groups->tp().size;
       shard.tp_rank = groups->tp_rank();
       shard.tp_group = std::make_shared<parallel::GroupHandle>(groups->tp());
-      shard.sequence_parallel = spec.parallel().sequence_parallel();
+      shard.sequence_parallel = spec.parallel().sequence_parallel() && shard.tp_size > 1;
       for (int i = c * per_chunk; i < (c + 1) * per_chunk; ++i) shard.layers.push_back(layers[i]);
       shard.pre_process = stage == 0 && c == 0;
       shard.post_process = stage == p - 1 && c == chunks - 1;
-      // The same build seed as the one-stage trainer (drawn after seeding with the spec's).
-      torch::manual_seed(plan.seed);
+      // The one-stage trainer's build: every parameter drawn from (seed, its global name), so
+      // a stage starts from exactly the whole model's weights.
+      model::ModelBuildOptions build;
+      build.seed = plan.seed;
+      build.device = device;
+      build.dtype = dtype;
       MT_ASSIGN_OR_RETURN(std::shared_ptr<model::GptModel> chunk,
-                          model::GptModel::Create(config, shard));
-      chunk->to(device, dtype);
+                          model::GptModel::Create(config, shard, build));
       chunk->train();
       st->chunks.push_back(std::move(chunk));
     }
@@ -399,12 +446,9 @@ struct PipelineStage {
     torch::NoGradGuard no_grad;
     // FinishMicroBatch ran after every backward: the step's gradients are in the buffer the
     // optimizer reduces and reads.
-    const torch::Tensor& buffer =
-        opt.has_fp32_master_grads() ? opt.master_grads() : opt.model_grads();
     for (const auto& slot : opt.slots()) {
       if (slot.name != tied_name) continue;
-      return parallel::SumOverGroup(groups->embedding(),
-                                    {buffer.narrow(0, slot.offset, slot.numel)},
+      return parallel::SumOverGroup(groups->embedding(), {opt.SlotGradient(slot)},
                                     "tied embedding gradient");
     }
     return absl::InternalError(absl::StrCat("no parameter ", tied_name, " on this stage"));
@@ -517,8 +561,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                                                          std::unique_ptr<BatchSource> valid_data) {
   if (train_data == nullptr) return absl::InvalidArgumentError("no training data source");
   const int dp_size = options.collectives != nullptr ? options.collectives->dp_size() : 1;
+  const int tp_size = options.groups != nullptr ? options.groups->tp().size : 1;
   const int pp_size = options.groups != nullptr ? options.groups->pp().size : 1;
-  MT_RETURN_IF_ERROR(CheckParallelism(spec.parallel(), dp_size, pp_size));
+  MT_RETURN_IF_ERROR(CheckParallelism(spec.parallel(), dp_size, tp_size, pp_size));
   MT_ASSIGN_OR_RETURN(TrainPlan plan, MakePlan(spec, dp_size));
   MT_ASSIGN_OR_RETURN(model::GptConfig config, model::GptConfig::FromSpec(spec));
   MT_ASSIGN_OR_RETURN(config.attention_backend, ParseBackend(options.attention_backend));
@@ -565,9 +610,12 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
     if (pp_size > 1) {
       return trainer->CreatePipelineStage(spec, config, opt_config, opt_parallel);
     }
-    torch::manual_seed(plan.seed);
-    MT_ASSIGN_OR_RETURN(s.model, model::GptModel::Create(config));
-    s.model->to(device, dtype);
+    model::ModelBuildOptions build;
+    build.seed = plan.seed;
+    build.device = device;
+    build.dtype = dtype;
+    MT_ASSIGN_OR_RETURN(
+        s.model, model::GptModel::Create(config, ModelShardOf(options, spec.parallel()), build));
     s.model->train();
     MT_ASSIGN_OR_RETURN(s.optimizer,
                         MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
@@ -634,9 +682,15 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     loss_sum = m == 0 ? loss.detach() : loss_sum + loss.detach();
   }
 
-  // 4. Pipeline: the tied embedding's two copies get the sum of their gradients (before the
-  //    optimizer's DP reduction).
-  if (s.pipeline != nullptr) {
+  // 4. Sequence parallelism: sum the replicated parameters' partial gradients over TP.
+  //    Pipeline: the tied embedding's two copies get the sum of their gradients. Both before
+  //    the optimizer's DP reduction.
+  if (s.pipeline == nullptr) {
+    MT_RETURN_IF_ERROR(AllReduceSequenceParallelGradients(*s.model, *s.optimizer));
+  } else {
+    for (const auto& chunk : s.pipeline->chunks) {
+      MT_RETURN_IF_ERROR(AllReduceSequenceParallelGradients(*chunk, *s.optimizer));
+    }
     MT_RETURN_IF_ERROR(s.pipeline->SumTiedEmbeddingGradients(*s.optimizer));
   }
 

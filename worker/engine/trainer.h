@@ -80,7 +80,7 @@ struct TrainerOptions {
   // Data parallelism (not owned; null = a world of one). With it, each rank runs
   // global_batch / (micro_batch * dp) micro-batches on its own slice of every global batch,
   // gradients are averaged over the DP group before the optimizer step, and the reported
-  // losses are DP means. Tensor parallelism is not run by this trainer yet.
+  // losses are DP means.
   parallel::Collectives* collectives = nullptr;
   // Every process group of this rank (worker/parallel/process_groups.h), for tensor and
   // pipeline parallelism and the distributed optimizer; null = a world of one. With a
@@ -88,7 +88,12 @@ struct TrainerOptions {
   // chunks from the layout's stage_layers and runs the pipeline schedule
   // (worker/parallel/pipeline.h) instead of the plain micro-batch loop; every stage reports
   // the same losses (the last stage's, broadcast) and grad norm (over all stages). Needed
-  // with dp > 1: the optimizer reduces the gradients over its DP group.
+  // with dp > 1: the optimizer reduces the gradients over its DP group. With a TP
+  // group of size > 1 the model is this rank's tensor-parallel shard (model::ModelShard; the
+  // spec's tensor_model_parallel_size must equal the group's size); every rank of a TP group
+  // must be fed the same micro-batches (data slices are per DP rank), and each reports the
+  // full loss. Under sequence parallelism the replicated parameters' gradients are summed
+  // over the TP group before the optimizer step.
   std::shared_ptr<parallel::ProcessGroups> groups;
   // Read loss, grad norm and skip flag from the device after every step (tests and tools that
   // look at each step), not only at log steps.
@@ -164,9 +169,9 @@ class Trainer {
  public:
   // Builds the model (seeded with training.seed), the optimizer, the schedule and the loss
   // scaler from `spec` (unset fields take the proto's defaults). `valid_data` may be null (no
-  // evaluation). Errors: kInvalidArgument for a spec this trainer cannot run (model-parallel
-  // sizes > 1, fp16 on the CPU, a bad device string ...), kFailedPrecondition for a CUDA
-  // device without CUDA.
+  // evaluation). Errors: kInvalidArgument for a spec this trainer cannot run (a TP size other
+  // than the TP group's, fp16 on the CPU, a bad device string ...), kUnimplemented for
+  // pipeline or context parallelism, kFailedPrecondition for a CUDA device without CUDA.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const mt::v1::JobSpec& spec,
                                                          const TrainerOptions& options,
                                                          std::unique_ptr<BatchSource> train_data,

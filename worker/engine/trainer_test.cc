@@ -390,7 +390,11 @@ TEST(TrainerTest, CreateRejectsWhatItCannotRun) {
   };
   mt::v1::JobSpec tp = TinySpec();
   tp.mutable_parallel()->set_tensor_model_parallel_size(2);
-  EXPECT_THAT(create(tp), StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("tp=2")));
+  // tp > 1 needs the TP group of a job's ranks (trainer_tp_test.cc), pp > 1 is not run here.
+  EXPECT_THAT(create(tp), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tp=2")));
+  mt::v1::JobSpec pp = TinySpec();
+  pp.mutable_parallel()->set_pipeline_model_parallel_size(2);
+  EXPECT_THAT(create(pp), StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("pp=2")));
   // dp > 1 needs collectives (a job's ranks), not a lone trainer.
   mt::v1::JobSpec dp = TinySpec();
   dp.mutable_parallel()->set_data_parallel_size(2);

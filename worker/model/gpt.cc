@@ -8,9 +8,7 @@
 #include <torch/version.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
-#include <mutex>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -75,42 +73,11 @@ uint64_t Fnv1a(const void* data, size_t size, uint64_t h = 0xCBF29CE484222325ull
   return h;
 }
 
-// Runs f with the default generator of `device` reseeded from (its current state, tp_rank),
-// then puts the state back and advances it by one draw. Every TP rank thus draws its own
-// masks, the default stream moves the same way on every rank (replicated dropout stays
-// identical across the group), and a rerun from the same state (recomputation restores it)
-// draws the same masks. Megatron keeps a separate model-parallel RNG for the same purpose.
-template <typename F>
-torch::Tensor WithRankRng(c10::Device device, int tp_rank, F&& f) {
-  at::Generator gen = at::globalContext().defaultGenerator(device);
-  at::Tensor saved;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    saved = gen.get_state();
-    const at::Tensor bytes = saved.contiguous();
-    const uint64_t h = Fnv1a(bytes.data_ptr(), bytes.numel() * bytes.element_size());
-    gen.set_current_seed(SplitMix64(h ^ SplitMix64(static_cast<uint64_t>(tp_rank) + 1)));
-  }
-  torch::Tensor out;
-  try {
-    out = f();
-  } catch (...) {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(saved);
-    throw;
-  }
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(saved);
-  }
-  torch::empty({1}, torch::TensorOptions().device(device)).uniform_();
-  return out;
-}
-
 // Dropout of an activation that is sharded over the TP group (each rank its own mask).
 torch::Tensor ShardedDropout(const torch::Tensor& x, double p, bool training, int tp_rank) {
   if (!training || p <= 0.0) return x;
-  return WithRankRng(x.device(), tp_rank, [&] { return torch::dropout(x, p, /*train=*/true); });
+  return parallel::WithTensorParallelRng(x.device(), tp_rank,
+                                         [&] { return torch::dropout(x, p, /*train=*/true); });
 }
 
 // The input of a column-parallel matmul: the full activation on every TP rank (all-gathered
@@ -235,13 +202,14 @@ torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
 
 VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden,
                                                        const ModelShard& shard,
-                                                       const torch::TensorOptions& options) {
+                                                       const torch::TensorOptions& options)
+    : tp_size_(shard.tp_size) {
   std::tie(vocab_start, vocab_end) = parallel::VocabRange(vocab, shard.tp_rank, shard.tp_size);
   weight = register_parameter("weight", torch::empty({vocab_end - vocab_start, hidden}, options));
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
-  if (vocab_start == 0 && vocab_end == weight.size(0)) {
+  if (tp_size_ == 1) {
     // The whole table (no TP): torch::nn::Embedding's lookup.
     return torch::embedding(weight, tokens);
   }
@@ -283,7 +251,8 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const int rank_stream = tp_size > 1 && training && p > 0.0 ? tp_rank : -1;
   auto attend = [p, training, backend, rank_stream](const std::vector<torch::Tensor>& in) {
     auto run = [&] { return CausalAttention(in[0], in[1], in[2], p, training, backend); };
-    return rank_stream >= 0 ? WithRankRng(in[0].device(), rank_stream, run) : run();
+    return rank_stream >= 0 ? parallel::WithTensorParallelRng(in[0].device(), rank_stream, run)
+                            : run();
   };
   torch::Tensor context;
   if (config.recompute_granularity == RecomputeGranularity::kSelective &&

@@ -52,9 +52,10 @@
 //   (hidden dropout without SP) every TP rank draws the same mask from the default
 //   generator; where it is sharded (attention probabilities; hidden/embedding dropout under
 //   SP) each rank draws its own mask from a seed derived from the default generator's state
-//   and its TP rank (Megatron's model-parallel RNG), consuming the same amount of the
-//   default generator on every rank. With dropout, a TP run therefore differs from the TP=1
-//   run (as in Megatron); without dropout it is the same computation.
+//   and its TP rank (parallel::WithTensorParallelRng, Megatron's model-parallel RNG),
+//   consuming the same amount of the default generator on every rank. With dropout, a TP run
+//   therefore differs from the TP=1 run (as in Megatron); without dropout it is the same
+//   computation.
 //
 // Thread-compatible (a torch::nn::Module).
 #ifndef MT_WORKER_MODEL_GPT_H_
@@ -170,6 +171,9 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
   torch::Tensor weight;
   int64_t vocab_start = 0;
   int64_t vocab_end = 0;
+
+ private:
+  int tp_size_;
 };
 TORCH_MODULE(VocabParallelEmbedding);
 

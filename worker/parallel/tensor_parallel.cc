@@ -1,10 +1,13 @@
 #include "worker/parallel/tensor_parallel.h"
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
+#include <ATen/core/Generator.h>
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
 
 #include <exception>
+#include <mutex>
 #include <string>
 #include <utility>
 
@@ -16,6 +19,21 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// FNV-1a over bytes: the same on every platform and build.
+uint64_t Fnv1a(const void* data, size_t size) {
+  uint64_t h = 0xCBF29CE484222325ull;
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) h = (h ^ bytes[i]) * 0x100000001B3ull;
+  return h;
+}
 
 bool Active(const GroupHandle* g) { return g != nullptr && g->active(); }
 
@@ -269,6 +287,33 @@ torch::Tensor VocabParallelCrossEntropy(const torch::Tensor& logits, const torch
   const torch::Tensor x =
       logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat);
   return VocabParallelCrossEntropyFunction::apply(x, targets, vocab_start, group);
+}
+
+torch::Tensor WithTensorParallelRng(c10::Device device, int tp_rank,
+                                    const std::function<torch::Tensor()>& f) {
+  at::Generator gen = at::globalContext().defaultGenerator(device);
+  at::Tensor saved;
+  {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    saved = gen.get_state();
+    const at::Tensor bytes = saved.contiguous();
+    const uint64_t h = Fnv1a(bytes.data_ptr(), bytes.numel() * bytes.element_size());
+    gen.set_current_seed(SplitMix64(h ^ SplitMix64(static_cast<uint64_t>(tp_rank) + 1)));
+  }
+  auto restore = [&] {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(saved);
+  };
+  torch::Tensor out;
+  try {
+    out = f();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+  torch::empty({1}, torch::TensorOptions().device(device)).uniform_();
+  return out;
 }
 
 }  // namespace mt::parallel

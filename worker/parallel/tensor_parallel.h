@@ -31,6 +31,7 @@
 #include <torch/types.h>
 
 #include <cstdint>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -82,6 +83,19 @@ std::pair<int64_t, int64_t> VocabRange(int64_t padded_vocab_size, int rank, int 
 // for fp64 logits); returns [...] in that dtype; backward (softmax - one-hot) is exact.
 torch::Tensor VocabParallelCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets,
                                         int64_t vocab_start, const GroupHandle* group);
+
+// ---- the model-parallel RNG ----
+// Runs f with the default generator of `device` reseeded from (its current state, tp_rank),
+// then puts the state back and advances it by one draw, for dropout on activations that are
+// sharded over the TP group (attention heads; everything under sequence parallelism):
+// - each TP rank draws its own masks;
+// - the default stream moves the same way on every rank, so dropout on replicated
+//   activations (drawn from the default generator itself) stays identical across the group;
+// - a rerun from the same state (recomputation restores it) draws the same masks.
+// Megatron keeps a separate CUDA RNG tracker for the same purpose. The generator is shared by
+// the process: concurrent users of it (ranks as threads) get undefined masks.
+torch::Tensor WithTensorParallelRng(c10::Device device, int tp_rank,
+                                    const std::function<torch::Tensor()>& f);
 
 }  // namespace mt::parallel
 

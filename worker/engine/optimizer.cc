@@ -217,6 +217,22 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
         device.str(), ": use nccl for CUDA parameters and gloo for CPU ones"));
   }
 
+  // Where the gradients live (file comment).
+  const c10::ScalarType master_dtype = dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
+  master_is_model_ = dtype == master_dtype;
+  const bool dp_active = groups != nullptr && groups->dp().active();
+  const bool fp32_grads =
+      !master_is_model_ &&
+      (dtype == torch::kHalf ||
+       (config_.accumulate_grads_in_fp32 && (config_.num_micro_batches > 1 || dp_size > 1)));
+  needs_conversion_ = !master_is_model_ && !fp32_grads;
+  per_param_grads_ = needs_conversion_ && !dp_active;
+  if (dp_active && !groups->is_cuda() && needs_conversion_) {
+    return absl::InvalidArgumentError(
+        "data parallelism over gloo cannot sum 16-bit gradients (gloo has no bf16): keep "
+        "accumulate_grads_in_fp32 on");
+  }
+
   // Offsets and buckets. A bucket closes once it holds bucket_elements (Megatron's rule); with
   // sharding its length is padded to a multiple of dp * 64 so that every rank's slice is
   // equal and aligned.
@@ -257,7 +273,14 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   if (decay_end < 0) decay_end = total;
 
   // This rank's segments.
-  if (!shard) {
+  if (per_param_grads_) {
+    // One per parameter: the update reads each parameter's own .grad.
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const ParamSlot& slot = slots_[i];
+      segments_.push_back(
+          {slot.offset, slot.offset, slot.numel, slot.weight_decay, static_cast<int64_t>(i)});
+    }
+  } else if (!shard) {
     if (decay_end > 0) segments_.push_back({0, 0, decay_end, true});
     if (total > decay_end) segments_.push_back({decay_end, decay_end, total - decay_end, false});
   } else {
@@ -273,6 +296,7 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
     }
   }
   for (const Segment& s : segments_) state_numel_ += s.numel;
+  if (!shard) state_numel_ = total;  // local offsets are flat offsets
 
   // Norm ranges: each slot's span to its aligned end, merged, within this rank's segments.
   std::vector<std::pair<int64_t, int64_t>> counted, excluded;
@@ -286,33 +310,24 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   torch::NoGradGuard no_grad;
   const auto options = torch::TensorOptions().dtype(dtype).device(device);
   model_flat_ = torch::zeros({total}, options);
-  model_grad_flat_ = torch::zeros({total}, options);
+  if (!per_param_grads_) model_grad_flat_ = torch::zeros({total}, options);
   for (ParamSlot& slot : slots_) {
     torch::Tensor view = model_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
     view.copy_(slot.param);
     slot.param.set_data(view);
-    slot.param.mutable_grad() =
-        model_grad_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
+    if (per_param_grads_) {
+      slot.param.mutable_grad().reset();
+    } else {
+      slot.param.mutable_grad() =
+          model_grad_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
+    }
   }
-  const c10::ScalarType master_dtype = dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
   const auto master_options = options.dtype(master_dtype);
-  master_is_model_ = dtype == master_dtype;
-  const bool fp32_grads =
-      !master_is_model_ &&
-      (dtype == torch::kHalf ||
-       (config_.accumulate_grads_in_fp32 && (config_.num_micro_batches > 1 || dp_size > 1)));
-  needs_conversion_ = !master_is_model_ && !fp32_grads;
-  if (groups != nullptr && groups->dp().active() && !groups->is_cuda() && !master_is_model_ &&
-      !fp32_grads) {
-    return absl::InvalidArgumentError(
-        "data parallelism over gloo cannot sum 16-bit gradients (gloo has no bf16): keep "
-        "accumulate_grads_in_fp32 on");
-  }
   if (master_is_model_) {
     master_ = model_flat_;
     master_grad_ = model_grad_flat_;
   } else {
-    master_ = torch::empty({state_numel_}, master_options);
+    master_ = torch::zeros({state_numel_}, master_options);
     for (const Segment& s : segments_) {
       master_.narrow(0, s.local_begin, s.numel).copy_(model_flat_.narrow(0, s.flat_begin, s.numel));
     }
@@ -400,8 +415,12 @@ MixedPrecisionOptimizer::MemoryBytes MixedPrecisionOptimizer::memory_bytes() con
 absl::Status MixedPrecisionOptimizer::ZeroGrad() {
   MT_RETURN_IF_ERROR(WaitForParameters());
   torch::NoGradGuard no_grad;
-  SyncGradViews();
-  model_grad_flat_.zero_();
+  if (per_param_grads_) {
+    ReleaseGrads();
+  } else {
+    SyncGradViews();
+    model_grad_flat_.zero_();
+  }
   // The master gradients are overwritten by the first fold (FoldIntoMaster), not zeroed: one
   // pass over them less per step.
   master_grad_holds_step_ = false;
@@ -509,7 +528,21 @@ absl::Status MixedPrecisionOptimizer::WaitForParameters() {
   return reducer_->WaitGathers();
 }
 
+void MixedPrecisionOptimizer::ReleaseGrads() {
+  for (ParamSlot& slot : slots_) slot.param.mutable_grad().reset();
+}
+
+torch::Tensor MixedPrecisionOptimizer::GradView(const Segment& s) const {
+  if (!per_param_grads_) return GradBuffer().narrow(0, s.flat_begin, s.numel);
+  const ParamSlot& slot = slots_[s.slot];
+  const torch::Tensor& g = slot.param.grad();
+  // A parameter backward did not reach has no gradient: zeros, as in a buffer.
+  if (!g.defined()) return torch::zeros({s.numel}, model_flat_.options());
+  return g.reshape({-1}).narrow(0, s.flat_begin - slot.offset, s.numel);
+}
+
 void MixedPrecisionOptimizer::SyncGradViews() {
+  if (per_param_grads_) return;
   torch::NoGradGuard no_grad;
   for (ParamSlot& slot : slots_) {
     torch::Tensor& grad = slot.param.mutable_grad();
@@ -526,8 +559,24 @@ void MixedPrecisionOptimizer::SyncGradViews() {
 }
 
 torch::Tensor MixedPrecisionOptimizer::LocalSumOfSquares() {
-  const torch::Tensor& g = GradBuffer();
   const c10::ScalarType acc = master_.scalar_type();
+  if (per_param_grads_) {
+    std::vector<torch::Tensor> counted, excluded;
+    for (const ParamSlot& slot : slots_) {
+      const torch::Tensor& g = slot.param.grad();
+      if (!g.defined()) continue;
+      (slot.counted_in_norm ? counted : excluded)
+          .push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, acc));
+    }
+    auto sum = [&](const std::vector<torch::Tensor>& norms) {
+      if (norms.empty()) return torch::zeros({1}, master_.options());
+      return at::stack(norms).square().sum().reshape({1});
+    };
+    torch::Tensor sumsq = sum(counted);
+    if (!excluded.empty()) sumsq = sumsq + sum(excluded) * 0.0;
+    return sumsq;
+  }
+  const torch::Tensor& g = GradBuffer();
   auto sum_of = [&](const std::vector<std::pair<int64_t, int64_t>>& ranges) {
     std::vector<torch::Tensor> norms;
     for (const auto& r : ranges) {
@@ -576,7 +625,7 @@ std::vector<std::vector<MixedPrecisionOptimizer::Piece>> MixedPrecisionOptimizer
       }
       const int64_t n = limit > 0 ? std::min(s.numel - done, limit - used) : s.numel - done;
       Piece p;
-      p.segment = {s.flat_begin + done, s.local_begin + done, n, s.weight_decay};
+      p.segment = {s.flat_begin + done, s.local_begin + done, n, s.weight_decay, s.slot};
       p.temp_begin = used;
       chunks.back().push_back(p);
       used += n;
@@ -594,8 +643,14 @@ absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, dou
   // overflow fp32 (scales reach 2^32 and more); a pass over this rank's gradients, fp16 only in
   // practice. The DP sum's 1/dp is folded into the update instead (no pass).
   if (loss_scale != 1.0) {
-    for (const Segment& s : segments_) {
-      GradBuffer().narrow(0, s.flat_begin, s.numel).mul_(1.0 / loss_scale);
+    if (per_param_grads_) {
+      for (ParamSlot& slot : slots_) {
+        if (slot.param.grad().defined()) slot.param.mutable_grad().mul_(1.0 / loss_scale);
+      }
+    } else {
+      for (const Segment& s : segments_) {
+        GradBuffer().narrow(0, s.flat_begin, s.numel).mul_(1.0 / loss_scale);
+      }
     }
   }
   const double divisor = reducer_->active() ? reducer_->dp_size() : 1;
@@ -622,6 +677,9 @@ absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, dou
       model_flat_.narrow(0, s.flat_begin, s.numel).copy_(MasterView(s));
     }
   }
+  // Per-parameter gradients are dropped once read (PyTorch's zero_grad(set_to_none)): the
+  // memory serves the next forward's activations.
+  if (per_param_grads_) ReleaseGrads();
   // 6. Distributed optimizer: every rank's slices back into every rank's parameters.
   if (reducer_->shard()) {
     for (size_t b = 0; b < reducer_->buckets().size(); ++b) {
@@ -643,7 +701,6 @@ bool MixedPrecisionOptimizer::FusedAdamWUpdate(double lr, const torch::Tensor& g
   // 1, and reads each step tensor as Adam's t (torch.optim.AdamW(fused=True) increments them
   // before the call, as Step does). Weight decay is per call: decayed and other pieces go
   // separately.
-  const torch::Tensor& grads = GradBuffer();
   const int64_t limit = needs_conversion_ ? config_.chunk_elements : 0;
   torch::Tensor temp;
   if (needs_conversion_) {
@@ -656,7 +713,7 @@ bool MixedPrecisionOptimizer::FusedAdamWUpdate(double lr, const torch::Tensor& g
         const Segment& s = p.segment;
         if (s.weight_decay != decay) continue;
         params.push_back(MasterView(s));
-        torch::Tensor grad = grads.narrow(0, s.flat_begin, s.numel);
+        torch::Tensor grad = GradView(s);
         if (needs_conversion_) {
           torch::Tensor t = temp.narrow(0, p.temp_begin, s.numel);
           t.copy_(grad);
@@ -698,7 +755,6 @@ void MixedPrecisionOptimizer::AdamWUpdate(double lr, const torch::Tensor& scale,
   const torch::Tensor b1_now = torch::where(skip, torch::ones_like(keep), keep * b1).to(dt);
   const torch::Tensor b2_now = torch::where(skip, torch::ones_like(keep), keep * b2).to(dt);
   const torch::Tensor decay = (1.0 - lr * config_.weight_decay * keep).to(dt);
-  const torch::Tensor& grads = GradBuffer();
   const int64_t limit = config_.chunk_elements;
   torch::Tensor temp;
   if (needs_conversion_) temp = torch::empty({std::min(limit, state_numel_)}, master_.options());
@@ -707,7 +763,7 @@ void MixedPrecisionOptimizer::AdamWUpdate(double lr, const torch::Tensor& scale,
       const Segment& s = p.segment;
       // The gradient, unscaled and clipped, in fp32: the master gradients in place, or a
       // converted piece of the 16-bit ones. It is scratch space afterwards.
-      torch::Tensor g = grads.narrow(0, s.flat_begin, s.numel);
+      torch::Tensor g = GradView(s);
       if (needs_conversion_) g = temp.narrow(0, p.temp_begin, s.numel).copy_(g);
       g.mul_(grad_scale).nan_to_num_(0.0, 0.0, 0.0);
       torch::Tensor m = exp_avg_.narrow(0, s.local_begin, s.numel);
@@ -739,14 +795,13 @@ void MixedPrecisionOptimizer::SgdUpdate(double lr, const torch::Tensor& scale,
                                         torch::where(first, torch::zeros_like(keep),
                                                      torch::full_like(keep, config_.sgd_momentum)))
                                .to(dt);
-  const torch::Tensor& grads = GradBuffer();
   const int64_t limit = needs_conversion_ ? config_.chunk_elements : 0;
   torch::Tensor temp;
   if (needs_conversion_) temp = torch::empty({std::min(limit, state_numel_)}, master_.options());
   for (const std::vector<Piece>& chunk : Chunks(limit)) {
     for (const Piece& p : chunk) {
       const Segment& s = p.segment;
-      torch::Tensor g = grads.narrow(0, s.flat_begin, s.numel);
+      torch::Tensor g = GradView(s);
       if (needs_conversion_) g = temp.narrow(0, p.temp_begin, s.numel).copy_(g);
       g.mul_(grad_scale).nan_to_num_(0.0, 0.0, 0.0);
       torch::Tensor w = MasterView(s);

@@ -8,7 +8,8 @@
 //   - gradients accumulate in place across micro-batches (autograd adds into .grad),
 //   - the norm, the inf/NaN check, clipping and the update are a handful of kernels over whole
 //     buffers rather than one per parameter,
-//   - data parallelism reduces the buffer bucket by bucket (worker/parallel/grad_reducer.h).
+//   - data parallelism reduces the buffer bucket by bucket (worker/parallel/grad_reducer.h)
+// (the gradient buffer exists where something is summed in it; see below).
 // fp32 model: the master weights are the model's parameters (no copy). bf16/fp16 model: an fp32
 // master copy, copied back into the model after the update. The optimizer state (exp_avg,
 // exp_avg_sq or the momentum buffer) is fp32. An fp64 model (tests) keeps everything in fp64.
@@ -17,8 +18,12 @@
 // accumulate_grads_in_fp32 and more than one micro-batch per step or more than one DP rank
 // -- Megatron's --accumulate-allreduce-grads-in-fp32, its bf16 default -- and always for fp16).
 // Otherwise the update reads the 16-bit gradients, converting at most chunk_elements of them at
-// a time into one reused fp32 temporary. Bytes per parameter, bf16, one micro-batch, one rank:
-// 2 (weights) + 2 (gradients) + 4 (master) + 8 (moments) = 16; with fp32 gradients 20.
+// a time into one reused fp32 temporary. With one DP rank there is then no gradient buffer at
+// all: autograd allocates each parameter's 16-bit .grad during backward (as the activations
+// are freed) and Step drops them once read (PyTorch's zero_grad(set_to_none)). Bytes per
+// parameter, bf16, one micro-batch, one rank: 2 (weights) + 4 (master) + 8 (moments) = 14
+// between steps, + 2 (gradients) from backward to the step; with fp32 gradients 2 + 2 + 4 + 4
+// + 8 = 20.
 //
 // Order in the buffers: parameters with weight decay first, then the others (Megatron's rule:
 // no decay for biases and 1-D parameters); within each group the reverse of registration order
@@ -64,6 +69,9 @@
 // After Create the model must not be moved or cast (to()) and its .grad must not be replaced;
 // zero the gradients with ZeroGrad(). A replaced or reset .grad (e.g. Module::zero_grad with
 // set_to_none) is detected and copied back into the buffer, at a cost.
+//
+// With per-parameter gradients (one DP rank, no fp32 master gradients) .grad is undefined
+// after ZeroGrad and Step; backward creates it.
 //
 // Thread-compatible; the gradient hooks run on autograd's threads during backward().
 #ifndef MT_WORKER_ENGINE_OPTIMIZER_H_
@@ -222,6 +230,7 @@ class MixedPrecisionOptimizer {
     int64_t local_begin = 0;
     int64_t numel = 0;
     bool weight_decay = true;
+    int64_t slot = -1;  // with per-parameter gradients: the slot it lies in
   };
   const std::vector<Segment>& segments() const { return segments_; }
 
@@ -232,6 +241,7 @@ class MixedPrecisionOptimizer {
   const torch::Tensor& master_params() const { return master_; }
   const torch::Tensor& master_grads() const { return master_grad_; }
   const torch::Tensor& model_params() const { return model_flat_; }
+  // Undefined with per-parameter gradients.
   const torch::Tensor& model_grads() const { return model_grad_flat_; }
   const torch::Tensor& exp_avg() const { return exp_avg_; }
   const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
@@ -271,6 +281,10 @@ class MixedPrecisionOptimizer {
   MixedPrecisionOptimizer(const OptimizerConfig& config, const OptimizerParallelConfig& parallel);
   absl::Status Init(torch::nn::Module& model);
   void SyncGradViews();
+  void ReleaseGrads();
+  // The gradients of [s.flat_begin, +s.numel): a view of the gradient buffer or, with
+  // per-parameter gradients, of the slot's .grad (zeros when it has none).
+  torch::Tensor GradView(const Segment& s) const;
   // The buffer DP reduces and the update reads: master_grad_ or model_grad_flat_.
   const torch::Tensor& GradBuffer() const {
     return has_fp32_master_grads() ? master_grad_ : model_grad_flat_;
@@ -309,6 +323,7 @@ class MixedPrecisionOptimizer {
   int64_t num_parameters_ = 0;  // without padding
   bool master_is_model_ = false;
   bool needs_conversion_ = false;        // the update reads 16-bit gradients
+  bool per_param_grads_ = false;         // no gradient buffer: autograd's own .grad (file comment)
   torch::Tensor model_flat_;             // the model's dtype; parameters are views
   torch::Tensor model_grad_flat_;        // the model's dtype; .grad are views
   bool master_grad_holds_step_ = false;  // master_grad_ has this step's gradients so far

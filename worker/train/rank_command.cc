@@ -20,6 +20,7 @@
 #include "worker/agent/report_channel.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
+#include "worker/metrics/rank_observability.h"
 #include "worker/parallel/dist.h"
 #include "worker/parallel/rendezvous_client.h"
 
@@ -201,15 +202,26 @@ int RunRankCommand(const std::vector<std::string>& args) {
   reporter.Phase(mt::v1::RANK_PHASE_TRAINING);
 
   engine::Trainer& t = **trainer;
+  // Metrics for the daemon's Prometheus endpoint and TensorBoard files (docs/metrics.md).
+  auto observability = worker::metrics::RankObservability::Create(
+      spec, assignment, t.plan(), worker::ReportWriter::FromEnvironment());
+  if (!observability.ok()) return Fail(observability.status(), "TensorBoard");
   const int64_t log_interval = std::max<int64_t>(1, t.plan().log_interval);
   reporter.set_first_step(t.iteration() + 1);
   absl::Status status = t.Train(
       [&](const engine::StepMetrics& m) {
         const bool send = m.iteration % log_interval == 0 || m.iteration == m.train_iterations;
         reporter.Step(m, t.memory(), send);
+        (*observability)
+            ->OnStep(m, send, distributed->collectives->TakeCommunicationSeconds(),
+                     [&] { return t.memory(); });
         return g_stop_signal.load() == 0;
       },
-      [&](const engine::EvalMetrics& e) { reporter.Eval(e); });
+      [&](const engine::EvalMetrics& e) {
+        reporter.Eval(e);
+        (*observability)->OnEval(e, t.consumed_samples());
+      });
+  (*observability)->Finish(t.memory());
   if (!status.ok()) return Fail(status, "training");
   if (int sig = g_stop_signal.load(); sig != 0) {
     MT_LOG(INFO) << "stopped by signal " << sig << " at step " << t.iteration();

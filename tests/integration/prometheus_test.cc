@@ -10,7 +10,11 @@
 //   - `mtctl top` shows the job and the workers;
 //   - after the job, its series leave the workers' endpoints (no unbounded job label).
 #include <netinet/in.h>
+#include <poll.h>
+#include <pty.h>
+#include <signal.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <map>
@@ -84,6 +88,43 @@ std::set<std::string> MetricNames(const std::string& exposition) {
     }
   }
   return names;
+}
+
+// Runs `argv` on a pseudo-terminal for `run_for`, then sends SIGINT and collects what it drew
+// until it exits. Returns the output and sets `*exit_code` (-signal when killed).
+std::string RunOnTerminal(const std::vector<std::string>& argv, absl::Duration run_for,
+                          int* exit_code) {
+  int master = -1;
+  const pid_t pid = ::forkpty(&master, nullptr, nullptr, nullptr);
+  if (pid < 0) return "";
+  if (pid == 0) {
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  std::string out;
+  bool interrupted = false;
+  const absl::Time interrupt_at = absl::Now() + run_for;
+  const absl::Time give_up = interrupt_at + absl::Seconds(10);
+  while (absl::Now() < give_up) {
+    if (!interrupted && absl::Now() >= interrupt_at) {
+      ::kill(pid, SIGINT);
+      interrupted = true;
+    }
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 50) <= 0) continue;
+    char buf[4096];
+    const ssize_t n = ::read(master, buf, sizeof(buf));
+    if (n <= 0) break;  // EIO once the child is gone
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(master);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  *exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
+  return out;
 }
 
 class PrometheusTest : public ::testing::Test {
@@ -318,6 +359,23 @@ TEST_F(PrometheusTest, EveryDashboardQueryReturnsDataFromARealRun) {
   ASSERT_EQ(jobs.list_value().values_size(), 1) << top_json.out;
   EXPECT_EQ(Field(jobs.list_value().values(0), "id").string_value(), job);
   EXPECT_EQ(Field(Field(*snapshot, "workers"), "workers").list_value().values_size(), 2);
+
+  // On a terminal: redrawn in place (cursor home, lines cleared), cursor back after Ctrl-C.
+  int top_code = -1;
+  const std::string live = RunOnTerminal(
+      {kBin + "/mtctl", "top", "--interval=200ms", "--coordinator=" + cluster_.address()},
+      absl::Seconds(2), &top_code);
+  EXPECT_EQ(top_code, 0) << live;
+  size_t frames = 0;
+  for (size_t at = live.find("\033[Hmt top"); at != std::string::npos;
+       at = live.find("\033[Hmt top", at + 1)) {
+    ++frames;
+  }
+  EXPECT_GE(frames, 3u) << "a frame every 200 ms for 2 s";
+  EXPECT_THAT(live, HasSubstr("\033[K"));
+  EXPECT_THAT(live, HasSubstr(job));
+  EXPECT_TRUE(absl::StrContains(live.substr(live.size() > 20 ? live.size() - 20 : 0), "\033[?25h"))
+      << "the cursor is shown again on the way out";
 
   // TensorBoard: the reporting rank (rank 0 here) wrote Megatron's scalars.
   const std::vector<std::string> files = worker::metrics::ListEventFiles(tensorboard);

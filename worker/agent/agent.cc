@@ -319,6 +319,11 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
 
 void Agent::ForwardReport(const mt::v1::RankReport& report) {
   if (observer_ != nullptr) observer_->OnRankReport(report);
+  // Telemetry is for this daemon's metrics; the coordinator needs the rest.
+  if (report.has_telemetry() && !report.has_progress() && !report.has_checkpoint() &&
+      !report.has_checkpoint_load()) {
+    return;
+  }
   absl::MutexLock lock(&report_mu_);
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (report_writer_ == nullptr) {

@@ -1,6 +1,7 @@
 #include "worker/engine/train_command.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -58,7 +59,8 @@ TEST(TrainCommandTest, TrainsOnSyntheticData) {
 
 TEST(TrainCommandTest, TensorBoardDirGetsMegatronsScalars) {
   const std::string spec = WriteSpec("tiny_tb.yaml", kTinyYaml);
-  const std::string dir = ::testing::TempDir() + "/train_command_tb";
+  std::string dir = ::testing::TempDir() + "/train_command_tb_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);  // a fresh directory: one run's file only
   ::testing::internal::CaptureStderr();
   const int rc = RunTrainCommand(
       {"--spec", spec, "--synthetic-data", "--train-iters=3", "--tensorboard-dir", dir});

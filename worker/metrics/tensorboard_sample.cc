@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "worker/metrics/tensorboard_logger.h"
@@ -68,7 +69,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> tags;
   for (const auto& [tag, points] : wrote) {
     std::vector<std::string> p;
-    for (const auto& [step, value] : points) p.push_back(absl::StrCat("[", step, ", ", value, "]"));
+    for (const auto& [step, value] : points) {
+      p.push_back(absl::StrFormat("[%d, %.17g]", step, value));  // every digit of the double
+    }
     tags.push_back(absl::StrCat("\"", tag, "\": [", absl::StrJoin(p, ", "), "]"));
   }
   std::printf("{\"file\": \"%s\", \"scalars\": {%s}}\n", (*logger)->path().c_str(),

@@ -62,6 +62,11 @@ const std::vector<Verb>& AllVerbs() {
       {"workers", "list the worker daemons and their state", "mtctl workers [-o table|json|yaml]",
        &RunWorkers},
       {"info", "the coordinator's version and counts", "mtctl info [-o table|json|yaml]", &RunInfo},
+      {"top", "a live view of running jobs and workers (step, loss, tokens/s, memory, state)",
+       "mtctl top [--interval 2s] [-o table|json|yaml]\n\n"
+       "On a terminal the view is redrawn in place every --interval until Ctrl-C. Piped, or\n"
+       "with -o json / -o yaml, one snapshot is printed: {cluster, jobs, workers}.",
+       &RunTop},
   };
   return verbs;
 }

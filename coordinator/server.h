@@ -30,6 +30,7 @@ class Authenticator;
 namespace mt::coordinator {
 class ClientServiceImpl;
 class WorkerServiceImpl;
+class CoordinatorMetrics;
 
 class Server {
  public:
@@ -57,6 +58,8 @@ class Server {
   std::unique_ptr<Store> store_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<JobManager> jobs_;
+  // Declared after the components it reads, so that its endpoint stops before they go.
+  std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<ClientServiceImpl> client_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -8,6 +8,7 @@
 #include "common/base/logging.h"
 #include "common/base/version.h"
 #include "common/rpc/grpc_status.h"
+#include "coordinator/metrics/coordinator_metrics.h"
 #include "coordinator/plan.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -98,6 +99,10 @@ grpc::Status ClientServiceImpl::GetClusterInfo(grpc::ServerContext* context,
   response->set_jobs_pending(counts[mt::v1::JOB_STATE_PENDING]);
   response->set_jobs_running(counts[mt::v1::JOB_STATE_RUNNING] +
                              counts[mt::v1::JOB_STATE_SCHEDULED]);
+  if (metrics_ != nullptr) {
+    response->set_metrics_url(metrics_->metrics_url());
+    response->set_metrics_sd_url(metrics_->sd_url());
+  }
   return grpc::Status::OK;
 }
 

@@ -14,6 +14,8 @@
 
 namespace mt::coordinator {
 
+class CoordinatorMetrics;
+
 class ClientServiceImpl final : public mt::v1::ClientService::Service {
  public:
   ClientServiceImpl(const rpc::Authenticator* auth, WorkerRegistry* registry, JobManager* jobs,
@@ -67,12 +69,16 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
                                 const mt::v1::ImportCheckpointRequest* request,
                                 mt::v1::Checkpoint* response) override;
 
+  // Where GetClusterInfo finds the metrics URLs (optional; set before serving).
+  void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
+
  private:
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;
   JobManager* jobs_;
   const Clock* clock_;
   absl::Time start_time_;
+  CoordinatorMetrics* metrics_ = nullptr;
 };
 
 class WorkerServiceImpl final : public mt::v1::WorkerService::Service {

@@ -161,6 +161,7 @@ absl::Status JobManager::Transition(JobEntry* entry, mt::v1::JobState to,
   ++entry->version;
   entry->planned_version = 0;
   Reindex(*entry, from, to);
+  if (options_.observer != nullptr) options_.observer->OnJobTransition(entry->job, from, to, now);
   MT_LOG(INFO) << entry->job.id() << " -> " << ShortName(to) << ": " << reason;
   if (IsTerminal(to)) {
     rendezvous_.erase(SpaceKey(entry->job.id(), entry->job.attempt()));

@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "coordinator/jobs/job_observer.h"
 #include "coordinator/store/store.h"
 #include "coordinator/workers/registry.h"
 #include "mt/v1/client_service.pb.h"
@@ -54,6 +55,8 @@ struct JobManagerOptions {
   std::string coordinator_address;
   // Limits on what clients may ask for.
   int max_jobs = 1'000'000;
+  // Hears of every state transition (optional; outlives the manager).
+  JobObserver* observer = nullptr;
 };
 
 class JobManager {

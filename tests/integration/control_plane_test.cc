@@ -36,7 +36,8 @@ class ControlPlaneTest : public ::testing::Test {
                                      "--address_file=" + dir_ + "/addr",
                                      "--state_dir=" + dir_ + "/state",
                                      "--heartbeat_interval=100ms",
-                                     "--lost_after=1s"};
+                                     "--lost_after=1s",
+                                     "--metrics_port=0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     EXPECT_THAT(coordinator_.Start(argv, dir_ + "/coordinator.log"), testing::IsOk());
     auto addr = testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20));
@@ -127,7 +128,7 @@ TEST_F(ControlPlaneTest, WorkerReRegistersAfterCoordinatorRestart) {
   Subprocess second;
   ASSERT_THAT(second.Start({kBin + "mt-coordinator", "--listen=" + first_address,
                             "--address_file=" + dir_ + "/addr", "--state_dir=" + dir_ + "/state",
-                            "--heartbeat_interval=100ms", "--lost_after=1s"},
+                            "--heartbeat_interval=100ms", "--lost_after=1s", "--metrics_port=0"},
                            dir_ + "/coordinator2.log"),
               testing::IsOk());
   ASSERT_TRUE(testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20)).ok());

@@ -24,6 +24,7 @@
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
 #include "worker/parallel/collectives.h"
+#include "worker/metrics/rank_observability.h"
 #include "worker/parallel/dist.h"
 #include "worker/parallel/rendezvous_client.h"
 
@@ -286,6 +287,10 @@ int RunRankCommand(const std::vector<std::string>& args) {
   }
   reporter.Phase(mt::v1::RANK_PHASE_TRAINING);
 
+  // Metrics for the daemon's Prometheus endpoint and TensorBoard files (docs/metrics.md).
+  auto observability = worker::metrics::RankObservability::Create(
+      spec, assignment, t.plan(), worker::ReportWriter::FromEnvironment());
+  if (!observability.ok()) return Fail(observability.status(), "TensorBoard");
   const int64_t log_interval = std::max<int64_t>(1, t.plan().log_interval);
   reporter.set_first_step(t.iteration() + 1);
   double last_loss = std::nan("");
@@ -311,6 +316,9 @@ int RunRankCommand(const std::vector<std::string>& args) {
       [&](const engine::StepMetrics& m) {
         const bool send = m.iteration % log_interval == 0 || m.iteration == m.train_iterations;
         reporter.Step(m, t.memory(), send);
+        (*observability)
+            ->OnStep(m, send, distributed->collectives->TakeCommunicationSeconds(),
+                     [&] { return t.memory(); });
         last_loss = m.loss;
         report_saves();
         if (save_interval > 0 && m.iteration % save_interval == 0) save();
@@ -326,7 +334,9 @@ int RunRankCommand(const std::vector<std::string>& args) {
       [&](const engine::EvalMetrics& e) {
         last_valid_loss = e.loss;
         reporter.Eval(e);
+        (*observability)->OnEval(e, t.consumed_samples());
       });
+  (*observability)->Finish(t.memory());
   if (!status.ok()) return Fail(status, "training");
   if (!save_status.ok()) return Fail(save_status, "saving the checkpoint");
   // The last step, or where SIGTERM/cancel stopped the run, is always saved.

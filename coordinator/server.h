@@ -30,6 +30,8 @@ class Authenticator;
 namespace mt::coordinator {
 class ClientServiceImpl;
 class WorkerServiceImpl;
+class CheckpointCatalog;
+class JobManagerCheckpointJobs;
 
 class Server {
  public:
@@ -48,6 +50,8 @@ class Server {
  private:
   Server() = default;
   void SweepLoop();
+  // The checkpoint catalog over the store and the job manager, handed to the services.
+  absl::Status StartCatalog();
 
   CoordinatorConfig config_;
   const Clock* clock_ = nullptr;
@@ -57,6 +61,8 @@ class Server {
   std::unique_ptr<Store> store_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<JobManagerCheckpointJobs> checkpoint_jobs_;
+  std::unique_ptr<CheckpointCatalog> catalog_;
   std::unique_ptr<ClientServiceImpl> client_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;

@@ -212,6 +212,15 @@ TEST_F(CatalogTest, CatalogVerbsRetentionAndBranching) {
   EXPECT_THAT(r.err, HasSubstr(imported));
   r = Mtctl({"checkpoints", "verify", imported});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  // The imported entry starts a job (weights only: a Hugging Face directory has no trainer
+  // state, so it trains from step 1).
+  const std::string from_hf = Submit(JobYaml("from-hf", data_, 4, "{}"), "hf.yaml", imported);
+  ASSERT_TRUE(cluster_.WaitForState(from_hf, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5)))
+      << cluster_.Log("w0.log");
+  auto hf_job = cluster_.GetJob(from_hf);
+  ASSERT_TRUE(hf_job.ok());
+  EXPECT_EQ(hf_job->spec().checkpoint().load_dir(), hf);
+  EXPECT_EQ(hf_job->progress().step(), 4);
 
   // --- path traversal and bad names are refused at the API (exit 2, naming the field). -------
   r = Mtctl({"checkpoints", "export", latest.id(), cluster_.dir() + "/../escape"});

@@ -205,17 +205,35 @@ absl::StatusOr<Checkpoint> CheckpointCatalog::OnCheckpointReport(const mt::v1::R
       existing->create_time().nanos() == manifest->create_time().nanos()) {
     return *existing;  // another rank's report of a save already registered
   }
-  Checkpoint c = FromManifest(*manifest, dir, clock_->Now());
-  if (c.job_id().empty()) c.set_job_id(job.id());
-  if (existing.has_value()) {
-    MT_RETURN_IF_ERROR(CheckCheckpointTransition(existing->state(), c.state()));
-    c.set_id(existing->id());
-    MT_RETURN_IF_ERROR(store_->UpdateCheckpoint(c));
-  } else {
-    MT_ASSIGN_OR_RETURN(c, store_->CreateCheckpoint(c));
+  // Registers (or completes) the entry of a committed checkpoint directory.
+  auto upsert = [&](const mt::v1::CheckpointManifest& m, const std::string& d,
+                    const std::optional<Checkpoint>& known) -> absl::StatusOr<Checkpoint> {
+    Checkpoint e = FromManifest(m, d, clock_->Now());
+    e.set_job_id(job.id());
+    if (known.has_value()) {
+      MT_RETURN_IF_ERROR(CheckCheckpointTransition(known->state(), e.state()));
+      e.set_id(known->id());
+      MT_RETURN_IF_ERROR(store_->UpdateCheckpoint(e));
+    } else {
+      MT_ASSIGN_OR_RETURN(e, store_->CreateCheckpoint(e));
+    }
+    MT_LOG(INFO) << "checkpoint " << e.id() << " of " << job.id() << " at step " << e.step()
+                 << " registered: " << d << " (" << e.size_bytes() << " bytes)";
+    return e;
+  };
+  MT_ASSIGN_OR_RETURN(Checkpoint c, upsert(*manifest, dir, existing));
+
+  // Saves of this job whose rank-0 report never arrived (the coordinator was down, say) are
+  // registered from their manifests.
+  for (int64_t step : checkpoint::ListCheckpointSteps(save_dir)) {
+    if (step == c.step()) continue;
+    const std::string other = absl::StrCat(save_dir, "/", checkpoint::IterationDirName(step));
+    MT_ASSIGN_OR_RETURN(std::optional<Checkpoint> known, store_->FindCheckpointByDirectory(other));
+    if (known.has_value() && known->state() != mt::v1::CHECKPOINT_STATE_WRITING) continue;
+    absl::StatusOr<mt::v1::CheckpointManifest> m = checkpoint::ReadManifest(other);
+    if (!m.ok() || m->job_id() != job.id()) continue;
+    MT_RETURN_IF_ERROR(upsert(*m, other, known).status());
   }
-  MT_LOG(INFO) << "checkpoint " << c.id() << " of " << job.id() << " at step " << c.step()
-               << " registered: " << dir << " (" << c.size_bytes() << " bytes)";
 
   // Saves of earlier steps that never committed will not: rank 0 removed their partial files.
   MT_ASSIGN_OR_RETURN(std::vector<Checkpoint> all, store_->ListCheckpoints(job.id()));

@@ -210,6 +210,26 @@ TEST_F(CatalogTest, LatestMovesAndUncommittedSavesAreDropped) {
   EXPECT_TRUE(c3.is_latest());
 }
 
+// A save whose reports were lost is registered with the next one; another job's checkpoint
+// in the same directory is not.
+TEST_F(CatalogTest, RegistersSavesWhoseReportsWereLost) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  WriteCheckpoint(save, "j-1", 2, std::nan(""));
+  WriteCheckpoint(save, "j-7", 3, std::nan(""));
+  const std::string lost = WriteCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
+  MT_ASSERT_OK(catalog_->OnCheckpointReport(Report("j-1", 1, 4, lost)).status());  // WRITING
+  WriteCheckpoint(save, "j-1", 4, std::nan(""));  // committed, but rank 0's report was lost
+  Save("j-1", 6);
+  EXPECT_THAT(StatesByStep("j-1"),
+              ElementsAre(::testing::Pair(2, mt::v1::CHECKPOINT_STATE_COMPLETE),
+                          ::testing::Pair(4, mt::v1::CHECKPOINT_STATE_COMPLETE),
+                          ::testing::Pair(6, mt::v1::CHECKPOINT_STATE_COMPLETE)));
+  mt::v1::ListCheckpointsRequest all;
+  MT_ASSERT_OK_AND_ASSIGN(auto list, catalog_->List(all));
+  EXPECT_EQ(list.total_count(), 3);
+}
+
 struct RetentionCase {
   std::string name;
   int keep_last;

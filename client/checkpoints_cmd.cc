@@ -153,7 +153,10 @@ int List(const std::vector<std::string>& args, const GlobalOptions& options) {
   std::cout << FormatTable(
       {"ID", "JOB", "STEP", "STATE", "LOSS", "VAL LOSS", "LAYOUT", "SIZE", "CREATED", "DIRECTORY"},
       rows);
-  if (!rows.empty()) std::cout << "(* = the job's latest)\n";
+  if (std::any_of(all.checkpoints().begin(), all.checkpoints().end(),
+                  [](const mt::v1::Checkpoint& c) { return c.is_latest(); })) {
+    std::cout << "(* = the job's latest)\n";
+  }
   return kExitOk;
 }
 

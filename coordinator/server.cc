@@ -10,6 +10,8 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/auth.h"
+#include "coordinator/checkpoints/catalog.h"
+#include "coordinator/checkpoints/job_lookup.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/metrics/coordinator_metrics.h"
 #include "coordinator/services.h"
@@ -52,6 +54,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(
       s->auth_.get(), s->registry_.get(), s->jobs_.get(), config.heartbeat_interval);
   s->client_service_->set_metrics(s->metrics_.get());
+  MT_RETURN_IF_ERROR(s->StartCatalog());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
@@ -89,6 +92,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
                << (s->auth_->enabled() ? " (bearer tokens required)" : "");
   return s;
+}
+
+absl::Status Server::StartCatalog() {
+  checkpoint_jobs_ = std::make_unique<JobManagerCheckpointJobs>(jobs_.get());
+  MT_ASSIGN_OR_RETURN(catalog_,
+                      CheckpointCatalog::Create(store_.get(), checkpoint_jobs_.get(), clock_));
+  client_service_->set_catalog(catalog_.get());
+  worker_service_->set_catalog(catalog_.get());
+  return absl::OkStatus();
 }
 
 Server::~Server() {

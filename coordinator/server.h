@@ -31,6 +31,8 @@ namespace mt::coordinator {
 class ClientServiceImpl;
 class WorkerServiceImpl;
 class CoordinatorMetrics;
+class CheckpointCatalog;
+class JobManagerCheckpointJobs;
 
 class Server {
  public:
@@ -49,6 +51,8 @@ class Server {
  private:
   Server() = default;
   void SweepLoop();
+  // The checkpoint catalog over the store and the job manager, handed to the services.
+  absl::Status StartCatalog();
 
   CoordinatorConfig config_;
   const Clock* clock_ = nullptr;
@@ -58,6 +62,8 @@ class Server {
   std::unique_ptr<Store> store_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<JobManagerCheckpointJobs> checkpoint_jobs_;
+  std::unique_ptr<CheckpointCatalog> catalog_;
   // Declared after the components it reads, so that its endpoint stops before they go.
   std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<ClientServiceImpl> client_service_;

@@ -7,6 +7,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/rpc/auth.h"
+#include "coordinator/checkpoints/catalog.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/workers/registry.h"
 #include "mt/v1/client_service.grpc.pb.h"
@@ -45,8 +46,9 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
                               const mt::v1::GetClusterInfoRequest* request,
                               mt::v1::ClusterInfo* response) override;
 
-  // The checkpoint catalog is part of the API but not served yet: each answers UNIMPLEMENTED
-  // saying so, rather than gRPC's bare default.
+  // The checkpoint RPCs, served by the catalog (set once before serving; without one they
+  // answer UNIMPLEMENTED saying so).
+  void set_catalog(CheckpointCatalog* catalog) { catalog_ = catalog; }
   grpc::Status ListCheckpoints(grpc::ServerContext* context,
                                const mt::v1::ListCheckpointsRequest* request,
                                mt::v1::ListCheckpointsResponse* response) override;
@@ -73,6 +75,7 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
   void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
 
  private:
+  CheckpointCatalog* catalog_ = nullptr;
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;
   JobManager* jobs_;
@@ -112,7 +115,14 @@ class WorkerServiceImpl final : public mt::v1::WorkerService::Service {
   grpc::Status Deregister(grpc::ServerContext* context, const mt::v1::DeregisterRequest* request,
                           mt::v1::DeregisterResponse* response) override;
 
+  // Registers the saves ranks report (set once before serving; none = not registered).
+  void set_catalog(CheckpointCatalog* catalog) { catalog_ = catalog; }
+
  private:
+  // Hands a report's checkpoint to the catalog; problems are logged, never fail the stream.
+  void RegisterCheckpoint(const mt::v1::RankReport& report);
+
+  CheckpointCatalog* catalog_ = nullptr;
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;
   JobManager* jobs_;

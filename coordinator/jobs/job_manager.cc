@@ -782,4 +782,17 @@ void JobManager::Shutdown() {
   shutdown_ = true;
 }
 
+std::vector<JobManager::CheckpointDirs> JobManager::ActiveCheckpointDirs() {
+  absl::MutexLock lock(&mu_);
+  std::vector<CheckpointDirs> out;
+  for (const auto& [id, entry] : jobs_) {
+    const mt::v1::Job& job = entry->job;
+    if (IsTerminal(job.state())) continue;
+    const mt::v1::CheckpointSpec& c = job.spec().checkpoint();
+    if (c.load_dir().empty() && c.save_dir().empty()) continue;
+    out.push_back({job.id(), job.state(), c.load_dir(), c.save_dir()});
+  }
+  return out;
+}
+
 }  // namespace mt::coordinator

@@ -113,6 +113,17 @@ class JobManager {
   absl::StatusOr<int64_t> RendezvousAdd(const std::string& job_id, int attempt,
                                         const std::string& key, int64_t delta);
 
+  // --- Checkpoint catalog -------------------------------------------------------------------
+  // Jobs not in a terminal state with their checkpoint directories: the catalog keeps what
+  // they may load (coordinator/checkpoints/catalog.h).
+  struct CheckpointDirs {
+    std::string job_id;
+    mt::v1::JobState state = mt::v1::JOB_STATE_UNSPECIFIED;
+    std::string load_dir;
+    std::string save_dir;
+  };
+  std::vector<CheckpointDirs> ActiveCheckpointDirs();
+
   // The address ranks use to reach the coordinator, once the port is bound.
   void SetCoordinatorAddress(const std::string& address);
 

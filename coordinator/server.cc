@@ -71,6 +71,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   }
   s->jobs_->SetCoordinatorAddress(absl::StrCat(host, ":", bound_port));
   s->sweeper_ = std::thread([raw = s.get()] { raw->SweepLoop(); });
+  s->restarter_ = std::thread([raw = s.get()] { raw->RestartLoop(); });
   MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
                << (s->auth_->enabled() ? " (bearer tokens required)" : "");
   return s;
@@ -79,6 +80,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
 Server::~Server() {
   Shutdown();
   if (sweeper_.joinable()) sweeper_.join();
+  if (restarter_.joinable()) restarter_.join();
+}
+
+void Server::RestartLoop() {
+  const absl::Duration period = std::max(absl::Milliseconds(100), config_.heartbeat_interval / 2);
+  while (!stopping_.WaitForNotificationWithTimeout(period)) jobs_->AdvanceRestarts();
 }
 
 void Server::SweepLoop() {

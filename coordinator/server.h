@@ -48,6 +48,9 @@ class Server {
  private:
   Server() = default;
   void SweepLoop();
+  // Moves restarting jobs on (JobManager::AdvanceRestarts); a thread of its own, as verifying
+  // a large checkpoint takes a while and must not delay the detection of lost workers.
+  void RestartLoop();
 
   CoordinatorConfig config_;
   const Clock* clock_ = nullptr;
@@ -63,6 +66,7 @@ class Server {
   std::atomic<bool> shutdown_called_{false};
   absl::Notification stopping_;
   std::thread sweeper_;
+  std::thread restarter_;
 };
 
 }  // namespace mt::coordinator

@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
                  << s->metrics_->sd_url();
   }
   s->sweeper_ = std::thread([raw = s.get()] { raw->SweepLoop(); });
+  s->restarter_ = std::thread([raw = s.get()] { raw->RestartLoop(); });
   MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
                << (s->auth_->enabled() ? " (bearer tokens required)" : "");
   return s;
@@ -106,6 +107,12 @@ absl::Status Server::StartCatalog() {
 Server::~Server() {
   Shutdown();
   if (sweeper_.joinable()) sweeper_.join();
+  if (restarter_.joinable()) restarter_.join();
+}
+
+void Server::RestartLoop() {
+  const absl::Duration period = std::max(absl::Milliseconds(100), config_.heartbeat_interval / 2);
+  while (!stopping_.WaitForNotificationWithTimeout(period)) jobs_->AdvanceRestarts();
 }
 
 void Server::SweepLoop() {

@@ -53,6 +53,9 @@ class Server {
   void SweepLoop();
   // The checkpoint catalog over the store and the job manager, handed to the services.
   absl::Status StartCatalog();
+  // Moves restarting jobs on (JobManager::AdvanceRestarts); a thread of its own, as verifying
+  // a large checkpoint takes a while and must not delay the detection of lost workers.
+  void RestartLoop();
 
   CoordinatorConfig config_;
   const Clock* clock_ = nullptr;
@@ -72,6 +75,7 @@ class Server {
   std::atomic<bool> shutdown_called_{false};
   absl::Notification stopping_;
   std::thread sweeper_;
+  std::thread restarter_;
 };
 
 }  // namespace mt::coordinator

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -276,7 +277,21 @@ absl::Status CheckpointCatalog::RemoveLocked(Checkpoint* c, const std::string& w
   if (Clean(c->directory()) == "/") {
     return absl::InternalError("refusing to remove /");
   }
-  if (Exists(c->directory())) {
+  if (c->imported()) {
+    std::vector<std::string> names = {checkpoint::kManifestFile};
+    for (const auto& f : c->files()) names.push_back(f.path());
+    for (const std::string& name : names) {
+      MT_RETURN_IF_ERROR(ValidateRelativePath(name, "files.path"));
+      const std::string path = absl::StrCat(c->directory(), "/", name);
+      if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+        return checkpoint::IoError("removing", path, errno);
+      }
+    }
+    if (::rmdir(c->directory().c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY &&
+        errno != EEXIST) {
+      return checkpoint::IoError("removing", c->directory(), errno);
+    }
+  } else if (Exists(c->directory())) {
     MT_RETURN_IF_ERROR(checkpoint::RemoveTree(c->directory()));
   }
   const bool was_latest = c->is_latest();
@@ -472,12 +487,31 @@ absl::Status CheckpointCatalog::Download(
   }
   for (const auto& f : c.files()) files.push_back(f);
 
+  // Only regular files inside the checkpoint directory are sent: a symbolic link placed in a
+  // checkpoint must not stream some other file of the coordinator's machine.
+  char resolved_dir[PATH_MAX];
+  if (::realpath(c.directory().c_str(), resolved_dir) == nullptr) {
+    return checkpoint::IoError("resolving", c.directory(), errno);
+  }
   std::string buffer(static_cast<size_t>(chunk), '\0');
   for (const mt::v1::CheckpointFile& f : files) {
     MT_RETURN_IF_ERROR(ValidateRelativePath(f.path(), "files.path"));
     const std::string path = absl::StrCat(c.directory(), "/", f.path());
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    char resolved[PATH_MAX];
+    if (::realpath(path.c_str(), resolved) == nullptr) {
+      return checkpoint::IoError("resolving", path, errno);
+    }
+    if (absl::string_view(resolved).rfind(absl::StrCat(resolved_dir, "/"), 0) != 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " leads outside the checkpoint directory; not sent"));
+    }
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) return checkpoint::IoError("opening", path, errno);
+    struct stat st;
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file; not sent"));
+    }
     int64_t offset = 0;
     bool first = true;
     absl::Status status;
@@ -601,6 +635,7 @@ absl::StatusOr<Checkpoint> CheckpointCatalog::Import(
         "(Hugging Face GPT-2)"));
   }
   c.set_job_id(request.job_id());
+  c.set_imported(true);
   c.set_state(mt::v1::CHECKPOINT_STATE_UNSPECIFIED);
   MT_RETURN_IF_ERROR(MoveTo(&c, mt::v1::CHECKPOINT_STATE_VERIFIED));
   c.set_is_latest(false);

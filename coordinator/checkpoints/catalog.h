@@ -17,6 +17,10 @@
 // latest there) is never removed. Deleting the latest of an ended job points `latest` at the
 // newest remaining checkpoint (or removes the pointer when none is left).
 //
+// Deleting removes a job checkpoint's directory; an imported entry's directory is the user's,
+// so only its listed files (and manifest.json) go, and the directory when it is then empty.
+// Downloads send only regular files inside the checkpoint directory (no symbolic links out).
+//
 // Every path a client gives is checked here (INVALID_ARGUMENT naming the field): absolute, no
 // ".." component, no NUL. Entries with format_version 0 are Hugging Face directories (no mt
 // manifest; config.json + model.safetensors are their files).

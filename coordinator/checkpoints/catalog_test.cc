@@ -1,6 +1,7 @@
 #include "coordinator/checkpoints/catalog.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <map>
@@ -385,6 +386,37 @@ TEST_F(CatalogTest, ImportsAnMtDirectoryOnce) {
   req.set_directory(dir);
   req.set_job_id("j-404");
   EXPECT_THAT(catalog_->Import(req), StatusIs(absl::StatusCode::kNotFound));
+
+  // Deleting an import removes the catalog's files, never the user's other files.
+  ASSERT_TRUE(WriteFileAtomically(dir + "/notes.txt", "mine").ok());
+  MT_ASSERT_OK_AND_ASSIGN(auto deleted, catalog_->Delete(c.id()));
+  EXPECT_TRUE(deleted.imported());
+  EXPECT_EQ(deleted.state(), mt::v1::CHECKPOINT_STATE_DELETED);
+  EXPECT_FALSE(Exists(dir + "/manifest.json"));
+  EXPECT_FALSE(Exists(dir + "/mp_rank_00_000.safetensors"));
+  EXPECT_TRUE(Exists(dir + "/notes.txt"));
+}
+
+// A symbolic link in a checkpoint directory does not stream a file from outside it.
+TEST_F(CatalogTest, DownloadSendsNoFileFromOutsideTheCheckpoint) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  const mt::v1::Checkpoint c = Save("j-1", 2);
+  const std::string secret = dir_ + "/secret";
+  ASSERT_TRUE(WriteFileAtomically(secret, FileBytes(2)).ok());  // same bytes, same sha256
+  const std::string shard = c.directory() + "/" + c.files(0).path();
+  ASSERT_EQ(::unlink(shard.c_str()), 0);
+  ASSERT_EQ(::symlink(secret.c_str(), shard.c_str()), 0);
+  mt::v1::DownloadCheckpointRequest req;
+  req.set_checkpoint_id(c.id());
+  std::string sent;
+  EXPECT_THAT(catalog_->Download(req,
+                                 [&](const mt::v1::DownloadCheckpointChunk& chunk) {
+                                   sent += chunk.data();
+                                   return true;
+                                 }),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("outside")));
+  EXPECT_EQ(sent.find(FileBytes(2)), std::string::npos);
 }
 
 // Every path or name a client gives is checked before anything is touched.

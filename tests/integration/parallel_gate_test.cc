@@ -41,11 +41,14 @@ struct GateLayout {
   bool overlap_p2p_comm = false;
 };
 
-// The reference first, then every layout this build's trainer runs. Tensor parallelism joins
-// the list with its trainer: (2,1,1) (2,2,1) (2,1,2) (2,2,2), (2,1,1) with sequence
-// parallelism.
+// The reference first, then every layout of the issue.
 const GateLayout kLayouts[] = {
     {"ref", 1, 1, 1},
+    {"tp2", 2, 1, 1},
+    {"tp2sp", 2, 1, 1, 0, /*sequence_parallel=*/true},
+    {"tp2pp2", 2, 2, 1},
+    {"tp2dp2", 2, 1, 2},
+    {"tp2pp2dp2", 2, 2, 2},
     {"pp2", 1, 2, 1},
     {"dp2", 1, 1, 2},
     {"pp2dp2", 1, 2, 2, 0, false, false, /*overlap_p2p_comm=*/true},
@@ -55,12 +58,16 @@ const GateLayout kLayouts[] = {
 
 // 8 layers (so that 4 stages of 2 chunks each hold a layer), hidden 32, 4 heads, seq 16; 16
 // samples per step in micro-batches of 2 (8 per pipeline at dp 1, a multiple of 4 stages).
-// Dropout 0; clipping at 1.0 is active in the first steps.
+// Dropout 0; clipping at 1.0 is active in the first steps. The vocabulary (GPT-2's 50257) is
+// padded to a multiple of make_vocab_size_divisible_by * tp (Megatron's rule, the padded
+// entries taking part in the softmax): 256 / tp keeps it 50432 under every layout, so that
+// every layout trains the same model.
 std::string JobYaml(const GateLayout& l, const std::string& data_prefix) {
   return absl::StrCat(
       "name: gate-", l.name, "\n",
       "model: {num_layers: 8, hidden_size: 32, num_attention_heads: 4, seq_length: 16,\n"
-      "        hidden_dropout: 0.0, attention_dropout: 0.0}\n",
+      "        hidden_dropout: 0.0, attention_dropout: 0.0, make_vocab_size_divisible_by: ",
+      256 / l.tp, "}\n",
       "parallel: {tp: ", l.tp, ", pp: ", l.pp, ", dp: ", l.dp,
       ", num_layers_per_virtual_pipeline_stage: ", l.layers_per_virtual_stage,
       ", sequence_parallel: ", l.sequence_parallel ? "true" : "false",

@@ -40,7 +40,12 @@ def main():
         return 77
     import tensorboard
     with tempfile.TemporaryDirectory(prefix="mt_tb_") as logdir:
-        run = subprocess.run([args.writer, logdir], check=True, capture_output=True, text=True)
+        # Our binaries need the build's libraries (this python runs with the peer's path).
+        wenv = dict(os.environ)
+        if "MT_TRAINER_LD_LIBRARY_PATH" in wenv:
+            wenv["LD_LIBRARY_PATH"] = wenv["MT_TRAINER_LD_LIBRARY_PATH"]
+        run = subprocess.run([args.writer, logdir], check=True, capture_output=True, text=True,
+                             env=wenv)
         wrote = json.loads(run.stdout)
         failures = []
 

@@ -301,7 +301,8 @@ TEST_F(PrometheusTest, EveryDashboardQueryReturnsDataFromARealRun) {
     if (!r.ok()) return values;
     auto v = testutil::ParseJson(r->body);
     if (!v.ok()) return values;
-    for (const Value& s : Field(*v, "data").list_value().values()) values.insert(s.string_value());
+    const Value data = Field(*v, "data");  // a copy: GCC 13 warns on a reference here
+    for (const Value& s : data.list_value().values()) values.insert(s.string_value());
     return values;
   };
   EXPECT_THAT(labels("job", "mt_rank_step"), ::testing::Contains(job));
@@ -355,7 +356,7 @@ TEST_F(PrometheusTest, EveryDashboardQueryReturnsDataFromARealRun) {
   EXPECT_EQ(top_json.exit_code, 0) << top_json.err;
   auto snapshot = testutil::ParseJson(top_json.out);
   ASSERT_TRUE(snapshot.ok()) << top_json.out;
-  const Value& jobs = Field(Field(*snapshot, "jobs"), "jobs");
+  const Value jobs = Field(Field(*snapshot, "jobs"), "jobs");
   ASSERT_EQ(jobs.list_value().values_size(), 1) << top_json.out;
   EXPECT_EQ(Field(jobs.list_value().values(0), "id").string_value(), job);
   EXPECT_EQ(Field(Field(*snapshot, "workers"), "workers").list_value().values_size(), 2);

@@ -1,8 +1,10 @@
 #include "worker/engine/train_command.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -16,10 +18,13 @@
 #include "absl/time/clock.h"
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
+#include "common/checkpoint/reshard.h"
 #include "common/spec/defaults.h"
 #include "common/spec/validate.h"
 #include "common/spec/yaml_spec.h"
 #include "mt/v1/job_spec.pb.h"
+#include "worker/checkpoint/checkpointer.h"
+#include "worker/checkpoint/trainer_state.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
@@ -43,6 +48,11 @@ struct TrainArgs {
   double peak_tflops = -1.0;  // < 0 = default
   std::string attention = "auto";
   std::string tensorboard_dir;  // empty = the spec's
+  // Megatron's checkpoint flags; each overrides the spec's checkpoint section when given.
+  std::string save;
+  std::string load;
+  int64_t save_interval = -1;  // < 0 = the spec's
+  bool async_save = false;
   bool help = false;
 };
 
@@ -88,6 +98,19 @@ absl::StatusOr<TrainArgs> ParseArgs(const std::vector<std::string>& args) {
       MT_ASSIGN_OR_RETURN(out.attention, take_value());
     } else if (name == "--tensorboard-dir") {
       MT_ASSIGN_OR_RETURN(out.tensorboard_dir, take_value());
+    } else if (name == "--save") {
+      MT_ASSIGN_OR_RETURN(out.save, take_value());
+    } else if (name == "--load") {
+      MT_ASSIGN_OR_RETURN(out.load, take_value());
+    } else if (name == "--save-interval") {
+      MT_ASSIGN_OR_RETURN(std::string v, take_value());
+      if (!absl::SimpleAtoi(v, &out.save_interval) || out.save_interval < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--save-interval \"", v, "\": want an integer >= 0"));
+      }
+    } else if (name == "--async-save") {
+      if (has_value) return absl::InvalidArgumentError("--async-save takes no value");
+      out.async_save = true;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", args[i], "\""));
     }
@@ -113,6 +136,11 @@ absl::StatusOr<mt::v1::JobSpec> LoadSpec(const TrainArgs& args) {
   }
   if (!args.tensorboard_dir.empty())
     job.mutable_logging()->set_tensorboard_dir(args.tensorboard_dir);
+  mt::v1::CheckpointSpec* ckpt = job.mutable_checkpoint();
+  if (!args.save.empty()) ckpt->set_save_dir(args.save);
+  if (!args.load.empty()) ckpt->set_load_dir(args.load);
+  if (args.save_interval >= 0) ckpt->set_save_interval(args.save_interval);
+  if (args.async_save) ckpt->set_async_save(true);
   spec::ApplyDefaults(&job);
   std::vector<std::string> problems = spec::ListSpecProblems(job);
   if (args.synthetic_data) {
@@ -135,6 +163,7 @@ const char* TrainCommandUsage() {
   return "usage: mt-worker train --spec job.yaml [--device cpu|cuda|cuda:N] [--synthetic-data]\n"
          "                       [--train-iters N] [--peak-tflops F] [--attention "
          "auto|math|fused]\n"
+         "                       [--save DIR] [--load DIR] [--save-interval N] [--async-save]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -144,6 +173,12 @@ const char* TrainCommandUsage() {
          "  --peak-tflops F    device peak for MFU (default 989 on CUDA in bf16/fp16, else off)\n"
          "  --attention A      attention kernel: auto (fused where available), math, fused\n"
          "  --tensorboard-dir D  TensorBoard event files there (Megatron's scalar names)\n"
+         "  --save DIR         save checkpoints there (checkpoint.save_dir)\n"
+         "  --load DIR         resume from DIR's latest valid checkpoint, or a checkpoint or\n"
+         "                     Hugging Face GPT-2 directory (checkpoint.load_dir); --load and\n"
+         "                     --save the same directory continue a run where it stopped\n"
+         "  --save-interval N  steps between saves (0: only at the end)\n"
+         "  --async-save       write checkpoints in the background\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }
@@ -164,8 +199,37 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "mt-worker train: %s\n", std::string(job.status().message()).c_str());
     return kExitUsage;
   }
-  absl::StatusOr<DataSources> data =
-      args->synthetic_data ? SyntheticDataSources(*job) : DataSourcesFromSpec(*job);
+  // What to start from (--load / checkpoint.load_dir): its latest valid checkpoint, falling
+  // back past damaged ones; none there = from scratch.
+  const mt::v1::CheckpointSpec& ckpt_spec = job->checkpoint();
+  std::optional<checkpoint::LoadChoice> load;
+  if (!ckpt_spec.load_dir().empty()) {
+    auto chosen = checkpoint::ChooseLoad(ckpt_spec.load_dir());
+    if (!chosen.ok()) {
+      std::fprintf(stderr, "mt-worker train: --load: %s\n",
+                   std::string(chosen.status().message()).c_str());
+      return kExitFailed;
+    }
+    load = *std::move(chosen);
+    if (load.has_value()) {
+      for (const std::string& p : load->problems) {
+        std::fprintf(stderr, "mt-worker train: skipped checkpoint %s\n", p.c_str());
+      }
+      std::fprintf(stderr, "mt-worker train: loading %s (step %lld)\n", load->dir.c_str(),
+                   static_cast<long long>(load->manifest.step()));
+    } else {
+      std::fprintf(stderr, "mt-worker train: no checkpoint in %s; training from scratch\n",
+                   ckpt_spec.load_dir().c_str());
+    }
+  }
+  const bool weights_only =
+      load.has_value() && (ckpt_spec.finetune() || !load->manifest.has_trainer());
+  const int64_t consumed =
+      load.has_value() && !weights_only ? load->manifest.trainer().consumed_samples() : 0;
+
+  absl::StatusOr<DataSources> data = args->synthetic_data
+                                         ? SyntheticDataSources(*job, 0, 1, consumed)
+                                         : DataSourcesFromSpec(*job, consumed);
   if (!data.ok()) {
     std::fprintf(stderr, "mt-worker train: data: %s\n",
                  std::string(data.status().message()).c_str());
@@ -207,18 +271,71 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
     }
     tensorboard = *std::move(logger);
   }
+  Trainer& t = **trainer;
+  if (load.has_value()) {
+    auto source = checkpoint::OpenAnySource(load->dir);
+    checkpoint::RestoreOptions restore;
+    restore.load_optimizer = !ckpt_spec.no_load_optim();
+    restore.load_rng = !ckpt_spec.no_load_rng();
+    restore.weights_only = weights_only;
+    const absl::Status s =
+        source.ok() ? checkpoint::RestoreTrainer(t, **source, restore) : source.status();
+    if (!s.ok()) {
+      std::fprintf(stderr, "mt-worker train: loading %s: %s\n", load->dir.c_str(),
+                   std::string(s.message()).c_str());
+      return kExitFailed;
+    }
+  }
+  checkpoint::LocalExchange exchange;
+  std::unique_ptr<checkpoint::Checkpointer> saver;
+  if (!ckpt_spec.save_dir().empty()) {
+    checkpoint::CheckpointerOptions o;
+    o.save_dir = ckpt_spec.save_dir();
+    o.async_save = ckpt_spec.async_save();
+    o.job_id = "local";
+    o.spec = *job;
+    auto c = checkpoint::Checkpointer::Create(o, &exchange);
+    if (!c.ok()) {
+      std::fprintf(stderr, "mt-worker train: --save: %s\n",
+                   std::string(c.status().message()).c_str());
+      return kExitUsage;
+    }
+    saver = *std::move(c);
+  }
   StepMetrics last;
   EvalMetrics last_eval;
   bool evaluated = false;
   double seconds = 0;
   int64_t tokens = 0;
-  const absl::Status status = (*trainer)->Train(
+  int saves = 0;
+  absl::Status save_status;
+  auto take_saves = [&]() {
+    if (saver == nullptr) return;
+    for (const checkpoint::SaveInfo& info : saver->TakeFinished()) {
+      if (!info.status.ok()) {
+        if (save_status.ok()) save_status = info.status;
+        continue;
+      }
+      ++saves;
+      std::fprintf(stderr, "mt-worker train: saved %s (%lld bytes, %.3f s)\n",
+                   info.directory.c_str(), static_cast<long long>(info.bytes), info.seconds);
+    }
+  };
+  auto save = [&]() {
+    if (saver == nullptr || saver->last_saved_step() == t.iteration() || !save_status.ok()) return;
+    save_status = saver->Save(t, last.loss, evaluated ? last_eval.loss : std::nan(""));
+    take_saves();
+  };
+  const int64_t save_interval = ckpt_spec.save_interval();
+  const absl::Status status = t.Train(
       [&](const StepMetrics& m) {
         last = m;
         seconds += m.seconds;
         tokens += m.tokens;
         if (tensorboard != nullptr) tensorboard->OnStep(m, absl::Now());
-        return true;
+        take_saves();
+        if (save_interval > 0 && m.iteration % save_interval == 0) save();
+        return save_status.ok();
       },
       [&](const EvalMetrics& e) {
         last_eval = e;
@@ -236,10 +353,21 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "mt-worker train: %s\n", std::string(status.message()).c_str());
     return kExitFailed;
   }
+  save();  // the last step is always saved
+  if (saver != nullptr) {
+    saver->Wait();
+    take_saves();
+  }
+  if (!save_status.ok()) {
+    std::fprintf(stderr, "mt-worker train: saving the checkpoint: %s\n",
+                 std::string(save_status.message()).c_str());
+    return kExitFailed;
+  }
   std::string summary = absl::StrFormat(
       "iterations=%d loss=%.6f skipped=%d tokens=%d seconds=%.3f tokens_per_second=%.1f",
       last.iteration, last.loss, last.skipped_total, tokens, seconds,
       seconds > 0 ? static_cast<double>(tokens) / seconds : 0.0);
+  if (saver != nullptr) absl::StrAppend(&summary, " checkpoints=", saves);
   if (evaluated) {
     absl::StrAppend(&summary, absl::StrFormat(" valid_loss=%.6f valid_perplexity=%.4f",
                                               last_eval.loss, last_eval.perplexity));

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/checkpoint/checkpoint_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/metrics/event_file.h"
@@ -82,12 +83,85 @@ TEST(TrainCommandTest, TensorBoardDirGetsMegatronsScalars) {
   EXPECT_EQ(validation, 2);  // after step 2 and after the last
 }
 
+// The summary's value of `key` ("loss=2.345678 ..." -> "2.345678"); empty when absent.
+std::string Field(const std::string& summary, const std::string& key) {
+  const std::string needle = key + "=";
+  size_t at = summary.rfind(needle, 0) == 0 ? 0 : summary.find(" " + needle);
+  if (at == std::string::npos) return "";
+  at = summary.find('=', at) + 1;
+  return summary.substr(at, summary.find_first_of(" \n", at) - at);
+}
+
+struct RunResult {
+  int rc;
+  std::string out;
+  std::string err;
+};
+
+RunResult RunCapturing(const std::vector<std::string>& args) {
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  RunResult r;
+  r.rc = RunTrainCommand(args);
+  r.out = ::testing::internal::GetCapturedStdout();
+  r.err = ::testing::internal::GetCapturedStderr();
+  return r;
+}
+
+// --save every 4 steps; a second run --load-ing the step-4 checkpoint ends with the first
+// run's loss (printed to 6 decimals: equal, as fp32 on the CPU resumes bit for bit); --load and
+// --save the same directory continue a run where it stopped.
+TEST(TrainCommandTest, SavesLoadsAndResumesCheckpoints) {
+  const std::string spec = WriteSpec("tiny-ckpt.yaml", kTinyYaml);
+  const std::string a = ::testing::TempDir() + "/train-ckpt-a";
+  const std::string b = ::testing::TempDir() + "/train-ckpt-b";
+  for (const std::string& dir : {a, b}) {
+    ASSERT_EQ(std::system(("rm -rf " + dir).c_str()), 0);
+  }
+  const std::vector<std::string> common = {"--spec", spec, "--synthetic-data", "--device", "cpu"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = common;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  };
+  const RunResult straight =
+      RunCapturing(with({"--train-iters=8", "--save", a, "--save-interval=4"}));
+  ASSERT_EQ(straight.rc, 0) << straight.err;
+  EXPECT_EQ(Field(straight.out, "checkpoints"), "2");
+  EXPECT_EQ(checkpoint::ListCheckpointSteps(a), (std::vector<int64_t>{4, 8}));
+  EXPECT_THAT(straight.err, HasSubstr("saved " + a + "/iter_0000004 ("));
+
+  const RunResult resumed =
+      RunCapturing(with({"--train-iters=8", "--load", a + "/iter_0000004", "--save", b}));
+  ASSERT_EQ(resumed.rc, 0) << resumed.err;
+  EXPECT_THAT(resumed.err, HasSubstr("(step 4)"));
+  EXPECT_THAT(resumed.err, ::testing::Not(HasSubstr("step 1/8")));  // steps 5..8 only
+  EXPECT_EQ(Field(resumed.out, "iterations"), "8");
+  EXPECT_FALSE(Field(straight.out, "loss").empty());
+  EXPECT_EQ(Field(resumed.out, "loss"), Field(straight.out, "loss"));
+  EXPECT_EQ(checkpoint::ListCheckpointSteps(b), (std::vector<int64_t>{8}));  // the end's
+
+  // Megatron's --load = --save: a longer run picks up at step 8.
+  const RunResult more =
+      RunCapturing(with({"--train-iters=12", "--load", a, "--save", a, "--save-interval=4"}));
+  ASSERT_EQ(more.rc, 0) << more.err;
+  EXPECT_THAT(more.err, HasSubstr("loading " + a + "/iter_0000008 (step 8)"));
+  EXPECT_EQ(Field(more.out, "iterations"), "12");
+  EXPECT_EQ(checkpoint::ListCheckpointSteps(a), (std::vector<int64_t>{4, 8, 12}));
+
+  // An empty --load directory: from scratch.
+  const RunResult fresh = RunCapturing(with({"--train-iters=2", "--load", b + "-none"}));
+  EXPECT_EQ(fresh.rc, 0) << fresh.err;
+  EXPECT_THAT(fresh.err, HasSubstr("training from scratch"));
+}
+
 TEST(TrainCommandTest, UsageAndSpecErrorsExitWithTwo) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(RunTrainCommand({}), 2);
   EXPECT_EQ(RunTrainCommand({"--spec"}), 2);
   EXPECT_EQ(RunTrainCommand({"--spec", "x.yaml", "--bogus"}), 2);
   EXPECT_EQ(RunTrainCommand({"--spec", "x.yaml", "--train-iters", "zero"}), 2);
+  EXPECT_EQ(RunTrainCommand({"--spec", "x.yaml", "--save-interval", "-1"}), 2);
   EXPECT_EQ(RunTrainCommand({"--spec", ::testing::TempDir() + "/missing.yaml"}), 2);
   const std::string bad = WriteSpec("bad.yaml", "model: {num_layers: 2, hidden_sise: 3}\n");
   EXPECT_EQ(RunTrainCommand({"--spec", bad, "--synthetic-data"}), 2);
@@ -98,6 +172,7 @@ TEST(TrainCommandTest, UsageAndSpecErrorsExitWithTwo) {
   EXPECT_THAT(err, HasSubstr("--spec is required"));
   EXPECT_THAT(err, HasSubstr("unknown argument \"--bogus\""));
   EXPECT_THAT(err, HasSubstr("hidden_sise"));
+  EXPECT_THAT(err, HasSubstr("--save-interval \"-1\": want an integer >= 0"));
 }
 
 TEST(TrainCommandTest, Help) {

@@ -1,0 +1,325 @@
+// checkpoint_bench: our checkpoint save and load against the disk's own bandwidth, and the cost
+// of async saves to the step time (issue #7; bench/README.md).
+//
+//   checkpoint_bench [--dir DIR] [--device cpu|cuda] [--layers N] [--hidden N] [--heads N]
+//                    [--seq N] [--vocab N] [--micro-batch N] [--precision fp32|bf16]
+//                    [--repeat N] [--steps N] [--save-every N]
+//
+// 1. Save: Checkpointer::Save (sync: snapshot, shard written to a temporary name, fsync,
+//    rename, manifest, `latest`) of a trained model's whole state, against a dd-style write of
+//    the same number of bytes into the same directory (8 MiB writes, fsync). Bandwidth ratio;
+//    target >= 80%.
+// 2. Load: what a rank does (ChooseLoad: manifest and SHA-256 verification of every file,
+//    then OpenAnySource + RestoreTrainer into a fresh trainer), against a dd-style read of the
+//    dd file. Both start from a cold page cache (posix_fadvise DONTNEED after the fsync).
+//    Bandwidth ratio; target >= 80%.
+// 3. Async save cost: the wall time per step (step + callback, i.e. what training sees) of a
+//    run saving asynchronously every --save-every steps, against the same trainer's steps
+//    without saves before and after it. Ratio; target <= 1.05.
+// Figures are medians over --repeat runs; the machine is shared and noisy, so read ratios.
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/reshard.h"
+#include "mt/v1/job_spec.pb.h"
+#include "worker/checkpoint/checkpointer.h"
+#include "worker/checkpoint/trainer_state.h"
+#include "worker/engine/batch_source.h"
+#include "worker/engine/trainer.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string dir;
+  std::string device = "cpu";
+  int layers = 4;
+  int hidden = 256;
+  int heads = 4;
+  int seq = 128;
+  int vocab = 8192;
+  int micro_batch = 2;
+  std::string precision = "fp32";
+  int repeat = 3;
+  int steps = 30;
+  int save_every = 10;
+};
+
+double Seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+[[noreturn]] void Die(const std::string& what) {
+  std::fprintf(stderr, "checkpoint_bench: %s\n", what.c_str());
+  std::exit(1);
+}
+
+void Check(const absl::Status& s, const std::string& what) {
+  if (!s.ok()) Die(absl::StrCat(what, ": ", s.message()));
+}
+
+// Drops the file's pages from the page cache (clean pages only: call after fsync).
+void Evict(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) return;
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
+void EvictTree(const std::string& dir) {
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    Evict(dir + "/" + e->d_name);
+  }
+  ::closedir(d);
+}
+
+// dd if=/dev/zero of=path bs=8M count=... conv=fsync, with incompressible bytes.
+double DdWrite(const std::string& path, const std::vector<char>& buffer, int64_t bytes) {
+  const auto start = Clock::now();
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) Die("open " + path + ": " + std::strerror(errno));
+  int64_t left = bytes;
+  while (left > 0) {
+    const size_t n = static_cast<size_t>(std::min<int64_t>(left, buffer.size()));
+    const ssize_t w = ::write(fd, buffer.data(), n);
+    if (w <= 0) Die("write " + path + ": " + std::strerror(errno));
+    left -= w;
+  }
+  if (::fsync(fd) != 0) Die("fsync " + path);
+  ::close(fd);
+  return Seconds(start, Clock::now());
+}
+
+double DdRead(const std::string& path, std::vector<char>& buffer) {
+  const auto start = Clock::now();
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) Die("open " + path);
+  while (::read(fd, buffer.data(), buffer.size()) > 0) {
+  }
+  ::close(fd);
+  return Seconds(start, Clock::now());
+}
+
+mt::v1::JobSpec MakeSpec(const Args& a, int64_t iters) {
+  mt::v1::JobSpec spec;
+  auto* m = spec.mutable_model();
+  m->set_num_layers(a.layers);
+  m->set_hidden_size(a.hidden);
+  m->set_num_attention_heads(a.heads);
+  m->set_seq_length(a.seq);
+  m->set_vocab_size(a.vocab);
+  auto* t = spec.mutable_training();
+  t->set_micro_batch_size(a.micro_batch);
+  t->set_global_batch_size(a.micro_batch);
+  t->set_train_iters(iters);
+  t->set_lr(1e-4);
+  t->set_lr_warmup_iters(1);
+  t->set_seed(1);
+  t->set_precision(a.precision == "bf16" ? mt::v1::PRECISION_BF16 : mt::v1::PRECISION_FP32);
+  spec.mutable_evaluation()->set_eval_interval(0);
+  spec.mutable_logging()->set_log_interval(1000000);
+  return spec;
+}
+
+std::unique_ptr<mt::engine::Trainer> MakeTrainer(const Args& a, const mt::v1::JobSpec& spec,
+                                                 int64_t consumed = 0) {
+  mt::engine::TrainerOptions o;
+  o.device = a.device;
+  o.log_progress = false;
+  auto train = mt::engine::TokenSequenceSource::Create(
+      mt::engine::SyntheticTokens(int64_t{1} << 20, a.vocab, 7), a.seq, consumed);
+  if (!train.ok()) Die(std::string(train.status().message()));
+  auto t = mt::engine::Trainer::Create(spec, o, std::move(*train), nullptr);
+  if (!t.ok()) Die(std::string(t.status().message()));
+  return std::move(*t);
+}
+
+std::unique_ptr<mt::checkpoint::Checkpointer> MakeCheckpointer(
+    const std::string& dir, const mt::v1::JobSpec& spec, bool async,
+    mt::checkpoint::SaveExchange* exchange) {
+  mt::checkpoint::CheckpointerOptions o;
+  o.save_dir = dir;
+  o.async_save = async;
+  o.job_id = "bench";
+  o.spec = spec;
+  auto c = mt::checkpoint::Checkpointer::Create(o, exchange);
+  if (!c.ok()) Die(std::string(c.status().message()));
+  return std::move(*c);
+}
+
+Args Parse(int argc, char** argv, bool* own_dir) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string name = argv[i];
+    if (i + 1 >= argc) Die("missing value for " + name);
+    const std::string v = argv[++i];
+    auto num = [&](int* out) {
+      if (!absl::SimpleAtoi(v, out) || *out < 1) Die(name + " \"" + v + "\": want an integer >= 1");
+    };
+    if (name == "--dir") {
+      a.dir = v;
+    } else if (name == "--device") {
+      a.device = v;
+    } else if (name == "--precision") {
+      a.precision = v;
+    } else if (name == "--layers") {
+      num(&a.layers);
+    } else if (name == "--hidden") {
+      num(&a.hidden);
+    } else if (name == "--heads") {
+      num(&a.heads);
+    } else if (name == "--seq") {
+      num(&a.seq);
+    } else if (name == "--vocab") {
+      num(&a.vocab);
+    } else if (name == "--micro-batch") {
+      num(&a.micro_batch);
+    } else if (name == "--repeat") {
+      num(&a.repeat);
+    } else if (name == "--steps") {
+      num(&a.steps);
+    } else if (name == "--save-every") {
+      num(&a.save_every);
+    } else {
+      Die("unknown argument " + name + " (see the comment at the top of checkpoint_bench.cc)");
+    }
+  }
+  if (a.dir.empty()) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp != nullptr ? tmp : "/tmp") + "/mt_ckpt_bench_XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp");
+    a.dir = tmpl;
+    *own_dir = true;
+  }
+  return a;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool own_dir = false;  // a temporary directory of ours: removed at the end
+  const Args a = Parse(argc, argv, &own_dir);
+  const int64_t iters = 3 + a.repeat + 3 * static_cast<int64_t>(a.steps);
+  const mt::v1::JobSpec spec = MakeSpec(a, iters);
+  std::printf("checkpoint_bench: %d layers, hidden %d, seq %d, vocab %d, %s on %s, dir %s\n",
+              a.layers, a.hidden, a.seq, a.vocab, a.precision.c_str(), a.device.c_str(),
+              a.dir.c_str());
+
+  // --- 1. save against dd write -------------------------------------------------------------
+  auto trainer = MakeTrainer(a, spec);
+  for (int i = 0; i < 2; ++i) Check(trainer->Step().status(), "step");  // optimizer state exists
+  mt::checkpoint::LocalExchange exchange;
+  const std::string save_dir = a.dir + "/sync";
+  auto sync = MakeCheckpointer(save_dir, spec, /*async=*/false, &exchange);
+  std::vector<char> buffer(8 << 20);
+  std::mt19937_64 rng(1);
+  for (size_t i = 0; i + 8 <= buffer.size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(buffer.data() + i, &r, 8);
+  }
+  std::vector<double> save_bw, dd_write_bw, load_bw, restore_bw, dd_read_bw;
+  int64_t bytes = 0;
+  std::string last_dir;
+  for (int r = 0; r < a.repeat; ++r) {
+    Check(trainer->Step().status(), "step");
+    const auto start = Clock::now();
+    Check(sync->Save(*trainer, 0, 0), "save");
+    const double save_s = Seconds(start, Clock::now());
+    for (const auto& info : sync->TakeFinished()) {
+      Check(info.status, "save");
+      bytes = info.bytes;
+      last_dir = info.directory;
+    }
+    const std::string dd = a.dir + "/dd.bin";
+    const double dd_s = DdWrite(dd, buffer, bytes);
+    save_bw.push_back(bytes / save_s);
+    dd_write_bw.push_back(bytes / dd_s);
+
+    // --- 2. load against dd read (cold cache for both) ---------------------------------------
+    EvictTree(last_dir);
+    Evict(dd);
+    // The fresh trainer (model construction) is not I/O: built before the clock starts.
+    auto fresh = MakeTrainer(a, spec, 0);
+    const auto load_start = Clock::now();
+    auto choice = mt::checkpoint::ChooseLoad(save_dir);  // manifest + SHA-256 of every file
+    if (!choice.ok() || !choice->has_value()) Die("no checkpoint to load");
+    const auto verified = Clock::now();
+    auto source = mt::checkpoint::OpenAnySource((*choice)->dir);
+    if (!source.ok()) Die(std::string(source.status().message()));
+    Check(mt::checkpoint::RestoreTrainer(*fresh, **source, {}), "restore");
+    const auto loaded = Clock::now();
+    const double load_s = Seconds(load_start, loaded);
+    const double dd_read_s = DdRead(dd, buffer);
+    load_bw.push_back(bytes / load_s);
+    restore_bw.push_back(bytes / Seconds(verified, loaded));
+    dd_read_bw.push_back(bytes / dd_read_s);
+    std::printf(
+        "  run %d: %.1f MB  save %.3f s  dd write %.3f s  load %.3f s (verify %.3f, "
+        "restore %.3f)  dd read %.3f s\n",
+        r + 1, bytes / 1e6, save_s, dd_s, load_s, Seconds(load_start, verified),
+        Seconds(verified, loaded), dd_read_s);
+  }
+  const double save_ratio = Median(save_bw) / Median(dd_write_bw);
+  const double load_ratio = Median(load_bw) / Median(dd_read_bw);
+  std::printf("save  %8.1f MB/s   dd write %8.1f MB/s   ratio %.2f (target >= 0.80)\n",
+              Median(save_bw) / 1e6, Median(dd_write_bw) / 1e6, save_ratio);
+  std::printf(
+      "load  %8.1f MB/s   dd read  %8.1f MB/s   ratio %.2f (target >= 0.80; load "
+      "includes SHA-256 verification of every file)\n",
+      Median(load_bw) / 1e6, Median(dd_read_bw) / 1e6, load_ratio);
+  std::printf(
+      "      restore alone (after verification, page cache warm from it) %8.1f MB/s  "
+      "ratio %.2f\n",
+      Median(restore_bw) / 1e6, Median(restore_bw) / Median(dd_read_bw));
+
+  // --- 3. async save cost to the step time --------------------------------------------------
+  auto async = MakeCheckpointer(a.dir + "/async", spec, /*async=*/true, &exchange);
+  auto phase = [&](bool saving) {
+    const auto start = Clock::now();
+    for (int s = 0; s < a.steps; ++s) {
+      Check(trainer->Step().status(), "step");
+      if (saving && trainer->iteration() % a.save_every == 0) {
+        Check(async->Save(*trainer, 0, 0), "async save");
+      }
+    }
+    return Seconds(start, Clock::now()) / a.steps;
+  };
+  const double before = phase(false);
+  const double with_saves = phase(true);
+  async->Wait();
+  for (const auto& info : async->TakeFinished()) Check(info.status, "async save");
+  const double after = phase(false);
+  const double base = (before + after) / 2;
+  std::printf(
+      "async save every %d steps: %.4f s/step against %.4f (before %.4f, after %.4f)  "
+      "ratio %.3f (target <= 1.05)\n",
+      a.save_every, with_saves, base, before, after, with_saves / base);
+  std::printf("RESULT save_ratio=%.3f load_ratio=%.3f async_step_ratio=%.3f bytes=%lld\n",
+              save_ratio, load_ratio, with_saves / base, static_cast<long long>(bytes));
+  if (own_dir) mt::checkpoint::RemoveTree(a.dir).IgnoreError();
+  return 0;
+}

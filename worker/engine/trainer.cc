@@ -322,6 +322,12 @@ struct Trainer::State {
     }
     const torch::Tensor host =
         torch::from_blob(const_cast<int64_t*>(batch.tokens.data()), {rows, cols}, torch::kLong);
+    if (device.is_cuda()) {
+      // A copy from pageable memory waits for the GPU's queue to drain; from pinned memory (the
+      // caching host allocator keeps it alive until the copy is done) it does not, so the step
+      // can queue its work ahead of the GPU.
+      return host.pin_memory().to(device, torch::kLong, /*non_blocking=*/true);
+    }
     return host.to(device, torch::kLong, /*non_blocking=*/false, /*copy=*/true);
   }
 };

@@ -378,11 +378,6 @@ torch::Tensor MixedPrecisionOptimizer::MasterParam(const ParamSlot& slot) const 
   return master_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
 }
 
-torch::Tensor MixedPrecisionOptimizer::StepGradient(const ParamSlot& slot) const {
-  if (per_param_grads_) return slot.param.grad();
-  return GradBuffer().narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
-}
-
 torch::Tensor MixedPrecisionOptimizer::MasterView(const Segment& s) const {
   return master_is_model_ ? model_flat_.narrow(0, s.flat_begin, s.numel)
                           : master_.narrow(0, s.local_begin, s.numel);

@@ -244,16 +244,6 @@ class MixedPrecisionOptimizer {
   const torch::Tensor& exp_avg() const { return exp_avg_; }
   const torch::Tensor& exp_avg_sq() const { return exp_avg_sq_; }
   const torch::Tensor& momentum() const { return momentum_; }
-  // The tensor holding this step's gradient of `slot`, shaped like the parameter, as the update
-  // will read it (the fp32 master gradients, the gradient buffer or the parameter's .grad;
-  // undefined when backward gave it none): for gradients another rank adds to, such as the
-  // tied word embedding of the first and last pipeline stages. Valid after the step's last
-  // FinishMicroBatch. After ReduceGradients it holds the DP sum (not yet divided by dp) --
-  // with the distributed optimizer only in this rank's segments(), so all-reduce such a
-  // gradient over its group in place between the last FinishMicroBatch and ReduceGradients,
-  // without overlap_grad_reduce (a hook may have started its bucket); otherwise between
-  // ReduceGradients and Step.
-  torch::Tensor StepGradient(const ParamSlot& slot) const;
   // The master copy of one parameter, shaped like it (not with the distributed optimizer,
   // where a parameter's master may lie on several ranks: undefined then).
   torch::Tensor MasterParam(const ParamSlot& slot) const;

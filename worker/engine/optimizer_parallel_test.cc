@@ -144,8 +144,6 @@ struct DpCase {
   int steps;
 };
 
-void PrintTo(const DpCase& c, std::ostream* os) { *os << c.name; }
-
 // DP ranks over the same global batch give the single rank's losses within 1e-5 relative (fp32:
 // only the order of the gradient sums differs), and every rank ends with the same weights.
 class DataParallelTest : public ::testing::TestWithParam<DpCase> {};

@@ -297,7 +297,6 @@ TEST(OptimizerTest, Bf16ModelKeepsFp32MasterWeights) {
   EXPECT_TRUE(
       torch::equal(opt->master_grads().narrow(0, s0.offset, s0.numel).view(s0.param.sizes()),
                    micro_grads[0] + micro_grads[1]));
-  EXPECT_TRUE(torch::equal(opt->StepGradient(s0), micro_grads[0] + micro_grads[1]));
   const OptimizerStepResult r = StepOk(*opt, 1e-2, 1.0);
   EXPECT_FALSE(r.skipped());
   for (const auto& slot : opt->slots()) {

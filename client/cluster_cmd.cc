@@ -88,6 +88,10 @@ int RunInfo(const std::vector<std::string>& args, const GlobalOptions& options) 
             << TimeUtil::ToString(info.start_time()) << ")\n"
             << "workers      " << info.workers_total() << " total, " << info.workers_idle()
             << " idle, " << info.workers_busy() << " busy, " << info.workers_lost() << " lost\n";
+  if (!info.metrics_url().empty()) {
+    std::cout << "metrics      " << info.metrics_url() << " (service discovery "
+              << info.metrics_sd_url() << ")\n";
+  }
   return kExitOk;
 }
 

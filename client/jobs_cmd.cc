@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <iostream>
 
+#include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -12,9 +13,13 @@
 #include "absl/time/clock.h"
 #include "client/spec_input.h"
 #include "client/verbs.h"
+#include "common/base/status_macros.h"
 #include "common/rpc/grpc_status.h"
 #include "google/protobuf/util/time_util.h"
 #include "mt/v1/client_service.grpc.pb.h"
+
+ABSL_FLAG(std::string, from_checkpoint, "",
+          "submit: start the job from this catalog checkpoint (sets checkpoint.load_dir).");
 
 namespace mt::client {
 namespace {
@@ -99,6 +104,31 @@ std::string ProgressLine(const mt::v1::Job& job) {
   return line;
 }
 
+// --from-checkpoint ID: the job loads that catalog entry (its directory becomes load_dir).
+absl::Status ApplyFromCheckpoint(mt::v1::ClientService::Stub* stub, const std::string& id,
+                                 mt::v1::JobSpec* spec) {
+  mt::v1::GetCheckpointRequest request;
+  request.set_checkpoint_id(id);
+  mt::v1::Checkpoint c;
+  grpc::ClientContext context;
+  SetDeadline(&context);
+  MT_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub->GetCheckpoint(&context, request, &c)));
+  if (c.state() != mt::v1::CHECKPOINT_STATE_COMPLETE &&
+      c.state() != mt::v1::CHECKPOINT_STATE_VERIFIED) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--from-checkpoint ", id, " is ", mt::v1::CheckpointState_Name(c.state()).substr(17),
+        "; only COMPLETE or VERIFIED checkpoints can start a job"));
+  }
+  const std::string& load = spec->checkpoint().load_dir();
+  if (!load.empty() && load != c.directory()) {
+    return absl::InvalidArgumentError(absl::StrCat("--from-checkpoint ", id, " loads ",
+                                                   c.directory(), " but the spec's load_dir is ",
+                                                   load, "; give one of them"));
+  }
+  spec->mutable_checkpoint()->set_load_dir(c.directory());
+  return absl::OkStatus();
+}
+
 int ExitForFinal(const mt::v1::Job& job) {
   switch (job.state()) {
     case mt::v1::JOB_STATE_SUCCEEDED:
@@ -119,6 +149,10 @@ int RunSubmit(const std::vector<std::string>& args, const GlobalOptions& options
   if (stub == nullptr) return Fail(status);
   mt::v1::SubmitJobRequest request;
   *request.mutable_spec() = parsed->spec;
+  if (const std::string from = absl::GetFlag(FLAGS_from_checkpoint); !from.empty()) {
+    status = ApplyFromCheckpoint(stub.get(), from, request.mutable_spec());
+    if (!status.ok()) return Fail(status);
+  }
   // A retried submit (same process, same spec) must not create a second job.
   request.set_request_id(absl::StrCat("mtctl-", ::getpid(), "-", absl::ToUnixNanos(absl::Now())));
   mt::v1::SubmitJobResponse response;

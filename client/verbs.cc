@@ -22,7 +22,8 @@ const std::vector<Verb>& AllVerbs() {
       {"submit", "submit a job; prints its id",
        "mtctl submit JOB.yaml\n"
        "mtctl submit --megatron -- --num-layers 24 --hidden-size 1024 ... (pretrain_gpt.py "
-       "flags)\n\n"
+       "flags)\n"
+       "mtctl submit --from-checkpoint CHECKPOINT_ID JOB.yaml   start from a catalog entry\n\n"
        "The spec is checked locally first (exit 2 naming the field when it is wrong), relative\n"
        "paths are made absolute, and the job is queued. Prints the job id on stdout.",
        &RunSubmit},
@@ -59,9 +60,30 @@ const std::vector<Verb>& AllVerbs() {
        "mtctl data merge --input PREFIX... --output-prefix PREFIX\n\n"
        "`mtctl data SUBCOMMAND --help` explains each.",
        &RunData, /*raw_args=*/true},
+      {"checkpoints",
+       "the checkpoint catalog: list, describe, verify, delete, download, export, "
+       "import",
+       "mtctl checkpoints list [JOB_ID]\n"
+       "mtctl checkpoints describe CHECKPOINT_ID\n"
+       "mtctl checkpoints verify CHECKPOINT_ID       re-hash every file (exit 1 when corrupt)\n"
+       "mtctl checkpoints delete CHECKPOINT_ID ...  refuses a running job's latest and\n"
+       "                                            checkpoints a job is loading\n"
+       "mtctl checkpoints download CHECKPOINT_ID DEST_DIR   streamed, sha256 checked at the end\n"
+       "mtctl checkpoints export CHECKPOINT_ID OUTPUT_DIR [--dtype float16|bfloat16]\n"
+       "                      Hugging Face GPT-2 (written by the coordinator, OUTPUT_DIR new)\n"
+       "mtctl checkpoints import DIRECTORY [JOB_ID] a Hugging Face GPT-2 or mt checkpoint\n"
+       "                                            directory, usable by --from-checkpoint\n\n"
+       "Directories are on the coordinator's (shared) file system; relative ones are made\n"
+       "absolute here. `mtctl submit --from-checkpoint ID job.yaml` starts a job from one.",
+       &RunCheckpoints},
       {"workers", "list the worker daemons and their state", "mtctl workers [-o table|json|yaml]",
        &RunWorkers},
       {"info", "the coordinator's version and counts", "mtctl info [-o table|json|yaml]", &RunInfo},
+      {"top", "a live view of running jobs and workers (step, loss, tokens/s, memory, state)",
+       "mtctl top [--interval 2s] [-o table|json|yaml]\n\n"
+       "On a terminal the view is redrawn in place every --interval until Ctrl-C. Piped, or\n"
+       "with -o json / -o yaml, one snapshot is printed: {cluster, jobs, workers}.",
+       &RunTop},
   };
   return verbs;
 }

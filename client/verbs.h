@@ -37,7 +37,11 @@ int RunCancel(const std::vector<std::string>& args, const GlobalOptions& options
 int RunData(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunWorkers(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunInfo(const std::vector<std::string>& args, const GlobalOptions& options);
+// mtctl top (client/top_cmd.cc).
+int RunTop(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunPlan(const std::vector<std::string>& args, const GlobalOptions& options);
+// mtctl checkpoints ... (client/checkpoints_cmd.cc).
+int RunCheckpoints(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunValidate(const std::vector<std::string>& args, const GlobalOptions& options);
 
 }  // namespace mt::client

@@ -4,6 +4,7 @@ find_package(absl CONFIG REQUIRED)
 find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
+find_package(civetweb CONFIG REQUIRED)  # the metrics endpoints' HTTP server
 find_package(yaml-cpp CONFIG REQUIRED)
 find_package(SQLite3 REQUIRED)
 find_package(OpenSSL REQUIRED)  # SHA-256 for checkpoint and cache manifests

@@ -29,6 +29,10 @@ absl::Status CoordinatorConfig::Validate() const {
     return absl::InvalidArgumentError(
         "--lost-after must be at least twice --heartbeat-interval and at most 1h");
   }
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--metrics-port ", metrics_port, " must be -1 (off), 0 (any free port) or 1..65535"));
+  }
   return absl::OkStatus();
 }
 

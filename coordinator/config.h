@@ -21,6 +21,10 @@ struct CoordinatorConfig {
   // How often workers heartbeat, and the silence after which a worker is LOST.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lost_after = absl::Seconds(10);
+  // Prometheus endpoint (/metrics, and /sd for the workers' endpoints): -1 = off, 0 = any
+  // free port. The binary's flag defaults to 9400.
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
 
   // Every field checked; errors name the flag and the fix.
   absl::Status Validate() const;

@@ -23,6 +23,11 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often workers are told to heartbeat.");
 ABSL_FLAG(absl::Duration, lost_after, absl::Seconds(10),
           "Silence after which a worker is declared lost and its ranks fail over.");
+ABSL_FLAG(int, metrics_port, 9400,
+          "Port of the Prometheus endpoint: /metrics, and /sd (HTTP service discovery of the "
+          "workers' endpoints). 0 = any free port, -1 = off.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine.");
 ABSL_FLAG(std::string, address_file, "",
           "Write the bound host:port to this file once serving (for scripts using port 0).");
 
@@ -39,6 +44,8 @@ int main(int argc, char** argv) {
   config.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
   config.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   config.lost_after = absl::GetFlag(FLAGS_lost_after);
+  config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
 
   mt::cli::BlockTerminationSignals();
   mt::RealClock clock;

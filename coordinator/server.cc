@@ -10,7 +10,10 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/auth.h"
+#include "coordinator/checkpoints/catalog.h"
+#include "coordinator/checkpoints/job_lookup.h"
 #include "coordinator/jobs/job_manager.h"
+#include "coordinator/metrics/coordinator_metrics.h"
 #include "coordinator/services.h"
 #include "coordinator/store/store.h"
 #include "coordinator/workers/registry.h"
@@ -43,11 +46,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   JobManagerOptions jm;
   jm.stop_grace_seconds = config.stop_grace_seconds;
   jm.coordinator_address = config.listen_address;
+  if (config.metrics_port >= 0) s->metrics_ = std::make_unique<CoordinatorMetrics>();
+  jm.observer = s->metrics_.get();
   MT_ASSIGN_OR_RETURN(s->jobs_, JobManager::Create(s->store_.get(), s->registry_.get(), clock, jm));
   s->client_service_ = std::make_unique<ClientServiceImpl>(s->auth_.get(), s->registry_.get(),
                                                            s->jobs_.get(), clock, s->start_time_);
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(
       s->auth_.get(), s->registry_.get(), s->jobs_.get(), config.heartbeat_interval);
+  s->client_service_->set_metrics(s->metrics_.get());
+  MT_RETURN_IF_ERROR(s->StartCatalog());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
@@ -55,6 +62,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   builder.RegisterService(s->client_service_.get());
   builder.RegisterService(s->worker_service_.get());
   builder.SetMaxReceiveMessageSize(16 << 20);
+  if (s->metrics_ != nullptr) {
+    builder.experimental().SetInterceptorCreators(s->metrics_->InterceptorFactories());
+  }
   s->server_ = builder.BuildAndStart();
   if (s->server_ == nullptr || bound_port == 0) {
     return absl::UnavailableError(
@@ -70,15 +80,39 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
     host = ::gethostname(name, sizeof(name) - 1) == 0 && name[0] ? name : "localhost";
   }
   s->jobs_->SetCoordinatorAddress(absl::StrCat(host, ":", bound_port));
+  if (s->metrics_ != nullptr) {
+    metrics::MetricsServerOptions options;
+    options.host = config.metrics_host;
+    options.port = config.metrics_port;
+    MT_RETURN_IF_ERROR(s->metrics_->Serve(options, s->jobs_.get(), s->registry_.get()));
+    MT_LOG(INFO) << "metrics on " << s->metrics_->metrics_url() << ", service discovery on "
+                 << s->metrics_->sd_url();
+  }
   s->sweeper_ = std::thread([raw = s.get()] { raw->SweepLoop(); });
+  s->restarter_ = std::thread([raw = s.get()] { raw->RestartLoop(); });
   MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
                << (s->auth_->enabled() ? " (bearer tokens required)" : "");
   return s;
 }
 
+absl::Status Server::StartCatalog() {
+  checkpoint_jobs_ = std::make_unique<JobManagerCheckpointJobs>(jobs_.get());
+  MT_ASSIGN_OR_RETURN(catalog_,
+                      CheckpointCatalog::Create(store_.get(), checkpoint_jobs_.get(), clock_));
+  client_service_->set_catalog(catalog_.get());
+  worker_service_->set_catalog(catalog_.get());
+  return absl::OkStatus();
+}
+
 Server::~Server() {
   Shutdown();
   if (sweeper_.joinable()) sweeper_.join();
+  if (restarter_.joinable()) restarter_.join();
+}
+
+void Server::RestartLoop() {
+  const absl::Duration period = std::max(absl::Milliseconds(100), config_.heartbeat_interval / 2);
+  while (!stopping_.WaitForNotificationWithTimeout(period)) jobs_->AdvanceRestarts();
 }
 
 void Server::SweepLoop() {

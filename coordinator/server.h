@@ -30,6 +30,9 @@ class Authenticator;
 namespace mt::coordinator {
 class ClientServiceImpl;
 class WorkerServiceImpl;
+class CoordinatorMetrics;
+class CheckpointCatalog;
+class JobManagerCheckpointJobs;
 
 class Server {
  public:
@@ -48,6 +51,11 @@ class Server {
  private:
   Server() = default;
   void SweepLoop();
+  // The checkpoint catalog over the store and the job manager, handed to the services.
+  absl::Status StartCatalog();
+  // Moves restarting jobs on (JobManager::AdvanceRestarts); a thread of its own, as verifying
+  // a large checkpoint takes a while and must not delay the detection of lost workers.
+  void RestartLoop();
 
   CoordinatorConfig config_;
   const Clock* clock_ = nullptr;
@@ -57,12 +65,17 @@ class Server {
   std::unique_ptr<Store> store_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<JobManagerCheckpointJobs> checkpoint_jobs_;
+  std::unique_ptr<CheckpointCatalog> catalog_;
+  // Declared after the components it reads, so that its endpoint stops before they go.
+  std::unique_ptr<CoordinatorMetrics> metrics_;
   std::unique_ptr<ClientServiceImpl> client_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> shutdown_called_{false};
   absl::Notification stopping_;
   std::thread sweeper_;
+  std::thread restarter_;
 };
 
 }  // namespace mt::coordinator

@@ -8,6 +8,7 @@
 #include "common/base/logging.h"
 #include "common/base/version.h"
 #include "common/rpc/grpc_status.h"
+#include "coordinator/metrics/coordinator_metrics.h"
 #include "coordinator/plan.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -98,6 +99,10 @@ grpc::Status ClientServiceImpl::GetClusterInfo(grpc::ServerContext* context,
   response->set_jobs_pending(counts[mt::v1::JOB_STATE_PENDING]);
   response->set_jobs_running(counts[mt::v1::JOB_STATE_RUNNING] +
                              counts[mt::v1::JOB_STATE_SCHEDULED]);
+  if (metrics_ != nullptr) {
+    response->set_metrics_url(metrics_->metrics_url());
+    response->set_metrics_sd_url(metrics_->sd_url());
+  }
   return grpc::Status::OK;
 }
 
@@ -253,6 +258,7 @@ grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* context,
     if (!s.ok() && !absl::IsNotFound(s)) {
       MT_LOG(WARNING) << "report from " << report.worker_id() << " ignored: " << s.message();
     }
+    if (s.ok() && report.has_checkpoint()) RegisterCheckpoint(report);
   }
   return grpc::Status::OK;
 }
@@ -304,56 +310,98 @@ grpc::Status WorkerServiceImpl::RendezvousAdd(grpc::ServerContext* context,
 namespace mt::coordinator {
 namespace {
 
-grpc::Status NoCheckpointsYet() {
+grpc::Status NoCatalog() {
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "this coordinator does not keep a checkpoint catalog yet: checkpoint "
-                      "save/load, the catalog and Hugging Face export arrive with the "
-                      "checkpoints work (jobs train without checkpoints until then)");
+                      "this coordinator was started without a checkpoint catalog");
 }
 
 }  // namespace
 
+void WorkerServiceImpl::RegisterCheckpoint(const mt::v1::RankReport& report) {
+  if (catalog_ == nullptr) return;
+  absl::StatusOr<mt::v1::Checkpoint> c = catalog_->OnCheckpointReport(report);
+  if (!c.ok()) {
+    MT_LOG(WARNING) << "checkpoint report of " << report.job_id() << " rank " << report.rank()
+                    << " (" << report.checkpoint().directory()
+                    << ") not registered: " << c.status().message();
+  }
+}
+
 grpc::Status ClientServiceImpl::ListCheckpoints(grpc::ServerContext* context,
-                                                const mt::v1::ListCheckpointsRequest*,
-                                                mt::v1::ListCheckpointsResponse*) {
+                                                const mt::v1::ListCheckpointsRequest* request,
+                                                mt::v1::ListCheckpointsResponse* response) {
   MT_CHECK_AUTH(context);
-  return NoCheckpointsYet();
+  if (catalog_ == nullptr) return NoCatalog();
+  auto r = catalog_->List(*request);
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
 }
+
 grpc::Status ClientServiceImpl::GetCheckpoint(grpc::ServerContext* context,
-                                              const mt::v1::GetCheckpointRequest*,
-                                              mt::v1::Checkpoint*) {
+                                              const mt::v1::GetCheckpointRequest* request,
+                                              mt::v1::Checkpoint* response) {
   MT_CHECK_AUTH(context);
-  return NoCheckpointsYet();
+  if (catalog_ == nullptr) return NoCatalog();
+  auto r = catalog_->Get(request->checkpoint_id());
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
 }
+
 grpc::Status ClientServiceImpl::DeleteCheckpoint(grpc::ServerContext* context,
-                                                 const mt::v1::DeleteCheckpointRequest*,
-                                                 mt::v1::Checkpoint*) {
+                                                 const mt::v1::DeleteCheckpointRequest* request,
+                                                 mt::v1::Checkpoint* response) {
   MT_CHECK_AUTH(context);
-  return NoCheckpointsYet();
+  if (catalog_ == nullptr) return NoCatalog();
+  auto r = catalog_->Delete(request->checkpoint_id());
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
 }
+
 grpc::Status ClientServiceImpl::VerifyCheckpoint(grpc::ServerContext* context,
-                                                 const mt::v1::VerifyCheckpointRequest*,
-                                                 mt::v1::VerifyCheckpointResponse*) {
+                                                 const mt::v1::VerifyCheckpointRequest* request,
+                                                 mt::v1::VerifyCheckpointResponse* response) {
   MT_CHECK_AUTH(context);
-  return NoCheckpointsYet();
+  if (catalog_ == nullptr) return NoCatalog();
+  auto r = catalog_->Verify(request->checkpoint_id());
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
 }
+
 grpc::Status ClientServiceImpl::DownloadCheckpoint(
-    grpc::ServerContext* context, const mt::v1::DownloadCheckpointRequest*,
-    grpc::ServerWriter<mt::v1::DownloadCheckpointChunk>*) {
+    grpc::ServerContext* context, const mt::v1::DownloadCheckpointRequest* request,
+    grpc::ServerWriter<mt::v1::DownloadCheckpointChunk>* writer) {
   MT_CHECK_AUTH(context);
-  return NoCheckpointsYet();
+  if (catalog_ == nullptr) return NoCatalog();
+  return rpc::ToGrpcStatus(
+      catalog_->Download(*request, [&](const mt::v1::DownloadCheckpointChunk& chunk) {
+        return !context->IsCancelled() && writer->Write(chunk);
+      }));
 }
+
 grpc::Status ClientServiceImpl::ExportCheckpoint(grpc::ServerContext* context,
-                                                 const mt::v1::ExportCheckpointRequest*,
-                                                 mt::v1::ExportCheckpointResponse*) {
+                                                 const mt::v1::ExportCheckpointRequest* request,
+                                                 mt::v1::ExportCheckpointResponse* response) {
   MT_CHECK_AUTH(context);
-  return NoCheckpointsYet();
+  if (catalog_ == nullptr) return NoCatalog();
+  auto r = catalog_->Export(*request);
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
 }
+
 grpc::Status ClientServiceImpl::ImportCheckpoint(grpc::ServerContext* context,
-                                                 const mt::v1::ImportCheckpointRequest*,
-                                                 mt::v1::Checkpoint*) {
+                                                 const mt::v1::ImportCheckpointRequest* request,
+                                                 mt::v1::Checkpoint* response) {
   MT_CHECK_AUTH(context);
-  return NoCheckpointsYet();
+  if (catalog_ == nullptr) return NoCatalog();
+  auto r = catalog_->Import(*request);
+  if (!r.ok()) return rpc::ToGrpcStatus(r.status());
+  *response = *std::move(r);
+  return grpc::Status::OK;
 }
 
 }  // namespace mt::coordinator

@@ -7,12 +7,15 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/rpc/auth.h"
+#include "coordinator/checkpoints/catalog.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/workers/registry.h"
 #include "mt/v1/client_service.grpc.pb.h"
 #include "mt/v1/worker_service.grpc.pb.h"
 
 namespace mt::coordinator {
+
+class CoordinatorMetrics;
 
 class ClientServiceImpl final : public mt::v1::ClientService::Service {
  public:
@@ -43,8 +46,9 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
                               const mt::v1::GetClusterInfoRequest* request,
                               mt::v1::ClusterInfo* response) override;
 
-  // The checkpoint catalog is part of the API but not served yet: each answers UNIMPLEMENTED
-  // saying so, rather than gRPC's bare default.
+  // The checkpoint RPCs, served by the catalog (set once before serving; without one they
+  // answer UNIMPLEMENTED saying so).
+  void set_catalog(CheckpointCatalog* catalog) { catalog_ = catalog; }
   grpc::Status ListCheckpoints(grpc::ServerContext* context,
                                const mt::v1::ListCheckpointsRequest* request,
                                mt::v1::ListCheckpointsResponse* response) override;
@@ -67,12 +71,17 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
                                 const mt::v1::ImportCheckpointRequest* request,
                                 mt::v1::Checkpoint* response) override;
 
+  // Where GetClusterInfo finds the metrics URLs (optional; set before serving).
+  void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
+
  private:
+  CheckpointCatalog* catalog_ = nullptr;
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;
   JobManager* jobs_;
   const Clock* clock_;
   absl::Time start_time_;
+  CoordinatorMetrics* metrics_ = nullptr;
 };
 
 class WorkerServiceImpl final : public mt::v1::WorkerService::Service {
@@ -106,7 +115,14 @@ class WorkerServiceImpl final : public mt::v1::WorkerService::Service {
   grpc::Status Deregister(grpc::ServerContext* context, const mt::v1::DeregisterRequest* request,
                           mt::v1::DeregisterResponse* response) override;
 
+  // Registers the saves ranks report (set once before serving; none = not registered).
+  void set_catalog(CheckpointCatalog* catalog) { catalog_ = catalog; }
+
  private:
+  // Hands a report's checkpoint to the catalog; problems are logged, never fail the stream.
+  void RegisterCheckpoint(const mt::v1::RankReport& report);
+
+  CheckpointCatalog* catalog_ = nullptr;
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;
   JobManager* jobs_;

@@ -9,9 +9,14 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "common/base/clock.h"
 #include "common/base/logging.h"
+#include "common/base/version.h"
 #include "common/cli/daemon.h"
+#include "common/metrics/metrics_server.h"
+#include "prometheus/registry.h"
 #include "worker/agent/agent.h"
+#include "worker/metrics/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator host:port.");
 ABSL_FLAG(std::string, token_file, "", "Bearer token file for a coordinator that requires one.");
@@ -24,6 +29,14 @@ ABSL_FLAG(std::string, trainer_binary, "",
           "The trainer each rank runs (default: mt-train beside this executable).");
 ABSL_FLAG(std::string, state_file, "",
           "File that keeps the worker id across daemon restarts (empty = not kept).");
+ABSL_FLAG(int, metrics_port, 0,
+          "Port of the Prometheus endpoint (/metrics): 0 = any free port (the coordinator's "
+          "service discovery tells Prometheus which), -1 = no metrics.");
+ABSL_FLAG(absl::Duration, metrics_linger, absl::Seconds(30),
+          "How long an ended rank's series stay on /metrics (so that the last values are "
+          "scraped) before they are dropped.");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine.");
 
 // `mt-worker train ARGS` runs the trainer (mt-train, beside this executable) in place of this
 // process: the daemon itself never loads LibTorch.
@@ -63,7 +76,29 @@ int main(int argc, char** argv) {
   config.state_file = absl::GetFlag(FLAGS_state_file);
   config.work_dir = absl::GetFlag(FLAGS_work_dir);
   config.trainer_binary = absl::GetFlag(FLAGS_trainer_binary);
-  auto agent = mt::worker::Agent::Create(config);
+  // Metrics: the registry and the endpoint belong to this process; the agent feeds them.
+  mt::RealClock clock;
+  auto registry = std::make_shared<prometheus::Registry>();
+  std::unique_ptr<mt::worker::metrics::WorkerMetrics> metrics;
+  std::unique_ptr<mt::metrics::MetricsServer> metrics_server;
+  if (const int port = absl::GetFlag(FLAGS_metrics_port); port >= 0) {
+    metrics = std::make_unique<mt::worker::metrics::WorkerMetrics>(
+        registry.get(), mt::worker::DetectResources(config), mt::kVersion, &clock,
+        absl::GetFlag(FLAGS_metrics_linger));
+    mt::metrics::MetricsServerOptions options;
+    options.host = absl::GetFlag(FLAGS_metrics_host);
+    options.port = port;
+    options.advertised_host = config.node;
+    auto server = mt::metrics::MetricsServer::Start(options, {registry});
+    if (!server.ok()) {
+      std::fprintf(stderr, "mt-worker: %s\n", std::string(server.status().message()).c_str());
+      return 2;
+    }
+    metrics_server = *std::move(server);
+    config.metrics_address = metrics_server->address();
+    MT_LOG(INFO) << "metrics on http://" << config.metrics_address << "/metrics";
+  }
+  auto agent = mt::worker::Agent::Create(config, metrics.get());
   if (!agent.ok()) {
     std::fprintf(stderr, "mt-worker: %s\n", std::string(agent.status().message()).c_str());
     return 2;

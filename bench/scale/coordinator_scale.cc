@@ -137,8 +137,11 @@ std::string SelfDir() {
 pid_t StartCoordinator(const std::string& binary, const std::string& dir, std::string* address) {
   const std::string addr_file = dir + "/address";
   const std::string log = dir + "/coordinator.log";
-  std::vector<std::string> args = {binary, "--listen=127.0.0.1:0", "--state_dir=" + dir + "/state",
+  std::vector<std::string> args = {binary,
+                                   "--listen=127.0.0.1:0",
+                                   "--state_dir=" + dir + "/state",
                                    "--address_file=" + addr_file,
+                                   "--metrics_port=0",
                                    "--lost_after=" + absl::GetFlag(FLAGS_lost_after)};
   const pid_t pid = fork();
   if (pid < 0) Die("fork failed");

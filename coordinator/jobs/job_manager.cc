@@ -9,9 +9,11 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/checkpoint/checkpoint_dir.h"
 #include "common/spec/defaults.h"
 #include "common/spec/validate.h"
 #include "coordinator/jobs/job_state.h"
+#include "coordinator/jobs/restart_policy.h"
 #include "coordinator/plan.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -69,6 +71,12 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Store* store,
     }
     entry->id = id;
     entry->job = std::move(job);
+    // A restart in progress when the coordinator stopped: its ranks' exits may never come
+    // again, so AdvanceRestarts moves it on after the stop grace.
+    if (entry->job.state() == mt::v1::JOB_STATE_RESTARTING) {
+      entry->restart_cause = entry->job.reason();
+      entry->restart_since = clock->Now();
+    }
     m->Reindex(*entry, mt::v1::JOB_STATE_UNSPECIFIED, entry->job.state());
     m->jobs_[id] = std::move(entry);
   }
@@ -161,6 +169,7 @@ absl::Status JobManager::Transition(JobEntry* entry, mt::v1::JobState to,
   ++entry->version;
   entry->planned_version = 0;
   Reindex(*entry, from, to);
+  if (options_.observer != nullptr) options_.observer->OnJobTransition(entry->job, from, to, now);
   MT_LOG(INFO) << entry->job.id() << " -> " << ShortName(to) << ": " << reason;
   if (IsTerminal(to)) {
     rendezvous_.erase(SpaceKey(entry->job.id(), entry->job.attempt()));
@@ -482,6 +491,7 @@ void JobManager::ScheduleLocked() {
       a->set_coordinator_address(coordinator_address_.empty() ? options_.coordinator_address
                                                               : coordinator_address_);
       a->set_gpu_index(p.gpu_index());
+      a->set_resume_from(job.resume_from());
       Enqueue(p.worker_id(), std::move(cmd));
     }
   }
@@ -597,12 +607,14 @@ absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
     if (job.progress().total_steps() == 0) job.mutable_progress()->set_total_steps(total);
   }
   if (!IsTerminal(job.state())) {
-    if (report.outcome() == mt::v1::RANK_OUTCOME_FAILED) {
+    const bool active =
+        job.state() == mt::v1::JOB_STATE_SCHEDULED || job.state() == mt::v1::JOB_STATE_RUNNING;
+    if (report.outcome() == mt::v1::RANK_OUTCOME_FAILED && active) {
       const std::string why = absl::StrCat("rank ", report.rank(), " on ", report.worker_id(),
                                            " failed: ", report.message());
-      MT_RETURN_IF_ERROR(Transition(entry, mt::v1::JOB_STATE_FAILED, why));
-      StopRanks(entry, why);
-    } else if (std::all_of(entry->ranks.begin(), entry->ranks.end(), [](const RankState& r) {
+      MT_RETURN_IF_ERROR(FailOrRestart(entry, why));
+    } else if (active &&
+               std::all_of(entry->ranks.begin(), entry->ranks.end(), [](const RankState& r) {
                  return r.outcome == mt::v1::RANK_OUTCOME_SUCCEEDED;
                })) {
       MT_RETURN_IF_ERROR(
@@ -634,9 +646,8 @@ void JobManager::OnWorkerLost(const std::string& worker_id) {
       rank.message = "worker lost";
       const std::string why =
           absl::StrCat("worker ", worker_id, " running rank ", r, " was lost (no heartbeat)");
-      if (Transition(entry.get(), mt::v1::JOB_STATE_FAILED, why).ok()) {
-        StopRanks(entry.get(), why);
-      }
+      // A RESTARTING job only learns that this rank has ended.
+      (void)FailOrRestart(entry.get(), why);
       break;
     }
   }
@@ -661,10 +672,9 @@ void JobManager::FailOrphans() {
           (w->state() == mt::v1::WORKER_STATE_BUSY || w->state() == mt::v1::WORKER_STATE_DRAINING);
       if (running_it) continue;
       const std::string why = absl::StrCat("worker ", rank.worker_id, " no longer runs rank ", r);
-      if (Transition(entry.get(), mt::v1::JOB_STATE_FAILED, why).ok()) {
-        StopRanks(entry.get(), why);
-        changed = true;
-      }
+      entry->ranks[r].outcome = mt::v1::RANK_OUTCOME_FAILED;
+      entry->ranks[r].message = why;
+      changed = FailOrRestart(entry.get(), why).ok() || changed;
       break;
     }
   }
@@ -771,6 +781,87 @@ absl::StatusOr<int64_t> JobManager::RendezvousAdd(const std::string& job_id, int
   return current;
 }
 
+// --- Automatic restart (restart_policy.h) --------------------------------------------------
+
+absl::Status JobManager::FailOrRestart(JobEntry* entry, const std::string& cause) {
+  const mt::v1::JobState state = entry->job.state();
+  if (state != mt::v1::JOB_STATE_SCHEDULED && state != mt::v1::JOB_STATE_RUNNING) {
+    return absl::OkStatus();
+  }
+  const FailureDecision d = DecideOnFailure(entry->job, cause);
+  MT_RETURN_IF_ERROR(Transition(
+      entry, d.restart ? mt::v1::JOB_STATE_RESTARTING : mt::v1::JOB_STATE_FAILED, d.reason));
+  if (d.restart) {
+    entry->restart_cause = cause;
+    entry->restart_since = clock_->Now();
+  }
+  StopRanks(entry, d.restart ? absl::StrCat("restarting the job: ", cause) : d.reason);
+  return absl::OkStatus();
+}
+
+void JobManager::AdvanceRestarts() {
+  struct Ready {
+    int64_t id = 0;
+    int attempt = 0;
+    std::string save_dir;
+  };
+  std::vector<Ready> ready;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = clock_->Now();
+    // A rank that neither exits nor loses its worker (a hung daemon) does not block the
+    // restart for ever; its slot stays taken until the worker releases it.
+    const absl::Duration patience = absl::Seconds(options_.stop_grace_seconds + 30);
+    for (int64_t id : placed_) {
+      const JobEntry& e = *jobs_.at(id);
+      if (e.job.state() != mt::v1::JOB_STATE_RESTARTING) continue;
+      const bool all_ended = std::all_of(e.ranks.begin(), e.ranks.end(), [](const RankState& r) {
+        return r.outcome != mt::v1::RANK_OUTCOME_UNSPECIFIED;
+      });
+      if (!all_ended && now - e.restart_since < patience) continue;
+      ready.push_back({id, e.job.attempt(), e.job.spec().checkpoint().save_dir()});
+    }
+  }
+  for (const Ready& r : ready) {
+    // Outside the lock: verification re-reads (and hashes) every file of the checkpoint.
+    std::optional<FoundCheckpoint> latest;
+    std::string skipped;
+    auto choice = checkpoint::ChooseCheckpoint(r.save_dir, /*verify=*/true);
+    if (choice.ok()) {
+      latest = FoundCheckpoint{choice->dir, choice->manifest.step()};
+      skipped = absl::StrJoin(choice->problems, "; ");
+    } else if (!absl::IsNotFound(choice.status())) {
+      skipped = std::string(choice.status().message());
+    }
+    absl::MutexLock lock(&mu_);
+    auto it = jobs_.find(r.id);
+    if (it == jobs_.end()) continue;
+    JobEntry* entry = it->second.get();
+    // Cancelled (or moved on) meanwhile.
+    if (entry->job.state() != mt::v1::JOB_STATE_RESTARTING || entry->job.attempt() != r.attempt) {
+      continue;
+    }
+    const RequeueDecision d = DecideRequeue(entry->job, entry->restart_cause, latest, skipped);
+    if (!d.requeue) {
+      (void)Transition(entry, mt::v1::JOB_STATE_FAILED, d.reason);
+      continue;
+    }
+    const mt::v1::Job before = entry->job;
+    entry->job.set_attempt(r.attempt + 1);
+    entry->job.set_resume_from(d.resume_from);
+    entry->job.set_resume_step(d.resume_step);
+    entry->job.clear_placement();
+    if (!Transition(entry, mt::v1::JOB_STATE_PENDING, d.reason).ok()) {
+      entry->job = before;
+      continue;
+    }
+    rendezvous_.erase(SpaceKey(entry->job.id(), r.attempt));
+    entry->ranks.clear();
+    entry->restart_cause.clear();
+    ScheduleLocked();
+  }
+}
+
 void JobManager::SetCoordinatorAddress(const std::string& address) {
   absl::MutexLock lock(&mu_);
   coordinator_address_ = address;
@@ -779,6 +870,19 @@ void JobManager::SetCoordinatorAddress(const std::string& address) {
 void JobManager::Shutdown() {
   absl::MutexLock lock(&mu_);
   shutdown_ = true;
+}
+
+std::vector<JobManager::CheckpointDirs> JobManager::ActiveCheckpointDirs() {
+  absl::MutexLock lock(&mu_);
+  std::vector<CheckpointDirs> out;
+  for (const auto& [id, entry] : jobs_) {
+    const mt::v1::Job& job = entry->job;
+    if (IsTerminal(job.state())) continue;
+    const mt::v1::CheckpointSpec& c = job.spec().checkpoint();
+    if (c.load_dir().empty() && c.save_dir().empty()) continue;
+    out.push_back({job.id(), job.state(), c.load_dir(), c.save_dir()});
+  }
+  return out;
 }
 
 }  // namespace mt::coordinator

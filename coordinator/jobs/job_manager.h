@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "coordinator/jobs/job_observer.h"
 #include "coordinator/store/store.h"
 #include "coordinator/workers/registry.h"
 #include "mt/v1/client_service.pb.h"
@@ -54,6 +55,8 @@ struct JobManagerOptions {
   std::string coordinator_address;
   // Limits on what clients may ask for.
   int max_jobs = 1'000'000;
+  // Hears of every state transition (optional; outlives the manager).
+  JobObserver* observer = nullptr;
 };
 
 class JobManager {
@@ -90,12 +93,18 @@ class JobManager {
                                                   absl::Duration timeout);
   absl::Status OnRankReport(const mt::v1::RankReport& report);
   absl::Status OnRankExit(const mt::v1::RankExitReport& report);
-  // A worker was declared lost: its job fails (the checkpoint issue turns this into a restart).
+  // A worker was declared lost: its job restarts or fails (restart_policy.h).
   void OnWorkerLost(const std::string& worker_id);
-  // Fails active jobs with a rank whose worker is not (or no longer) running it, e.g. after a
-  // coordinator restart when that worker never came back. Call only once workers have had
-  // `lost_after` to re-register.
+  // Restarts or fails active jobs with a rank whose worker is not (or no longer) running it,
+  // e.g. after a coordinator restart when that worker never came back. Call only once workers
+  // have had `lost_after` to re-register.
   void FailOrphans();
+  // Moves RESTARTING jobs on once every rank of the failed attempt ended (or the stop grace
+  // plus a margin passed): finds the newest checkpoint of save_dir that verifies and queues the
+  // job again from it, or fails it (restart_policy.h). Verification reads every checkpoint
+  // file, outside the lock: call from a thread of its own (the server's restarter), not from
+  // an RPC handler.
+  void AdvanceRestarts();
   // A worker (re-)registered reporting these running ranks; ranks the coordinator does not
   // expect there are told to stop.
   void OnWorkerRegistered(const mt::v1::Worker& worker,
@@ -109,6 +118,17 @@ class JobManager {
                                                          absl::Duration timeout);
   absl::StatusOr<int64_t> RendezvousAdd(const std::string& job_id, int attempt,
                                         const std::string& key, int64_t delta);
+
+  // --- Checkpoint catalog -------------------------------------------------------------------
+  // Jobs not in a terminal state with their checkpoint directories: the catalog keeps what
+  // they may load (coordinator/checkpoints/catalog.h).
+  struct CheckpointDirs {
+    std::string job_id;
+    mt::v1::JobState state = mt::v1::JOB_STATE_UNSPECIFIED;
+    std::string load_dir;
+    std::string save_dir;
+  };
+  std::vector<CheckpointDirs> ActiveCheckpointDirs();
 
   // The address ranks use to reach the coordinator, once the port is bound.
   void SetCoordinatorAddress(const std::string& address);
@@ -136,6 +156,9 @@ class JobManager {
     // (0 = not since it last changed state), and whether it then blocked the jobs behind it.
     uint64_t planned_version = 0;
     bool planned_blocks = false;
+    // While RESTARTING: the failure that started the restart, and since when.
+    std::string restart_cause;
+    absl::Time restart_since = absl::InfinitePast();
   };
 
   JobManager(Store* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options)
@@ -158,6 +181,10 @@ class JobManager {
   // Sends a stop to every rank of the job's current attempt still running and frees workers
   // whose ranks already ended.
   void StopRanks(JobEntry* entry, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A rank of a SCHEDULED or RUNNING job failed (`cause`): RESTARTING with the other ranks
+  // stopped, or FAILED (restart_policy.h DecideOnFailure). No-op in any other state.
+  absl::Status FailOrRestart(JobEntry* entry, const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(const std::string& worker_id, mt::v1::WorkerCommand command)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseWorker(const std::string& worker_id, const std::string& job_id)

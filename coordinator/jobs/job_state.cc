@@ -25,8 +25,8 @@ constexpr std::pair<S, S> kEdges[] = {
     {mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_RESTARTING},
     {mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_FAILED},
     {mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_CANCELLED},
-    {mt::v1::JOB_STATE_RESTARTING, mt::v1::JOB_STATE_SCHEDULED},
-    {mt::v1::JOB_STATE_RESTARTING, mt::v1::JOB_STATE_PENDING},  // waits for capacity
+    // A restart goes through the queue: it may have to wait for capacity or other workers.
+    {mt::v1::JOB_STATE_RESTARTING, mt::v1::JOB_STATE_PENDING},
     {mt::v1::JOB_STATE_RESTARTING, mt::v1::JOB_STATE_FAILED},
     {mt::v1::JOB_STATE_RESTARTING, mt::v1::JOB_STATE_CANCELLED},
 };

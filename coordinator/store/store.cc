@@ -7,6 +7,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -41,6 +42,19 @@ constexpr const char* kMigrations[] = {
         reason TEXT NOT NULL,
         PRIMARY KEY (job_id, seq));
       CREATE TABLE workers (id INTEGER PRIMARY KEY, worker BLOB NOT NULL);
+    )sql",
+    // 2: the checkpoint catalog.
+    R"sql(
+      CREATE TABLE checkpoints (
+        id INTEGER PRIMARY KEY,
+        job_id TEXT NOT NULL,
+        step INTEGER NOT NULL,
+        directory TEXT NOT NULL,
+        state INTEGER NOT NULL,
+        create_ns INTEGER NOT NULL,
+        checkpoint BLOB NOT NULL);
+      CREATE INDEX checkpoints_by_job ON checkpoints (job_id, step);
+      CREATE INDEX checkpoints_by_directory ON checkpoints (directory);
     )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
@@ -110,6 +124,16 @@ absl::StatusOr<int64_t> ParseJobId(const std::string& id) {
   if (n <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("job_id '", id.substr(0, 64), "' is not a job id (like j-3)"));
+  }
+  return n;
+}
+
+absl::StatusOr<int64_t> ParseCheckpointId(const std::string& id) {
+  int64_t n = IdNumber(id, "c-");
+  if (n <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint_id '",
+                                                   absl::CHexEscape(id.substr(0, 64)),
+                                                   "' is not a checkpoint id (like c-3)"));
   }
   return n;
 }
@@ -340,6 +364,107 @@ absl::StatusOr<std::vector<mt::v1::Worker>> Store::AllWorkers() {
   }
   MT_RETURN_IF_ERROR(st.Done(rc));
   return out;
+}
+
+absl::StatusOr<mt::v1::Checkpoint> Store::CreateCheckpoint(mt::v1::Checkpoint checkpoint) {
+  absl::MutexLock lock(&mu_);
+  MT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  auto rollback = [&](absl::Status s) {
+    (void)Exec("ROLLBACK");
+    return s;
+  };
+  int64_t id = 0;
+  {
+    Stmt next(db_, "SELECT coalesce(max(id), 0) + 1 FROM checkpoints");
+    if (!next.status().ok() || next.Step() != SQLITE_ROW) return rollback(next.status());
+    id = next.Int(0);
+  }
+  checkpoint.set_id(absl::StrCat("c-", id));
+  checkpoint.clear_loading_job_ids();  // computed when read, never stored
+  Stmt ins(db_,
+           "INSERT INTO checkpoints (id, job_id, step, directory, state, create_ns, checkpoint) "
+           "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)");
+  if (!ins.status().ok()) return rollback(ins.status());
+  ins.Bind(1, id);
+  ins.Bind(2, checkpoint.job_id());
+  ins.Bind(3, checkpoint.step());
+  ins.Bind(4, checkpoint.directory());
+  ins.Bind(5, static_cast<int64_t>(checkpoint.state()));
+  ins.Bind(6, TimeUtil::TimestampToNanoseconds(checkpoint.create_time()));
+  ins.BindBlob(7, checkpoint.SerializeAsString());
+  if (absl::Status s = ins.Done(ins.Step()); !s.ok()) return rollback(s);
+  MT_RETURN_IF_ERROR(Exec("COMMIT"));
+  return checkpoint;
+}
+
+absl::Status Store::UpdateCheckpoint(const mt::v1::Checkpoint& checkpoint) {
+  MT_ASSIGN_OR_RETURN(int64_t id, ParseCheckpointId(checkpoint.id()));
+  absl::MutexLock lock(&mu_);
+  Stmt up(db_,
+          "UPDATE checkpoints SET job_id = ?2, step = ?3, directory = ?4, state = ?5, "
+          "checkpoint = ?6 WHERE id = ?1");
+  MT_RETURN_IF_ERROR(up.status());
+  mt::v1::Checkpoint stored = checkpoint;
+  stored.clear_loading_job_ids();
+  up.Bind(1, id);
+  up.Bind(2, stored.job_id());
+  up.Bind(3, stored.step());
+  up.Bind(4, stored.directory());
+  up.Bind(5, static_cast<int64_t>(stored.state()));
+  up.BindBlob(6, stored.SerializeAsString());
+  MT_RETURN_IF_ERROR(up.Done(up.Step()));
+  if (sqlite3_changes(db_) != 1) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint ", checkpoint.id()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<mt::v1::Checkpoint> Store::GetCheckpoint(const std::string& checkpoint_id) {
+  MT_ASSIGN_OR_RETURN(int64_t id, ParseCheckpointId(checkpoint_id));
+  absl::MutexLock lock(&mu_);
+  Stmt st(db_, "SELECT checkpoint FROM checkpoints WHERE id = ?1");
+  MT_RETURN_IF_ERROR(st.status());
+  st.Bind(1, id);
+  if (st.Step() != SQLITE_ROW) {
+    return absl::NotFoundError(absl::StrCat("no checkpoint ", checkpoint_id));
+  }
+  return ParseBlob<mt::v1::Checkpoint>(st.Text(0), "checkpoint");
+}
+
+absl::StatusOr<std::vector<mt::v1::Checkpoint>> Store::ListCheckpoints(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  Stmt st(db_, job_id.empty() ? "SELECT checkpoint FROM checkpoints ORDER BY id"
+                              : "SELECT checkpoint FROM checkpoints WHERE job_id = ?1 ORDER BY id");
+  MT_RETURN_IF_ERROR(st.status());
+  if (!job_id.empty()) st.Bind(1, job_id);
+  std::vector<mt::v1::Checkpoint> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    MT_ASSIGN_OR_RETURN(mt::v1::Checkpoint c,
+                        ParseBlob<mt::v1::Checkpoint>(st.Text(0), "checkpoint"));
+    out.push_back(std::move(c));
+  }
+  MT_RETURN_IF_ERROR(st.Done(rc));
+  return out;
+}
+
+absl::StatusOr<std::optional<mt::v1::Checkpoint>> Store::FindCheckpointByDirectory(
+    const std::string& directory) {
+  absl::MutexLock lock(&mu_);
+  Stmt st(db_,
+          "SELECT checkpoint FROM checkpoints WHERE directory = ?1 AND state != ?2 "
+          "ORDER BY id DESC LIMIT 1");
+  MT_RETURN_IF_ERROR(st.status());
+  st.Bind(1, directory);
+  st.Bind(2, static_cast<int64_t>(mt::v1::CHECKPOINT_STATE_DELETED));
+  const int rc = st.Step();
+  if (rc == SQLITE_ROW) {
+    MT_ASSIGN_OR_RETURN(mt::v1::Checkpoint c,
+                        ParseBlob<mt::v1::Checkpoint>(st.Text(0), "checkpoint"));
+    return std::optional<mt::v1::Checkpoint>(std::move(c));
+  }
+  MT_RETURN_IF_ERROR(st.Done(rc));
+  return std::optional<mt::v1::Checkpoint>();
 }
 
 }  // namespace mt::coordinator

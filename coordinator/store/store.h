@@ -6,6 +6,8 @@
 //   jobs(id, request_id, name, state, priority, create_ns, job)   job = mt.v1.Job bytes
 //   job_events(job_id, seq, time_ns, state, attempt, reason)
 //   workers(id, worker)                       worker = mt.v1.Worker bytes
+//   checkpoints(id, job_id, step, directory, state, create_ns, checkpoint)
+//                                             checkpoint = mt.v1.Checkpoint bytes (v2)
 // Each write is one transaction; a job update and its event commit together or not at all.
 // Thread-safe: one connection guarded by a mutex (SQLite in serialized use).
 #ifndef MT_COORDINATOR_STORE_STORE_H_
@@ -20,6 +22,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "mt/v1/checkpoint.pb.h"
 #include "mt/v1/job.pb.h"
 
 struct sqlite3;
@@ -28,7 +31,7 @@ namespace mt::coordinator {
 
 class Store {
  public:
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
 
   // Opens (creating when needed) <state_dir>/coordinator.db and migrates it to kSchemaVersion.
   // A database from a newer mt is refused (FAILED_PRECONDITION) rather than touched.
@@ -49,6 +52,18 @@ class Store {
   absl::Status PutWorker(const mt::v1::Worker& worker);
   absl::StatusOr<std::vector<mt::v1::Worker>> AllWorkers();
 
+  // --- Checkpoint catalog (coordinator/checkpoints/catalog.h owns the rules) ---------------
+  // Inserts a new entry and fills its id ("c-<n>").
+  absl::StatusOr<mt::v1::Checkpoint> CreateCheckpoint(mt::v1::Checkpoint checkpoint);
+  // Replaces a stored entry (NOT_FOUND when there is none with its id).
+  absl::Status UpdateCheckpoint(const mt::v1::Checkpoint& checkpoint);
+  absl::StatusOr<mt::v1::Checkpoint> GetCheckpoint(const std::string& checkpoint_id);
+  // Entries filed under `job_id` ("" = every entry), oldest first.
+  absl::StatusOr<std::vector<mt::v1::Checkpoint>> ListCheckpoints(const std::string& job_id);
+  // The newest entry for `directory` that is not DELETED, if any.
+  absl::StatusOr<std::optional<mt::v1::Checkpoint>> FindCheckpointByDirectory(
+      const std::string& directory);
+
   int schema_version() const { return kSchemaVersion; }
 
  private:
@@ -64,6 +79,8 @@ class Store {
 
 // "j-12" -> 12; INVALID_ARGUMENT naming job_id otherwise.
 absl::StatusOr<int64_t> ParseJobId(const std::string& id);
+// "c-12" -> 12; INVALID_ARGUMENT naming checkpoint_id otherwise.
+absl::StatusOr<int64_t> ParseCheckpointId(const std::string& id);
 
 }  // namespace mt::coordinator
 

@@ -133,5 +133,55 @@ TEST(Store, Workers) {
   EXPECT_EQ(workers[0].resources().node(), "n2");
 }
 
+// A version-1 database (before the checkpoint catalog) is migrated, keeping its jobs.
+TEST(Store, MigratesAVersion1DatabaseToTheCatalog) {
+  const std::string dir = testutil::MakeTempDir("store");
+  {
+    MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+    MT_ASSERT_OK(
+        store->CreateJob(NewJob("old"), "", Event(mt::v1::JOB_STATE_PENDING, "s", 1)).status());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/coordinator.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DROP TABLE checkpoints; "
+                         "UPDATE meta SET value='1' WHERE key='schema_version'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+  MT_ASSERT_OK_AND_ASSIGN(auto jobs, store->AllJobs());
+  ASSERT_EQ(jobs.size(), 1u);
+  EXPECT_EQ(jobs[0].spec().name(), "old");
+  mt::v1::Checkpoint c;
+  c.set_job_id("j-1");
+  c.set_step(10);
+  c.set_directory("/ckpt/iter_0000010");
+  c.set_state(mt::v1::CHECKPOINT_STATE_COMPLETE);
+  c.add_loading_job_ids("j-7");  // computed when read, never stored
+  MT_ASSERT_OK_AND_ASSIGN(auto created, store->CreateCheckpoint(c));
+  EXPECT_EQ(created.id(), "c-1");
+  MT_ASSERT_OK_AND_ASSIGN(auto got, store->GetCheckpoint("c-1"));
+  EXPECT_EQ(got.step(), 10);
+  EXPECT_EQ(got.loading_job_ids_size(), 0);
+  MT_ASSERT_OK_AND_ASSIGN(auto found, store->FindCheckpointByDirectory("/ckpt/iter_0000010"));
+  ASSERT_TRUE(found.has_value());
+  EXPECT_EQ(found->id(), "c-1");
+  got.set_state(mt::v1::CHECKPOINT_STATE_DELETED);
+  MT_ASSERT_OK(store->UpdateCheckpoint(got));
+  MT_ASSERT_OK_AND_ASSIGN(found, store->FindCheckpointByDirectory("/ckpt/iter_0000010"));
+  EXPECT_FALSE(found.has_value());  // deleted entries do not claim their directory
+  MT_ASSERT_OK_AND_ASSIGN(auto by_job, store->ListCheckpoints("j-1"));
+  EXPECT_EQ(by_job.size(), 1u);
+  MT_ASSERT_OK_AND_ASSIGN(auto other, store->ListCheckpoints("j-2"));
+  EXPECT_TRUE(other.empty());
+  mt::v1::Checkpoint ghost;
+  ghost.set_id("c-9");
+  EXPECT_THAT(store->UpdateCheckpoint(ghost), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->GetCheckpoint("c-9"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->GetCheckpoint("j-1"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("checkpoint_id")));
+}
+
 }  // namespace
 }  // namespace mt::coordinator

@@ -251,9 +251,24 @@ uint64_t WorkerRegistry::capacity_version() const {
 }
 
 WorkerCounts WorkerRegistry::Counts() const {
-  absl::MutexLock lock(&mu_);
+  std::map<std::string, WorkerCounts> by_node = CountsByNode();
   WorkerCounts c;
+  for (const auto& [node, n] : by_node) {
+    c.total += n.total;
+    c.idle += n.idle;
+    c.busy += n.busy;
+    c.draining += n.draining;
+    c.lost += n.lost;
+    c.gone += n.gone;
+  }
+  return c;
+}
+
+std::map<std::string, WorkerCounts> WorkerRegistry::CountsByNode() const {
+  absl::MutexLock lock(&mu_);
+  std::map<std::string, WorkerCounts> by_node;
   for (const auto& [id, w] : workers_) {
+    WorkerCounts& c = by_node[w.resources().node()];
     ++c.total;
     switch (w.state()) {
       case mt::v1::WORKER_STATE_IDLE:
@@ -275,7 +290,7 @@ WorkerCounts WorkerRegistry::Counts() const {
         break;
     }
   }
-  return c;
+  return by_node;
 }
 
 }  // namespace mt::coordinator

@@ -12,6 +12,7 @@
 #define MT_COORDINATOR_WORKERS_REGISTRY_H_
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -61,6 +62,8 @@ class WorkerRegistry {
   // Declares LOST every live worker silent for longer than lost_after; returns their ids.
   std::vector<std::string> SweepLost();
   WorkerCounts Counts() const;
+  // The same counts per node (for the metrics' node label).
+  std::map<std::string, WorkerCounts> CountsByNode() const;
 
   // What the scheduler places jobs on, read under one lock: the IDLE workers in id order, the
   // number of live (IDLE or BUSY) workers, and the capacity version they belong to.

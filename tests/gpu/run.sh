@@ -117,10 +117,14 @@ else
     --no-tests=error --timeout 300 >"$out/ctest-gpu.log" 2>&1
   rc=$?
   cp "$build/Testing/Temporary/LastTest.log" "$out/ctest-gpu-LastTest.log" 2>/dev/null || true
-  summary=$(grep -E '[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$out/ctest-gpu.log" |
-            tail -1)
+  # "100% tests passed, 0 tests failed out of 9" (older CTest) or "100% tests passed out of 9".
+  summary=$(grep -E '[0-9]+% tests passed(, [0-9]+ tests? failed)? out of [0-9]+' \
+            "$out/ctest-gpu.log" | tail -1)
   total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$summary")
-  nfail=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$summary")
+  nfail=0
+  if grep -qE 'tests? failed' <<<"$summary"; then
+    nfail=$(sed -E 's/.*passed, ([0-9]+) tests? failed.*/\1/' <<<"$summary")
+  fi
   # A GPU test that GTEST_SKIPs (no device, no CUDA build) passes in ctest: count those.
   gskip=$(grep -oE '^\[  SKIPPED \] [^ ]+\.[^ ]+' "$out/ctest-gpu-LastTest.log" 2>/dev/null |
           sort -u | wc -l)

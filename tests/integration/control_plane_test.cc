@@ -3,6 +3,8 @@
 
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
@@ -36,7 +38,8 @@ class ControlPlaneTest : public ::testing::Test {
                                      "--address_file=" + dir_ + "/addr",
                                      "--state_dir=" + dir_ + "/state",
                                      "--heartbeat_interval=100ms",
-                                     "--lost_after=1s"};
+                                     "--lost_after=1s",
+                                     "--metrics_port=0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     EXPECT_THAT(coordinator_.Start(argv, dir_ + "/coordinator.log"), testing::IsOk());
     auto addr = testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20));
@@ -127,7 +130,7 @@ TEST_F(ControlPlaneTest, WorkerReRegistersAfterCoordinatorRestart) {
   Subprocess second;
   ASSERT_THAT(second.Start({kBin + "mt-coordinator", "--listen=" + first_address,
                             "--address_file=" + dir_ + "/addr", "--state_dir=" + dir_ + "/state",
-                            "--heartbeat_interval=100ms", "--lost_after=1s"},
+                            "--heartbeat_interval=100ms", "--lost_after=1s", "--metrics_port=0"},
                            dir_ + "/coordinator2.log"),
               testing::IsOk());
   ASSERT_TRUE(testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20)).ok());
@@ -207,15 +210,64 @@ TEST_F(ControlPlaneTest, HealthServiceAnswers) {
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
-TEST_F(ControlPlaneTest, CheckpointCallsSayTheyAreNotServedYet) {
+// The catalog answers over gRPC, and refuses bad names and paths (path traversal, NUL bytes,
+// relative paths) at the API with INVALID_ARGUMENT naming the field.
+TEST_F(ControlPlaneTest, CheckpointCallsCheckTheirInput) {
   StartCoordinator();
   auto stub = mt::v1::ClientService::NewStub(rpc::MakeChannel(address_, ""));
+  auto deadline = [](grpc::ClientContext* ctx) {
+    ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  };
+  {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    mt::v1::ListCheckpointsResponse resp;
+    MT_ASSERT_OK(rpc::FromGrpcStatus(stub->ListCheckpoints(&ctx, {}, &resp)));
+    EXPECT_EQ(resp.total_count(), 0);
+  }
+  const std::vector<std::pair<std::string, std::string>> dirs = {
+      {std::string("/tmp/a\0/b", 8), "NUL"},
+      {"/tmp/../etc", "'..'"},
+      {"relative/dir", "relative"},
+      {"", "empty"},
+  };
+  for (const auto& [dir, why] : dirs) {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    mt::v1::ImportCheckpointRequest req;
+    req.set_directory(dir);
+    mt::v1::Checkpoint resp;
+    EXPECT_THAT(rpc::FromGrpcStatus(stub->ImportCheckpoint(&ctx, req, &resp)),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                  ::testing::AllOf(HasSubstr("directory"), HasSubstr(why))))
+        << why;
+    grpc::ClientContext ctx2;
+    deadline(&ctx2);
+    mt::v1::ExportCheckpointRequest ex;
+    ex.set_checkpoint_id("c-1");
+    ex.set_output_dir(dir);
+    mt::v1::ExportCheckpointResponse ex_resp;
+    EXPECT_THAT(rpc::FromGrpcStatus(stub->ExportCheckpoint(&ctx2, ex, &ex_resp)),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                  ::testing::AllOf(HasSubstr("output_dir"), HasSubstr(why))))
+        << why;
+  }
+  for (const std::string& id : {std::string("../c-1"), std::string("c-1\0x", 5)}) {
+    grpc::ClientContext ctx;
+    deadline(&ctx);
+    mt::v1::GetCheckpointRequest req;
+    req.set_checkpoint_id(id);
+    mt::v1::Checkpoint resp;
+    EXPECT_THAT(rpc::FromGrpcStatus(stub->GetCheckpoint(&ctx, req, &resp)),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("checkpoint_id")));
+  }
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  mt::v1::ListCheckpointsResponse resp;
-  absl::Status s = rpc::FromGrpcStatus(stub->ListCheckpoints(&ctx, {}, &resp));
-  EXPECT_THAT(s, testing::StatusIs(absl::StatusCode::kUnimplemented,
-                                   HasSubstr("does not keep a checkpoint catalog yet")));
+  deadline(&ctx);
+  mt::v1::DeleteCheckpointRequest del;
+  del.set_checkpoint_id("c-5");
+  mt::v1::Checkpoint resp;
+  EXPECT_THAT(rpc::FromGrpcStatus(stub->DeleteCheckpoint(&ctx, del, &resp)),
+              testing::StatusIs(absl::StatusCode::kNotFound));
 }
 
 // A tp=2 job as Megatron-LM flags (dp: auto).

@@ -27,7 +27,7 @@ absl::Status Cluster::StartCoordinator(const std::vector<std::string>& extra_fla
       bin_ + "/mt-coordinator",      "--listen=" + (address_.empty() ? "127.0.0.1:0" : address_),
       "--address_file=" + addr_file, "--state_dir=" + dir_ + "/state",
       "--heartbeat_interval=200ms",  "--lost_after=2s",
-      "--stop_grace_seconds=5"};
+      "--stop_grace_seconds=5",      "--metrics_port=0"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   coordinator_ = std::make_unique<Subprocess>();
   if (absl::Status s = coordinator_->Start(argv, dir_ + "/coordinator.log"); !s.ok()) return s;
@@ -44,11 +44,14 @@ void Cluster::KillCoordinator(int sig) {
   (void)coordinator_->Wait(absl::Seconds(20));
 }
 
-absl::Status Cluster::StartWorker(const std::string& name, const std::string& node) {
+absl::Status Cluster::StartWorker(const std::string& name, const std::string& node,
+                                  const std::vector<std::string>& extra_flags) {
   auto w = std::make_unique<Subprocess>();
-  absl::Status s = w->Start({bin_ + "/mt-worker", "--coordinator=" + address_, "--node=" + node,
-                             "--gpu=-1", "--cpu_cores=1", "--work_dir=" + dir_ + "/" + name},
-                            dir_ + "/" + name + ".log");
+  std::vector<std::string> argv = {bin_ + "/mt-worker", "--coordinator=" + address_,
+                                   "--node=" + node,    "--gpu=-1",
+                                   "--cpu_cores=1",     "--work_dir=" + dir_ + "/" + name};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  absl::Status s = w->Start(argv, dir_ + "/" + name + ".log");
   workers_[name] = std::move(w);
   return s;
 }

@@ -25,11 +25,14 @@ class Cluster {
   const std::string& dir() const { return dir_; }
   const std::string& address() const { return address_; }
 
-  // Starts (or restarts, on the same port and state dir) the coordinator.
+  // Starts (or restarts, on the same port and state dir) the coordinator, its metrics endpoint
+  // on any free port (GetClusterInfo's metrics_url names it).
   absl::Status StartCoordinator(const std::vector<std::string>& extra_flags = {});
   void KillCoordinator(int sig);
-  // Starts a CPU worker daemon named `name` (its node is `node`).
-  absl::Status StartWorker(const std::string& name, const std::string& node = "node0");
+  // Starts a CPU worker daemon named `name` (its node is `node`). Its metrics endpoint is on
+  // any free port (the coordinator's service discovery names it).
+  absl::Status StartWorker(const std::string& name, const std::string& node = "node0",
+                           const std::vector<std::string>& extra_flags = {});
   Subprocess* worker(const std::string& name) { return workers_[name].get(); }
   // Waits until `n` workers are IDLE.
   bool WaitForIdleWorkers(int n, absl::Duration timeout);

@@ -67,7 +67,8 @@ mt::v1::WorkerResources DetectResources(const AgentConfig& config) {
   return r;
 }
 
-absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config) {
+absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config,
+                                                     RankObserver* observer) {
   MT_RETURN_IF_ERROR(config.Validate());
   std::string token;
   if (!config.token_file.empty()) {
@@ -92,7 +93,7 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config) 
                     << " is missing or not executable (a build without LibTorch has none; pass "
                        "--trainer-binary): ranks assigned here will fail";
   }
-  std::unique_ptr<Agent> agent(new Agent(resolved, DetectResources(resolved), token));
+  std::unique_ptr<Agent> agent(new Agent(resolved, DetectResources(resolved), token, observer));
   if (!config.state_file.empty()) {
     // A previous run's id lets the coordinator recognise this daemon after a restart.
     if (auto id = ReadFile(config.state_file, 4096); id.ok()) {
@@ -103,9 +104,11 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config) 
   return agent;
 }
 
-Agent::Agent(AgentConfig config, mt::v1::WorkerResources resources, std::string token)
+Agent::Agent(AgentConfig config, mt::v1::WorkerResources resources, std::string token,
+             RankObserver* observer)
     : config_(std::move(config)),
       resources_(std::move(resources)),
+      observer_(observer),
       stub_(mt::v1::WorkerService::NewStub(rpc::MakeChannel(config_.coordinator, token))) {}
 
 std::string Agent::worker_id() const {
@@ -118,6 +121,7 @@ absl::Status Agent::RegisterOnce() {
   request.set_worker_id(worker_id());
   *request.mutable_resources() = resources_;
   request.set_version(kVersion);
+  request.set_metrics_address(config_.metrics_address);
   for (auto& r : Running()) *request.add_running() = std::move(r);
   mt::v1::RegisterResponse response;
   grpc::ClientContext context;
@@ -161,6 +165,7 @@ absl::Status Agent::Run() {
   bool registered = false;
   while (!stop_.HasBeenNotified()) {
     Reap();
+    if (observer_ != nullptr) observer_->OnTick();
     if (!registered) {
       absl::Status s = RegisterOnce();
       if (s.ok()) {
@@ -292,6 +297,7 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
   if (resources_.gpu_index() < 0) {
     options.extra_env.push_back(absl::StrCat("MT_CPU_THREADS=", resources_.cpu_cores()));
   }
+  if (observer_ != nullptr) observer_->OnRankStarted(a);
   auto process = RankProcess::Start(
       a, worker_id(), options, [this](const mt::v1::RankReport& r) { ForwardReport(r); },
       [this](const mt::v1::RankExitReport& r) { ReportExit(r); });
@@ -312,6 +318,12 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
 }
 
 void Agent::ForwardReport(const mt::v1::RankReport& report) {
+  if (observer_ != nullptr) observer_->OnRankReport(report);
+  // Telemetry is for this daemon's metrics; the coordinator needs the rest.
+  if (report.has_telemetry() && !report.has_progress() && !report.has_checkpoint() &&
+      !report.has_checkpoint_load()) {
+    return;
+  }
   absl::MutexLock lock(&report_mu_);
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (report_writer_ == nullptr) {
@@ -329,6 +341,7 @@ void Agent::ForwardReport(const mt::v1::RankReport& report) {
 void Agent::ReportExit(const mt::v1::RankExitReport& report) {
   MT_LOG(INFO) << "rank " << report.rank() << " of " << report.job_id()
                << " ended: " << report.message();
+  if (observer_ != nullptr) observer_->OnRankExited(report);
   absl::MutexLock lock(&mu_);
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread t([this, report, done] {

@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "mt/v1/worker_service.grpc.pb.h"
+#include "worker/agent/rank_observer.h"
 #include "worker/agent/rank_process.h"
 
 namespace mt::worker {
@@ -44,13 +45,18 @@ struct AgentConfig {
   std::string work_dir;
   // The trainer binary (`train --assignment FILE`); default this executable.
   std::string trainer_binary;
+  // host:port of this daemon's Prometheus endpoint, told to the coordinator for its service
+  // discovery; empty = metrics off.
+  std::string metrics_address;
 
   absl::Status Validate() const;
 };
 
 class Agent {
  public:
-  static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentConfig& config);
+  // `observer` (optional, outlives the agent) hears of every rank's start, reports and end.
+  static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentConfig& config,
+                                                       RankObserver* observer = nullptr);
 
   // Serves until Shutdown(); returns OK after a clean deregistration.
   absl::Status Run();
@@ -61,7 +67,8 @@ class Agent {
   std::vector<mt::v1::RunningRank> Running() const;
 
  private:
-  Agent(AgentConfig config, mt::v1::WorkerResources resources, std::string token);
+  Agent(AgentConfig config, mt::v1::WorkerResources resources, std::string token,
+        RankObserver* observer);
   absl::Status RegisterOnce();
   // Keeps one StreamAssignments call open while registered and acts on what arrives.
   void AssignmentLoop();
@@ -78,6 +85,7 @@ class Agent {
 
   const AgentConfig config_;
   const mt::v1::WorkerResources resources_;
+  RankObserver* const observer_;
   std::unique_ptr<mt::v1::WorkerService::Stub> stub_;
   absl::Notification stop_;
   mutable absl::Mutex mu_;

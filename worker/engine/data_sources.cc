@@ -111,7 +111,7 @@ absl::StatusOr<TokenBatch> DataParallelSlice::Next(int64_t num_samples) {
 }
 
 absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec, int dp_rank,
-                                                 int dp_size) {
+                                                 int dp_size, int64_t consumed_samples) {
   const mt::v1::ModelSpec& m = spec.model();
   const int64_t vocab = m.vocab_size() > 0 ? m.vocab_size() : kGpt2BpeVocabSize;
   const int64_t global =
@@ -119,8 +119,8 @@ absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec, in
   const int64_t count = std::min<int64_t>(kMaxSyntheticTokens, 8 * global * m.seq_length() + 1);
   const uint64_t seed = spec.training().has_seed() ? spec.training().seed() : spec::kDefaultSeed;
   DataSources out;
-  MT_ASSIGN_OR_RETURN(
-      auto train, TokenSequenceSource::Create(SyntheticTokens(count, vocab, seed), m.seq_length()));
+  MT_ASSIGN_OR_RETURN(auto train, TokenSequenceSource::Create(SyntheticTokens(count, vocab, seed),
+                                                              m.seq_length(), consumed_samples));
   MT_ASSIGN_OR_RETURN(auto valid, TokenSequenceSource::Create(
                                       SyntheticTokens(count, vocab, seed + 1), m.seq_length()));
   if (dp_size > 1) {

@@ -38,8 +38,9 @@ absl::StatusOr<DataSources> DataSourcesFromSpec(const mt::v1::JobSpec& spec,
 
 // Deterministic random tokens over model.vocab_size (50257 when 0): a repeating sequence of
 // eight global batches for training (the loss visibly falls) and another one for validation.
+// The training source starts after `consumed_samples` (a checkpoint's).
 absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec, int dp_rank = 0,
-                                                 int dp_size = 1);
+                                                 int dp_size = 1, int64_t consumed_samples = 0);
 
 // Rank `dp_rank`'s slice of `source`: each Next(micro) reads micro*dp_size samples from it and
 // keeps rows [dp_rank*micro, (dp_rank+1)*micro). Thread-compatible.

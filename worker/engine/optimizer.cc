@@ -373,6 +373,13 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   return absl::OkStatus();
 }
 
+torch::Tensor MixedPrecisionOptimizer::SlotGradient(const ParamSlot& slot) const {
+  if (has_fp32_master_grads()) return master_grad_.narrow(0, slot.offset, slot.numel);
+  if (model_grad_flat_.defined()) return model_grad_flat_.narrow(0, slot.offset, slot.numel);
+  const torch::Tensor& g = slot.param.grad();
+  return g.defined() ? g.view({-1}) : g;
+}
+
 torch::Tensor MixedPrecisionOptimizer::MasterParam(const ParamSlot& slot) const {
   if (reducer_ != nullptr && reducer_->shard() && !master_is_model_) return torch::Tensor();
   return master_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());

@@ -207,6 +207,8 @@ class MixedPrecisionOptimizer {
 
   // Successful (not skipped) steps so far: Adam's t. Reads the device (waits for the step).
   int64_t step_count() const;
+  // Checkpoints (worker/checkpoint/trainer_state.cc): Adam's t of a restored state.
+  void RestoreStepCount(int64_t steps) { step_.fill_(static_cast<double>(steps)); }
   const OptimizerConfig& config() const { return config_; }
 
   struct ParamSlot {
@@ -260,6 +262,13 @@ class MixedPrecisionOptimizer {
     int64_t temporary = 0;        // the conversion chunk, allocated during Step only
   };
   MemoryBytes memory_bytes() const;
+
+  // The step's gradient of one parameter so far (call after FinishMicroBatch, before Step), as
+  // a flat view of what the update will read: the fp32 master gradients, the gradient buffer,
+  // or the parameter's own .grad where there is no buffer. Summing it in place over a group
+  // (tied embeddings over the embedding group, sequence-parallel replicas over TP) changes
+  // what Step applies. Undefined when the parameter has no gradient.
+  torch::Tensor SlotGradient(const ParamSlot& slot) const;
 
   // Buckets of the gradient buffer (for tests and logs): [begin, end) in elements.
   std::vector<std::pair<int64_t, int64_t>> buckets() const;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
@@ -22,6 +23,7 @@
 #include "worker/engine/batch_source.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
+#include "worker/metrics/tensorboard_logger.h"
 
 namespace mt::engine {
 namespace {
@@ -40,6 +42,7 @@ struct TrainArgs {
   int64_t train_iters = 0;    // 0 = the spec's
   double peak_tflops = -1.0;  // < 0 = default
   std::string attention = "auto";
+  std::string tensorboard_dir;  // empty = the spec's
   bool help = false;
 };
 
@@ -83,6 +86,8 @@ absl::StatusOr<TrainArgs> ParseArgs(const std::vector<std::string>& args) {
       }
     } else if (name == "--attention") {
       MT_ASSIGN_OR_RETURN(out.attention, take_value());
+    } else if (name == "--tensorboard-dir") {
+      MT_ASSIGN_OR_RETURN(out.tensorboard_dir, take_value());
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", args[i], "\""));
     }
@@ -106,6 +111,8 @@ absl::StatusOr<mt::v1::JobSpec> LoadSpec(const TrainArgs& args) {
     job.mutable_training()->clear_lr_decay_samples();
     job.mutable_training()->clear_lr_warmup_samples();
   }
+  if (!args.tensorboard_dir.empty())
+    job.mutable_logging()->set_tensorboard_dir(args.tensorboard_dir);
   spec::ApplyDefaults(&job);
   std::vector<std::string> problems = spec::ListSpecProblems(job);
   if (args.synthetic_data) {
@@ -136,6 +143,7 @@ const char* TrainCommandUsage() {
          "  --train-iters N    override training.train_iters\n"
          "  --peak-tflops F    device peak for MFU (default 989 on CUDA in bf16/fp16, else off)\n"
          "  --attention A      attention kernel: auto (fused where available), math, fused\n"
+         "  --tensorboard-dir D  TensorBoard event files there (Megatron's scalar names)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }
@@ -186,6 +194,19 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "mt-worker train: %s\n", std::string(trainer.status().message()).c_str());
     return trainer.status().code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailed;
   }
+  // Megatron's TensorBoard scalars (logging.tensorboard_dir / --tensorboard-dir).
+  std::unique_ptr<worker::metrics::TensorBoardLogger> tensorboard;
+  if (const std::string& dir = job->logging().tensorboard_dir(); !dir.empty()) {
+    worker::metrics::TensorBoardOptions tb;
+    tb.flops_per_token = (*trainer)->plan().flops_per_token;
+    tb.global_batch_size = (*trainer)->plan().global_batch_size;
+    auto logger = worker::metrics::TensorBoardLogger::Create(dir, tb, absl::Now());
+    if (!logger.ok()) {
+      std::fprintf(stderr, "mt-worker train: %s\n", std::string(logger.status().message()).c_str());
+      return kExitFailed;
+    }
+    tensorboard = *std::move(logger);
+  }
   StepMetrics last;
   EvalMetrics last_eval;
   bool evaluated = false;
@@ -196,12 +217,21 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
         last = m;
         seconds += m.seconds;
         tokens += m.tokens;
+        if (tensorboard != nullptr) tensorboard->OnStep(m, absl::Now());
         return true;
       },
       [&](const EvalMetrics& e) {
         last_eval = e;
         evaluated = true;
+        if (tensorboard != nullptr) {
+          tensorboard->OnEval(e, (*trainer)->consumed_samples(), absl::Now());
+        }
       });
+  if (tensorboard != nullptr) {
+    if (absl::Status s = tensorboard->Flush(); !s.ok()) {
+      std::fprintf(stderr, "mt-worker train: TensorBoard: %s\n", std::string(s.message()).c_str());
+    }
+  }
   if (!status.ok()) {
     std::fprintf(stderr, "mt-worker train: %s\n", std::string(status.message()).c_str());
     return kExitFailed;

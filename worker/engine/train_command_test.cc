@@ -1,12 +1,14 @@
 #include "worker/engine/train_command.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/metrics/event_file.h"
 
 namespace mt::engine {
 namespace {
@@ -53,6 +55,31 @@ TEST(TrainCommandTest, TrainsOnSyntheticData) {
   EXPECT_THAT(out, HasSubstr("valid_loss="));
   EXPECT_THAT(err, HasSubstr("step 3/3 | loss"));
   EXPECT_THAT(err, HasSubstr("validation at step 2"));
+}
+
+TEST(TrainCommandTest, TensorBoardDirGetsMegatronsScalars) {
+  const std::string spec = WriteSpec("tiny_tb.yaml", kTinyYaml);
+  std::string dir = ::testing::TempDir() + "/train_command_tb_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);  // a fresh directory: one run's file only
+  ::testing::internal::CaptureStderr();
+  const int rc = RunTrainCommand(
+      {"--spec", spec, "--synthetic-data", "--train-iters=3", "--tensorboard-dir", dir});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(rc, 0) << err;
+  const std::vector<std::string> files = worker::metrics::ListEventFiles(dir);
+  ASSERT_EQ(files.size(), 1u);
+  auto events = worker::metrics::ReadEventFile(files[0]);
+  ASSERT_TRUE(events.ok()) << events.status();
+  std::vector<int64_t> loss_steps;
+  int validation = 0;
+  for (const auto& e : *events) {
+    for (const auto& v : e.summary().value()) {
+      if (v.tag() == "lm loss") loss_steps.push_back(e.step());
+      validation += v.tag() == "lm loss validation";
+    }
+  }
+  EXPECT_THAT(loss_steps, ::testing::ElementsAre(1, 2, 3));
+  EXPECT_EQ(validation, 2);  // after step 2 and after the last
 }
 
 TEST(TrainCommandTest, UsageAndSpecErrorsExitWithTwo) {

@@ -9,11 +9,16 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <set>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
@@ -22,7 +27,9 @@
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
 #include "worker/parallel/collectives.h"
+#include "worker/parallel/pipeline.h"
 #include "worker/parallel/process_groups.h"
+#include "worker/parallel/tensor_parallel.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -103,29 +110,75 @@ absl::StatusOr<model::AttentionBackend> ParseBackend(const std::string& name) {
       absl::StrCat("attention backend \"", name, "\" is not auto, math or fused"));
 }
 
-// This trainer runs one model replica per rank: no tensor, pipeline or context parallelism;
-// data parallelism only with collectives (`dp_size` > 1).
-absl::Status CheckSingleDevice(const mt::v1::ParallelSpec& p, int dp_size) {
+// This trainer runs tensor, pipeline and data parallelism (not context parallelism): the
+// tensor-parallel shard and the pipeline stages over `groups` (a job's ranks), data
+// parallelism with collectives and the optimizer's DP group.
+absl::Status CheckParallelism(const mt::v1::ParallelSpec& p, int dp_size, int tp_size,
+                              int pp_size) {
   auto over_one = [](int64_t v) { return v > 1; };
-  if (over_one(p.tensor_model_parallel_size()) || over_one(p.pipeline_model_parallel_size()) ||
-      over_one(p.context_parallel_size())) {
-    return absl::UnimplementedError(
-        absl::StrCat("tensor, pipeline and context parallelism are not available yet: this spec "
-                     "has tp=",
-                     p.tensor_model_parallel_size(), " pp=", p.pipeline_model_parallel_size(),
-                     " cp=", p.context_parallel_size(), "; run it with tp=pp=cp=1"));
+  if (over_one(p.context_parallel_size())) {
+    return absl::UnimplementedError(absl::StrCat(
+        "context parallelism is not available yet: this spec has cp=", p.context_parallel_size(),
+        "; run it with cp=1"));
   }
-  const int64_t dp = p.data_parallel_size() > 0 ? p.data_parallel_size() : p.world_size();
+  const int64_t tp = std::max<int64_t>(1, p.tensor_model_parallel_size());
+  if (tp != tp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the spec asks for tp=", tp, " but this trainer's tensor-parallel group has ",
+                     tp_size, " rank(s); run it as a job (mtctl submit) for tp > 1"));
+  }
+  const int64_t pp = std::max<int64_t>(1, p.pipeline_model_parallel_size());
+  if (pp != pp_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the spec asks for pp=", pp, " but this trainer's groups have ", pp_size,
+                     " pipeline stage(s); run it as a job (mtctl submit) for pp > 1"));
+  }
+  int64_t dp = p.data_parallel_size();
+  if (dp <= 0 && p.world_size() > 0) dp = p.world_size() / (tp * pp);  // dp "auto"
   if (over_one(dp) && dp != dp_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("the spec asks for dp=", dp, " but this trainer has ", dp_size,
                      " data-parallel rank(s); run it as a job (mtctl submit) for dp > 1"));
   }
-  if (p.num_layers_per_virtual_pipeline_stage() > 0) {
+  if (p.num_layers_per_virtual_pipeline_stage() > 0 && pp <= 1) {
     return absl::InvalidArgumentError(
         "parallel.num_layers_per_virtual_pipeline_stage needs pipeline parallelism");
   }
   return absl::OkStatus();
+}
+
+// This rank's part of the model: its tensor-parallel shard (options.groups; the whole model
+// without groups), every layer.
+model::ModelShard ModelShardOf(const TrainerOptions& options, const mt::v1::ParallelSpec& p) {
+  model::ModelShard shard;
+  if (options.groups != nullptr) {
+    const parallel::GroupHandle& tp = options.groups->tp();
+    shard.tp_size = tp.size;
+    shard.tp_rank = tp.rank;
+    // Shares ownership of the groups: the model's autograd graphs use the TP group.
+    shard.tp_group = std::shared_ptr<const parallel::GroupHandle>(options.groups, &tp);
+  }
+  shard.sequence_parallel = p.sequence_parallel() && shard.tp_size > 1;
+  return shard;
+}
+
+// Megatron's allreduce_layernorm_grads: under sequence parallelism each TP rank computed the
+// gradients of the replicated parameters (LayerNorms, row-parallel biases, the position
+// embedding) from its part of the sequence only. Sums them over the TP group, in the
+// optimizer's gradient buffer (where this step's gradients have accumulated).
+absl::Status AllReduceSequenceParallelGradients(model::GptModel& model,
+                                                MixedPrecisionOptimizer& optimizer) {
+  const std::vector<std::string> names = model.SequenceParallelParameterNames();
+  if (names.empty()) return absl::OkStatus();
+  const std::set<std::string> wanted(names.begin(), names.end());
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> grads;
+  for (const MixedPrecisionOptimizer::ParamSlot& slot : optimizer.slots()) {
+    if (wanted.count(slot.name) == 0) continue;
+    torch::Tensor g = optimizer.SlotGradient(slot);
+    if (g.defined()) grads.push_back(g);
+  }
+  return parallel::AllReduceCoalesced(grads, model.shard().group());
 }
 
 absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
@@ -249,6 +302,159 @@ absl::StatusOr<OptimizerParallelConfig> MakeOptimizerParallel(const TrainPlan& p
   return p;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Pipeline parallelism (pp > 1). Kept apart from the single-stage path: Trainer::StepImpl and
+// EvaluateImpl call into it where the plain micro-batch loop would run.
+
+// The module tree of `from` added to `into` under the same names (shared, not copied), so that
+// the chunks of an interleaved stage appear to the optimizer as one module with the whole
+// model's parameter names (embedding.*, decoder.layers.N.*, output_layer.weight, ...).
+absl::Status MergeModules(torch::nn::Module& into, const torch::nn::Module& from,
+                          const std::string& path) {
+  for (const auto& item : from.named_parameters(/*recurse=*/false)) {
+    if (into.named_parameters(/*recurse=*/false).contains(item.key())) {
+      return absl::InternalError(absl::StrCat("two model chunks hold ", path, item.key()));
+    }
+    into.register_parameter(item.key(), item.value());
+  }
+  for (const auto& item : from.named_children()) {
+    auto children = into.named_children();
+    if (children.contains(item.key())) {
+      MT_RETURN_IF_ERROR(
+          MergeModules(*children[item.key()], *item.value(), path + item.key() + "."));
+      continue;
+    }
+    auto holder = std::make_shared<torch::nn::Module>(item.value()->name());
+    MT_RETURN_IF_ERROR(MergeModules(*holder, *item.value(), path + item.key() + "."));
+    into.register_module(item.key(), holder);
+  }
+  return absl::OkStatus();
+}
+
+// This rank's stage: its model chunks, the executor of the schedule, and what the step does
+// around it (the tied embedding's gradient over the embedding group; the global norm).
+struct PipelineStage {
+  std::shared_ptr<parallel::ProcessGroups> groups;
+  // chunks[c] is virtual stage c*p + stage: a GptModel over its consecutive global layers;
+  // the embedding on the first stage's chunk 0, final LayerNorm + output + loss on the last
+  // stage's last chunk.
+  std::vector<std::shared_ptr<model::GptModel>> chunks;
+  // v > 1: every chunk under the whole model's names, for the optimizer.
+  std::shared_ptr<torch::nn::Module> merged;
+  std::unique_ptr<parallel::PipelineExecutor> executor;
+  // The tied word embedding held here, by optimizer slot name ("" when none): the first
+  // stage's embedding.word_embeddings.weight, the last stage's output_layer.weight copy.
+  std::string tied_name;
+  bool tied_copy = false;  // the last stage's copy: counted in the norm on the first stage only
+
+  torch::nn::Module& module() {
+    if (merged) return *merged;
+    return *chunks[0];
+  }
+  void SetTraining(bool on) {
+    for (auto& c : chunks) c->train(on);
+  }
+
+  static absl::StatusOr<std::unique_ptr<PipelineStage>> Create(
+      const mt::v1::JobSpec& spec, const model::GptConfig& config, const TrainPlan& plan,
+      std::shared_ptr<parallel::ProcessGroups> groups, const torch::Device& device,
+      c10::ScalarType dtype) {
+    auto st = std::make_unique<PipelineStage>();
+    st->groups = groups;
+    const mt::v1::Layout& layout = groups->layout();
+    const int p = groups->pp().size;
+    const int stage = groups->pp_rank();
+    if (layout.stage_layers_size() != p) {
+      return absl::InvalidArgumentError(absl::StrCat("the layout has ", layout.stage_layers_size(),
+                                                     " stages' layers for pp=", p));
+    }
+    int chunks = 1;
+    const int per_virtual = spec.parallel().num_layers_per_virtual_pipeline_stage();
+    if (per_virtual > 0) chunks = static_cast<int>(config.num_layers / (p * per_virtual));
+    const auto& layers = layout.stage_layers(stage).layers();
+    if (chunks < 1 || layers.size() % chunks != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "stage ", stage, " holds ", layers.size(), " layers, not a multiple of ", chunks,
+          " model chunks; num_layers must be a multiple of pp * num_layers_per_virtual_"
+          "pipeline_stage"));
+    }
+    const int per_chunk = layers.size() / chunks;
+    const bool tied = !config.untie_embeddings_and_output_weights;
+    for (int c = 0; c < chunks; ++c) {
+      model::ModelShard shard;
+      shard.tp_size = groups->tp().size;
+      shard.tp_rank = groups->tp_rank();
+      shard.tp_group = std::make_shared<parallel::GroupHandle>(groups->tp());
+      shard.sequence_parallel = spec.parallel().sequence_parallel() && shard.tp_size > 1;
+      for (int i = c * per_chunk; i < (c + 1) * per_chunk; ++i) shard.layers.push_back(layers[i]);
+      shard.pre_process = stage == 0 && c == 0;
+      shard.post_process = stage == p - 1 && c == chunks - 1;
+      // The one-stage trainer's build: every parameter drawn from (seed, its global name), so
+      // a stage starts from exactly the whole model's weights.
+      model::ModelBuildOptions build;
+      build.seed = plan.seed;
+      build.device = device;
+      build.dtype = dtype;
+      MT_ASSIGN_OR_RETURN(std::shared_ptr<model::GptModel> chunk,
+                          model::GptModel::Create(config, shard, build));
+      chunk->train();
+      st->chunks.push_back(std::move(chunk));
+    }
+    if (chunks > 1) {
+      st->merged = std::make_shared<torch::nn::Module>("GptStage");
+      for (const auto& c : st->chunks) MT_RETURN_IF_ERROR(MergeModules(*st->merged, *c, ""));
+    }
+    if (tied && stage == 0) st->tied_name = "embedding.word_embeddings.weight";
+    if (tied && stage == p - 1 && p > 1) {
+      st->tied_name = model::GptModel::kSharedOutputWeightName;
+      st->tied_copy = true;
+    }
+    parallel::PipelineConfig pc;
+    pc.num_micro_batches = static_cast<int>(plan.num_micro_batches);
+    pc.num_chunks = chunks;
+    // [b, s, h]; under sequence parallelism each TP rank holds s/tp of the sequence.
+    const int tp = groups->tp().size;
+    const int64_t seq =
+        spec.parallel().sequence_parallel() && tp > 1 ? plan.seq_length / tp : plan.seq_length;
+    pc.activation_shape = {plan.micro_batch_size, seq, config.hidden_size};
+    pc.activation_dtype = dtype;
+    pc.device = device;
+    pc.overlap_p2p_comm = spec.parallel().overlap_p2p_comm();
+    MT_ASSIGN_OR_RETURN(st->executor, parallel::PipelineExecutor::Create(groups->pp(), pc));
+    return st;
+  }
+
+  parallel::ChunkForward Forward() {
+    return [this](int chunk, const torch::Tensor& input, const torch::Tensor& targets) {
+      return chunks[chunk]->ForwardStage(input, targets);
+    };
+  }
+
+  // The loss summed over the micro-batches, from the last stage, on every stage (on the
+  // device: no host synchronisation on NCCL).
+  absl::StatusOr<torch::Tensor> LossOnEveryStage(double loss_sum, const torch::Device& device) {
+    MT_ASSIGN_OR_RETURN(double loss, executor->BroadcastFromLastStage(loss_sum));
+    return torch::full({}, loss, torch::TensorOptions().dtype(torch::kDouble).device(device));
+  }
+
+  // Megatron's _allreduce_word_embedding_grads: the first stage's embedding and the last
+  // stage's copy get the sum of both gradients, so both apply the same update and stay equal.
+  // Before the optimizer's DP reduction (sums commute), where every rank holds its whole
+  // gradient buffer also with the distributed optimizer.
+  absl::Status SumTiedEmbeddingGradients(MixedPrecisionOptimizer& opt) {
+    if (tied_name.empty() || !groups->embedding().active()) return absl::OkStatus();
+    torch::NoGradGuard no_grad;
+    // FinishMicroBatch ran after every backward: the step's gradients are in the buffer the
+    // optimizer reduces and reads.
+    for (const auto& slot : opt.slots()) {
+      if (slot.name != tied_name) continue;
+      return parallel::SumOverGroup(groups->embedding(), {opt.SlotGradient(slot)},
+                                    "tied embedding gradient");
+    }
+    return absl::InternalError(absl::StrCat("no parameter ", tied_name, " on this stage"));
+  }
+};
+
 }  // namespace
 
 // The statistics of the steps since the last read, kept on the device so that a step does not
@@ -301,6 +507,8 @@ struct Trainer::State {
   c10::ScalarType dtype = torch::kFloat;
   std::shared_ptr<model::GptModel> model;
   std::unique_ptr<MixedPrecisionOptimizer> optimizer;
+  // Pipeline parallelism (pp > 1); null otherwise. `model` is then its first chunk.
+  std::unique_ptr<PipelineStage> pipeline;
   DeviceStepStats stats;
 
   // One batch from the source onto the device, checked.
@@ -359,7 +567,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                                                          std::unique_ptr<BatchSource> valid_data) {
   if (train_data == nullptr) return absl::InvalidArgumentError("no training data source");
   const int dp_size = options.collectives != nullptr ? options.collectives->dp_size() : 1;
-  MT_RETURN_IF_ERROR(CheckSingleDevice(spec.parallel(), dp_size));
+  const int tp_size = options.groups != nullptr ? options.groups->tp().size : 1;
+  const int pp_size = options.groups != nullptr ? options.groups->pp().size : 1;
+  MT_RETURN_IF_ERROR(CheckParallelism(spec.parallel(), dp_size, tp_size, pp_size));
   MT_ASSIGN_OR_RETURN(TrainPlan plan, MakePlan(spec, dp_size));
   MT_ASSIGN_OR_RETURN(model::GptConfig config, model::GptConfig::FromSpec(spec));
   MT_ASSIGN_OR_RETURN(config.attention_backend, ParseBackend(options.attention_backend));
@@ -403,9 +613,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   s.device = device;
   s.dtype = dtype;
   MT_RETURN_IF_ERROR(CatchTorch("building the model", [&]() -> absl::Status {
-    torch::manual_seed(plan.seed);
-    MT_ASSIGN_OR_RETURN(s.model, model::GptModel::Create(config));
-    s.model->to(device, dtype);
+    if (pp_size > 1) {
+      return trainer->CreatePipelineStage(spec, config, opt_config, opt_parallel);
+    }
+    model::ModelBuildOptions build;
+    build.seed = plan.seed;
+    build.device = device;
+    build.dtype = dtype;
+    MT_ASSIGN_OR_RETURN(
+        s.model, model::GptModel::Create(config, ModelShardOf(options, spec.parallel()), build));
     s.model->train();
     MT_ASSIGN_OR_RETURN(s.optimizer,
                         MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
@@ -451,12 +667,16 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   // 2. Dropout masks from (seed, iteration) only.
   torch::manual_seed(StepSeed(plan_.seed, iteration_));
 
-  // 3. Forward and backward over the micro-batches; gradients accumulate.
+  // 3. Forward and backward over the micro-batches; gradients accumulate. With pipeline
+  //    parallelism the schedule runs them over the stages (PipelineForwardBackward).
   s.model->train();
   MT_RETURN_IF_ERROR(s.optimizer->ZeroGrad());
   torch::Tensor loss_sum;
   double data_seconds = 0.0;
-  for (int64_t m = 0; m < num_micro; ++m) {
+  if (s.pipeline != nullptr) {
+    MT_ASSIGN_OR_RETURN(loss_sum, PipelineForwardBackward(loss_scale, &data_seconds));
+  }
+  for (int64_t m = 0; s.pipeline == nullptr && m < num_micro; ++m) {
     const Clock::time_point data_start = Clock::now();
     MT_ASSIGN_OR_RETURN(TokenBatch batch, train_data_->Next(rows));
     data_seconds += SecondsSince(data_start);
@@ -468,12 +688,25 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     loss_sum = m == 0 ? loss.detach() : loss_sum + loss.detach();
   }
 
-  // 4. Reduce the gradients over DP (started during the last backward with
-  //    overlap_grad_reduce), unscale, check for inf/NaN, clip, update: all on the device.
+  // 4. Sequence parallelism: sum the replicated parameters' partial gradients over TP.
+  //    Pipeline: the tied embedding's two copies get the sum of their gradients. Both before
+  //    the optimizer's DP reduction.
+  if (s.pipeline == nullptr) {
+    MT_RETURN_IF_ERROR(AllReduceSequenceParallelGradients(*s.model, *s.optimizer));
+  } else {
+    for (const auto& chunk : s.pipeline->chunks) {
+      MT_RETURN_IF_ERROR(AllReduceSequenceParallelGradients(*chunk, *s.optimizer));
+    }
+    MT_RETURN_IF_ERROR(s.pipeline->SumTiedEmbeddingGradients(*s.optimizer));
+  }
+
+  // 5. Reduce the gradients over DP (started during the last backward with
+  //    overlap_grad_reduce), unscale, check for inf/NaN, clip, update: all on the device. The norm
+  //    spans every stage (the model-parallel group).
   MT_ASSIGN_OR_RETURN(const OptimizerStepResult result, s.optimizer->Step(lr, loss_scale));
   s.stats.Add(loss_sum / static_cast<double>(num_micro), result);
 
-  // 5. Bookkeeping; the device is waited for only where the values are needed.
+  // 6. Bookkeeping; the device is waited for only where the values are needed.
   ++iteration_;
   consumed_samples_ += plan_.global_batch_size;
   StepMetrics m;
@@ -493,7 +726,7 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   m.seconds = SecondsSince(start);
   m.data_seconds = data_seconds;
   m.tokens_per_second = m.seconds > 0 ? static_cast<double>(m.tokens) / m.seconds : 0.0;
-  m.mfu = model::ModelFlopsUtilization(m.tokens_per_second, plan_.flops_per_token,
+  m.mfu = model::ModelFlopsUtilization(m.tokens_per_second / NumDevices(), plan_.flops_per_token,
                                        options_.peak_flops_per_second);
   if (IsLogStep(iteration_) && interval_.loss_count > 0) {
     m.interval_loss = interval_.loss_sum / static_cast<double>(interval_.loss_count);
@@ -536,11 +769,11 @@ void Trainer::LogStep(const StepMetrics& m) {
     const double loss = interval_.loss_count > 0
                             ? interval_.loss_sum / static_cast<double>(interval_.loss_count)
                             : std::nan("");
-    const double mfu = model::ModelFlopsUtilization(tokens_per_second, plan_.flops_per_token,
-                                                    options_.peak_flops_per_second);
+    const double mfu = model::ModelFlopsUtilization(
+        tokens_per_second / NumDevices(), plan_.flops_per_token, options_.peak_flops_per_second);
     const int64_t remaining = std::max<int64_t>(0, plan_.train_iterations - m.iteration);
     MT_LOG(INFO) << absl::StrFormat(
-        "step %d/%d | loss %.4f | lr %.3e | grad norm %.3f | loss scale %g | skipped %d | "
+        "step %d/%d | loss %.6E | lr %.3e | grad norm %.3f | loss scale %g | skipped %d | "
         "%.0f tokens/s | %.1f ms/step | MFU %s | %s | ETA %s",
         m.iteration, m.train_iterations, loss, m.learning_rate, m.grad_norm, m.loss_scale,
         interval_.skipped, tokens_per_second, step_seconds * 1e3,
@@ -568,7 +801,13 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
   MT_RETURN_IF_ERROR(s.optimizer->WaitForParameters());
   s.model->eval();
   torch::Tensor loss_sum;
-  {
+  if (s.pipeline != nullptr) {
+    s.pipeline->SetTraining(false);
+    absl::StatusOr<torch::Tensor> pipeline_loss = PipelineEvaluate(batches);
+    s.pipeline->SetTraining(true);
+    MT_ASSIGN_OR_RETURN(loss_sum, std::move(pipeline_loss));
+  }
+  if (s.pipeline == nullptr) {
     torch::NoGradGuard no_grad;
     for (int64_t i = 0; i < batches * plan_.num_micro_batches; ++i) {
       MT_ASSIGN_OR_RETURN(TokenBatch batch, valid_data_->Next(rows));
@@ -578,6 +817,7 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
     }
   }
   s.model->train();
+  valid_consumed_samples_ += batches * plan_.global_batch_size;
   out.loss = loss_sum.item<double>() / static_cast<double>(batches * plan_.num_micro_batches);
   if (options_.collectives != nullptr && options_.collectives->dp_size() > 1) {
     MT_ASSIGN_OR_RETURN(out.loss, options_.collectives->AverageScalar(out.loss));
@@ -590,6 +830,102 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
         out.loss, out.perplexity, batches, out.seconds);
   }
   return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pipeline parallelism: the parts of Create, StepImpl and EvaluateImpl that differ.
+
+absl::Status Trainer::CreatePipelineStage(const mt::v1::JobSpec& spec,
+                                          const model::GptConfig& config,
+                                          const OptimizerConfig& opt_config,
+                                          OptimizerParallelConfig opt_parallel) {
+  State& s = *state_;
+  MT_ASSIGN_OR_RETURN(
+      s.pipeline, PipelineStage::Create(spec, config, plan_, options_.groups, s.device, s.dtype));
+  s.model = s.pipeline->chunks[0];
+  // The optimizer's norm sums over the model-parallel group: the last stage's copy of the tied
+  // embedding is the first stage's parameter, counted there.
+  if (s.pipeline->tied_copy) {
+    const std::string name = s.pipeline->tied_name;
+    opt_parallel.norm_duplicate = [name](const std::string& n) { return n == name; };
+  }
+  MT_ASSIGN_OR_RETURN(
+      s.optimizer, MixedPrecisionOptimizer::Create(opt_config, s.pipeline->module(), opt_parallel));
+  if (options_.log_progress) {
+    const parallel::ProcessGroups& g = *options_.groups;
+    MT_LOG(INFO) << "trainer: pipeline stage " << g.pp_rank() << " of " << g.pp().size << ", "
+                 << s.pipeline->chunks.size() << " model chunk(s), layers ["
+                 << absl::StrJoin(g.layout().stage_layers(g.pp_rank()).layers(), ",") << "]"
+                 << (spec.parallel().overlap_p2p_comm() ? ", overlapped send/recv" : "");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<parallel::PipelineMicroBatch>> Trainer::ReadMicroBatches(
+    BatchSource& source, int64_t count, double* data_seconds) {
+  State& s = *state_;
+  const int64_t rows = plan_.micro_batch_size;
+  const int64_t cols = plan_.seq_length + 1;
+  std::vector<parallel::PipelineMicroBatch> out;
+  for (int64_t m = 0; m < count; ++m) {
+    const Clock::time_point data_start = Clock::now();
+    // Every stage reads the same micro-batches in the same order (the first needs the tokens,
+    // the last the targets), so that all stages stay at the same place in the data.
+    MT_ASSIGN_OR_RETURN(TokenBatch batch, source.Next(rows));
+    if (data_seconds != nullptr) *data_seconds += SecondsSince(data_start);
+    MT_ASSIGN_OR_RETURN(torch::Tensor sample, s.ToDevice(batch, rows, cols, vocab_size_));
+    out.push_back({sample.narrow(1, 0, plan_.seq_length), sample.narrow(1, 1, plan_.seq_length)});
+  }
+  return out;
+}
+
+absl::StatusOr<torch::Tensor> Trainer::PipelineForwardBackward(double loss_scale,
+                                                               double* data_seconds) {
+  State& s = *state_;
+  PipelineStage& stage = *s.pipeline;
+  MT_ASSIGN_OR_RETURN(std::vector<parallel::PipelineMicroBatch> micro_batches,
+                      ReadMicroBatches(*train_data_, plan_.num_micro_batches, data_seconds));
+  stage.SetTraining(true);
+  MT_ASSIGN_OR_RETURN(parallel::PipelineStepResult r,
+                      stage.executor->Train(stage.Forward(), micro_batches, loss_scale,
+                                            [&s] { s.optimizer->FinishMicroBatch(); }));
+  return stage.LossOnEveryStage(r.loss_sum, s.device);
+}
+
+absl::StatusOr<torch::Tensor> Trainer::PipelineEvaluate(int64_t batches) {
+  State& s = *state_;
+  PipelineStage& stage = *s.pipeline;
+  torch::Tensor loss_sum;
+  for (int64_t b = 0; b < batches; ++b) {
+    MT_ASSIGN_OR_RETURN(std::vector<parallel::PipelineMicroBatch> micro_batches,
+                        ReadMicroBatches(*valid_data_, plan_.num_micro_batches, nullptr));
+    MT_ASSIGN_OR_RETURN(parallel::PipelineStepResult r,
+                        stage.executor->Evaluate(stage.Forward(), micro_batches));
+    MT_ASSIGN_OR_RETURN(torch::Tensor loss, stage.LossOnEveryStage(r.loss_sum, s.device));
+    loss_sum = loss_sum.defined() ? loss_sum + loss : loss;
+  }
+  return loss_sum;
+}
+
+absl::Status Trainer::RestoreProgress(int64_t iteration, int64_t consumed_samples,
+                                      int64_t skipped_iterations, int64_t valid_consumed_samples) {
+  if (iteration < 0 || consumed_samples < 0 || skipped_iterations < 0 ||
+      valid_consumed_samples < 0) {
+    return absl::InvalidArgumentError("checkpoint counters must be >= 0");
+  }
+  iteration_ = iteration;
+  consumed_samples_ = consumed_samples;
+  skipped_total_ = skipped_iterations;
+  if (valid_data_ != nullptr && valid_consumed_samples > valid_consumed_samples_) {
+    // This rank reads micro_batch samples per Next() of every micro_batch * dp global ones.
+    const int64_t per_read = plan_.micro_batch_size * plan_.data_parallel_size;
+    for (int64_t n = valid_consumed_samples_; n + per_read <= valid_consumed_samples;
+         n += per_read) {
+      MT_RETURN_IF_ERROR(valid_data_->Next(plan_.micro_batch_size).status());
+    }
+  }
+  valid_consumed_samples_ = valid_consumed_samples;
+  return absl::OkStatus();
 }
 
 absl::Status Trainer::Train(const std::function<bool(const StepMetrics&)>& on_step,

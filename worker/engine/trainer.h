@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -38,18 +39,26 @@ namespace mt::v1 {
 class JobSpec;
 }  // namespace mt::v1
 
+namespace at {
+class Tensor;
+}  // namespace at
+
 namespace mt::model {
 class GptModel;
+struct GptConfig;
 }  // namespace mt::model
 
 namespace mt::parallel {
 class Collectives;
 class ProcessGroups;
+struct PipelineMicroBatch;
 }  // namespace mt::parallel
 
 namespace mt::engine {
 
 class MixedPrecisionOptimizer;
+struct OptimizerConfig;
+struct OptimizerParallelConfig;
 
 // Runtime choices that are not part of the job spec.
 struct TrainerOptions {
@@ -58,6 +67,9 @@ struct TrainerOptions {
   // Peak FLOP/s of the device at the training precision, for MFU (989e12 for an H200 in
   // bf16); 0 = MFU not reported.
   double peak_flops_per_second = 0.0;
+  // Devices the whole job runs on (TP x PP x DP): MFU is per device, so the job's tokens/s is
+  // divided by it. 0 = the data-parallel size (a job without model parallelism).
+  int num_devices = 0;
   // One progress line on stderr every logging.log_interval steps.
   bool log_progress = true;
   // Dynamic loss scaling (with the spec's settings) whatever the precision. fp16 has it
@@ -69,12 +81,20 @@ struct TrainerOptions {
   // global_batch / (micro_batch * dp) micro-batches on its own slice of every global batch,
   // the optimizer reduces the gradients over the DP group of `groups` (bucketed, see
   // optimizer.h and the spec's use_distributed_optimizer / overlap_* flags), and the reported
-  // losses are DP means (through these collectives). Tensor and pipeline parallelism are not
-  // run by this trainer.
+  // losses are DP means (through these collectives).
   parallel::Collectives* collectives = nullptr;
   // Every process group of this rank (worker/parallel/process_groups.h), for tensor and
-  // pipeline parallelism and the distributed optimizer; null = a world of one. Needed with
-  // dp > 1: the optimizer reduces the gradients over its DP group.
+  // pipeline parallelism and the distributed optimizer; null = a world of one. With a
+  // pipeline group of p > 1 ranks this rank is stage pp_rank: it builds that stage's model
+  // chunks from the layout's stage_layers and runs the pipeline schedule
+  // (worker/parallel/pipeline.h) instead of the plain micro-batch loop; every stage reports
+  // the same losses (the last stage's, broadcast) and grad norm (over all stages). Needed
+  // with dp > 1: the optimizer reduces the gradients over its DP group. With a TP
+  // group of size > 1 the model is this rank's tensor-parallel shard (model::ModelShard; the
+  // spec's tensor_model_parallel_size must equal the group's size); every rank of a TP group
+  // must be fed the same micro-batches (data slices are per DP rank), and each reports the
+  // full loss. Under sequence parallelism the replicated parameters' gradients are summed
+  // over the TP group before the optimizer step.
   std::shared_ptr<parallel::ProcessGroups> groups;
   // Read loss, grad norm and skip flag from the device after every step (tests and tools that
   // look at each step), not only at log steps.
@@ -150,9 +170,9 @@ class Trainer {
  public:
   // Builds the model (seeded with training.seed), the optimizer, the schedule and the loss
   // scaler from `spec` (unset fields take the proto's defaults). `valid_data` may be null (no
-  // evaluation). Errors: kInvalidArgument for a spec this trainer cannot run (model-parallel
-  // sizes > 1, fp16 on the CPU, a bad device string ...), kFailedPrecondition for a CUDA
-  // device without CUDA.
+  // evaluation). Errors: kInvalidArgument for a spec this trainer cannot run (a TP size other
+  // than the TP group's, fp16 on the CPU, a bad device string ...), kUnimplemented for
+  // pipeline or context parallelism, kFailedPrecondition for a CUDA device without CUDA.
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const mt::v1::JobSpec& spec,
                                                          const TrainerOptions& options,
                                                          std::unique_ptr<BatchSource> train_data,
@@ -184,6 +204,17 @@ class Trainer {
   model::GptModel& model();
   MixedPrecisionOptimizer& optimizer();
 
+  // --- Checkpoints (worker/checkpoint) ----------------------------------------------------
+  // Global validation samples evaluated so far (the validation loader's position).
+  int64_t valid_consumed_samples() const { return valid_consumed_samples_; }
+  // Puts the loop where a checkpoint left it: the counters, and the validation source moved
+  // past `valid_consumed_samples` (read and dropped). Weights and optimizer state are restored
+  // through model() and optimizer(), the loss scale through mutable_loss_scaler(). The
+  // training source must already start at `consumed_samples`.
+  absl::Status RestoreProgress(int64_t iteration, int64_t consumed_samples,
+                               int64_t skipped_iterations, int64_t valid_consumed_samples);
+  LossScaler& mutable_loss_scaler() { return scaler_; }
+
  private:
   struct State;  // the LibTorch side (device, model, optimizer)
   Trainer(TrainPlan plan, LrSchedule schedule, LossScaler scaler, TrainerOptions options,
@@ -195,7 +226,23 @@ class Trainer {
   bool IsLogStep(int64_t iteration) const {
     return iteration % plan_.log_interval == 0 || iteration == plan_.train_iterations;
   }
+  // Pipeline parallelism (trainer.cc, "Pipeline parallelism"): this stage's chunks and
+  // optimizer; the micro-batches of a step on the device; one step's schedule (returns the
+  // loss summed over the micro-batches, on every stage); evaluation through the pipeline.
+  absl::Status CreatePipelineStage(const mt::v1::JobSpec& spec, const model::GptConfig& config,
+                                   const OptimizerConfig& opt_config,
+                                   OptimizerParallelConfig opt_parallel);
+  absl::StatusOr<std::vector<parallel::PipelineMicroBatch>> ReadMicroBatches(BatchSource& source,
+                                                                             int64_t count,
+                                                                             double* data_seconds);
+  absl::StatusOr<at::Tensor> PipelineForwardBackward(double loss_scale, double* data_seconds);
+  absl::StatusOr<at::Tensor> PipelineEvaluate(int64_t batches);
   void LogStep(const StepMetrics& m);
+  // The job's device count for MFU (TrainerOptions::num_devices).
+  double NumDevices() const {
+    return options_.num_devices > 0 ? options_.num_devices
+                                    : static_cast<double>(plan_.data_parallel_size);
+  }
 
   TrainPlan plan_;
   LrSchedule schedule_;
@@ -207,6 +254,7 @@ class Trainer {
   int64_t iteration_ = 0;
   int64_t consumed_samples_ = 0;
   int64_t skipped_total_ = 0;
+  int64_t valid_consumed_samples_ = 0;
   int64_t vocab_size_ = 0;
 
   // Progress-line accumulators since the last line (Megatron averages over the interval).

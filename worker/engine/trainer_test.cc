@@ -304,6 +304,18 @@ TEST(TrainerTest, Bf16OnCpuTrains) {
   EXPECT_EQ(trainer->model().embedding->word_embeddings->weight.scalar_type(), torch::kBFloat16);
 }
 
+TEST(TrainerTest, MfuIsPerDevice) {
+  // A job on 4 devices: the same tokens/s is a quarter of the utilisation of each device.
+  TrainerOptions options = QuietOptions();
+  options.peak_flops_per_second = 1e12;
+  options.num_devices = 4;
+  auto trainer = MakeTrainer(TinySpec(), Source(4096), nullptr, options);
+  const auto steps = RunSteps(*trainer, 2);
+  ASSERT_EQ(steps.size(), 2u);
+  const StepMetrics& m = steps.back();
+  EXPECT_NEAR(m.mfu, m.tokens_per_second / 4 * trainer->plan().flops_per_token / 1e12, 1e-12);
+}
+
 // Without sync_every_step, only log steps (every 5th and the last) read the device: other steps
 // report NaN, and a log step's interval_loss is the mean of the interval's losses, which a
 // twin trainer syncing every step sees one by one (same computation: equal to 1e-12).
@@ -364,6 +376,7 @@ TEST(TrainerTest, MetricsAndProgressLine) {
   EXPECT_NEAR(m.tokens_per_second, m.tokens / m.seconds, 1e-6 * m.tokens_per_second);
   EXPECT_NEAR(m.mfu, m.tokens_per_second * trainer->plan().flops_per_token / 1e12, 1e-12);
   EXPECT_EQ(trainer->plan().num_parameters, model::CountParameters(trainer->model().config()));
+
   EXPECT_GE(m.data_seconds, 0.0);
   EXPECT_LE(m.data_seconds, m.seconds);
   const MemoryStats mem = trainer->memory();
@@ -377,7 +390,11 @@ TEST(TrainerTest, CreateRejectsWhatItCannotRun) {
   };
   mt::v1::JobSpec tp = TinySpec();
   tp.mutable_parallel()->set_tensor_model_parallel_size(2);
-  EXPECT_THAT(create(tp), StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("tp=2")));
+  // tp > 1 needs the TP group of a job's ranks (trainer_tp_test.cc), pp > 1 is not run here.
+  EXPECT_THAT(create(tp), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tp=2")));
+  mt::v1::JobSpec pp = TinySpec();
+  pp.mutable_parallel()->set_pipeline_model_parallel_size(2);
+  EXPECT_THAT(create(pp), StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("pp=2")));
   // dp > 1 needs collectives (a job's ranks), not a lone trainer.
   mt::v1::JobSpec dp = TinySpec();
   dp.mutable_parallel()->set_data_parallel_size(2);

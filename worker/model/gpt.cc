@@ -1,18 +1,27 @@
 #include "worker/model/gpt.h"
 
 #include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
 #include <torch/nn/functional/activation.h>
 #include <torch/nn/functional/loss.h>
 #include <torch/version.h>
 
 #include <cmath>
 #include <limits>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "worker/kernels/cross_entropy.h"
 #include "worker/model/recompute.h"
+#include "worker/model/sharding.h"
+#include "worker/parallel/process_groups.h"
+#include "worker/parallel/tensor_parallel.h"
 
 #if TORCH_VERSION_MAJOR >= 2
 #define MT_HAVE_FUSED_SDPA 1
@@ -50,6 +59,92 @@ torch::Tensor MathCausalAttention(const torch::Tensor& q, const torch::Tensor& k
   return torch::matmul(probs, v);
 }
 
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// FNV-1a: a hash that is the same on every platform and build (std::hash is not).
+uint64_t Fnv1a(const void* data, size_t size, uint64_t h = 0xCBF29CE484222325ull) {
+  const auto* bytes = static_cast<const unsigned char*>(data);
+  for (size_t i = 0; i < size; ++i) h = (h ^ bytes[i]) * 0x100000001B3ull;
+  return h;
+}
+
+// Dropout of an activation that is sharded over the TP group (each rank its own mask).
+torch::Tensor ShardedDropout(const torch::Tensor& x, double p, bool training, int tp_rank) {
+  if (!training || p <= 0.0) return x;
+  return parallel::WithTensorParallelRng(x.device(), tp_rank,
+                                         [&] { return torch::dropout(x, p, /*train=*/true); });
+}
+
+// The input of a column-parallel matmul: the full activation on every TP rank (all-gathered
+// along the sequence under SP), with the all-reduce / reduce-scatter of its gradient.
+torch::Tensor ToColumnParallel(const torch::Tensor& x, const parallel::GroupHandle* group,
+                               bool sequence_parallel) {
+  TORCH_CHECK(group != nullptr, "a tensor-parallel model needs its TP group to run");
+  return sequence_parallel ? parallel::GatherFromSequenceParallelRegion(x, group)
+                           : parallel::CopyToTensorParallelRegion(x, group);
+}
+
+// A seed for the initial weights when the caller gives none: from the default CPU generator.
+uint64_t DrawSeed() {
+  return static_cast<uint64_t>(
+      torch::randint(std::numeric_limits<int64_t>::max(), {1}, torch::kLong).item<int64_t>());
+}
+
+// This rank's part of parameter `name` drawn as normal(0, std): the whole parameter in fp32
+// on the CPU from a generator seeded with (seed, name), then sliced per sharding.h.
+torch::Tensor DrawShard(const std::string& name, const torch::Tensor& param, double std,
+                        uint64_t seed, const ModelShard& shard) {
+  const TpSplit split = TensorParallelSplit(name);
+  std::vector<int64_t> shape(param.sizes().begin(), param.sizes().end());
+  const int64_t dim = split == TpSplit::kDim0 ? 0 : 1;
+  if (split != TpSplit::kReplicated) shape[dim] *= shard.tp_size;
+  at::Generator gen =
+      at::make_generator<at::CPUGeneratorImpl>(SplitMix64(seed ^ Fnv1a(name.data(), name.size())));
+  torch::Tensor full = torch::empty(shape, torch::kFloat).normal_(0.0, std, gen);
+  if (split == TpSplit::kReplicated) return full;
+  const int64_t part = param.size(dim);
+  return full.narrow(dim, shard.tp_rank * part, part);
+}
+
+absl::Status ValidateShard(const GptConfig& c, const ModelShard& s) {
+  const int tp = s.tp_size;
+  if (tp < 1 || s.tp_rank < 0 || s.tp_rank >= tp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("model shard: tensor-parallel rank ", s.tp_rank, " outside a group of ", tp));
+  }
+  if (s.tp_group != nullptr && (s.tp_group->size != tp || s.tp_group->rank != s.tp_rank)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model shard: tp_size ", tp, " / tp_rank ", s.tp_rank, " disagree with the TP group ",
+        s.tp_group->name, " (size ", s.tp_group->size, ", rank ", s.tp_group->rank, ")"));
+  }
+  auto divides = [tp](int64_t v, const char* what) -> absl::Status {
+    if (v % tp == 0) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(what, " ", v,
+                                                   " is not divisible by the tensor-parallel "
+                                                   "size ",
+                                                   tp));
+  };
+  MT_RETURN_IF_ERROR(divides(c.num_attention_heads, "model.num_attention_heads"));
+  MT_RETURN_IF_ERROR(divides(c.ffn_size(), "model.ffn_hidden_size"));
+  MT_RETURN_IF_ERROR(divides(c.padded_vocab_size(), "the padded vocabulary"));
+  if (s.sequence_parallel && tp > 1) {
+    MT_RETURN_IF_ERROR(divides(c.seq_length, "model.seq_length (sequence parallelism)"));
+  }
+  for (size_t i = 0; i < s.layers.size(); ++i) {
+    if (s.layers[i] < 0 || s.layers[i] >= c.num_layers ||
+        (i > 0 && s.layers[i] != s.layers[i - 1] + 1)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("model shard: layers must be consecutive global indices in [0, ",
+                       c.num_layers, "); got ", s.layers[i], " at position ", i));
+    }
+  }
+  return absl::OkStatus();
+}
 }  // namespace
 
 bool FusedAttentionAvailable() { return MT_HAVE_FUSED_SDPA != 0; }
@@ -72,20 +167,79 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
 }
 
 // ---------------------------------------------------------------------------------------------
+// Tensor-parallel layers
 
-SelfAttentionImpl::SelfAttentionImpl(const GptConfig& c) : config(c) {
+ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool with_bias,
+                                                   const ModelShard& shard,
+                                                   const torch::TensorOptions& options)
+    : group_(shard.group()), sequence_parallel_(shard.sequence_parallel), tp_size_(shard.tp_size) {
+  weight = register_parameter("weight", torch::empty({out / tp_size_, in}, options));
+  if (with_bias) bias = register_parameter("bias", torch::empty({out / tp_size_}, options));
+}
+
+torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
+  if (tp_size_ == 1) return torch::nn::functional::linear(x, weight, bias);
+  return torch::nn::functional::linear(ToColumnParallel(x, group_, sequence_parallel_), weight,
+                                       bias);
+}
+
+RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_bias,
+                                             const ModelShard& shard,
+                                             const torch::TensorOptions& options)
+    : group_(shard.group()), sequence_parallel_(shard.sequence_parallel), tp_size_(shard.tp_size) {
+  weight = register_parameter("weight", torch::empty({out, in / tp_size_}, options));
+  if (with_bias) bias = register_parameter("bias", torch::empty({out}, options));
+}
+
+torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
+  if (tp_size_ == 1) return torch::nn::functional::linear(x, weight, bias);
+  TORCH_CHECK(group_ != nullptr, "a tensor-parallel model needs its TP group to run");
+  torch::Tensor y = torch::nn::functional::linear(x, weight);
+  y = sequence_parallel_ ? parallel::ReduceScatterToSequenceParallelRegion(y, group_)
+                         : parallel::ReduceFromTensorParallelRegion(y, group_);
+  return bias.defined() ? y + bias : y;
+}
+
+VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden,
+                                                       const ModelShard& shard,
+                                                       const torch::TensorOptions& options)
+    : tp_size_(shard.tp_size) {
+  std::tie(vocab_start, vocab_end) = parallel::VocabRange(vocab, shard.tp_rank, shard.tp_size);
+  weight = register_parameter("weight", torch::empty({vocab_end - vocab_start, hidden}, options));
+}
+
+torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
+  if (tp_size_ == 1) {
+    // The whole table (no TP): torch::nn::Embedding's lookup.
+    return torch::embedding(weight, tokens);
+  }
+  const torch::Tensor outside = tokens.lt(vocab_start).logical_or(tokens.ge(vocab_end));
+  const torch::Tensor local = (tokens - vocab_start).masked_fill(outside, 0);
+  return torch::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The transformer
+
+SelfAttentionImpl::SelfAttentionImpl(const GptConfig& c, const ModelShard& shard,
+                                     const torch::TensorOptions& options)
+    : config(c), tp_size(shard.tp_size), tp_rank(shard.tp_rank) {
   const int64_t proj = c.num_attention_heads * c.head_dim();
-  linear_qkv = register_module("linear_qkv", torch::nn::Linear(c.hidden_size, 3 * proj));
-  linear_proj = register_module("linear_proj", torch::nn::Linear(proj, c.hidden_size));
+  linear_qkv = register_module(
+      "linear_qkv", ColumnParallelLinear(c.hidden_size, 3 * proj, /*bias=*/true, shard, options));
+  linear_proj = register_module(
+      "linear_proj", RowParallelLinear(proj, c.hidden_size, /*bias=*/true, shard, options));
 }
 
 torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
-  const int64_t b = x.size(0);
-  const int64_t s = x.size(1);
-  const int64_t heads = config.num_attention_heads;
+  // [b, s, heads/tp, 3d] -> q, k, v [b, heads/tp, s, d]; s is the full sequence even under SP
+  // (linear_qkv all-gathers it).
+  const torch::Tensor qkv_out = linear_qkv(x);
+  const int64_t b = qkv_out.size(0);
+  const int64_t s = qkv_out.size(1);
+  const int64_t heads = config.num_attention_heads / tp_size;
   const int64_t d = config.head_dim();
-  // [b, s, heads, 3d] -> q, k, v [b, heads, s, d]
-  std::vector<torch::Tensor> qkv = linear_qkv(x).view({b, s, heads, 3 * d}).split(d, -1);
+  std::vector<torch::Tensor> qkv = qkv_out.view({b, s, heads, 3 * d}).split(d, -1);
   torch::Tensor q = qkv[0].transpose(1, 2);
   torch::Tensor k = qkv[1].transpose(1, 2);
   torch::Tensor v = qkv[2].transpose(1, 2);
@@ -93,87 +247,130 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   const double p = config.attention_dropout;
   const bool training = is_training();
   const AttentionBackend backend = config.attention_backend;
+  // Each TP rank holds other heads: their dropout masks must differ (sharded dropout).
+  const int rank_stream = tp_size > 1 && training && p > 0.0 ? tp_rank : -1;
+  auto attend = [p, training, backend, rank_stream](const std::vector<torch::Tensor>& in) {
+    auto run = [&] { return CausalAttention(in[0], in[1], in[2], p, training, backend); };
+    return rank_stream >= 0 ? parallel::WithTensorParallelRng(in[0].device(), rank_stream, run)
+                            : run();
+  };
   torch::Tensor context;
   if (config.recompute_granularity == RecomputeGranularity::kSelective &&
       torch::GradMode::is_enabled()) {
-    context = RecomputeInBackward(
-        [p, training, backend](const std::vector<torch::Tensor>& in) {
-          return CausalAttention(in[0], in[1], in[2], p, training, backend);
-        },
-        {q, k, v}, {}, /*preserve_rng=*/training && p > 0.0);
+    context = RecomputeInBackward(attend, {q, k, v}, {}, /*preserve_rng=*/training && p > 0.0);
   } else {
-    context = CausalAttention(q, k, v, p, training, backend);
+    context = attend({q, k, v});
   }
-  // [b, heads, s, d] -> [b, s, heads * d]
+  // [b, heads/tp, s, d] -> [b, s, heads/tp * d]
   context = context.transpose(1, 2).reshape({b, s, heads * d});
   return linear_proj(context);
 }
 
-MlpImpl::MlpImpl(const GptConfig& c) {
-  linear_fc1 = register_module("linear_fc1", torch::nn::Linear(c.hidden_size, c.ffn_size()));
-  linear_fc2 = register_module("linear_fc2", torch::nn::Linear(c.ffn_size(), c.hidden_size));
+MlpImpl::MlpImpl(const GptConfig& c, const ModelShard& shard, const torch::TensorOptions& options) {
+  linear_fc1 = register_module(
+      "linear_fc1", ColumnParallelLinear(c.hidden_size, c.ffn_size(), true, shard, options));
+  linear_fc2 = register_module(
+      "linear_fc2", RowParallelLinear(c.ffn_size(), c.hidden_size, true, shard, options));
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return linear_fc2(torch::gelu(linear_fc1(x), "tanh"));
 }
 
-TransformerLayerImpl::TransformerLayerImpl(const GptConfig& c) : hidden_dropout(c.hidden_dropout) {
-  auto ln = [&c] {
-    return torch::nn::LayerNorm(
-        torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layernorm_epsilon));
-  };
-  input_layernorm = register_module("input_layernorm", ln());
-  self_attention = register_module("self_attention", SelfAttention(c));
-  pre_mlp_layernorm = register_module("pre_mlp_layernorm", ln());
-  mlp = register_module("mlp", Mlp(c));
+namespace {
+
+torch::nn::LayerNorm MakeLayerNorm(const GptConfig& c, const torch::TensorOptions& options) {
+  torch::nn::LayerNorm ln(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layernorm_epsilon));
+  ln->to(options.device(), options.dtype().toScalarType());
+  return ln;
+}
+
+}  // namespace
+
+TransformerLayerImpl::TransformerLayerImpl(const GptConfig& c, const ModelShard& shard,
+                                           const torch::TensorOptions& options)
+    : hidden_dropout(c.hidden_dropout),
+      tp_rank(shard.tp_rank),
+      sharded_dropout(shard.tp_size > 1 && shard.sequence_parallel) {
+  input_layernorm = register_module("input_layernorm", MakeLayerNorm(c, options));
+  self_attention = register_module("self_attention", SelfAttention(c, shard, options));
+  pre_mlp_layernorm = register_module("pre_mlp_layernorm", MakeLayerNorm(c, options));
+  mlp = register_module("mlp", Mlp(c, shard, options));
 }
 
 torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& input) {
   const bool training = is_training();
-  torch::Tensor x =
-      input + Dropout(self_attention(input_layernorm(input)), hidden_dropout, training);
-  return x + Dropout(mlp(pre_mlp_layernorm(x)), hidden_dropout, training);
+  auto dropout = [&](const torch::Tensor& t) {
+    return sharded_dropout ? ShardedDropout(t, hidden_dropout, training, tp_rank)
+                           : Dropout(t, hidden_dropout, training);
+  };
+  torch::Tensor x = input + dropout(self_attention(input_layernorm(input)));
+  return x + dropout(mlp(pre_mlp_layernorm(x)));
 }
 
-GptEmbeddingImpl::GptEmbeddingImpl(const GptConfig& c) : hidden_dropout(c.hidden_dropout) {
-  word_embeddings = register_module("word_embeddings",
-                                    torch::nn::Embedding(c.padded_vocab_size(), c.hidden_size));
-  position_embeddings = register_module("position_embeddings",
-                                        torch::nn::Embedding(c.max_positions(), c.hidden_size));
+GptEmbeddingImpl::GptEmbeddingImpl(const GptConfig& c, const ModelShard& shard,
+                                   const torch::TensorOptions& options)
+    : hidden_dropout(c.hidden_dropout), shard_(shard) {
+  word_embeddings =
+      register_module("word_embeddings",
+                      VocabParallelEmbedding(c.padded_vocab_size(), c.hidden_size, shard, options));
+  // Replicated: a whole table on every TP rank.
+  position_embeddings = register_module(
+      "position_embeddings",
+      VocabParallelEmbedding(c.max_positions(), c.hidden_size, ModelShard{}, options));
 }
 
 torch::Tensor GptEmbeddingImpl::forward(const torch::Tensor& tokens) {
-  const int64_t s = tokens.size(1);
-  TORCH_CHECK(s <= position_embeddings->weight.size(0), "sequence of ", s,
-              " tokens is longer than the ", position_embeddings->weight.size(0),
-              " position embeddings");
-  const torch::Tensor positions =
-      torch::arange(s, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
-  torch::Tensor x = word_embeddings(tokens) + position_embeddings(positions).unsqueeze(0);
-  return Dropout(x, hidden_dropout, is_training());
+  const int64_t max_positions = position_embeddings->weight.size(0);
+  TORCH_CHECK(tokens.size(1) <= max_positions, "sequence of ", tokens.size(1),
+              " tokens is longer than the ", max_positions, " position embeddings");
+  const bool tp = shard_.tp_size > 1;
+  const bool sp = tp && shard_.sequence_parallel;
+  torch::Tensor x = word_embeddings(tokens);  // this rank's partial sum under TP
+  if (tp) {
+    TORCH_CHECK(shard_.group() != nullptr, "a tensor-parallel model needs its TP group to run");
+    x = sp ? parallel::ReduceScatterToSequenceParallelRegion(x, shard_.group())
+           : parallel::ReduceFromTensorParallelRegion(x, shard_.group());
+  }
+  // Under SP this rank holds positions [r s/tp, (r+1) s/tp).
+  const int64_t s = x.size(1);
+  const int64_t first = sp ? shard_.tp_rank * s : 0;
+  const torch::Tensor positions = torch::arange(
+      first, first + s, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
+  x = x + position_embeddings(positions).unsqueeze(0);
+  return sp ? ShardedDropout(x, hidden_dropout, is_training(), shard_.tp_rank)
+            : Dropout(x, hidden_dropout, is_training());
 }
 
-TransformerBlockImpl::TransformerBlockImpl(const GptConfig& c) : config(c) {
-  layers = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < c.num_layers; ++i) layers->push_back(TransformerLayer(c));
-  final_layernorm = register_module(
-      "final_layernorm",
-      torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.hidden_size}).eps(c.layernorm_epsilon)));
+TransformerBlockImpl::TransformerBlockImpl(const GptConfig& c, const ModelShard& shard,
+                                           const torch::TensorOptions& options)
+    : config(c) {
+  auto holder = register_module("layers", std::make_shared<torch::nn::Module>());
+  layer_numbers = shard.layers;
+  if (layer_numbers.empty()) {
+    for (int64_t i = 0; i < c.num_layers; ++i) layer_numbers.push_back(i);
+  }
+  for (int64_t n : layer_numbers) {
+    layers.push_back(
+        holder->register_module(std::to_string(n), TransformerLayer(c, shard, options)));
+  }
+  if (shard.post_process) {
+    final_layernorm = register_module("final_layernorm", MakeLayerNorm(c, options));
+  }
 }
 
 torch::Tensor TransformerBlockImpl::RunLayers(torch::Tensor x, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) x = layers[i]->as<TransformerLayer>()->forward(x);
+  for (int64_t i = begin; i < end; ++i) x = layers[i]->forward(x);
   return x;
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
-  const int64_t n = config.num_layers;
+  const int64_t n = static_cast<int64_t>(layers.size());
+  auto finish = [this](const torch::Tensor& x) { return final_layernorm ? final_layernorm(x) : x; };
   torch::Tensor x = input;
   if (config.recompute_granularity != RecomputeGranularity::kFull ||
       !torch::GradMode::is_enabled()) {
-    x = RunLayers(x, 0, n);
-    return final_layernorm(x);
+    return finish(RunLayers(x, 0, n));
   }
   const bool preserve_rng =
       is_training() && (config.hidden_dropout > 0.0 || config.attention_dropout > 0.0);
@@ -188,6 +385,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
         },
         {x}, params, preserve_rng);
   };
+  // Megatron counts recompute_num_layers within the stage.
   const int64_t k = config.recompute_num_layers;
   if (config.recompute_method == RecomputeMethod::kUniform) {
     // Megatron's uniform method: groups of k layers, each rerun as a unit.
@@ -202,33 +400,43 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
       }
     }
   }
-  return final_layernorm(x);
+  return finish(x);
 }
 
 // ---------------------------------------------------------------------------------------------
+// The model
 
-GptModel::GptModel(const GptConfig& config) : config_(config) {
-  embedding = register_module("embedding", GptEmbedding(config_));
-  decoder = register_module("decoder", TransformerBlock(config_));
-  if (config_.untie_embeddings_and_output_weights) {
+GptModel::GptModel(const GptConfig& config, const ModelShard& shard,
+                   const torch::TensorOptions& options)
+    : config_(config), shard_(shard) {
+  if (shard_.pre_process)
+    embedding = register_module("embedding", GptEmbedding(config_, shard_, options));
+  decoder = register_module("decoder", TransformerBlock(config_, shard_, options));
+  const bool tied = !config_.untie_embeddings_and_output_weights;
+  if (shard_.post_process && (!tied || !shard_.pre_process)) {
+    // The untied output layer, or a tied last stage's copy of the word embedding.
     output_layer = register_module(
-        "output_layer",
-        torch::nn::Linear(torch::nn::LinearOptions(config_.hidden_size, config_.padded_vocab_size())
-                              .bias(false)));
+        "output_layer", ColumnParallelLinear(config_.hidden_size, config_.padded_vocab_size(),
+                                             /*bias=*/false, shard_, options));
   }
 }
 
-absl::StatusOr<std::shared_ptr<GptModel>> GptModel::Create(const GptConfig& config) {
+absl::StatusOr<std::shared_ptr<GptModel>> GptModel::Create(const GptConfig& config,
+                                                           const ModelShard& shard,
+                                                           const ModelBuildOptions& options) {
   GptConfig c = config;
   c.Resolve();
-  absl::Status s = c.Validate();
-  if (!s.ok()) return s;
+  MT_RETURN_IF_ERROR(c.Validate());
+  MT_RETURN_IF_ERROR(ValidateShard(c, shard));
   if (c.attention_backend == AttentionBackend::kFused && !FusedAttentionAvailable()) {
     return absl::FailedPreconditionError(
         absl::StrCat("fused attention needs LibTorch >= 2.0; this is ", TORCH_VERSION));
   }
   try {
-    std::shared_ptr<GptModel> model(new GptModel(c));
+    const torch::TensorOptions tensor_options =
+        torch::TensorOptions().device(options.device).dtype(options.dtype);
+    std::shared_ptr<GptModel> model(new GptModel(c, shard, tensor_options));
+    model->seed_ = options.seed.has_value() ? *options.seed : DrawSeed();
     model->InitializeWeights();
     return model;
   } catch (const c10::Error& e) {
@@ -241,43 +449,97 @@ void GptModel::InitializeWeights() {
   torch::NoGradGuard no_grad;
   const double std = config_.init_method_std;
   const double scaled_std = std / std::sqrt(2.0 * static_cast<double>(config_.num_layers));
-  embedding->word_embeddings->weight.normal_(0.0, std);
-  embedding->position_embeddings->weight.normal_(0.0, std);
-  auto init_linear = [](torch::nn::Linear& l, double s) {
-    l->weight.normal_(0.0, s);
-    if (l->bias.defined()) l->bias.zero_();
-  };
-  auto init_ln = [](torch::nn::LayerNorm& ln) {
-    ln->weight.fill_(1.0);
-    ln->bias.zero_();
-  };
-  for (const auto& m : *decoder->layers) {
-    auto layer = m->as<TransformerLayer>();
-    init_ln(layer->input_layernorm);
-    init_linear(layer->self_attention->linear_qkv, std);
-    init_linear(layer->self_attention->linear_proj, scaled_std);
-    init_ln(layer->pre_mlp_layernorm);
-    init_linear(layer->mlp->linear_fc1, std);
-    init_linear(layer->mlp->linear_fc2, scaled_std);
+  const torch::Tensor shared = shared_output_weight();
+  for (const auto& item : named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor p = item.value();
+    const bool is_bias = absl::EndsWith(name, ".bias");
+    if (absl::StrContains(name, "layernorm")) {
+      p.fill_(is_bias ? 0.0 : 1.0);
+      continue;
+    }
+    if (is_bias) {
+      p.zero_();
+      continue;
+    }
+    const bool scaled = absl::EndsWith(name, ".linear_proj.weight") ||
+                        absl::EndsWith(name, ".mlp.linear_fc2.weight");
+    // The tied last stage's copy starts as the word embedding itself.
+    const std::string draw_name =
+        shared.defined() && p.is_same(shared) ? "embedding.word_embeddings.weight" : name;
+    p.copy_(DrawShard(draw_name, p, scaled ? scaled_std : std, seed_, shard_));
   }
-  init_ln(decoder->final_layernorm);
-  if (output_layer) output_layer->weight.normal_(0.0, std);
 }
 
 torch::Tensor GptModel::output_weight() const {
+  if (!shard_.post_process) return torch::Tensor();
   return output_layer ? output_layer->weight : embedding->word_embeddings->weight;
 }
 
+torch::Tensor GptModel::shared_output_weight() const {
+  const bool tied = !config_.untie_embeddings_and_output_weights;
+  return tied && output_layer ? output_layer->weight : torch::Tensor();
+}
+
+std::vector<std::string> GptModel::SequenceParallelParameterNames() const {
+  std::vector<std::string> names;
+  if (shard_.tp_size <= 1 || !shard_.sequence_parallel) return names;
+  for (const auto& item : named_parameters()) {
+    if (TensorParallelSplit(item.key()) == TpSplit::kReplicated) names.push_back(item.key());
+  }
+  return names;
+}
+
+std::vector<torch::Tensor> GptModel::SequenceParallelGradients() const {
+  std::vector<torch::Tensor> grads;
+  if (shard_.tp_size <= 1 || !shard_.sequence_parallel) return grads;
+  for (const auto& item : named_parameters()) {
+    if (TensorParallelSplit(item.key()) == TpSplit::kReplicated && item.value().grad().defined()) {
+      grads.push_back(item.value().grad());
+    }
+  }
+  return grads;
+}
+
+torch::Tensor GptModel::OutputLoss(const torch::Tensor& hidden, const torch::Tensor& targets) {
+  const torch::Tensor weight = output_weight();
+  if (shard_.tp_size == 1) {
+    torch::Tensor logits = torch::nn::functional::linear(hidden, weight);
+    const int64_t vocab = logits.size(-1);
+    // On CUDA one fused kernel (worker/kernels/cross_entropy.h) that reuses the logits' memory
+    // for their gradient; elsewhere cross_entropy on the logits upcast to fp32 (fp64 stays).
+    return kernels::FusedCrossEntropy(logits.view({-1, vocab}), targets.reshape({-1}));
+  }
+  const torch::Tensor logits = torch::nn::functional::linear(
+      ToColumnParallel(hidden, shard_.group(), shard_.sequence_parallel), weight);
+  const int64_t shard = logits.size(-1);
+  const int64_t vocab_start = shard_.tp_rank * shard;
+  return parallel::VocabParallelCrossEntropy(logits.reshape({-1, shard}), targets.reshape({-1}),
+                                             vocab_start, shard_.group())
+      .mean();
+}
+
 torch::Tensor GptModel::forward(const torch::Tensor& tokens) {
-  torch::Tensor x = decoder(embedding(tokens));
-  return torch::nn::functional::linear(x, output_weight());
+  TORCH_CHECK(shard_.pre_process && shard_.post_process,
+              "GptModel::forward needs the whole model; a pipeline stage runs ForwardStage");
+  const torch::Tensor x = decoder(embedding(tokens));
+  if (shard_.tp_size == 1) return torch::nn::functional::linear(x, output_weight());
+  return torch::nn::functional::linear(
+      ToColumnParallel(x, shard_.group(), shard_.sequence_parallel), output_weight());
+}
+
+torch::Tensor GptModel::ForwardStage(const torch::Tensor& input, const torch::Tensor& targets) {
+  torch::Tensor x = shard_.pre_process ? embedding(input) : input;
+  x = decoder(x);
+  if (!shard_.post_process) return x;
+  TORCH_CHECK(targets.defined(), "the last pipeline stage needs the targets");
+  return OutputLoss(x, targets);
 }
 
 torch::Tensor GptModel::Loss(const torch::Tensor& tokens, const torch::Tensor& targets) {
-  torch::Tensor logits = forward(tokens);
-  if (logits.scalar_type() != torch::kDouble) logits = logits.to(torch::kFloat);
-  const int64_t vocab = logits.size(-1);
-  return torch::nn::functional::cross_entropy(logits.view({-1, vocab}), targets.reshape({-1}));
+  TORCH_CHECK(shard_.pre_process && shard_.post_process,
+              "GptModel::Loss needs the whole model; a pipeline stage runs ForwardStage");
+  return ForwardStage(tokens, targets);
 }
 
 torch::Tensor GptModel::LossOnSample(const torch::Tensor& tokens_and_targets) {
@@ -287,9 +549,7 @@ torch::Tensor GptModel::LossOnSample(const torch::Tensor& tokens_and_targets) {
 
 void GptModel::PropagateConfig() {
   decoder->config = config_;
-  for (const auto& m : *decoder->layers) {
-    m->as<TransformerLayer>()->self_attention->config = config_;
-  }
+  for (TransformerLayer& layer : decoder->layers) layer->self_attention->config = config_;
 }
 
 void GptModel::SetRecompute(RecomputeGranularity granularity, RecomputeMethod method,

@@ -17,26 +17,98 @@
 // - Activations are [b, s, h] (batch first).
 // - Initialisation (InitializeWeights, run by Create): normal(0, init_method_std) for
 //   embeddings and linear weights; linear_proj and linear_fc2 weights normal(0, std /
-//   sqrt(2 * num_layers)); biases 0; LayerNorm weight 1, bias 0. Draws from the default
-//   generator: seed it first (torch::manual_seed) for repeatable weights.
+//   sqrt(2 * num_layers)); biases 0; LayerNorm weight 1, bias 0. Every parameter is drawn
+//   whole, in fp32 on the CPU, from its own generator seeded with (build seed, its global
+//   name), then sliced to this rank's tensor-parallel part (sharding.h): a model of any
+//   TP/PP layout starts from exactly the weights of the one-device model with the same seed.
+//
+// Parallelism (ModelShard; DESIGN.md §8.8: the same code runs on one device with the default
+// shard):
+// - Tensor parallelism, Megatron's layers: linear_qkv and linear_fc1 column-parallel (whole
+//   heads per rank: heads / tp each), linear_proj and linear_fc2 row-parallel (their bias added
+//   once, after the reduction), the word embedding and an untied output layer
+//   vocabulary-parallel (rank r holds rows [r V/tp, (r+1) V/tp)), and a vocabulary-parallel
+//   cross entropy: no rank ever holds the full logits. The communication is
+//   worker/parallel/tensor_parallel.h's mappings over the TP group. forward() returns this
+//   rank's vocabulary shard of the logits; Loss() and ForwardStage() the full mean loss on
+//   every TP rank.
+// - Sequence parallelism (with tp > 1): the LayerNorm / dropout / residual regions hold
+//   [b, s/tp, h] (rank r the r-th chunk of the sequence); all-gather along the sequence in
+//   place of the identity before a column-parallel layer, reduce-scatter in place of the
+//   all-reduce after a row-parallel one. The replicated parameters then get only this rank's
+//   part of their gradient: SequenceParallelGradients() lists them, to be all-reduced over
+//   the TP group before the optimizer (Megatron's allreduce_layernorm_grads).
+// - Pipeline stages: `layers` (GLOBAL indices, consecutive), `pre_process` (the embedding)
+//   and `post_process` (final LayerNorm, output layer, loss). Parameter names keep global
+//   layer indices (decoder.layers.N.*, N in the whole model) whatever the stage.
+// - Tied embeddings on a last stage that is not the first: the stage holds its own copy of
+//   the word embedding, registered as "output_layer.weight" (Megatron-core's name) and
+//   initialised to exactly the word embedding's values; shared_output_weight() returns it.
+//   Its gradient must be summed with the first stage's embedding.word_embeddings.weight
+//   gradient over the embedding group before each optimizer step (Megatron's
+//   _allreduce_word_embedding_grads); a global gradient norm counts it once (skip it: the
+//   first stage holds the same parameter).
+// - Dropout under tensor parallelism: where the activation is replicated over the TP group
+//   (hidden dropout without SP) every TP rank draws the same mask from the default
+//   generator; where it is sharded (attention probabilities; hidden/embedding dropout under
+//   SP) each rank draws its own mask from a seed derived from the default generator's state
+//   and its TP rank (parallel::WithTensorParallelRng, Megatron's model-parallel RNG),
+//   consuming the same amount of the default generator on every rank. With dropout, a TP run
+//   therefore differs from the TP=1 run (as in Megatron); without dropout it is the same
+//   computation.
 //
 // Thread-compatible (a torch::nn::Module).
 #ifndef MT_WORKER_MODEL_GPT_H_
 #define MT_WORKER_MODEL_GPT_H_
 
 #include <torch/nn/module.h>
-#include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/modules/normalization.h>
 
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/model/gpt_config.h"
 
+namespace mt::parallel {
+struct GroupHandle;  // worker/parallel/process_groups.h
+}  // namespace mt::parallel
+
 namespace mt::model {
+
+// Which part of the model a rank builds: its tensor-parallel shard and its pipeline stage.
+// The default is the whole model on one device.
+struct ModelShard {
+  // Tensor parallelism: group size and this rank's index in it. `tp_group` carries the
+  // collectives; it may be null when tp_size > 1 only for a model that never runs forward
+  // (e.g. building shards to compare or convert weights).
+  int tp_size = 1;
+  int tp_rank = 0;
+  std::shared_ptr<const parallel::GroupHandle> tp_group;
+  bool sequence_parallel = false;  // needs tp_size > 1 to mean anything
+  // Pipeline: GLOBAL indices of the layers this module holds, consecutive and ascending;
+  // empty = all of them.
+  std::vector<int64_t> layers;
+  bool pre_process = true;   // holds the embedding; ForwardStage takes tokens
+  bool post_process = true;  // holds final LayerNorm + output layer; ForwardStage returns loss
+
+  const parallel::GroupHandle* group() const { return tp_group.get(); }
+};
+
+// How GptModel::Create builds and initialises.
+struct ModelBuildOptions {
+  // Seed of the initial weights; unset = drawn from the default CPU generator (seed it with
+  // torch::manual_seed for repeatable weights).
+  std::optional<uint64_t> seed;
+  // Where the parameters live and in what dtype. Each parameter is drawn in fp32 on the CPU,
+  // sliced to this rank's shard, then copied there: the model never exists as a whole fp32
+  // CPU copy.
+  torch::Device device = torch::Device(torch::kCPU);
+  torch::ScalarType dtype = torch::kFloat;
+};
 
 // True when this LibTorch has at::scaled_dot_product_attention (>= 2.0).
 bool FusedAttentionAvailable();
@@ -48,30 +120,92 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, double dropout_p, bool training,
                               AttentionBackend backend);
 
+// Megatron's ColumnParallelLinear: weight [out / tp, in] (rows of the full weight), bias
+// [out / tp]. Input: the full activation ([b, s/tp, h] all-gathered first under SP); output:
+// this rank's columns. With tp = 1 it is torch::nn::Linear.
+class ColumnParallelLinearImpl : public torch::nn::Module {
+ public:
+  ColumnParallelLinearImpl(int64_t in, int64_t out, bool bias, const ModelShard& shard,
+                           const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor weight;
+  torch::Tensor bias;  // undefined without bias
+
+ private:
+  const parallel::GroupHandle* group_;
+  bool sequence_parallel_;
+  int tp_size_;
+};
+TORCH_MODULE(ColumnParallelLinear);
+
+// Megatron's RowParallelLinear: weight [out, in / tp] (columns of the full weight), bias [out]
+// replicated and added after the all-reduce (reduce-scatter under SP). Input: this rank's
+// columns; output: the full activation ([b, s/tp, h] under SP).
+class RowParallelLinearImpl : public torch::nn::Module {
+ public:
+  RowParallelLinearImpl(int64_t in, int64_t out, bool bias, const ModelShard& shard,
+                        const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+
+  torch::Tensor weight;
+  torch::Tensor bias;
+
+ private:
+  const parallel::GroupHandle* group_;
+  bool sequence_parallel_;
+  int tp_size_;
+};
+TORCH_MODULE(RowParallelLinear);
+
+// Megatron's VocabParallelEmbedding: weight [V / tp, h], rows [vocab_start, vocab_start +
+// V/tp) of the table. Tokens outside the range look up zeros; the caller reduces the partial
+// sums over the TP group (GptEmbedding does).
+class VocabParallelEmbeddingImpl : public torch::nn::Module {
+ public:
+  VocabParallelEmbeddingImpl(int64_t vocab, int64_t hidden, const ModelShard& shard,
+                             const torch::TensorOptions& options);
+  // This rank's partial sum: [b, s] -> [b, s, h].
+  torch::Tensor forward(const torch::Tensor& tokens);
+
+  torch::Tensor weight;
+  int64_t vocab_start = 0;
+  int64_t vocab_end = 0;
+
+ private:
+  int tp_size_;
+};
+TORCH_MODULE(VocabParallelEmbedding);
+
 class SelfAttentionImpl : public torch::nn::Module {
  public:
-  explicit SelfAttentionImpl(const GptConfig& config);
+  SelfAttentionImpl(const GptConfig& config, const ModelShard& shard,
+                    const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);  // [b, s, h] -> [b, s, h]
 
-  torch::nn::Linear linear_qkv{nullptr};
-  torch::nn::Linear linear_proj{nullptr};
+  ColumnParallelLinear linear_qkv{nullptr};
+  RowParallelLinear linear_proj{nullptr};
   GptConfig config;
+  int tp_size = 1;
+  int tp_rank = 0;
 };
 TORCH_MODULE(SelfAttention);
 
 class MlpImpl : public torch::nn::Module {
  public:
-  explicit MlpImpl(const GptConfig& config);
+  MlpImpl(const GptConfig& config, const ModelShard& shard, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
 
-  torch::nn::Linear linear_fc1{nullptr};
-  torch::nn::Linear linear_fc2{nullptr};
+  ColumnParallelLinear linear_fc1{nullptr};
+  RowParallelLinear linear_fc2{nullptr};
 };
 TORCH_MODULE(Mlp);
 
 class TransformerLayerImpl : public torch::nn::Module {
  public:
-  explicit TransformerLayerImpl(const GptConfig& config);
+  TransformerLayerImpl(const GptConfig& config, const ModelShard& shard,
+                       const torch::TensorOptions& options);
+  // [b, s, h] ([b, s/tp, h] under SP) -> the same shape.
   torch::Tensor forward(const torch::Tensor& x);
 
   torch::nn::LayerNorm input_layernorm{nullptr};
@@ -79,28 +213,38 @@ class TransformerLayerImpl : public torch::nn::Module {
   torch::nn::LayerNorm pre_mlp_layernorm{nullptr};
   Mlp mlp{nullptr};
   double hidden_dropout = 0.0;
+  int tp_rank = 0;
+  bool sharded_dropout = false;  // the activation is sharded over TP (SP): per-rank masks
 };
 TORCH_MODULE(TransformerLayer);
 
 class GptEmbeddingImpl : public torch::nn::Module {
  public:
-  explicit GptEmbeddingImpl(const GptConfig& config);
-  torch::Tensor forward(const torch::Tensor& tokens);  // [b, s] int64 -> [b, s, h]
+  GptEmbeddingImpl(const GptConfig& config, const ModelShard& shard,
+                   const torch::TensorOptions& options);
+  // [b, s] int64 -> [b, s, h] ([b, s/tp, h] under SP: rank r's chunk of the sequence).
+  torch::Tensor forward(const torch::Tensor& tokens);
 
-  torch::nn::Embedding word_embeddings{nullptr};
-  torch::nn::Embedding position_embeddings{nullptr};
+  VocabParallelEmbedding word_embeddings{nullptr};
+  VocabParallelEmbedding position_embeddings{nullptr};  // replicated: the whole table
   double hidden_dropout = 0.0;
+
+ private:
+  ModelShard shard_;
 };
 TORCH_MODULE(GptEmbedding);
 
-// The stack of layers and the final LayerNorm; owns activation recomputation.
+// The stage's layers and (post_process) the final LayerNorm; owns activation recomputation.
 class TransformerBlockImpl : public torch::nn::Module {
  public:
-  explicit TransformerBlockImpl(const GptConfig& config);
+  TransformerBlockImpl(const GptConfig& config, const ModelShard& shard,
+                       const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
 
-  torch::nn::ModuleList layers{nullptr};
-  torch::nn::LayerNorm final_layernorm{nullptr};
+  // The stage's layers in order, registered as "layers.<global index>".
+  std::vector<TransformerLayer> layers;
+  std::vector<int64_t> layer_numbers;             // global index of layers[i]
+  torch::nn::LayerNorm final_layernorm{nullptr};  // null unless post_process
   GptConfig config;
 
  private:
@@ -110,38 +254,67 @@ TORCH_MODULE(TransformerBlock);
 
 class GptModel : public torch::nn::Module {
  public:
-  // Builds the model in fp32 on the CPU and initialises it (see the file comment). Move or
-  // cast it with to() before creating an optimizer over it. Errors: an invalid config;
+  // Builds this rank's part of the model (`shard`; the whole model by default) and
+  // initialises it (see the file comment) on options.device in options.dtype. Errors: an
+  // invalid config or shard (heads, ffn size, padded vocabulary or, under SP, the sequence
+  // not divisible by tp; layers outside the model; kInvalidArgument naming the field);
   // AttentionBackend::kFused on a LibTorch without it (kFailedPrecondition).
-  static absl::StatusOr<std::shared_ptr<GptModel>> Create(const GptConfig& config);
+  static absl::StatusOr<std::shared_ptr<GptModel>> Create(const GptConfig& config,
+                                                          const ModelShard& shard = {},
+                                                          const ModelBuildOptions& options = {});
 
-  // tokens [b, s] int64 with s <= max positions -> logits [b, s, padded_vocab] in the
+  // Whole model only (pre_process and post_process). tokens [b, s] int64 with s <= max
+  // positions -> logits [b, s, padded_vocab / tp] (this rank's vocabulary shard) in the
   // model's dtype.
   torch::Tensor forward(const torch::Tensor& tokens);
   // Mean next-token cross entropy over all b*s positions, in fp32 (fp64 for an fp64 model).
+  // Whole model only.
   torch::Tensor Loss(const torch::Tensor& tokens, const torch::Tensor& targets);
   // tokens_and_targets [b, s + 1]: the usual GPT sample (inputs = [:, :-1], labels = [:, 1:]).
   torch::Tensor LossOnSample(const torch::Tensor& tokens_and_targets);
 
-  // Megatron's initialisation; see the file comment.
+  // One pipeline stage. `input`: tokens [b, s] int64 on a pre_process stage, otherwise the
+  // previous stage's output [b, s, h] ([b, s/tp, h] under SP). Returns on a post_process
+  // stage the mean loss over `targets` [b, s] (as Loss), otherwise this stage's output
+  // hidden state to send to the next stage (same shape as a hidden input). `targets` is
+  // read only on a post_process stage (may be undefined elsewhere).
+  torch::Tensor ForwardStage(const torch::Tensor& input, const torch::Tensor& targets);
+
+  // Megatron's initialisation, from the build seed; see the file comment.
   void InitializeWeights();
-  // The weight that produces the logits: the word embedding when tied.
+  // The weight that produces the logits (this rank's vocabulary shard): the word embedding
+  // when tied, output_layer's otherwise, the stage's copy on a tied last stage; undefined on
+  // a stage without post_process.
   torch::Tensor output_weight() const;
+  // The tied last stage's copy of the word embedding (registered as
+  // kSharedOutputWeightName); undefined when the stage has none. See the file comment.
+  torch::Tensor shared_output_weight() const;
+  static constexpr const char* kSharedOutputWeightName = "output_layer.weight";
+
+  // Parameters whose gradient each TP rank holds only in part under sequence parallelism
+  // (LayerNorms, row-parallel biases, the position embedding: every replicated parameter),
+  // to be summed over the TP group before the optimizer. Empty without SP or with tp = 1.
+  std::vector<torch::Tensor> SequenceParallelGradients() const;
+  std::vector<std::string> SequenceParallelParameterNames() const;
 
   const GptConfig& config() const { return config_; }
+  const ModelShard& shard() const { return shard_; }
   // Switch recomputation or the attention backend of an existing model (tests, tuning).
   void SetRecompute(RecomputeGranularity granularity, RecomputeMethod method, int64_t num_layers);
   void SetAttentionBackend(AttentionBackend backend);
 
-  GptEmbedding embedding{nullptr};
-  TransformerBlock decoder{nullptr};
-  torch::nn::Linear output_layer{nullptr};  // null when tied
+  GptEmbedding embedding{nullptr};             // null unless pre_process
+  TransformerBlock decoder{nullptr};           // this stage's layers (+ final LayerNorm)
+  ColumnParallelLinear output_layer{nullptr};  // untied post_process stages only
 
  private:
-  explicit GptModel(const GptConfig& config);
+  GptModel(const GptConfig& config, const ModelShard& shard, const torch::TensorOptions& options);
   void PropagateConfig();
+  torch::Tensor OutputLoss(const torch::Tensor& hidden, const torch::Tensor& targets);
 
   GptConfig config_;
+  ModelShard shard_;
+  uint64_t seed_ = 0;
 };
 
 }  // namespace mt::model

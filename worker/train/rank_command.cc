@@ -7,7 +7,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -18,8 +20,11 @@
 #include "google/protobuf/util/time_util.h"
 #include "mt/v1/worker_service.pb.h"
 #include "worker/agent/report_channel.h"
+#include "worker/checkpoint/checkpointer.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
+#include "worker/metrics/rank_observability.h"
+#include "worker/parallel/collectives.h"
 #include "worker/parallel/dist.h"
 #include "worker/parallel/rendezvous_client.h"
 
@@ -92,6 +97,18 @@ class Reporter {
     Send(r);
   }
 
+  void Checkpoint(const checkpoint::SaveInfo& info) {
+    mt::v1::RankReport r;
+    r.set_phase(mt::v1::RANK_PHASE_TRAINING);
+    *r.mutable_progress() = progress_;
+    mt::v1::CheckpointReport* c = r.mutable_checkpoint();
+    c->set_step(info.step);
+    c->set_directory(info.directory);
+    c->set_size_bytes(info.bytes);
+    c->set_seconds(info.seconds);
+    Send(r);
+  }
+
   void set_first_step(int64_t s) { first_step_ = s; }
 
  private:
@@ -113,6 +130,27 @@ class Reporter {
   double seconds_ = 0;
   int64_t first_step_ = 1;
   bool warned_ = false;
+};
+
+// The ranks of a save report to rank 0 through the job's rendezvous key-value space.
+class RendezvousExchange : public checkpoint::SaveExchange {
+ public:
+  explicit RendezvousExchange(parallel::RendezvousClient* rendezvous) : rendezvous_(rendezvous) {}
+  absl::Status Publish(int64_t step, int rank, const std::string& result) override {
+    return rendezvous_->Set(Key(step, rank), result);
+  }
+  absl::StatusOr<std::vector<std::string>> Gather(int64_t step, int world_size,
+                                                  absl::Duration timeout) override {
+    std::vector<std::string> keys;
+    for (int r = 0; r < world_size; ++r) keys.push_back(Key(step, r));
+    return rendezvous_->Get(keys, timeout);
+  }
+
+ private:
+  static std::string Key(int64_t step, int rank) {
+    return absl::StrCat("checkpoint/", step, "/", rank);
+  }
+  parallel::RendezvousClient* rendezvous_;
 };
 
 }  // namespace
@@ -178,13 +216,34 @@ int RunRankCommand(const std::vector<std::string>& args) {
     spec.mutable_training()->set_global_batch_size(spec.training().micro_batch_size() * dp_size);
   }
 
-  auto data = engine::DataSourcesFromSpec(spec, /*consumed_samples=*/0, dp_rank, dp_size);
+  // What to start from: a restart's checkpoint, else --load (none = from scratch).
+  const mt::v1::CheckpointSpec& ckpt_spec = spec.checkpoint();
+  const std::string load_path =
+      !assignment.resume_from().empty() ? assignment.resume_from() : ckpt_spec.load_dir();
+  std::optional<checkpoint::LoadChoice> load;
+  if (!load_path.empty()) {
+    auto chosen = checkpoint::ChooseLoad(load_path);
+    if (!chosen.ok()) return Fail(chosen.status(), "choosing the checkpoint to load");
+    load = *std::move(chosen);
+    if (!load.has_value()) {
+      MT_LOG(WARNING) << "no checkpoint in " << load_path << "; training from scratch";
+    } else {
+      MT_LOG(INFO) << "loading " << load->dir << " (step " << load->manifest.step() << ")";
+    }
+  }
+  const bool weights_only =
+      load.has_value() && (ckpt_spec.finetune() || !load->manifest.has_trainer());
+  const int64_t consumed =
+      load.has_value() && !weights_only ? load->manifest.trainer().consumed_samples() : 0;
+
+  auto data = engine::DataSourcesFromSpec(spec, consumed, dp_rank, dp_size);
   if (!data.ok()) return Fail(data.status(), "data");
   engine::TrainerOptions options;
   // The daemon sets CUDA_VISIBLE_DEVICES to the rank's GPU: it is device 0 here.
   options.device = gpu ? "cuda:0" : "cpu";
   options.collectives = distributed->collectives.get();
   options.groups = distributed->groups;
+  options.num_devices = layout.world_size();
   const bool sixteen_bit = spec.training().precision() == mt::v1::PRECISION_BF16 ||
                            spec.training().precision() == mt::v1::PRECISION_FP16;
   options.peak_flops_per_second = gpu && sixteen_bit ? kH200PeakBf16 : 0.0;
@@ -194,22 +253,102 @@ int RunRankCommand(const std::vector<std::string>& args) {
   auto trainer =
       engine::Trainer::Create(spec, options, std::move(data->train), std::move(data->valid));
   if (!trainer.ok()) return Fail(trainer.status(), "building the trainer");
+  engine::Trainer& t = **trainer;
+  if (load.has_value()) {
+    auto source = checkpoint::OpenAnySource(load->dir);
+    if (!source.ok()) return Fail(source.status(), "opening the checkpoint");
+    checkpoint::RestoreOptions restore;
+    restore.load_optimizer = !ckpt_spec.no_load_optim();
+    restore.load_rng = !ckpt_spec.no_load_rng();
+    restore.weights_only = weights_only;
+    restore.tp_rank = assignment.coordinates().tp();
+    restore.tp_size = std::max(1, layout.tensor_model_parallel_size());
+    if (absl::Status s = checkpoint::RestoreTrainer(t, **source, restore); !s.ok()) {
+      return Fail(s, absl::StrCat("loading ", load->dir));
+    }
+  }
+  RendezvousExchange exchange(&rendezvous);
+  checkpoint::LocalExchange local_exchange;
+  std::unique_ptr<checkpoint::Checkpointer> saver;
+  if (!ckpt_spec.save_dir().empty()) {
+    checkpoint::CheckpointerOptions o;
+    o.save_dir = ckpt_spec.save_dir();
+    o.async_save = ckpt_spec.async_save();
+    o.job_id = assignment.job_id();
+    o.attempt = assignment.attempt();
+    o.spec = spec;
+    o.layout = layout;
+    o.coordinates = assignment.coordinates();
+    auto c = checkpoint::Checkpointer::Create(
+        o, layout.world_size() > 1 ? static_cast<checkpoint::SaveExchange*>(&exchange)
+                                   : &local_exchange);
+    if (!c.ok()) return Fail(c.status(), "checkpoint.save_dir");
+    saver = *std::move(c);
+  }
   reporter.Phase(mt::v1::RANK_PHASE_TRAINING);
 
-  engine::Trainer& t = **trainer;
+  // Metrics for the daemon's Prometheus endpoint and TensorBoard files (docs/metrics.md).
+  auto observability = worker::metrics::RankObservability::Create(
+      spec, assignment, t.plan(), worker::ReportWriter::FromEnvironment());
+  if (!observability.ok()) return Fail(observability.status(), "TensorBoard");
   const int64_t log_interval = std::max<int64_t>(1, t.plan().log_interval);
   reporter.set_first_step(t.iteration() + 1);
+  double last_loss = std::nan("");
+  double last_valid_loss = std::nan("");
+  absl::Status save_status;
+  auto report_saves = [&]() {
+    if (saver == nullptr) return;
+    for (const checkpoint::SaveInfo& info : saver->TakeFinished()) {
+      if (info.status.ok()) {
+        reporter.Checkpoint(info);
+      } else if (save_status.ok()) {
+        save_status = info.status;  // an async save failed: stop like a sync one
+      }
+    }
+  };
+  auto save = [&]() {
+    if (saver == nullptr || saver->last_saved_step() == t.iteration()) return;
+    save_status = saver->Save(t, last_loss, last_valid_loss);
+    report_saves();
+  };
+  const int64_t save_interval = ckpt_spec.save_interval();
   absl::Status status = t.Train(
       [&](const engine::StepMetrics& m) {
         const bool send = m.iteration % log_interval == 0 || m.iteration == m.train_iterations;
         reporter.Step(m, t.memory(), send);
-        return g_stop_signal.load() == 0;
+        (*observability)
+            ->OnStep(m, send, distributed->collectives->TakeCommunicationSeconds(),
+                     [&] { return t.memory(); });
+        last_loss = m.loss;
+        report_saves();
+        if (save_interval > 0 && m.iteration % save_interval == 0) save();
+        if (!save_status.ok()) return false;
+        // Every rank stops at the same step (a save on SIGTERM needs them all).
+        double stop = g_stop_signal.load() != 0 ? 1.0 : 0.0;
+        if (saver != nullptr && options.collectives != nullptr) {
+          auto any = options.collectives->MaxScalarOverWorld(stop);
+          if (any.ok()) stop = *any;
+        }
+        return stop == 0.0;
       },
-      [&](const engine::EvalMetrics& e) { reporter.Eval(e); });
+      [&](const engine::EvalMetrics& e) {
+        last_valid_loss = e.loss;
+        reporter.Eval(e);
+        (*observability)->OnEval(e, t.consumed_samples());
+      });
+  (*observability)->Finish(t.memory());
   if (!status.ok()) return Fail(status, "training");
-  if (int sig = g_stop_signal.load(); sig != 0) {
+  if (!save_status.ok()) return Fail(save_status, "saving the checkpoint");
+  // The last step, or where SIGTERM/cancel stopped the run, is always saved.
+  save();
+  if (saver != nullptr) {
+    saver->Wait();
+    report_saves();
+  }
+  if (!save_status.ok()) return Fail(save_status, "saving the checkpoint");
+  if (int sig = g_stop_signal.load(); sig != 0 || t.iteration() < t.plan().train_iterations) {
     MT_LOG(INFO) << "stopped by signal " << sig << " at step " << t.iteration();
-    return 128 + sig;
+    return 128 + (sig != 0 ? sig : SIGTERM);
   }
   MT_LOG(INFO) << "rank " << rank << " finished " << t.iteration() << " steps";
   return 0;

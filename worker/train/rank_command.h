@@ -3,8 +3,12 @@
 // defaulted spec, the layout, this rank's coordinates, the coordinator for the rendezvous.
 //
 //   1. report STARTING; join the job's process groups (worker/parallel/dist.h)
-//   2. build this DP rank's data loaders and the trainer (worker/engine)
-//   3. report TRAINING, then progress every log_interval steps and after each evaluation
+//   2. pick the checkpoint to start from (the assignment's resume_from, else
+//      checkpoint.load_dir; verified, falling back past damaged ones), build this DP rank's
+//      data loaders at its data position and the trainer (worker/engine), load it
+//   3. report TRAINING, then progress every log_interval steps and after each evaluation;
+//      with checkpoint.save_dir, save every save_interval steps, at the end, and where
+//      SIGTERM stopped the run (every rank stops at the same step), reporting each save
 //   4. exit 0 when trained; 1 on an error (the last line of the log says why); 143 when
 //      stopped by SIGTERM (130 for SIGINT) before the end
 //

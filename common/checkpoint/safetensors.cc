@@ -1,0 +1,285 @@
+#include "common/checkpoint/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace mt::checkpoint {
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
+constexpr uint64_t kDataAlignment = 64;
+
+void PutU64(std::string* out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xFF));
+}
+
+absl::Status DataLoss(const std::string& what) {
+  return absl::DataLossError(absl::StrCat("safetensors: ", what));
+}
+
+// A JSON number that must be a non-negative integer.
+absl::StatusOr<uint64_t> AsCount(const google::protobuf::Value& v, absl::string_view what) {
+  if (v.kind_case() != google::protobuf::Value::kNumberValue || v.number_value() < 0 ||
+      v.number_value() != std::floor(v.number_value()) || v.number_value() > 9.0e15) {
+    return DataLoss(absl::StrCat(what, " is not a non-negative integer"));
+  }
+  return static_cast<uint64_t>(v.number_value());
+}
+
+absl::Status PRead(int fd, const std::string& path, void* dst, size_t size, uint64_t offset) {
+  char* p = static_cast<char*>(dst);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::pread(fd, p + done, size - done, static_cast<off_t>(offset + done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError("reading", path, errno);
+    if (n == 0) return DataLoss(absl::StrCat(path, " ends early"));
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+std::string JsonQuote(absl::string_view s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      default:
+        if (c < 0x20) {
+          out += absl::StrFormat("\\u%04x", c);
+        } else {
+          out.push_back(static_cast<char>(c));
+        }
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+TensorView ViewOf(const std::string& name, const HostTensor& t) {
+  TensorView v;
+  v.name = name;
+  v.dtype = t.dtype;
+  v.shape = t.shape;
+  v.data = t.data.data();
+  v.nbytes = t.data.size();
+  return v;
+}
+
+absl::StatusOr<FileDigest> WriteSafetensors(const std::string& path,
+                                            const std::vector<TensorView>& tensors,
+                                            const std::map<std::string, std::string>& metadata) {
+  std::string header = "{";
+  bool first = true;
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    for (const auto& [k, v] : metadata) {
+      if (!first) header += ",";
+      first = false;
+      absl::StrAppend(&header, JsonQuote(k), ":", JsonQuote(v));
+    }
+    header += "}";
+    first = false;
+  }
+  std::set<std::string> names;
+  uint64_t offset = 0;
+  for (const TensorView& t : tensors) {
+    if (t.name.empty() || t.name == "__metadata__" || !names.insert(t.name).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("safetensors: tensor name \"", t.name, "\" is empty, reserved or repeated"));
+    }
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    if (static_cast<uint64_t>(numel) * DTypeSize(t.dtype) != t.nbytes) {
+      return absl::InvalidArgumentError(absl::StrCat("safetensors: ", t.name, " has ", t.nbytes,
+                                                     " bytes for ", DTypeName(t.dtype),
+                                                     ShapeString(t.shape)));
+    }
+    if (!first) header += ",";
+    first = false;
+    absl::StrAppend(&header, JsonQuote(t.name), ":{\"dtype\":\"", DTypeName(t.dtype),
+                    "\",\"shape\":[");
+    for (size_t i = 0; i < t.shape.size(); ++i) {
+      absl::StrAppend(&header, i ? "," : "", t.shape[i]);
+    }
+    absl::StrAppend(&header, "],\"data_offsets\":[", offset, ",", offset + t.nbytes, "]}");
+    offset += t.nbytes;
+  }
+  header += "}";
+  while ((8 + header.size()) % kDataAlignment != 0) header.push_back(' ');
+  std::string prefix;
+  PutU64(&prefix, header.size());
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> w, AtomicFileWriter::Create(path));
+  MT_RETURN_IF_ERROR(w->Append(prefix));
+  MT_RETURN_IF_ERROR(w->Append(header));
+  for (const TensorView& t : tensors) MT_RETURN_IF_ERROR(w->Append(t.data, t.nbytes));
+  return w->Commit();
+}
+
+const SafetensorsEntry* SafetensorsIndex::Find(const std::string& name) const {
+  for (const SafetensorsEntry& e : tensors) {
+    if (e.name == name) return &e;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<SafetensorsIndex> ParseSafetensorsHeader(absl::string_view header,
+                                                        uint64_t file_size) {
+  google::protobuf::Struct root;
+  google::protobuf::util::JsonParseOptions options;
+  auto parsed = google::protobuf::util::JsonStringToMessage(
+      google::protobuf::StringPiece(header.data(), header.size()), &root, options);
+  if (!parsed.ok()) {
+    return DataLoss(absl::StrCat("the header is not a JSON object: ", parsed.message().ToString()));
+  }
+  SafetensorsIndex index;
+  index.data_start = 8 + header.size();
+  index.file_size = file_size;
+  if (file_size < index.data_start) return DataLoss("the file ends inside its header");
+  const uint64_t data_size = file_size - index.data_start;
+  for (const auto& [name, value] : root.fields()) {
+    if (name == "__metadata__") {
+      if (value.kind_case() != google::protobuf::Value::kStructValue) {
+        return DataLoss("__metadata__ is not an object");
+      }
+      for (const auto& [k, v] : value.struct_value().fields()) {
+        if (v.kind_case() != google::protobuf::Value::kStringValue) {
+          return DataLoss(absl::StrCat("__metadata__.", k, " is not a string"));
+        }
+        index.metadata[k] = v.string_value();
+      }
+      continue;
+    }
+    if (value.kind_case() != google::protobuf::Value::kStructValue) {
+      return DataLoss(absl::StrCat("entry \"", name, "\" is not an object"));
+    }
+    const auto& f = value.struct_value().fields();
+    auto dtype_it = f.find("dtype");
+    auto shape_it = f.find("shape");
+    auto off_it = f.find("data_offsets");
+    if (dtype_it == f.end() || shape_it == f.end() || off_it == f.end() ||
+        dtype_it->second.kind_case() != google::protobuf::Value::kStringValue ||
+        shape_it->second.kind_case() != google::protobuf::Value::kListValue ||
+        off_it->second.kind_case() != google::protobuf::Value::kListValue ||
+        off_it->second.list_value().values_size() != 2) {
+      return DataLoss(absl::StrCat("entry \"", name, "\" lacks dtype, shape or data_offsets"));
+    }
+    SafetensorsEntry e;
+    e.name = name;
+    auto dtype = ParseDType(dtype_it->second.string_value());
+    if (!dtype.ok()) return DataLoss(absl::StrCat(name, ": ", dtype.status().message()));
+    e.dtype = *dtype;
+    uint64_t numel = 1;
+    for (const auto& d : shape_it->second.list_value().values()) {
+      MT_ASSIGN_OR_RETURN(uint64_t dim, AsCount(d, absl::StrCat(name, ".shape")));
+      if (dim > 0 && numel > (uint64_t{1} << 50) / dim) return DataLoss(name + ": shape too large");
+      numel *= dim;
+      e.shape.push_back(static_cast<int64_t>(dim));
+    }
+    MT_ASSIGN_OR_RETURN(e.begin, AsCount(off_it->second.list_value().values(0), name));
+    MT_ASSIGN_OR_RETURN(e.end, AsCount(off_it->second.list_value().values(1), name));
+    if (e.end < e.begin || e.end > data_size || e.end - e.begin != numel * DTypeSize(e.dtype)) {
+      return DataLoss(absl::StrCat(name, ": data_offsets [", e.begin, ", ", e.end, ") do not fit ",
+                                   DTypeName(e.dtype), ShapeString(e.shape), " in ", data_size,
+                                   " bytes of data"));
+    }
+    index.tensors.push_back(std::move(e));
+  }
+  std::sort(index.tensors.begin(), index.tensors.end(),
+            [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+              return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+            });
+  uint64_t at = 0;
+  for (const SafetensorsEntry& e : index.tensors) {
+    if (e.begin != at) {
+      return DataLoss(absl::StrCat("tensor ", e.name, " starts at ", e.begin, ", expected ", at,
+                                   " (holes or overlaps)"));
+    }
+    at = e.end;
+  }
+  if (at != data_size) {
+    return DataLoss(absl::StrCat("the tensors cover ", at, " of ", data_size, " data bytes"));
+  }
+  return index;
+}
+
+absl::StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError("opening", path, errno);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return IoError("stat", path, errno);
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size < 8) return DataLoss(absl::StrCat(path, " is ", size, " bytes, too short"));
+  unsigned char len_bytes[8];
+  MT_RETURN_IF_ERROR(PRead(fd, path, len_bytes, 8, 0));
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
+  if (len > kMaxHeaderBytes || len > size - 8) {
+    return DataLoss(
+        absl::StrCat(path, ": header length ", len, " does not fit the file (", size, " bytes)"));
+  }
+  std::string header(len, '\0');
+  MT_RETURN_IF_ERROR(PRead(fd, path, header.data(), len, 8));
+  auto index = ParseSafetensorsHeader(header, size);
+  if (!index.ok()) return absl::DataLossError(absl::StrCat(path, ": ", index.status().message()));
+  return index;
+}
+
+absl::Status ReadSafetensorsInto(const std::string& path, const SafetensorsIndex& index,
+                                 const SafetensorsEntry& entry, void* dst, size_t size) {
+  if (size != entry.end - entry.begin) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", entry.name, " has ",
+                                                   entry.end - entry.begin, " bytes, not ", size));
+  }
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return IoError("opening", path, errno);
+  absl::Status s = PRead(fd, path, dst, size, index.data_start + entry.begin);
+  ::close(fd);
+  return s;
+}
+
+absl::StatusOr<HostTensor> ReadSafetensorsTensor(const std::string& path,
+                                                 const SafetensorsIndex& index,
+                                                 const SafetensorsEntry& entry) {
+  HostTensor t;
+  t.dtype = entry.dtype;
+  t.shape = entry.shape;
+  t.data.resize(entry.end - entry.begin);
+  MT_RETURN_IF_ERROR(ReadSafetensorsInto(path, index, entry, t.data.data(), t.data.size()));
+  return t;
+}
+
+}  // namespace mt::checkpoint

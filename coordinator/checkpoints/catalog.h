@@ -1,0 +1,115 @@
+// The coordinator's checkpoint catalog: every checkpoint a job saved (registered from the
+// ranks' RankReport.checkpoint) or a user imported, with its files, checksums and state, and
+// the operations of the ClientService checkpoint RPCs on it. Entries live in the Store
+// (table `checkpoints`); the files live on the shared file system (worker/checkpoint/FORMAT.md).
+//
+// States (mt.v1.CheckpointState; the allowed moves are checkpoint_state.h) and what moves them:
+//   (none) -> WRITING     a rank reported a save whose manifest rank 0 has not committed yet
+//   WRITING -> COMPLETE   a report found the committed manifest (rank 0 reports after it)
+//   WRITING -> DELETED    a later save of the same directory committed and this one never did
+//   COMPLETE|VERIFIED|CORRUPT -> VERIFIED|CORRUPT   Verify re-hashed every file
+//   any but WRITING -> DELETED   Delete, or retention after a registration
+// Imports enter as VERIFIED (they are hashed when imported).
+//
+// Guards: `latest` of a save directory (is_latest, from latest_checkpointed_iteration.txt) is
+// never removed by retention, and not by Delete while its job is active; a checkpoint that an
+// active job loads (spec load_dir is its directory, or its save directory when it is the
+// latest there) is never removed. Deleting the latest of an ended job points `latest` at the
+// newest remaining checkpoint (or removes the pointer when none is left).
+//
+// Deleting removes a job checkpoint's directory; an imported entry's directory is the user's,
+// so only its listed files (and manifest.json) go, and the directory when it is then empty.
+// Downloads send only regular files inside the checkpoint directory (no symbolic links out).
+//
+// Every path a client gives is checked here (INVALID_ARGUMENT naming the field): absolute, no
+// ".." component, no NUL. Entries with format_version 0 are Hugging Face directories (no mt
+// manifest; config.json + model.safetensors are their files).
+//
+// Thread-safe: one mutex serializes changes to entries; hashing (Verify) and streaming
+// (Download) run outside it.
+#ifndef MT_COORDINATOR_CHECKPOINTS_CATALOG_H_
+#define MT_COORDINATOR_CHECKPOINTS_CATALOG_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/base/clock.h"
+#include "coordinator/store/store.h"
+#include "mt/v1/client_service.pb.h"
+#include "mt/v1/worker_service.pb.h"
+
+namespace mt::coordinator {
+
+// What the catalog needs to know of jobs. A narrow interface onto the JobManager
+// (JobManagerCheckpointJobs in job_lookup.h); tests give a fake.
+class CheckpointJobs {
+ public:
+  struct Active {
+    std::string job_id;
+    mt::v1::JobState state = mt::v1::JOB_STATE_UNSPECIFIED;
+    std::string load_dir;
+    std::string save_dir;
+  };
+  virtual ~CheckpointJobs() = default;
+  // Jobs not in a terminal state.
+  virtual std::vector<Active> ActiveJobs() = 0;
+  virtual absl::StatusOr<mt::v1::Job> GetJob(const std::string& job_id) = 0;
+};
+
+// An absolute path without ".." components or NUL bytes (at most 4096 bytes).
+// INVALID_ARGUMENT naming `field` otherwise.
+absl::Status ValidateAbsolutePath(const std::string& path, const std::string& field);
+
+class CheckpointCatalog {
+ public:
+  // `store`, `jobs` and `clock` outlive the catalog.
+  static absl::StatusOr<std::unique_ptr<CheckpointCatalog>> Create(Store* store,
+                                                                   CheckpointJobs* jobs,
+                                                                   const Clock* clock);
+
+  // A rank reported a finished save (report.checkpoint set). Registers or completes the entry,
+  // updates `latest`, then runs the job's retention policy. Returns the entry.
+  absl::StatusOr<mt::v1::Checkpoint> OnCheckpointReport(const mt::v1::RankReport& report);
+
+  absl::StatusOr<mt::v1::ListCheckpointsResponse> List(
+      const mt::v1::ListCheckpointsRequest& request);
+  absl::StatusOr<mt::v1::Checkpoint> Get(const std::string& checkpoint_id);
+  absl::StatusOr<mt::v1::Checkpoint> Delete(const std::string& checkpoint_id);
+  absl::StatusOr<mt::v1::VerifyCheckpointResponse> Verify(const std::string& checkpoint_id);
+  // Calls `write` with each chunk in order (manifest.json first for mt checkpoints); `write`
+  // returns false when the client went away (CANCELLED then).
+  absl::Status Download(const mt::v1::DownloadCheckpointRequest& request,
+                        const std::function<bool(const mt::v1::DownloadCheckpointChunk&)>& write);
+  absl::StatusOr<mt::v1::ExportCheckpointResponse> Export(
+      const mt::v1::ExportCheckpointRequest& request);
+  absl::StatusOr<mt::v1::Checkpoint> Import(const mt::v1::ImportCheckpointRequest& request);
+
+ private:
+  CheckpointCatalog(Store* store, CheckpointJobs* jobs, const Clock* clock)
+      : store_(store), jobs_(jobs), clock_(clock) {}
+
+  // loading_job_ids from the active jobs.
+  void Fill(mt::v1::Checkpoint* c, const std::vector<CheckpointJobs::Active>& active) const;
+  // Sets is_latest on the job's entries in `save_dir` from the `latest` pointer.
+  absl::Status RefreshLatestLocked(const std::string& job_id, const std::string& save_dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes the files and records DELETED; repoints `latest` when it was the latest.
+  absl::Status RemoveLocked(mt::v1::Checkpoint* c, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ApplyRetentionLocked(const mt::v1::Job& job, const std::string& save_dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  Store* const store_;
+  CheckpointJobs* const jobs_;
+  const Clock* const clock_;
+  absl::Mutex mu_;
+};
+
+}  // namespace mt::coordinator
+
+#endif  // MT_COORDINATOR_CHECKPOINTS_CATALOG_H_

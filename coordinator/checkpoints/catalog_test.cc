@@ -1,0 +1,488 @@
+#include "coordinator/checkpoints/catalog.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/files.h"
+#include "common/base/status_matchers.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/file_writer.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/util/time_util.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
+
+namespace mt::coordinator {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+using ::mt::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class FakeJobs : public CheckpointJobs {
+ public:
+  std::vector<Active> ActiveJobs() override {
+    std::vector<Active> out;
+    for (const auto& [id, job] : jobs) {
+      if (job.state() == mt::v1::JOB_STATE_SUCCEEDED || job.state() == mt::v1::JOB_STATE_FAILED)
+        continue;
+      out.push_back({id, job.state(), job.spec().checkpoint().load_dir(),
+                     job.spec().checkpoint().save_dir()});
+    }
+    return out;
+  }
+  absl::StatusOr<mt::v1::Job> GetJob(const std::string& job_id) override {
+    auto it = jobs.find(job_id);
+    if (it == jobs.end()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+    return it->second;
+  }
+  mt::v1::Job& Add(const std::string& id, const std::string& save_dir,
+                   const std::string& load_dir = "") {
+    mt::v1::Job& job = jobs[id];
+    job.set_id(id);
+    job.set_state(mt::v1::JOB_STATE_RUNNING);
+    job.mutable_spec()->mutable_checkpoint()->set_save_dir(save_dir);
+    job.mutable_spec()->mutable_checkpoint()->set_load_dir(load_dir);
+    return job;
+  }
+  std::map<std::string, mt::v1::Job> jobs;
+};
+
+std::string FileBytes(int64_t step) { return std::string(5000 + step, static_cast<char>(step)); }
+
+// A committed checkpoint the way rank 0 leaves it: iter_<step>/ with a shard, manifest.json,
+// then `latest`.
+std::string WriteCheckpoint(const std::string& save_dir, const std::string& job_id, int64_t step,
+                            double validation_loss, bool commit = true) {
+  ::mkdir(save_dir.c_str(), 0755);
+  const std::string dir = absl::StrCat(save_dir, "/", checkpoint::IterationDirName(step));
+  ::mkdir(dir.c_str(), 0755);
+  const std::string shard = checkpoint::ShardFileName(0, 0);
+  EXPECT_TRUE(WriteFileAtomically(dir + "/" + shard, FileBytes(step)).ok());
+  if (!commit) return dir;
+  auto digest = checkpoint::DigestFile(dir + "/" + shard);
+  EXPECT_TRUE(digest.ok());
+  mt::v1::CheckpointManifest m;
+  m.set_format(checkpoint::kFormatName);
+  m.set_format_version(checkpoint::kFormatVersion);
+  m.set_job_id(job_id);
+  m.set_step(step);
+  m.set_loss(10.0 / step);
+  m.set_validation_loss(validation_loss);
+  m.mutable_layout()->set_world_size(1);
+  m.mutable_layout()->set_tensor_model_parallel_size(1);
+  m.mutable_trainer()->set_consumed_samples(8 * step);
+  mt::v1::CheckpointFile* f = m.add_files();
+  f->set_path(shard);
+  f->set_size_bytes(digest->size);
+  f->set_sha256(digest->sha256);
+  *m.mutable_create_time() = TimeUtil::SecondsToTimestamp(1000 + step);
+  EXPECT_TRUE(checkpoint::WriteManifest(dir, m).ok());
+  EXPECT_TRUE(checkpoint::WriteLatest(save_dir, step).ok());
+  return dir;
+}
+
+mt::v1::RankReport Report(const std::string& job_id, int rank, int64_t step,
+                          const std::string& dir) {
+  mt::v1::RankReport r;
+  r.set_job_id(job_id);
+  r.set_rank(rank);
+  r.mutable_checkpoint()->set_step(step);
+  r.mutable_checkpoint()->set_directory(dir);
+  r.mutable_checkpoint()->set_size_bytes(5000 + step);
+  return r;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+class CatalogTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testutil::MakeTempDir("catalog");
+    auto store = Store::Open(dir_ + "/state");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = *std::move(store);
+    auto catalog = CheckpointCatalog::Create(store_.get(), &jobs_, &clock_);
+    ASSERT_TRUE(catalog.ok());
+    catalog_ = *std::move(catalog);
+  }
+
+  // Saves and reports a checkpoint of `job` at `step`; returns its entry.
+  mt::v1::Checkpoint Save(const std::string& job, int64_t step, double vloss = std::nan("")) {
+    const std::string save = jobs_.jobs[job].spec().checkpoint().save_dir();
+    const std::string dir = WriteCheckpoint(save, job, step, vloss);
+    auto c = catalog_->OnCheckpointReport(Report(job, 0, step, dir));
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : mt::v1::Checkpoint();
+  }
+
+  std::map<int64_t, mt::v1::CheckpointState> StatesByStep(const std::string& job) {
+    mt::v1::ListCheckpointsRequest req;
+    req.set_job_id(job);
+    auto list = catalog_->List(req);
+    EXPECT_TRUE(list.ok());
+    std::map<int64_t, mt::v1::CheckpointState> out;
+    for (const auto& c : list->checkpoints()) out[c.step()] = c.state();
+    return out;
+  }
+
+  std::string dir_;
+  FakeClock clock_{absl::FromUnixSeconds(5000)};
+  FakeJobs jobs_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<CheckpointCatalog> catalog_;
+};
+
+TEST_F(CatalogTest, RegistersWritingThenCompleteFromTheManifest) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  // Rank 1 reports before rank 0 committed the manifest.
+  const std::string dir = WriteCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint w,
+                          catalog_->OnCheckpointReport(Report("j-1", 1, 4, dir)));
+  EXPECT_EQ(w.state(), mt::v1::CHECKPOINT_STATE_WRITING);
+  EXPECT_EQ(w.id(), "c-1");
+  EXPECT_FALSE(w.is_latest());
+
+  WriteCheckpoint(save, "j-1", 4, 2.5);
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint c,
+                          catalog_->OnCheckpointReport(Report("j-1", 0, 4, dir)));
+  EXPECT_EQ(c.id(), "c-1");  // the same entry, completed
+  EXPECT_EQ(c.state(), mt::v1::CHECKPOINT_STATE_COMPLETE);
+  EXPECT_EQ(c.job_id(), "j-1");
+  EXPECT_EQ(c.step(), 4);
+  EXPECT_EQ(c.consumed_samples(), 32);
+  EXPECT_DOUBLE_EQ(c.loss(), 2.5);
+  EXPECT_DOUBLE_EQ(c.validation_loss(), 2.5);
+  EXPECT_EQ(c.directory(), dir);
+  EXPECT_EQ(c.layout().world_size(), 1);
+  ASSERT_EQ(c.files_size(), 1);
+  EXPECT_EQ(c.files(0).path(), "mp_rank_00_000.safetensors");
+  EXPECT_EQ(c.files(0).size_bytes(), 5004);
+  EXPECT_EQ(c.files(0).sha256().size(), 64u);
+  EXPECT_EQ(c.size_bytes(), 5004);
+  EXPECT_EQ(c.format_version(), 1);
+  EXPECT_TRUE(c.is_latest());
+  EXPECT_EQ(c.create_time().seconds(), 1004);
+
+  // A later report of the same save changes nothing.
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint again,
+                          catalog_->OnCheckpointReport(Report("j-1", 1, 4, dir)));
+  EXPECT_EQ(again.id(), "c-1");
+  EXPECT_EQ(again.state(), mt::v1::CHECKPOINT_STATE_COMPLETE);
+
+  // The entry survives a coordinator restart (the store is reopened).
+  catalog_.reset();
+  store_.reset();
+  MT_ASSERT_OK_AND_ASSIGN(store_, Store::Open(dir_ + "/state"));
+  MT_ASSERT_OK_AND_ASSIGN(catalog_, CheckpointCatalog::Create(store_.get(), &jobs_, &clock_));
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint got, catalog_->Get("c-1"));
+  EXPECT_EQ(got.step(), 4);
+  EXPECT_TRUE(got.is_latest());
+}
+
+TEST_F(CatalogTest, LatestMovesAndUncommittedSavesAreDropped) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  Save("j-1", 2);
+  // A save at step 4 never committed (its manifest never appeared).
+  const std::string lost = WriteCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
+  MT_ASSERT_OK(catalog_->OnCheckpointReport(Report("j-1", 1, 4, lost)).status());
+  ASSERT_TRUE(checkpoint::RemoveTree(lost).ok());  // rank 0 removed the failed save
+  Save("j-1", 6);
+  EXPECT_THAT(StatesByStep("j-1"),
+              ElementsAre(::testing::Pair(2, mt::v1::CHECKPOINT_STATE_COMPLETE),
+                          ::testing::Pair(4, mt::v1::CHECKPOINT_STATE_DELETED),
+                          ::testing::Pair(6, mt::v1::CHECKPOINT_STATE_COMPLETE)));
+  MT_ASSERT_OK_AND_ASSIGN(auto c1, catalog_->Get("c-1"));
+  MT_ASSERT_OK_AND_ASSIGN(auto c3, catalog_->Get("c-3"));
+  EXPECT_FALSE(c1.is_latest());
+  EXPECT_TRUE(c3.is_latest());
+}
+
+// A save whose reports were lost is registered with the next one; another job's checkpoint
+// in the same directory is not.
+TEST_F(CatalogTest, RegistersSavesWhoseReportsWereLost) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  WriteCheckpoint(save, "j-1", 2, std::nan(""));
+  WriteCheckpoint(save, "j-7", 3, std::nan(""));
+  const std::string lost = WriteCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
+  MT_ASSERT_OK(catalog_->OnCheckpointReport(Report("j-1", 1, 4, lost)).status());  // WRITING
+  WriteCheckpoint(save, "j-1", 4, std::nan(""));  // committed, but rank 0's report was lost
+  Save("j-1", 6);
+  EXPECT_THAT(StatesByStep("j-1"),
+              ElementsAre(::testing::Pair(2, mt::v1::CHECKPOINT_STATE_COMPLETE),
+                          ::testing::Pair(4, mt::v1::CHECKPOINT_STATE_COMPLETE),
+                          ::testing::Pair(6, mt::v1::CHECKPOINT_STATE_COMPLETE)));
+  mt::v1::ListCheckpointsRequest all;
+  MT_ASSERT_OK_AND_ASSIGN(auto list, catalog_->List(all));
+  EXPECT_EQ(list.total_count(), 3);
+}
+
+struct RetentionCase {
+  std::string name;
+  int keep_last;
+  int keep_best;
+  int64_t keep_every;
+  // Another active job loads the save at this step (0 = none).
+  int64_t loaded_step;
+  std::vector<int64_t> kept;
+};
+
+TEST_F(CatalogTest, RetentionDeletesDirectoriesAndKeepsTheRightOnes) {
+  // Validation losses of the saves at steps 1..8.
+  const std::vector<double> vloss = {3.0, 1.0, 2.9, 2.8, 2.7, 2.6, 2.5, 2.4};
+  const std::vector<RetentionCase> cases = {
+      {"off", 0, 0, 0, 0, {1, 2, 3, 4, 5, 6, 7, 8}}, {"last_2", 2, 0, 0, 0, {7, 8}},
+      {"last_2_best_1", 2, 1, 0, 0, {2, 7, 8}},      {"last_1_every_3", 1, 0, 3, 0, {3, 6, 8}},
+      {"last_1_loaded_4", 1, 0, 0, 4, {4, 8}},
+  };
+  int n = 0;
+  for (const RetentionCase& tc : cases) {
+    SCOPED_TRACE(tc.name);
+    const std::string job = absl::StrCat("j-", ++n);
+    const std::string save = absl::StrCat(dir_, "/", tc.name);
+    mt::v1::Job& j = jobs_.Add(job, save);
+    j.mutable_spec()->mutable_checkpoint()->mutable_retention()->set_keep_last(tc.keep_last);
+    j.mutable_spec()->mutable_checkpoint()->mutable_retention()->set_keep_best(tc.keep_best);
+    j.mutable_spec()->mutable_checkpoint()->mutable_retention()->set_keep_every_steps(
+        tc.keep_every);
+    const std::string loader = absl::StrCat("j-", 100 + n);
+    if (tc.loaded_step > 0) {
+      jobs_.Add(loader, "", absl::StrCat(save, "/", checkpoint::IterationDirName(tc.loaded_step)));
+    }
+    for (int64_t step = 1; step <= 8; ++step) Save(job, step, vloss[step - 1]);
+    std::vector<int64_t> kept;
+    for (const auto& [step, state] : StatesByStep(job)) {
+      const bool on_disk = Exists(absl::StrCat(save, "/", checkpoint::IterationDirName(step)));
+      if (state != mt::v1::CHECKPOINT_STATE_DELETED) {
+        kept.push_back(step);
+        EXPECT_TRUE(on_disk) << step;
+      } else {
+        EXPECT_FALSE(on_disk) << step;
+      }
+    }
+    EXPECT_EQ(kept, tc.kept);
+    jobs_.jobs.erase(loader);
+  }
+}
+
+TEST_F(CatalogTest, VerifyFindsAFlippedBit) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  const mt::v1::Checkpoint c = Save("j-1", 3);
+  MT_ASSERT_OK_AND_ASSIGN(auto ok, catalog_->Verify(c.id()));
+  EXPECT_TRUE(ok.ok());
+  EXPECT_THAT(ok.problems(), IsEmpty());
+  EXPECT_EQ(ok.checkpoint().state(), mt::v1::CHECKPOINT_STATE_VERIFIED);
+
+  const std::string shard = c.directory() + "/" + c.files(0).path();
+  std::string bytes = FileBytes(3);
+  bytes[100] ^= 0x04;
+  ASSERT_TRUE(WriteFileAtomically(shard, bytes).ok());
+  MT_ASSERT_OK_AND_ASSIGN(auto bad, catalog_->Verify(c.id()));
+  EXPECT_FALSE(bad.ok());
+  EXPECT_THAT(bad.problems(), ElementsAre(HasSubstr("mp_rank_00_000.safetensors")));
+  EXPECT_EQ(bad.checkpoint().state(), mt::v1::CHECKPOINT_STATE_CORRUPT);
+  MT_ASSERT_OK_AND_ASSIGN(auto stored, catalog_->Get(c.id()));
+  EXPECT_EQ(stored.state(), mt::v1::CHECKPOINT_STATE_CORRUPT);
+}
+
+TEST_F(CatalogTest, DeleteGuardsLatestAndLoadedCheckpoints) {
+  const std::string save = dir_ + "/ckpt";
+  mt::v1::Job& job = jobs_.Add("j-1", save);
+  const mt::v1::Checkpoint c1 = Save("j-1", 2);
+  const mt::v1::Checkpoint c2 = Save("j-1", 4);
+  EXPECT_THAT(catalog_->Delete(c2.id()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("is the latest checkpoint of j-1, which is still running")));
+  jobs_.Add("j-2", "", c1.directory());
+  MT_ASSERT_OK_AND_ASSIGN(auto loaded, catalog_->Get(c1.id()));
+  EXPECT_THAT(loaded.loading_job_ids(), ElementsAre("j-2"));
+  EXPECT_THAT(catalog_->Delete(c1.id()),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("being loaded by j-2")));
+  jobs_.jobs["j-2"].set_state(mt::v1::JOB_STATE_SUCCEEDED);
+
+  // Once the job ended, its latest may go: `latest` then names the newest one left.
+  job.set_state(mt::v1::JOB_STATE_SUCCEEDED);
+  MT_ASSERT_OK_AND_ASSIGN(auto deleted, catalog_->Delete(c2.id()));
+  EXPECT_EQ(deleted.state(), mt::v1::CHECKPOINT_STATE_DELETED);
+  EXPECT_FALSE(Exists(c2.directory()));
+  MT_ASSERT_OK_AND_ASSIGN(int64_t latest, checkpoint::ReadLatest(save));
+  EXPECT_EQ(latest, 2);
+  MT_ASSERT_OK_AND_ASSIGN(auto now_latest, catalog_->Get(c1.id()));
+  EXPECT_TRUE(now_latest.is_latest());
+  // Deleting again is a no-op; deleting the last one removes the pointer.
+  MT_EXPECT_OK(catalog_->Delete(c2.id()).status());
+  MT_EXPECT_OK(catalog_->Delete(c1.id()).status());
+  EXPECT_THAT(checkpoint::ReadLatest(save), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(catalog_->Delete("c-99"), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(CatalogTest, DownloadStreamsEveryFileWithItsChecksum) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  const mt::v1::Checkpoint c = Save("j-1", 7);
+  mt::v1::DownloadCheckpointRequest req;
+  req.set_checkpoint_id(c.id());
+  req.set_chunk_bytes(4096);
+  std::map<std::string, std::string> files;
+  std::map<std::string, std::string> sha;
+  std::string current;
+  int chunks = 0;
+  MT_ASSERT_OK(catalog_->Download(req, [&](const mt::v1::DownloadCheckpointChunk& chunk) {
+    if (chunk.has_file()) {
+      current = chunk.file().path();
+      sha[current] = chunk.file().sha256();
+    }
+    EXPECT_EQ(chunk.offset(), static_cast<int64_t>(files[current].size()));
+    files[current] += chunk.data();
+    ++chunks;
+    return true;
+  }));
+  ASSERT_EQ(files.size(), 2u);
+  EXPECT_EQ(files["mp_rank_00_000.safetensors"], FileBytes(7));
+  EXPECT_EQ(sha["mp_rank_00_000.safetensors"], c.files(0).sha256());
+  MT_ASSERT_OK_AND_ASSIGN(std::string manifest, ReadFile(c.directory() + "/manifest.json"));
+  EXPECT_EQ(files["manifest.json"], manifest);
+  EXPECT_EQ(chunks, 2 + 1);  // 5007 bytes in 4096-byte chunks, the manifest in one
+
+  req.set_chunk_bytes(100);
+  EXPECT_THAT(catalog_->Download(req, [](const auto&) { return true; }),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("chunk_bytes")));
+  req.set_chunk_bytes(0);
+  EXPECT_THAT(catalog_->Download(req, [](const auto&) { return false; }),
+              StatusIs(absl::StatusCode::kCancelled));
+}
+
+TEST_F(CatalogTest, ImportsAnMtDirectoryOnce) {
+  const std::string dir = WriteCheckpoint(dir_ + "/elsewhere", "j-9", 5, 1.5);
+  mt::v1::ImportCheckpointRequest req;
+  req.set_directory(dir + "/");
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint c, catalog_->Import(req));
+  EXPECT_EQ(c.state(), mt::v1::CHECKPOINT_STATE_VERIFIED);
+  EXPECT_EQ(c.directory(), dir);
+  EXPECT_EQ(c.job_id(), "");
+  EXPECT_EQ(c.step(), 5);
+  EXPECT_FALSE(c.is_latest());
+  EXPECT_THAT(catalog_->Import(req), StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr(c.id())));
+  req.set_directory(dir_);
+  EXPECT_THAT(catalog_->Import(req),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("neither manifest.json")));
+  req.set_directory(dir_ + "/nothing-here");
+  EXPECT_THAT(catalog_->Import(req), StatusIs(absl::StatusCode::kNotFound));
+  req.set_directory(dir);
+  req.set_job_id("j-404");
+  EXPECT_THAT(catalog_->Import(req), StatusIs(absl::StatusCode::kNotFound));
+
+  // Deleting an import removes the catalog's files, never the user's other files.
+  ASSERT_TRUE(WriteFileAtomically(dir + "/notes.txt", "mine").ok());
+  MT_ASSERT_OK_AND_ASSIGN(auto deleted, catalog_->Delete(c.id()));
+  EXPECT_TRUE(deleted.imported());
+  EXPECT_EQ(deleted.state(), mt::v1::CHECKPOINT_STATE_DELETED);
+  EXPECT_FALSE(Exists(dir + "/manifest.json"));
+  EXPECT_FALSE(Exists(dir + "/mp_rank_00_000.safetensors"));
+  EXPECT_TRUE(Exists(dir + "/notes.txt"));
+}
+
+// A symbolic link in a checkpoint directory does not stream a file from outside it.
+TEST_F(CatalogTest, DownloadSendsNoFileFromOutsideTheCheckpoint) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  const mt::v1::Checkpoint c = Save("j-1", 2);
+  const std::string secret = dir_ + "/secret";
+  ASSERT_TRUE(WriteFileAtomically(secret, FileBytes(2)).ok());  // same bytes, same sha256
+  const std::string shard = c.directory() + "/" + c.files(0).path();
+  ASSERT_EQ(::unlink(shard.c_str()), 0);
+  ASSERT_EQ(::symlink(secret.c_str(), shard.c_str()), 0);
+  mt::v1::DownloadCheckpointRequest req;
+  req.set_checkpoint_id(c.id());
+  std::string sent;
+  EXPECT_THAT(catalog_->Download(req,
+                                 [&](const mt::v1::DownloadCheckpointChunk& chunk) {
+                                   sent += chunk.data();
+                                   return true;
+                                 }),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("outside")));
+  EXPECT_EQ(sent.find(FileBytes(2)), std::string::npos);
+}
+
+// Every path or name a client gives is checked before anything is touched.
+TEST_F(CatalogTest, RejectsTraversalAndBadNames) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  const mt::v1::Checkpoint c = Save("j-1", 1);
+  struct Case {
+    std::string name;
+    std::string path;
+    std::string message;
+  };
+  const std::vector<Case> paths = {
+      {"empty", "", "path is empty"},
+      {"relative", "out/hf", "is relative"},
+      {"dotdot", dir_ + "/../../etc/hf", "contains '..'"},
+      {"dotdot_end", dir_ + "/..", "contains '..'"},
+      {"nul", std::string("/tmp/a\0b", 8), "NUL"},
+      {"long", "/" + std::string(5000, 'a'), "over the limit"},
+  };
+  for (const Case& tc : paths) {
+    SCOPED_TRACE(tc.name);
+    mt::v1::ExportCheckpointRequest ex;
+    ex.set_checkpoint_id(c.id());
+    ex.set_output_dir(tc.path);
+    EXPECT_THAT(catalog_->Export(ex),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::AllOf(HasSubstr("output_dir"), HasSubstr(tc.message))));
+    mt::v1::ImportCheckpointRequest im;
+    im.set_directory(tc.path);
+    EXPECT_THAT(catalog_->Import(im),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         ::testing::AllOf(HasSubstr("directory"), HasSubstr(tc.message))));
+  }
+  for (const std::string& id :
+       {std::string(""), std::string("c-"), std::string("c-x"), std::string("../c-1"),
+        std::string("c-1\0", 4), std::string("j-1")}) {
+    EXPECT_THAT(catalog_->Delete(id),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("checkpoint_id")));
+    EXPECT_THAT(catalog_->Get(id), StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(catalog_->Verify(id), StatusIs(absl::StatusCode::kInvalidArgument));
+  }
+  mt::v1::ListCheckpointsRequest list;
+  list.set_job_id("../j-1");
+  EXPECT_THAT(catalog_->List(list),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("job_id")));
+  // A report whose directory is not <save_dir>/iter_<step> is refused.
+  for (const std::string& bad : {save + "/../elsewhere/iter_0000002", dir_ + "/iter_0000002",
+                                 save + "/iter_0000003", std::string("iter_0000002")}) {
+    EXPECT_THAT(catalog_->OnCheckpointReport(Report("j-1", 0, 2, bad)),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("checkpoint.directory")))
+        << bad;
+  }
+  // An existing output directory and an unknown dtype.
+  mt::v1::ExportCheckpointRequest ex;
+  ex.set_checkpoint_id(c.id());
+  ex.set_output_dir(save);
+  EXPECT_THAT(catalog_->Export(ex), StatusIs(absl::StatusCode::kAlreadyExists));
+  ex.set_output_dir(dir_ + "/hf");
+  ex.set_dtype("int8");
+  EXPECT_THAT(catalog_->Export(ex),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dtype")));
+  ex.set_dtype("");
+  ex.set_output_dir(dir_ + "/no/such/parent");
+  EXPECT_THAT(catalog_->Export(ex), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace mt::coordinator

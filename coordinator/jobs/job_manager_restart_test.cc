@@ -1,0 +1,322 @@
+// The job manager's automatic restart (restart_policy.h) over a real Store (SQLite) and
+// WorkerRegistry, a fake clock, and checkpoint directories written here: which state follows a
+// rank failure or a lost worker, what the restarted ranks are told to resume from, and when the
+// job fails instead. The same through real processes: tests/integration/restart_jobs_test.cc.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/clock.h"
+#include "common/base/files.h"
+#include "common/base/status_matchers.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/spec/yaml_spec.h"
+#include "coordinator/jobs/job_manager.h"
+#include "coordinator/store/store.h"
+#include "coordinator/workers/registry.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
+
+namespace mt::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string SpecYaml(const std::string& save_dir, int max_restarts) {
+  return absl::StrCat(
+      "name: r\n"
+      "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16}\n"
+      "parallel: {tp: 1, pp: 1, dp: 2}\n"
+      "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: 20, lr: 1.0e-3}\n"
+      "data:\n  data_path: /data/x\n"
+      "  tokenizer: {vocab_file: /v.json, merge_file: /m.txt}\n",
+      save_dir.empty() ? "" : absl::StrCat("checkpoint: {save_dir: ", save_dir, "}\n"),
+      "restart: {max_restarts: ", max_restarts, "}\n");
+}
+
+// A checkpoint at `step` that verifies (a manifest listing no files) and `latest` on it.
+void WriteCheckpoint(const std::string& save_dir, int64_t step) {
+  const std::string dir = save_dir + "/" + checkpoint::IterationDirName(step);
+  ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
+  mt::v1::CheckpointManifest m;
+  m.set_format(checkpoint::kFormatName);
+  m.set_format_version(checkpoint::kFormatVersion);
+  m.set_step(step);
+  ASSERT_TRUE(checkpoint::WriteManifest(dir, m).ok());
+  ASSERT_TRUE(checkpoint::WriteLatest(save_dir, step).ok());
+}
+
+class JobManagerRestartTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testutil::MakeTempDir("jm_restart");
+    save_dir_ = dir_ + "/ckpt";
+    auto store = Store::Open(dir_ + "/state");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    registry_ = std::make_unique<WorkerRegistry>(&clock_, absl::Seconds(10));
+    JobManagerOptions o;
+    o.coordinator_address = "localhost:1";
+    auto jobs = JobManager::Create(store_.get(), registry_.get(), &clock_, o);
+    ASSERT_TRUE(jobs.ok()) << jobs.status();
+    jobs_ = std::move(*jobs);
+    for (int i = 0; i < 3; ++i) {
+      mt::v1::RegisterRequest r;
+      r.mutable_resources()->set_node(absl::StrCat("n", i));
+      r.mutable_resources()->set_gpu_index(-1);
+      r.mutable_resources()->set_device_name("cpu");
+      r.mutable_resources()->set_memory_bytes(int64_t{1} << 30);
+      r.mutable_resources()->set_cpu_cores(1);
+      auto w = registry_->Register(r);
+      ASSERT_TRUE(w.ok()) << w.status();
+      workers_.push_back(w->id());
+    }
+  }
+
+  std::string Submit(const std::string& save_dir, int max_restarts = 3) {
+    auto parsed = spec::ParseYamlSpec(SpecYaml(save_dir, max_restarts));
+    EXPECT_TRUE(parsed.ok()) << parsed.status();
+    auto r = jobs_->Submit(parsed->spec, "");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->job().id() : "";
+  }
+
+  mt::v1::Job Now(const std::string& id) {
+    auto j = jobs_->Get(id, false);
+    EXPECT_TRUE(j.ok());
+    return j.ok() ? *j : mt::v1::Job();
+  }
+
+  // The assignments sent for the job's current attempt, by rank.
+  std::vector<mt::v1::Assignment> Assignments() {
+    std::vector<mt::v1::Assignment> out;
+    for (const std::string& w : workers_) {
+      for (auto& c : jobs_->TakeCommands(w, absl::ZeroDuration())) {
+        if (c.has_assign()) out.push_back(c.assign());
+      }
+    }
+    return out;
+  }
+
+  void AllTraining(const mt::v1::Job& job) {
+    for (const auto& p : job.placement()) {
+      mt::v1::RankReport r;
+      r.set_worker_id(p.worker_id());
+      r.set_job_id(job.id());
+      r.set_attempt(job.attempt());
+      r.set_rank(p.coordinates().rank());
+      r.set_phase(mt::v1::RANK_PHASE_TRAINING);
+      ASSERT_TRUE(jobs_->OnRankReport(r).ok());
+    }
+  }
+
+  absl::Status Exit(const mt::v1::Job& job, int rank, mt::v1::RankOutcome outcome,
+                    const std::string& message = "exit code 1: boom") {
+    mt::v1::RankExitReport r;
+    r.set_worker_id(job.placement(rank).worker_id());
+    r.set_job_id(job.id());
+    r.set_attempt(job.attempt());
+    r.set_rank(rank);
+    r.set_outcome(outcome);
+    r.set_message(message);
+    return jobs_->OnRankExit(r);
+  }
+
+  std::vector<mt::v1::JobState> States(const std::string& id) {
+    std::vector<mt::v1::JobState> out;
+    auto j = jobs_->Get(id, true);
+    if (j.ok()) {
+      for (const auto& e : j->events()) out.push_back(e.state());
+    }
+    return out;
+  }
+
+  FakeClock clock_;
+  std::string dir_;
+  std::string save_dir_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<JobManager> jobs_;
+  std::vector<std::string> workers_;
+};
+
+TEST_F(JobManagerRestartTest, RankFailureRestartsFromTheLatestCheckpoint) {
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  ASSERT_EQ(job.state(), mt::v1::JOB_STATE_SCHEDULED);
+  std::vector<mt::v1::Assignment> first = Assignments();
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].resume_from(), "");
+  AllTraining(job);
+  WriteCheckpoint(save_dir_, 4);
+  WriteCheckpoint(save_dir_, 8);
+
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_FAILED).ok());
+  mt::v1::Job restarting = Now(id);
+  EXPECT_EQ(restarting.state(), mt::v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(restarting.reason(), HasSubstr("failed: exit code 1: boom"));
+  EXPECT_THAT(restarting.reason(), HasSubstr("restart 1 of at most 3"));
+  // The other rank is told to stop; the job waits for it to end.
+  std::vector<mt::v1::WorkerCommand> stops =
+      jobs_->TakeCommands(job.placement(0).worker_id(), absl::ZeroDuration());
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_TRUE(stops[0].has_stop());
+  EXPECT_EQ(stops[0].stop().attempt(), 0);
+  jobs_->AdvanceRestarts();
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_RESTARTING);
+
+  ASSERT_TRUE(Exit(job, 0, mt::v1::RANK_OUTCOME_STOPPED, "stopped").ok());
+  jobs_->AdvanceRestarts();
+  mt::v1::Job restarted = Now(id);
+  EXPECT_EQ(restarted.state(), mt::v1::JOB_STATE_SCHEDULED);  // through PENDING, placed again
+  EXPECT_EQ(restarted.attempt(), 1);
+  const std::string at8 = save_dir_ + "/iter_0000008";
+  EXPECT_EQ(restarted.resume_from(), at8);
+  EXPECT_EQ(restarted.resume_step(), 8);
+  std::vector<mt::v1::Assignment> second = Assignments();
+  ASSERT_EQ(second.size(), 2u);
+  for (const auto& a : second) {
+    EXPECT_EQ(a.attempt(), 1);
+    EXPECT_EQ(a.resume_from(), at8);
+  }
+  EXPECT_EQ(States(id), (std::vector<mt::v1::JobState>{
+                            mt::v1::JOB_STATE_PENDING, mt::v1::JOB_STATE_SCHEDULED,
+                            mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_RESTARTING,
+                            mt::v1::JOB_STATE_PENDING, mt::v1::JOB_STATE_SCHEDULED}));
+  auto events = jobs_->Get(id, true);
+  ASSERT_TRUE(events.ok());
+  EXPECT_THAT(events->events(4).reason(), HasSubstr("restart 1 from " + at8 + " (step 8)"));
+  EXPECT_EQ(events->events(4).attempt(), 1);
+
+  // A late report of the old attempt changes nothing.
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_FAILED).ok());
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_SCHEDULED);
+
+  // Failing again with a newer checkpoint restarts again; without one, the job fails.
+  AllTraining(restarted);
+  WriteCheckpoint(save_dir_, 12);
+  ASSERT_TRUE(Exit(restarted, 0, mt::v1::RANK_OUTCOME_FAILED).ok());
+  ASSERT_TRUE(Exit(restarted, 1, mt::v1::RANK_OUTCOME_STOPPED, "stopped").ok());
+  jobs_->AdvanceRestarts();
+  mt::v1::Job third = Now(id);
+  EXPECT_EQ(third.attempt(), 2);
+  EXPECT_EQ(third.resume_step(), 12);
+  Assignments();
+  ASSERT_TRUE(Exit(third, 0, mt::v1::RANK_OUTCOME_FAILED).ok());
+  ASSERT_TRUE(Exit(third, 1, mt::v1::RANK_OUTCOME_FAILED).ok());
+  jobs_->AdvanceRestarts();
+  mt::v1::Job failed = Now(id);
+  EXPECT_EQ(failed.state(), mt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.reason(),
+              HasSubstr("no new checkpoint since restart 2 (which resumed from step 12)"));
+  EXPECT_EQ(registry_->Counts().idle, 3);  // every slot released
+}
+
+TEST_F(JobManagerRestartTest, LostWorkerRestartsFromScratchBeforeTheFirstSave) {
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  Assignments();
+  AllTraining(job);
+  const std::string lost = job.placement(0).worker_id();
+  clock_.Advance(absl::Seconds(5));
+  for (const std::string& w : workers_) {
+    if (w != lost) {
+      ASSERT_TRUE(registry_->Heartbeat(w).ok());
+    }
+  }
+  clock_.Advance(absl::Seconds(6));
+  ASSERT_EQ(registry_->SweepLost(), std::vector<std::string>{lost});
+  jobs_->OnWorkerLost(lost);
+  mt::v1::Job restarting = Now(id);
+  EXPECT_EQ(restarting.state(), mt::v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(restarting.reason(), HasSubstr("worker " + lost + " running rank 0 was lost"));
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_STOPPED, "stopped").ok());
+  jobs_->AdvanceRestarts();
+  mt::v1::Job restarted = Now(id);
+  EXPECT_EQ(restarted.state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(restarted.attempt(), 1);
+  EXPECT_EQ(restarted.resume_from(), "");  // the spec's own start
+  for (const auto& p : restarted.placement()) EXPECT_NE(p.worker_id(), lost);
+  auto events = jobs_->Get(id, true);
+  ASSERT_TRUE(events.ok());
+  EXPECT_THAT(events->events(4).reason(),
+              HasSubstr("restart 1 from scratch (no checkpoint in save_dir yet)"));
+}
+
+TEST_F(JobManagerRestartTest, AHungRankDoesNotBlockTheRestartForEver) {
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  Assignments();
+  ASSERT_TRUE(Exit(job, 0, mt::v1::RANK_OUTCOME_FAILED).ok());
+  jobs_->AdvanceRestarts();
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_RESTARTING);  // rank 1 still stopping
+  clock_.Advance(absl::Seconds(10 + 31));                    // stop grace + margin
+  for (const std::string& w : workers_) ASSERT_TRUE(registry_->Heartbeat(w).ok());
+  jobs_->AdvanceRestarts();
+  mt::v1::Job requeued = Now(id);
+  EXPECT_EQ(requeued.attempt(), 1);
+  // Placed on the two free workers; rank 1's stays busy with attempt 0 until it ends.
+  EXPECT_EQ(requeued.state(), mt::v1::JOB_STATE_SCHEDULED);
+  const std::string hung = job.placement(1).worker_id();
+  for (const auto& p : requeued.placement()) EXPECT_NE(p.worker_id(), hung);
+  EXPECT_EQ(registry_->Counts().idle, 0);
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_STOPPED, "killed").ok());  // frees its worker
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(registry_->Counts().idle, 1);
+}
+
+TEST_F(JobManagerRestartTest, NoSaveDirMaxRestartsAndDamagedCheckpointsFail) {
+  // No checkpoint.save_dir: failed at once.
+  const std::string a = Submit("");
+  mt::v1::Job ja = Now(a);
+  Assignments();
+  ASSERT_TRUE(Exit(ja, 0, mt::v1::RANK_OUTCOME_FAILED).ok());
+  EXPECT_EQ(Now(a).state(), mt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Now(a).reason(), HasSubstr("not restarted: the job saves no checkpoints"));
+  ASSERT_TRUE(Exit(ja, 1, mt::v1::RANK_OUTCOME_STOPPED).ok());
+
+  // max_restarts 0: failed at once.
+  const std::string b = Submit(save_dir_, 0);
+  mt::v1::Job jb = Now(b);
+  Assignments();
+  ASSERT_TRUE(Exit(jb, 1, mt::v1::RANK_OUTCOME_FAILED).ok());
+  EXPECT_EQ(Now(b).state(), mt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Now(b).reason(), HasSubstr("restart.max_restarts is 0"));
+  ASSERT_TRUE(Exit(jb, 0, mt::v1::RANK_OUTCOME_STOPPED).ok());
+
+  // Only a damaged checkpoint (its manifest lists a file that is not there): failed.
+  const std::string c = Submit(save_dir_);
+  mt::v1::Job jc = Now(c);
+  Assignments();
+  WriteCheckpoint(save_dir_, 4);
+  mt::v1::CheckpointManifest m;
+  m.set_format(checkpoint::kFormatName);
+  m.set_format_version(checkpoint::kFormatVersion);
+  m.set_step(4);
+  m.add_files()->set_path("mp_rank_00_000.safetensors");
+  ASSERT_TRUE(checkpoint::WriteManifest(save_dir_ + "/iter_0000004", m).ok());
+  ASSERT_TRUE(Exit(jc, 0, mt::v1::RANK_OUTCOME_FAILED).ok());
+  ASSERT_TRUE(Exit(jc, 1, mt::v1::RANK_OUTCOME_FAILED).ok());
+  jobs_->AdvanceRestarts();
+  EXPECT_EQ(Now(c).state(), mt::v1::JOB_STATE_FAILED);
+  EXPECT_THAT(Now(c).reason(), HasSubstr("not restarted: no checkpoint in " + save_dir_));
+  EXPECT_THAT(Now(c).reason(), HasSubstr("mp_rank_00_000.safetensors"));
+}
+
+TEST_F(JobManagerRestartTest, CancelWhileRestartingWins) {
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  Assignments();
+  ASSERT_TRUE(Exit(job, 0, mt::v1::RANK_OUTCOME_FAILED).ok());
+  ASSERT_EQ(Now(id).state(), mt::v1::JOB_STATE_RESTARTING);
+  ASSERT_TRUE(jobs_->Cancel(id, "enough").ok());
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_STOPPED).ok());
+  jobs_->AdvanceRestarts();
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(Now(id).attempt(), 0);
+}
+
+}  // namespace
+}  // namespace mt::coordinator

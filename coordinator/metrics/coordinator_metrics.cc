@@ -1,0 +1,309 @@
+#include "coordinator/metrics/coordinator_metrics.h"
+
+#include <array>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/base/version.h"
+#include "coordinator/jobs/job_manager.h"
+#include "coordinator/workers/registry.h"
+#include "google/protobuf/util/time_util.h"
+#include "prometheus/collectable.h"
+#include "prometheus/gauge.h"
+#include "prometheus/metric_family.h"
+
+namespace mt::coordinator {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+
+// "JOB_STATE_RUNNING" -> "running".
+std::string Lower(std::string name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) == 0) name = name.substr(prefix.size());
+  for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return name;
+}
+
+std::string JobStateLabel(mt::v1::JobState s) {
+  return Lower(mt::v1::JobState_Name(s), "JOB_STATE_");
+}
+
+MetricFamily Gauges(const std::string& name, const std::string& help) {
+  MetricFamily f;
+  f.name = name;
+  f.help = help;
+  f.type = prometheus::MetricType::Gauge;
+  return f;
+}
+
+void AddGauge(MetricFamily* f, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  f->metric.push_back(std::move(m));
+}
+
+// Job and worker counts, read when scraped.
+class ClusterState : public prometheus::Collectable {
+ public:
+  ClusterState(JobManager* jobs, WorkerRegistry* registry) : jobs_(jobs), registry_(registry) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    std::vector<MetricFamily> out;
+    const std::map<mt::v1::JobState, int> counts = jobs_->CountByState();
+    MetricFamily jobs = Gauges("mt_coordinator_jobs", "Jobs the coordinator holds, by state.");
+    for (int s = mt::v1::JOB_STATE_PENDING; s <= mt::v1::JOB_STATE_CANCELLED; ++s) {
+      const auto state = static_cast<mt::v1::JobState>(s);
+      auto it = counts.find(state);
+      AddGauge(&jobs, {{"state", JobStateLabel(state)}}, it == counts.end() ? 0 : it->second);
+    }
+    out.push_back(std::move(jobs));
+    MetricFamily queue = Gauges("mt_coordinator_queue_length",
+                                "Jobs waiting for workers (PENDING), in scheduling order.");
+    auto pending = counts.find(mt::v1::JOB_STATE_PENDING);
+    AddGauge(&queue, {}, pending == counts.end() ? 0 : pending->second);
+    out.push_back(std::move(queue));
+
+    MetricFamily workers = Gauges("mt_coordinator_workers",
+                                  "Worker daemons the coordinator knows, by node and state.");
+    for (const auto& [node, c] : registry_->CountsByNode()) {
+      if (c.gone == c.total) continue;  // a node that left for good is not a label any more
+      const std::pair<const char*, int> states[] = {{"idle", c.idle},
+                                                    {"busy", c.busy},
+                                                    {"draining", c.draining},
+                                                    {"lost", c.lost},
+                                                    {"gone", c.gone}};
+      for (const auto& [state, n] : states) {
+        AddGauge(&workers, {{"node", node}, {"state", state}}, n);
+      }
+    }
+    out.push_back(std::move(workers));
+    return out;
+  }
+
+ private:
+  JobManager* jobs_;
+  WorkerRegistry* registry_;
+};
+
+class RpcTimer : public grpc::experimental::Interceptor {
+ public:
+  RpcTimer(CoordinatorMetrics* metrics, const char* method)
+      : metrics_(metrics), method_(method != nullptr ? method : ""), start_(absl::Now()) {}
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      metrics_->ObserveRpc(method_, methods->GetSendStatus().error_code(),
+                           absl::ToDoubleSeconds(absl::Now() - start_));
+    }
+    methods->Proceed();
+  }
+
+ private:
+  CoordinatorMetrics* metrics_;
+  std::string method_;
+  absl::Time start_;
+};
+
+class RpcTimerFactory : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit RpcTimerFactory(CoordinatorMetrics* metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    return new RpcTimer(metrics_, info->method());
+  }
+
+ private:
+  CoordinatorMetrics* metrics_;
+};
+
+std::string JsonString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out.push_back('\\');
+      out.push_back(c);
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppend(&out, "\\u", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad4));
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('"');
+  return out;
+}
+
+}  // namespace
+
+std::string GrpcCodeName(int code) {
+  static const std::array<const char*, 17> kNames = {"OK",
+                                                     "CANCELLED",
+                                                     "UNKNOWN",
+                                                     "INVALID_ARGUMENT",
+                                                     "DEADLINE_EXCEEDED",
+                                                     "NOT_FOUND",
+                                                     "ALREADY_EXISTS",
+                                                     "PERMISSION_DENIED",
+                                                     "RESOURCE_EXHAUSTED",
+                                                     "FAILED_PRECONDITION",
+                                                     "ABORTED",
+                                                     "OUT_OF_RANGE",
+                                                     "UNIMPLEMENTED",
+                                                     "INTERNAL",
+                                                     "UNAVAILABLE",
+                                                     "DATA_LOSS",
+                                                     "UNAUTHENTICATED"};
+  return code >= 0 && code < static_cast<int>(kNames.size()) ? kNames[code] : "UNKNOWN";
+}
+
+CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  prometheus::BuildGauge()
+      .Name("mt_coordinator_info")
+      .Help("Always 1; the version label is the coordinator's.")
+      .Register(r)
+      .Add({{"version", kVersion}})
+      .Set(1);
+  restarts_ = &prometheus::BuildCounter()
+                   .Name("mt_coordinator_job_restarts_total")
+                   .Help("Times a job went to RESTARTING after a rank or worker failure.")
+                   .Register(r)
+                   .Add({});
+  finished_ = &prometheus::BuildCounter()
+                   .Name("mt_coordinator_jobs_finished_total")
+                   .Help("Jobs that reached a terminal state, by state.")
+                   .Register(r);
+  for (const char* s : {"succeeded", "failed", "cancelled"}) finished_->Add({{"state", s}});
+  scheduling_latency_ =
+      &prometheus::BuildHistogram()
+           .Name("mt_coordinator_scheduling_latency_seconds")
+           .Help("Time from a job entering PENDING to its ranks being placed (SCHEDULED).")
+           .Register(r)
+           .Add({}, prometheus::Histogram::BucketBoundaries{0.001, 0.01, 0.1, 0.5, 1, 5, 10, 30, 60,
+                                                            300, 900, 3600, 14400, 86400});
+  rpc_seconds_ = &prometheus::BuildHistogram()
+                      .Name("mt_coordinator_rpc_duration_seconds")
+                      .Help(
+                          "Time to serve each RPC, by service, method and status code (for a "
+                          "streaming RPC: the stream's lifetime).")
+                      .Register(r);
+}
+
+CoordinatorMetrics::~CoordinatorMetrics() {
+  std::unique_ptr<metrics::MetricsServer> server;
+  {
+    absl::MutexLock lock(&mu_);
+    server = std::move(server_);
+  }
+  server.reset();  // waits for scrapes in flight, outside the lock
+}
+
+std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+CoordinatorMetrics::InterceptorFactories() {
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> out;
+  out.push_back(std::make_unique<RpcTimerFactory>(this));
+  return out;
+}
+
+void CoordinatorMetrics::ObserveRpc(const std::string& full_method, int code, double seconds) {
+  // "/mt.v1.ClientService/SubmitJob" -> service "ClientService", method "SubmitJob". Only our
+  // own and gRPC's services are named; anything else would be a label a client chooses.
+  std::string service = "other", method = "other";
+  std::vector<std::string> parts = absl::StrSplit(full_method, '/', absl::SkipEmpty());
+  if (parts.size() == 2 && (parts[0].rfind("mt.v1.", 0) == 0 || parts[0].rfind("grpc.", 0) == 0)) {
+    service = parts[0].substr(parts[0].rfind('.') + 1);
+    method = parts[1];
+  }
+  static const auto* kBuckets = new prometheus::Histogram::BucketBoundaries{
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+      0.5,    1,     2.5,    5,     10,   30,    60,   300, 3600};
+  rpc_seconds_
+      ->Add({{"service", service}, {"method", method}, {"code", GrpcCodeName(code)}}, *kBuckets)
+      .Observe(seconds);
+}
+
+void CoordinatorMetrics::OnJobTransition(const mt::v1::Job& job, mt::v1::JobState from,
+                                         mt::v1::JobState to, absl::Time now) {
+  if (to == mt::v1::JOB_STATE_RESTARTING) restarts_->Increment();
+  if (to == mt::v1::JOB_STATE_SUCCEEDED || to == mt::v1::JOB_STATE_FAILED ||
+      to == mt::v1::JOB_STATE_CANCELLED) {
+    finished_->Add({{"state", JobStateLabel(to)}}).Increment();
+  }
+  absl::MutexLock lock(&mu_);
+  if (to == mt::v1::JOB_STATE_PENDING) {
+    pending_since_[job.id()] = now;
+    return;
+  }
+  auto it = pending_since_.find(job.id());
+  if (to == mt::v1::JOB_STATE_SCHEDULED && from == mt::v1::JOB_STATE_PENDING) {
+    const absl::Time since =
+        it != pending_since_.end()
+            ? it->second
+            : absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(job.create_time()));
+    scheduling_latency_->Observe(std::max(0.0, absl::ToDoubleSeconds(now - since)));
+  }
+  if (it != pending_since_.end()) pending_since_.erase(it);
+}
+
+absl::Status CoordinatorMetrics::Serve(const metrics::MetricsServerOptions& options,
+                                       JobManager* jobs, WorkerRegistry* registry) {
+  auto state = std::make_shared<ClusterState>(jobs, registry);
+  absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> server =
+      metrics::MetricsServer::Start(options, {registry_, state});
+  if (!server.ok()) return server.status();
+  (*server)->Handle("/sd", [registry] {
+    metrics::HttpResponse r;
+    r.content_type = "application/json";
+    r.body = ServiceDiscoveryJson(registry->List(
+        {mt::v1::WORKER_STATE_IDLE, mt::v1::WORKER_STATE_BUSY, mt::v1::WORKER_STATE_DRAINING},
+        /*node=*/""));
+    return r;
+  });
+  absl::MutexLock lock(&mu_);
+  server_ = *std::move(server);
+  return absl::OkStatus();
+}
+
+std::string CoordinatorMetrics::metrics_url() {
+  absl::MutexLock lock(&mu_);
+  return server_ == nullptr ? "" : absl::StrCat("http://", server_->address(), "/metrics");
+}
+
+std::string CoordinatorMetrics::sd_url() {
+  absl::MutexLock lock(&mu_);
+  return server_ == nullptr ? "" : absl::StrCat("http://", server_->address(), "/sd");
+}
+
+std::string ServiceDiscoveryJson(const std::vector<mt::v1::Worker>& workers) {
+  std::string out = "[";
+  bool first = true;
+  for (const mt::v1::Worker& w : workers) {
+    if (w.metrics_address().empty()) continue;
+    const bool busy = !w.job_id().empty();
+    const std::vector<std::pair<std::string, std::string>> labels = {
+        {"node", w.resources().node()},
+        {"gpu", w.resources().gpu_index() < 0 ? "cpu" : absl::StrCat(w.resources().gpu_index())},
+        {"worker", w.id()},
+        {"__meta_mt_worker", w.id()},
+        {"__meta_mt_state", Lower(mt::v1::WorkerState_Name(w.state()), "WORKER_STATE_")},
+        {"__meta_mt_job", w.job_id()},
+        {"__meta_mt_rank", busy ? absl::StrCat(w.rank()) : ""}};
+    absl::StrAppend(&out, first ? "" : ",", "{\"targets\":[", JsonString(w.metrics_address()),
+                    "],\"labels\":{");
+    for (size_t i = 0; i < labels.size(); ++i) {
+      absl::StrAppend(&out, i ? "," : "", JsonString(labels[i].first), ":",
+                      JsonString(labels[i].second));
+    }
+    absl::StrAppend(&out, "}}");
+    first = false;
+  }
+  absl::StrAppend(&out, "]");
+  return out;
+}
+
+}  // namespace mt::coordinator

@@ -1,0 +1,128 @@
+// Saving and loading a rank's training state (FORMAT.md).
+//
+// Save, on every rank of the job at the same step:
+//   1. snapshot: the rank's tensors (trainer_state.h) copied to host memory;
+//   2. the first DP replica of each (TP, PP) position writes its shard into
+//      <save>/.partial-iter_<step>-a<attempt>/ (temporary name, fsync, rename); the other DP
+//      ranks hold identical tensors and write nothing (Megatron does the same);
+//   3. every rank publishes its result (file, size, SHA-256, or the error) through a
+//      SaveExchange; rank 0 gathers all of them, writes manifest.json, renames the directory to
+//      iter_<step> and only then replaces `latest` (checkpoint_dir.h CommitCheckpoint). A rank
+//      that failed (a full disk) makes rank 0 drop the partial directory: the previous
+//      checkpoint and `latest` stay as they were.
+// Async save (--async-save): steps 2-3 run on a background thread after the snapshot; at most
+// one save is in flight (the next Save waits for it).
+//
+// Thread-compatible: one training thread calls Save/Wait/TakeFinished.
+#ifndef MT_WORKER_CHECKPOINT_CHECKPOINTER_H_
+#define MT_WORKER_CHECKPOINT_CHECKPOINTER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "mt/v1/checkpoint.pb.h"
+#include "mt/v1/job.pb.h"
+#include "mt/v1/job_spec.pb.h"
+#include "worker/checkpoint/trainer_state.h"
+#include "worker/engine/trainer.h"
+
+namespace mt::checkpoint {
+
+// How the ranks of a save tell rank 0 what they wrote. Implementations: LocalExchange (one
+// process; tests with one thread per rank) and the job's rendezvous (worker/train).
+// Thread-safe.
+class SaveExchange {
+ public:
+  virtual ~SaveExchange() = default;
+  virtual absl::Status Publish(int64_t step, int rank, const std::string& result) = 0;
+  // Every rank's result of save `step`, by rank; DEADLINE_EXCEEDED naming the missing ranks.
+  virtual absl::StatusOr<std::vector<std::string>> Gather(int64_t step, int world_size,
+                                                          absl::Duration timeout) = 0;
+};
+
+class LocalExchange : public SaveExchange {
+ public:
+  absl::Status Publish(int64_t step, int rank, const std::string& result) override;
+  absl::StatusOr<std::vector<std::string>> Gather(int64_t step, int world_size,
+                                                  absl::Duration timeout) override;
+
+ private:
+  absl::Mutex mu_;
+  std::map<std::pair<int64_t, int>, std::string> results_ ABSL_GUARDED_BY(mu_);
+};
+
+struct CheckpointerOptions {
+  std::string save_dir;
+  bool async_save = false;
+  std::string job_id;
+  int attempt = 0;
+  mt::v1::JobSpec spec;
+  mt::v1::Layout layout;  // world_size and sizes; a world of one when unset
+  mt::v1::RankCoordinates coordinates;
+  // How long rank 0 waits for the others' results.
+  absl::Duration gather_timeout = absl::Minutes(30);
+};
+
+// One finished save as this rank saw it.
+struct SaveInfo {
+  int64_t step = 0;
+  std::string directory;  // iter_<step> (committed by rank 0)
+  int64_t bytes = 0;      // what this rank wrote
+  double seconds = 0;     // snapshot to done
+  double snapshot_seconds = 0;
+  bool committed = false;  // rank 0 only: the manifest and `latest` are written
+  absl::Status status;
+};
+
+class Checkpointer {
+ public:
+  // `exchange` outlives the checkpointer. Creates save_dir when missing.
+  static absl::StatusOr<std::unique_ptr<Checkpointer>> Create(CheckpointerOptions options,
+                                                              SaveExchange* exchange);
+  ~Checkpointer();  // waits for a save in flight
+
+  // Saves the trainer's state at its current iteration. Sync: returns when this rank's part
+  // is done (rank 0: committed). Async: returns after the snapshot; the result arrives
+  // through Wait / TakeFinished. Waits for a previous async save first. A second save of the
+  // same step is skipped (OK).
+  absl::Status Save(engine::Trainer& trainer, double loss, double validation_loss);
+  // Waits for the save in flight, if any.
+  void Wait();
+  // Saves finished since the last call (sync and async), oldest first.
+  std::vector<SaveInfo> TakeFinished();
+  int64_t last_saved_step() const { return last_step_; }
+
+ private:
+  Checkpointer(CheckpointerOptions options, SaveExchange* exchange);
+  struct Snapshot;
+  SaveInfo Write(Snapshot& snapshot);
+
+  CheckpointerOptions options_;
+  SaveExchange* exchange_;
+  int rank_ = 0;
+  int world_ = 1;
+  bool writes_shard_ = true;
+  int64_t last_step_ = -1;
+  std::thread worker_;
+  absl::Mutex mu_;
+  std::vector<SaveInfo> finished_ ABSL_GUARDED_BY(mu_);
+};
+
+// What --load (or a restart's resume_from) names: a save directory (its latest loadable
+// checkpoint, falling back past damaged ones), a checkpoint directory, or a Hugging Face
+// GPT-2 directory. std::nullopt when `path` holds no checkpoint at all (a fresh run).
+absl::StatusOr<std::optional<LoadChoice>> ChooseLoad(const std::string& path);
+
+}  // namespace mt::checkpoint
+
+#endif  // MT_WORKER_CHECKPOINT_CHECKPOINTER_H_

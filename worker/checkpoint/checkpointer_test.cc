@@ -1,0 +1,263 @@
+// Save and load of a tiny GPT's whole training state on the CPU: exact resume, async saves,
+// weights-only loads, damaged checkpoints.
+#include "worker/checkpoint/checkpointer.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/base/status_matchers.h"
+#include "common/checkpoint/checkpoint_dir.h"
+#include "common/checkpoint/reshard.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "mt/v1/job_spec.pb.h"
+#include "worker/engine/batch_source.h"
+#include "worker/engine/optimizer.h"
+#include "worker/engine/trainer.h"
+#include "worker/model/gpt.h"
+
+namespace mt::checkpoint {
+namespace {
+
+using ::mt::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int64_t kSeq = 16;
+constexpr int64_t kVocab = 100;  // padded to 128
+
+std::string TempDir() {
+  std::string tmpl = std::string(::testing::TempDir()) + "/ckpt_XXXXXX";
+  return ::mkdtemp(tmpl.data());
+}
+
+mt::v1::JobSpec TinySpec(mt::v1::Precision precision = mt::v1::PRECISION_FP32) {
+  mt::v1::JobSpec spec;
+  auto* m = spec.mutable_model();
+  m->set_num_layers(2);
+  m->set_hidden_size(32);
+  m->set_num_attention_heads(4);
+  m->set_seq_length(kSeq);
+  m->set_vocab_size(kVocab);
+  // Dropout on: the resumed run must draw the same masks.
+  m->set_hidden_dropout(0.1);
+  m->set_attention_dropout(0.1);
+  auto* t = spec.mutable_training();
+  t->set_micro_batch_size(2);
+  t->set_global_batch_size(4);
+  t->set_train_iters(10);
+  t->set_lr(1e-3);
+  t->set_lr_warmup_iters(3);
+  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_COSINE);
+  t->set_seed(1234);
+  t->set_precision(precision);
+  spec.mutable_evaluation()->set_eval_interval(3);
+  spec.mutable_evaluation()->set_eval_iters(1);
+  spec.mutable_logging()->set_log_interval(100);
+  return spec;
+}
+
+std::unique_ptr<engine::Trainer> MakeTrainer(const mt::v1::JobSpec& spec,
+                                             int64_t consumed_samples = 0) {
+  engine::TrainerOptions o;
+  o.log_progress = false;
+  o.attention_backend = "math";
+  auto train = engine::TokenSequenceSource::Create(engine::SyntheticTokens(4096, kVocab, 7), kSeq,
+                                                   consumed_samples);
+  auto valid = engine::TokenSequenceSource::Create(engine::SyntheticTokens(4096, kVocab, 8), kSeq);
+  EXPECT_TRUE(train.ok() && valid.ok());
+  auto t = engine::Trainer::Create(spec, o, std::move(*train), std::move(*valid));
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+// Runs until `until`, evaluating as the spec says; returns (train losses, valid losses).
+std::pair<std::vector<double>, std::vector<double>> TrainTo(engine::Trainer& t, int64_t until) {
+  std::vector<double> losses, valid;
+  while (t.iteration() < until) {
+    auto m = t.Step();
+    EXPECT_TRUE(m.ok()) << m.status();
+    if (!m.ok()) break;
+    losses.push_back(m->loss);
+    if (t.iteration() % t.plan().eval_interval == 0) {
+      auto e = t.Evaluate();
+      EXPECT_TRUE(e.ok());
+      valid.push_back(e->loss);
+    }
+  }
+  return {losses, valid};
+}
+
+std::unique_ptr<Checkpointer> MakeCheckpointer(const std::string& dir, const mt::v1::JobSpec& spec,
+                                               SaveExchange* exchange, bool async = false) {
+  CheckpointerOptions o;
+  o.save_dir = dir;
+  o.async_save = async;
+  o.job_id = "j-1";
+  o.spec = spec;
+  o.layout.set_world_size(1);
+  o.layout.set_tensor_model_parallel_size(1);
+  o.layout.set_pipeline_model_parallel_size(1);
+  o.layout.set_data_parallel_size(1);
+  auto c = Checkpointer::Create(o, exchange);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return std::move(*c);
+}
+
+// Resumes from `dir` the way a rank does: pick, rebuild the data at the saved position, load.
+std::unique_ptr<engine::Trainer> Resume(const std::string& dir, const mt::v1::JobSpec& spec,
+                                        RestoreOptions options = {}) {
+  auto choice = ChooseLoad(dir);
+  EXPECT_TRUE(choice.ok() && choice->has_value()) << choice.status();
+  const auto& c = **choice;
+  const bool weights_only = options.weights_only || !c.manifest.has_trainer();
+  auto t = MakeTrainer(spec, weights_only ? 0 : c.manifest.trainer().consumed_samples());
+  auto source = OpenAnySource(c.dir);
+  EXPECT_TRUE(source.ok()) << source.status();
+  absl::Status s = RestoreTrainer(*t, **source, options);
+  EXPECT_TRUE(s.ok()) << s;
+  return t;
+}
+
+class ExactResumeTest : public ::testing::TestWithParam<mt::v1::Precision> {};
+
+// N steps straight and N/2 + save + a fresh trainer + load + N/2 give the same losses, bit for
+// bit (training and validation; dropout on; warmup and cosine decay crossing the save).
+TEST_P(ExactResumeTest, SplitRunMatchesStraightRunBitForBit) {
+  const mt::v1::JobSpec spec = TinySpec(GetParam());
+  auto straight = MakeTrainer(spec);
+  auto [losses, valid] = TrainTo(*straight, 10);
+  ASSERT_EQ(losses.size(), 10u);
+
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  auto first = MakeTrainer(spec);
+  auto [losses_a, valid_a] = TrainTo(*first, 5);
+  {
+    auto ckpt = MakeCheckpointer(dir, spec, &exchange);
+    MT_ASSERT_OK(ckpt->Save(*first, losses_a.back(), valid_a.back()));
+    auto done = ckpt->TakeFinished();
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_TRUE(done[0].committed);
+    EXPECT_GT(done[0].bytes, 0);
+  }
+  first.reset();
+  auto resumed = Resume(dir, spec);
+  EXPECT_EQ(resumed->iteration(), 5);
+  EXPECT_EQ(resumed->consumed_samples(), 20);
+  auto [losses_b, valid_b] = TrainTo(*resumed, 10);
+  losses_a.insert(losses_a.end(), losses_b.begin(), losses_b.end());
+  valid_a.insert(valid_a.end(), valid_b.begin(), valid_b.end());
+  ASSERT_EQ(losses_a.size(), losses.size());
+  for (size_t i = 0; i < losses.size(); ++i) {
+    EXPECT_EQ(losses_a[i], losses[i]) << "step " << i + 1;  // exact: tolerance 0
+  }
+  EXPECT_EQ(valid_a, valid);
+}
+
+INSTANTIATE_TEST_SUITE_P(Precisions, ExactResumeTest,
+                         ::testing::Values(mt::v1::PRECISION_FP32, mt::v1::PRECISION_BF16),
+                         [](const auto& info) {
+                           return info.param == mt::v1::PRECISION_BF16 ? "bf16" : "fp32";
+                         });
+
+TEST(CheckpointerTest, ManifestDescribesTheState) {
+  const mt::v1::JobSpec spec = TinySpec(mt::v1::PRECISION_BF16);
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  auto t = MakeTrainer(spec);
+  TrainTo(*t, 3);
+  auto ckpt = MakeCheckpointer(dir, spec, &exchange);
+  MT_ASSERT_OK(ckpt->Save(*t, 2.5, 2.75));
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, ReadManifest(dir + "/iter_0000003"));
+  EXPECT_EQ(m.step(), 3);
+  EXPECT_EQ(m.consumed_samples(), 12);
+  EXPECT_EQ(m.loss(), 2.5);
+  EXPECT_EQ(m.job_id(), "j-1");
+  EXPECT_EQ(m.model().padded_vocab_size(), 128);
+  EXPECT_EQ(m.trainer().optimizer_steps(), 3);
+  EXPECT_EQ(m.trainer().optimizer(), "adamw");
+  EXPECT_EQ(m.trainer().seed(), 1234u);
+  EXPECT_EQ(m.trainer().valid_consumed_samples(), 4);  // one evaluation of one batch
+  EXPECT_EQ(m.spec().model().hidden_size(), 32);
+  std::map<std::string, std::string> dtypes;
+  for (const auto& tensor : m.tensors()) dtypes[tensor.name()] = tensor.dtype();
+  EXPECT_EQ(dtypes["model.decoder.layers.1.mlp.linear_fc1.weight"], "BF16");
+  EXPECT_EQ(dtypes["optimizer.master.decoder.layers.1.mlp.linear_fc1.weight"], "F32");
+  EXPECT_EQ(dtypes["optimizer.exp_avg_sq.embedding.word_embeddings.weight"], "F32");
+  EXPECT_EQ(dtypes["rng.cpu"], "U8");
+  MT_ASSERT_OK_AND_ASSIGN(int64_t latest, ReadLatest(dir));
+  EXPECT_EQ(latest, 3);
+  // Saving the same step again is a no-op.
+  MT_ASSERT_OK(ckpt->Save(*t, 2.5, 2.75));
+  EXPECT_EQ(ckpt->TakeFinished().size(), 1u);
+}
+
+// Async save: the state is snapshotted at the call; training on does not change what is saved.
+TEST(CheckpointerTest, AsyncSaveWritesTheSnapshotWhileTrainingGoesOn) {
+  const mt::v1::JobSpec spec = TinySpec();
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  auto t = MakeTrainer(spec);
+  TrainTo(*t, 4);
+  torch::Tensor before = t->model().named_parameters()["decoder.final_layernorm.weight"].clone();
+  auto ckpt = MakeCheckpointer(dir, spec, &exchange, /*async=*/true);
+  MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));
+  TrainTo(*t, 6);                          // overlaps the write
+  MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));  // waits for the first: one in flight
+  ckpt->Wait();
+  auto done = ckpt->TakeFinished();
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_EQ(done[0].step, 4);
+  EXPECT_EQ(done[1].step, 6);
+  MT_EXPECT_OK(done[0].status);
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, ReadManifest(dir + "/iter_0000004"));
+  MT_ASSERT_OK_AND_ASSIGN(auto source, OpenCheckpointSource(dir + "/iter_0000004", m));
+  MT_ASSERT_OK_AND_ASSIGN(HostTensor saved, source->Full("model.decoder.final_layernorm.weight"));
+  ASSERT_EQ(saved.nbytes(), static_cast<size_t>(before.nbytes()));
+  EXPECT_EQ(std::memcmp(saved.data.data(), before.data_ptr(), saved.nbytes()), 0);
+  MT_ASSERT_OK_AND_ASSIGN(int64_t latest, ReadLatest(dir));
+  EXPECT_EQ(latest, 6);
+}
+
+// --finetune / --no-load-optim: weights only; iteration 0 and a fresh optimizer.
+TEST(CheckpointerTest, WeightsOnlyLoadsStartAfresh) {
+  const mt::v1::JobSpec spec = TinySpec();
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  auto t = MakeTrainer(spec);
+  TrainTo(*t, 3);
+  MT_ASSERT_OK(MakeCheckpointer(dir, spec, &exchange)->Save(*t, 1.0, 1.0));
+  RestoreOptions weights_only;
+  weights_only.weights_only = true;
+  auto tuned = Resume(dir, spec, weights_only);
+  EXPECT_EQ(tuned->iteration(), 0);
+  EXPECT_EQ(tuned->consumed_samples(), 0);
+  EXPECT_EQ(tuned->optimizer().step_count(), 0);
+  EXPECT_EQ(tuned->optimizer().exp_avg().abs().sum().item<double>(), 0.0);
+  EXPECT_TRUE(
+      torch::equal(tuned->model().named_parameters()["decoder.layers.0.mlp.linear_fc1.weight"],
+                   t->model().named_parameters()["decoder.layers.0.mlp.linear_fc1.weight"]));
+}
+
+// A checkpoint of another model shape is refused naming the tensor.
+TEST(CheckpointerTest, ShapeMismatchIsAnError) {
+  const mt::v1::JobSpec spec = TinySpec();
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  auto t = MakeTrainer(spec);
+  MT_ASSERT_OK(MakeCheckpointer(dir, spec, &exchange)->Save(*t, 1.0, 1.0));
+  mt::v1::JobSpec wider = spec;
+  wider.mutable_model()->set_hidden_size(64);
+  auto other = MakeTrainer(wider);
+  MT_ASSERT_OK_AND_ASSIGN(LoadChoice c, ChooseCheckpoint(dir));
+  MT_ASSERT_OK_AND_ASSIGN(auto source, OpenCheckpointSource(c.dir, c.manifest));
+  EXPECT_THAT(RestoreTrainer(*other, *source, {}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.embedding")));
+}
+
+}  // namespace
+}  // namespace mt::checkpoint

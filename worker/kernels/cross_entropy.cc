@@ -1,0 +1,86 @@
+#include "worker/kernels/cross_entropy.h"
+
+#include <torch/torch.h>
+
+#include <string>
+
+#if MT_KERNELS_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "worker/kernels/cross_entropy_launch.h"
+#endif
+
+namespace mt::kernels {
+namespace {
+
+torch::Tensor EagerCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+  torch::Tensor l = logits.scalar_type() == torch::kDouble ? logits : logits.to(torch::kFloat);
+  return torch::nn::functional::cross_entropy(l, targets);
+}
+
+#if MT_KERNELS_WITH_CUDA
+FloatKind KindOf(torch::ScalarType t) {
+  switch (t) {
+    case torch::kBFloat16:
+      return FloatKind::kBFloat16;
+    case torch::kHalf:
+      return FloatKind::kFloat16;
+    default:
+      return FloatKind::kFloat32;
+  }
+}
+
+// forward: the kernel turns the logits into the gradient of the mean loss (in place) and
+// returns the mean; backward: that gradient times the incoming scalar gradient.
+class FusedCrossEntropyFunction : public torch::autograd::Function<FusedCrossEntropyFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor logits,
+                               torch::Tensor targets) {
+    TORCH_CHECK(logits.dim() == 2 && targets.dim() == 1 && targets.size(0) == logits.size(0),
+                "FusedCrossEntropy: logits [N, V] and targets [N], got ", logits.sizes(), " and ",
+                targets.sizes());
+    torch::Tensor work = logits.is_contiguous() ? logits : logits.contiguous();
+    torch::Tensor t = targets.to(torch::kLong).contiguous();
+    const int64_t rows = work.size(0), vocab = work.size(1);
+    torch::Tensor losses = torch::empty({rows}, work.options().dtype(torch::kFloat));
+    const cudaError_t err = LaunchFusedCrossEntropy(
+        KindOf(work.scalar_type()), work.data_ptr(), t.data_ptr<int64_t>(),
+        losses.data_ptr<float>(), rows, vocab, rows > 0 ? 1.0f / static_cast<float>(rows) : 0.0f,
+        at::cuda::getCurrentCUDAStream(work.device().index()).stream());
+    TORCH_CHECK(err == cudaSuccess, "FusedCrossEntropy launch: ", cudaGetErrorString(err));
+    ctx->save_for_backward({work});
+    return losses.mean();
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    torch::Tensor grad = ctx->get_saved_variables()[0];
+    // Used once: scale in place (the usual grad_output is 1 or the loss scale / micro-batches).
+    grad.mul_(grad_outputs[0].to(grad.scalar_type()));
+    return {grad, torch::Tensor()};
+  }
+};
+#endif
+
+}  // namespace
+
+bool FusedCrossEntropyAvailable(const torch::Tensor& logits) {
+#if MT_KERNELS_WITH_CUDA
+  const auto t = logits.scalar_type();
+  return logits.is_cuda() && (t == torch::kFloat || t == torch::kBFloat16 || t == torch::kHalf);
+#else
+  (void)logits;
+  return false;
+#endif
+}
+
+torch::Tensor FusedCrossEntropy(const torch::Tensor& logits, const torch::Tensor& targets) {
+#if MT_KERNELS_WITH_CUDA
+  if (FusedCrossEntropyAvailable(logits)) {
+    return FusedCrossEntropyFunction::apply(logits, targets);
+  }
+#endif
+  return EagerCrossEntropy(logits, targets);
+}
+
+}  // namespace mt::kernels

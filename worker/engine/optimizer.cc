@@ -356,6 +356,9 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
                                                        /*shard=*/false, std::move(buckets));
   }
   slot_ready_.assign(slots_.size(), false);
+  for (const ParamSlot& slot : slots_) {
+    slot_late_.push_back(parallel_.late_gradient && parallel_.late_gradient(slot.name));
+  }
   bucket_pending_.assign(num_buckets, 0);
   bucket_folded_.assign(num_buckets, false);
   if (parallel_.overlap_grad_reduce && reducer_->active()) {
@@ -488,7 +491,9 @@ void MixedPrecisionOptimizer::FoldIntoMaster(int64_t begin, int64_t end) {
 void MixedPrecisionOptimizer::OnGradReady(size_t slot) {
   torch::NoGradGuard no_grad;
   std::lock_guard<std::mutex> lock(hook_mu_);
-  if (!armed_ || slot_ready_[slot]) return;
+  // A late gradient is not final when backward is done with it: its bucket waits for
+  // ReduceGradients.
+  if (!armed_ || slot_ready_[slot] || slot_late_[slot]) return;
   slot_ready_[slot] = true;
   if (--bucket_pending_[slot_bucket_[slot]] > 0) return;
   // Buckets start in index order on every rank (c10d matches collectives by order).

@@ -623,6 +623,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
     MT_ASSIGN_OR_RETURN(
         s.model, model::GptModel::Create(config, ModelShardOf(options, spec.parallel()), build));
     s.model->train();
+    // Sequence parallelism sums these gradients over TP after backward (StepImpl): their DP
+    // buckets must not start before that.
+    const std::vector<std::string> sp = s.model->SequenceParallelParameterNames();
+    if (!sp.empty()) {
+      const std::set<std::string> late(sp.begin(), sp.end());
+      opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
+    }
     MT_ASSIGN_OR_RETURN(s.optimizer,
                         MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
     return absl::OkStatus();
@@ -848,6 +855,15 @@ absl::Status Trainer::CreatePipelineStage(const mt::v1::JobSpec& spec,
   if (s.pipeline->tied_copy) {
     const std::string name = s.pipeline->tied_name;
     opt_parallel.norm_duplicate = [name](const std::string& n) { return n == name; };
+  }
+  // Gradients summed over another group after backward (StepImpl): their DP buckets wait.
+  std::set<std::string> late;
+  for (const auto& chunk : s.pipeline->chunks) {
+    for (const std::string& n : chunk->SequenceParallelParameterNames()) late.insert(n);
+  }
+  if (!s.pipeline->tied_name.empty()) late.insert(s.pipeline->tied_name);
+  if (!late.empty()) {
+    opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
   }
   MT_ASSIGN_OR_RETURN(
       s.optimizer, MixedPrecisionOptimizer::Create(opt_config, s.pipeline->module(), opt_parallel));

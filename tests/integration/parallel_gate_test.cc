@@ -67,8 +67,7 @@ std::string JobYaml(const GateLayout& l, const std::string& data_prefix) {
       "name: gate-", l.name, "\n",
       "model: {num_layers: 8, hidden_size: 32, num_attention_heads: 4, seq_length: 16,\n"
       "        hidden_dropout: 0.0, attention_dropout: 0.0, make_vocab_size_divisible_by: ",
-      256 / l.tp, "}\n",
-      "parallel: {tp: ", l.tp, ", pp: ", l.pp, ", dp: ", l.dp,
+      256 / l.tp, "}\n", "parallel: {tp: ", l.tp, ", pp: ", l.pp, ", dp: ", l.dp,
       ", num_layers_per_virtual_pipeline_stage: ", l.layers_per_virtual_stage,
       ", sequence_parallel: ", l.sequence_parallel ? "true" : "false",
       ", use_distributed_optimizer: ", l.distributed_optimizer ? "true" : "false",

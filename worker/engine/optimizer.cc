@@ -29,6 +29,11 @@ constexpr int64_t kAlignElements = 64;
 
 int64_t AlignUp(int64_t n) { return (n + kAlignElements - 1) / kAlignElements * kAlignElements; }
 
+// The L2 norm of `t`, accumulated (and returned) in `acc`.
+torch::Tensor L2Norm(const torch::Tensor& t, c10::ScalarType acc) {
+  return at::linalg_vector_norm(t, 2, at::OptionalIntArrayRef(), /*keepdim=*/false, acc);
+}
+
 }  // namespace
 
 absl::StatusOr<OptimizerConfig> OptimizerConfig::FromSpec(const mt::v1::TrainingSpec& t) {
@@ -351,6 +356,9 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
                                                        /*shard=*/false, std::move(buckets));
   }
   slot_ready_.assign(slots_.size(), false);
+  for (const ParamSlot& slot : slots_) {
+    slot_late_.push_back(parallel_.late_gradient && parallel_.late_gradient(slot.name));
+  }
   bucket_pending_.assign(num_buckets, 0);
   bucket_folded_.assign(num_buckets, false);
   if (parallel_.overlap_grad_reduce && reducer_->active()) {
@@ -483,7 +491,9 @@ void MixedPrecisionOptimizer::FoldIntoMaster(int64_t begin, int64_t end) {
 void MixedPrecisionOptimizer::OnGradReady(size_t slot) {
   torch::NoGradGuard no_grad;
   std::lock_guard<std::mutex> lock(hook_mu_);
-  if (!armed_ || slot_ready_[slot]) return;
+  // A late gradient is not final when backward is done with it: its bucket waits for
+  // ReduceGradients.
+  if (!armed_ || slot_ready_[slot] || slot_late_[slot]) return;
   slot_ready_[slot] = true;
   if (--bucket_pending_[slot_bucket_[slot]] > 0) return;
   // Buckets start in index order on every rank (c10d matches collectives by order).
@@ -561,12 +571,16 @@ void MixedPrecisionOptimizer::SyncGradViews() {
 torch::Tensor MixedPrecisionOptimizer::LocalSumOfSquares() {
   const c10::ScalarType acc = master_.scalar_type();
   if (per_param_grads_) {
+    // Each .grad in pieces of at most chunk_elements (as below: an upcast copy, where the
+    // reduction makes one, stays chunk-sized).
     std::vector<torch::Tensor> counted, excluded;
     for (const ParamSlot& slot : slots_) {
-      const torch::Tensor& g = slot.param.grad();
-      if (!g.defined()) continue;
-      (slot.counted_in_norm ? counted : excluded)
-          .push_back(at::linalg_vector_norm(g, 2, c10::nullopt, false, acc));
+      if (!slot.param.grad().defined()) continue;
+      const torch::Tensor g = slot.param.grad().reshape({-1});
+      for (int64_t b = 0; b < slot.numel; b += config_.chunk_elements) {
+        const int64_t n = std::min(config_.chunk_elements, slot.numel - b);
+        (slot.counted_in_norm ? counted : excluded).push_back(L2Norm(g.narrow(0, b, n), acc));
+      }
     }
     auto sum = [&](const std::vector<torch::Tensor>& norms) {
       if (norms.empty()) return torch::zeros({1}, master_.options());
@@ -582,7 +596,7 @@ torch::Tensor MixedPrecisionOptimizer::LocalSumOfSquares() {
     for (const auto& r : ranges) {
       for (int64_t b = r.first; b < r.second; b += config_.chunk_elements) {
         const int64_t n = std::min(config_.chunk_elements, r.second - b);
-        norms.push_back(at::linalg_vector_norm(g.narrow(0, b, n), 2, c10::nullopt, false, acc));
+        norms.push_back(L2Norm(g.narrow(0, b, n), acc));
       }
     }
     if (norms.empty()) return torch::zeros({1}, g.options().dtype(acc));
@@ -673,8 +687,12 @@ absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, dou
     SgdUpdate(lr, coeff / divisor, found_inf);
   }
   if (!master_is_model_) {
-    for (const Segment& s : segments_) {
-      model_flat_.narrow(0, s.flat_begin, s.numel).copy_(MasterView(s));
+    if (!reducer_->shard()) {
+      model_flat_.copy_(master_);  // one kernel (padding is zero in both)
+    } else {
+      for (const Segment& s : segments_) {
+        model_flat_.narrow(0, s.flat_begin, s.numel).copy_(MasterView(s));
+      }
     }
   }
   // Per-parameter gradients are dropped once read (PyTorch's zero_grad(set_to_none)): the

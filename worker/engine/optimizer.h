@@ -146,6 +146,11 @@ struct OptimizerParallelConfig {
   // the global norm already, besides the TP-replicated ones on TP rank > 0 (those are found by
   // name, worker/model/sharding.h). Null = none.
   std::function<bool(const std::string& name)> norm_duplicate;
+  // Parameters (by name) whose gradient the caller still changes between the last backward and
+  // Step (a sum over another group: sequence-parallel replicas over TP, the tied embedding over
+  // the embedding group). With overlap_grad_reduce their buckets, and the ones after them,
+  // start in ReduceGradients rather than during backward. Null = none.
+  std::function<bool(const std::string& name)> late_gradient;
 };
 
 // The outcome of one Step, as device tensors (nothing waits for the step until it is read).
@@ -342,6 +347,7 @@ class MixedPrecisionOptimizer {
   std::mutex hook_mu_;  // the hooks run on autograd threads
   bool armed_ = false;  // the last micro-batch's backward is running
   std::vector<bool> slot_ready_;
+  std::vector<bool> slot_late_;         // OptimizerParallelConfig::late_gradient
   std::vector<size_t> bucket_pending_;  // slots not ready yet
   std::vector<bool> bucket_folded_;     // folded into master this micro-batch
   size_t next_bucket_ = 0;              // buckets [0, next) are started

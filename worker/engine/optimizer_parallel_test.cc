@@ -308,6 +308,57 @@ TEST(DataParallelSkipTest, AnInfOnOneRankSkipsEverywhere) {
   }
 }
 
+// A gradient the caller changes after backward (as sequence parallelism sums replicas over TP)
+// is marked late: with overlap_grad_reduce its bucket starts only in ReduceGradients, after the
+// change, so the DP sum includes it. Each rank adds rank + 1 to the final LayerNorm's gradient
+// between backward and Step; the weights after the step equal those of the same run without
+// overlap (the same sums, bucket by bucket: bit for bit), on both ranks.
+TEST(DataParallelLateGradientTest, LateGradientsWaitForTheCaller) {
+  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
+  const std::string late = "decoder.final_layernorm.weight";
+  std::map<bool, std::vector<torch::Tensor>> weights;
+  for (bool overlap : {false, true}) {
+    weights[overlap].resize(2);
+    RunRanks(LayoutOf(1, 1, 2), [&](int rank, std::shared_ptr<ProcessGroups> groups) {
+      auto model = TinyModel(8);
+      OptimizerParallelConfig p;
+      p.groups = groups;
+      p.overlap_grad_reduce = overlap;
+      p.bucket_elements = 2000;
+      p.late_gradient = [&](const std::string& n) { return n == late; };
+      auto opt = MixedPrecisionOptimizer::Create(OptimizerConfig{}, *model, p);
+      ASSERT_TRUE(opt.ok()) << opt.status();
+      MixedPrecisionOptimizer& o = **opt;
+      const torch::Tensor x = [&] {
+        std::lock_guard<std::mutex> lock(RngMutex());
+        torch::manual_seed(20 + rank);
+        return torch::randint(kVocab, {2, kSeq + 1}, torch::kLong);
+      }();
+      MT_ASSERT_OK(o.ZeroGrad());
+      o.BeginMicroBatch(/*last=*/true);
+      model->LossOnSample(x).backward();
+      o.FinishMicroBatch();
+      if (overlap) {
+        EXPECT_GT(o.buckets_started_in_backward(), 0u);
+        EXPECT_LT(o.buckets_started_in_backward(), o.buckets().size());  // the late one waits
+      }
+      {
+        torch::NoGradGuard no_grad;
+        for (const auto& slot : o.slots()) {
+          if (slot.name == late) o.SlotGradient(slot).add_(rank + 1.0);
+        }
+      }
+      MT_ASSERT_OK_AND_ASSIGN(const OptimizerStepResult r, o.Step(1e-2, 1.0));
+      EXPECT_FALSE(r.skipped());
+      weights[overlap][rank] = o.model_params().clone();
+    });
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_TRUE(torch::equal(weights[true][rank], weights[false][rank])) << "rank " << rank;
+    EXPECT_TRUE(torch::equal(weights[true][rank], weights[true][0])) << "rank " << rank;
+  }
+}
+
 // A module holding the named parameters given (shapes chosen by the test).
 struct Params : torch::nn::Module {
   explicit Params(const std::vector<std::pair<std::string, std::vector<int64_t>>>& shapes) {

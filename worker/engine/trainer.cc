@@ -117,9 +117,9 @@ absl::Status CheckParallelism(const mt::v1::ParallelSpec& p, int dp_size, int tp
                               int pp_size) {
   auto over_one = [](int64_t v) { return v > 1; };
   if (over_one(p.context_parallel_size())) {
-    return absl::UnimplementedError(
-        absl::StrCat("context parallelism is not available yet: this spec has cp=",
-                     p.context_parallel_size(), "; run it with cp=1"));
+    return absl::UnimplementedError(absl::StrCat(
+        "context parallelism is not available yet: this spec has cp=", p.context_parallel_size(),
+        "; run it with cp=1"));
   }
   const int64_t tp = std::max<int64_t>(1, p.tensor_model_parallel_size());
   if (tp != tp_size) {
@@ -530,6 +530,12 @@ struct Trainer::State {
     }
     const torch::Tensor host =
         torch::from_blob(const_cast<int64_t*>(batch.tokens.data()), {rows, cols}, torch::kLong);
+    if (device.is_cuda()) {
+      // A copy from pageable memory waits for the GPU's queue to drain; from pinned memory (the
+      // caching host allocator keeps it alive until the copy is done) it does not, so the step
+      // can queue its work ahead of the GPU.
+      return host.pin_memory().to(device, torch::kLong, /*non_blocking=*/true);
+    }
     return host.to(device, torch::kLong, /*non_blocking=*/false, /*copy=*/true);
   }
 };
@@ -617,6 +623,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
     MT_ASSIGN_OR_RETURN(
         s.model, model::GptModel::Create(config, ModelShardOf(options, spec.parallel()), build));
     s.model->train();
+    // Sequence parallelism sums these gradients over TP after backward (StepImpl): their DP
+    // buckets must not start before that.
+    const std::vector<std::string> sp = s.model->SequenceParallelParameterNames();
+    if (!sp.empty()) {
+      const std::set<std::string> late(sp.begin(), sp.end());
+      opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
+    }
     MT_ASSIGN_OR_RETURN(s.optimizer,
                         MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
     return absl::OkStatus();
@@ -842,6 +855,15 @@ absl::Status Trainer::CreatePipelineStage(const mt::v1::JobSpec& spec,
   if (s.pipeline->tied_copy) {
     const std::string name = s.pipeline->tied_name;
     opt_parallel.norm_duplicate = [name](const std::string& n) { return n == name; };
+  }
+  // Gradients summed over another group after backward (StepImpl): their DP buckets wait.
+  std::set<std::string> late;
+  for (const auto& chunk : s.pipeline->chunks) {
+    for (const std::string& n : chunk->SequenceParallelParameterNames()) late.insert(n);
+  }
+  if (!s.pipeline->tied_name.empty()) late.insert(s.pipeline->tied_name);
+  if (!late.empty()) {
+    opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
   }
   MT_ASSIGN_OR_RETURN(
       s.optimizer, MixedPrecisionOptimizer::Create(opt_config, s.pipeline->module(), opt_parallel));

@@ -79,8 +79,9 @@ struct TrainerOptions {
   std::string attention_backend = "auto";
   // Data parallelism (not owned; null = a world of one). With it, each rank runs
   // global_batch / (micro_batch * dp) micro-batches on its own slice of every global batch,
-  // gradients are averaged over the DP group before the optimizer step, and the reported
-  // losses are DP means.
+  // the optimizer reduces the gradients over the DP group of `groups` (bucketed, see
+  // optimizer.h and the spec's use_distributed_optimizer / overlap_* flags), and the reported
+  // losses are DP means (through these collectives).
   parallel::Collectives* collectives = nullptr;
   // Every process group of this rank (worker/parallel/process_groups.h), for tensor and
   // pipeline parallelism and the distributed optimizer; null = a world of one. With a

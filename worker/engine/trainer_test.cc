@@ -394,7 +394,7 @@ TEST(TrainerTest, CreateRejectsWhatItCannotRun) {
   EXPECT_THAT(create(tp), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tp=2")));
   mt::v1::JobSpec pp = TinySpec();
   pp.mutable_parallel()->set_pipeline_model_parallel_size(2);
-  EXPECT_THAT(create(pp), StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("pp=2")));
+  EXPECT_THAT(create(pp), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("pp=2")));
   // dp > 1 needs collectives (a job's ranks), not a lone trainer.
   mt::v1::JobSpec dp = TinySpec();
   dp.mutable_parallel()->set_data_parallel_size(2);

@@ -23,8 +23,8 @@
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
-#include "worker/parallel/collectives.h"
 #include "worker/metrics/rank_observability.h"
+#include "worker/parallel/collectives.h"
 #include "worker/parallel/dist.h"
 #include "worker/parallel/rendezvous_client.h"
 

@@ -65,6 +65,7 @@ std::unique_ptr<engine::Trainer> MakeTrainer(const mt::v1::JobSpec& spec,
   engine::TrainerOptions o;
   o.log_progress = false;
   o.attention_backend = "math";
+  o.sync_every_step = true;  // losses of every step are compared
   auto train = engine::TokenSequenceSource::Create(engine::SyntheticTokens(4096, kVocab, 7), kSeq,
                                                    consumed_samples);
   auto valid = engine::TokenSequenceSource::Create(engine::SyntheticTokens(4096, kVocab, 8), kSeq);

@@ -75,6 +75,7 @@ TEST_P(TrainerTensorParallelTest, TwoRanksReportTheOneDeviceLosses) {
   TrainerOptions quiet;
   quiet.log_progress = false;
   quiet.attention_backend = "math";
+  quiet.sync_every_step = true;  // every step's loss is compared
   auto single = Trainer::Create(Spec(1, false), quiet, Source(), nullptr);
   ASSERT_TRUE(single.ok()) << single.status();
   const std::vector<double> want = Losses(**single);

@@ -251,6 +251,8 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
         absl::StartsWith(args->device, "cuda") && sixteen_bit ? kDefaultCudaPeakTflops : 0;
   }
   options.peak_flops_per_second = peak_tflops * 1e12;
+  // TensorBoard records every step's loss (Megatron's default interval of 1): read it back.
+  options.sync_every_step = !job->logging().tensorboard_dir().empty();
 
   absl::StatusOr<std::unique_ptr<Trainer>> trainer =
       Trainer::Create(*job, options, std::move(data->train), std::move(data->valid));

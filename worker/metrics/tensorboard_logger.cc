@@ -17,8 +17,12 @@ absl::StatusOr<std::unique_ptr<TensorBoardLogger>> TensorBoardLogger::Create(
 void TensorBoardLogger::OnStep(const engine::StepMetrics& m, absl::Time now) {
   EventFileWriter& w = *writer_;
   const int64_t it = m.iteration;
-  w.AddScalar("lm loss", m.loss, it, now);
-  w.AddScalar("lm loss vs samples", m.loss, m.consumed_samples, now);
+  // A step the trainer did not read back (StepMetrics::synced false) has no loss yet: nothing
+  // is written for it rather than a NaN (the callers sync every step when TensorBoard is on).
+  if (m.synced) {
+    w.AddScalar("lm loss", m.loss, it, now);
+    w.AddScalar("lm loss vs samples", m.loss, m.consumed_samples, now);
+  }
   w.AddScalar("learning-rate", m.learning_rate, it, now);
   w.AddScalar("learning-rate vs samples", m.learning_rate, m.consumed_samples, now);
   if (std::isfinite(m.grad_norm)) w.AddScalar("grad-norm", m.grad_norm, it, now);

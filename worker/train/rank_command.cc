@@ -244,6 +244,8 @@ int RunRankCommand(const std::vector<std::string>& args) {
   options.collectives = distributed->collectives.get();
   options.groups = distributed->groups;
   options.num_devices = layout.world_size();
+  // TensorBoard records every step's loss (Megatron's default interval of 1): read it back.
+  options.sync_every_step = !spec.logging().tensorboard_dir().empty();
   const bool sixteen_bit = spec.training().precision() == mt::v1::PRECISION_BF16 ||
                            spec.training().precision() == mt::v1::PRECISION_FP16;
   options.peak_flops_per_second = gpu && sixteen_bit ? kH200PeakBf16 : 0.0;

@@ -17,9 +17,9 @@ absl::StatusOr<std::unique_ptr<TensorBoardLogger>> TensorBoardLogger::Create(
 void TensorBoardLogger::OnStep(const engine::StepMetrics& m, absl::Time now) {
   EventFileWriter& w = *writer_;
   const int64_t it = m.iteration;
-  // A step the trainer did not read back (StepMetrics::synced false) has no loss yet: nothing
-  // is written for it rather than a NaN (the callers sync every step when TensorBoard is on).
-  if (m.synced) {
+  // A step the trainer did not read back (StepMetrics::synced false) has a NaN loss: nothing
+  // is written for it (the callers sync every step when TensorBoard is on).
+  if (!std::isnan(m.loss)) {
     w.AddScalar("lm loss", m.loss, it, now);
     w.AddScalar("lm loss vs samples", m.loss, m.consumed_samples, now);
   }

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <random>
 
@@ -208,10 +210,21 @@ TEST(CheckpointDirTest, DiskFullDuringSaveKeepsThePreviousCheckpoint) {
 // names a checkpoint that verifies.
 TEST(CheckpointDirTest, KillDuringSavesNeverLeavesABadLatest) {
   const std::string dir = TempDir();
+  // How long one save takes on this machine: the kills land within the next ~4 saves, so that
+  // most rounds are cut short whatever the machine's speed.
+  const std::string probe = TempDir();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int64_t step = 1; step <= 3; ++step)
+    ASSERT_TRUE(SaveSynthetic(probe, step, 2, 1 << 16).ok());
+  const int64_t save_us = std::max<int64_t>(
+      200,
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0)
+              .count() /
+          3);
   std::mt19937 rng(1234);
   int64_t latest = 0;
   int kills = 0;
-  for (int round = 0; round < 200 && latest < 50; ++round) {
+  for (int round = 0; round < 400 && latest < 50; ++round) {
     const pid_t pid = ::fork();
     ASSERT_GE(pid, 0);
     if (pid == 0) {
@@ -220,7 +233,7 @@ TEST(CheckpointDirTest, KillDuringSavesNeverLeavesABadLatest) {
       }
       ::_exit(0);
     }
-    ::usleep(std::uniform_int_distribution<int>(0, 250000)(rng));
+    ::usleep(static_cast<useconds_t>(std::uniform_int_distribution<int64_t>(0, 4 * save_us)(rng)));
     ::kill(pid, SIGKILL);
     int status = 0;
     ASSERT_EQ(::waitpid(pid, &status, 0), pid);

@@ -711,17 +711,28 @@ void CheckAllFields(const Message& message, const std::string& prefix, Checker* 
   }
 }
 
+// "/a/./b//c/../d" -> "/a/b/d": "." components and repeated slashes dropped, ".." removing the
+// component before it (lexically, as Python's os.path.normpath; ".." at the root stays at the
+// root).
 std::string NormalizeAbsolute(absl::string_view path) {
   std::vector<absl::string_view> parts;
   for (absl::string_view part : absl::StrSplit(path, '/')) {
     if (part.empty() || part == ".") continue;
+    if (part == "..") {
+      if (!parts.empty()) parts.pop_back();
+      continue;
+    }
     parts.push_back(part);
   }
   return StrCat("/", absl::StrJoin(parts, "/"));
 }
 
 absl::Status Resolve(std::string* path, absl::string_view base_dir, absl::string_view field) {
-  if (path->empty() || (*path)[0] == '/') return absl::OkStatus();
+  if (path->empty()) return absl::OkStatus();
+  if ((*path)[0] == '/') {
+    *path = NormalizeAbsolute(*path);
+    return absl::OkStatus();
+  }
   if ((*path)[0] == '~') {
     return absl::InvalidArgumentError(
         StrCat(field, " (", Quote(*path),
@@ -731,7 +742,57 @@ absl::Status Resolve(std::string* path, absl::string_view base_dir, absl::string
   return absl::OkStatus();
 }
 
+// Calls `fn(field path, value)` for every non-empty path field (PathFields) of `message`.
+template <typename Fn>
+void ForEachPathField(const Message& message, const std::string& prefix, const Fn& fn) {
+  const Reflection* r = message.GetReflection();
+  std::vector<const FieldDescriptor*> fields;
+  r->ListFields(message, &fields);
+  for (const FieldDescriptor* f : fields) {
+    const std::string name = prefix.empty() ? f->name() : StrCat(prefix, ".", f->name());
+    const int count = f->is_repeated() ? r->FieldSize(message, f) : 1;
+    for (int i = 0; i < count; ++i) {
+      const std::string at = f->is_repeated() ? StrCat(name, "[", i, "]") : name;
+      if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
+        ForEachPathField(
+            f->is_repeated() ? r->GetRepeatedMessage(message, f, i) : r->GetMessage(message, f), at,
+            fn);
+      } else if (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING &&
+                 PathFields().count(f->full_name()) > 0) {
+        const std::string value =
+            f->is_repeated() ? r->GetRepeatedString(message, f, i) : r->GetString(message, f);
+        if (!value.empty()) fn(at, value);
+      }
+    }
+  }
+}
+
 }  // namespace
+
+std::vector<std::string> ListSubmittedPathProblems(const mt::v1::JobSpec& spec) {
+  std::vector<std::string> problems;
+  ForEachPathField(spec, "", [&](const std::string& at, const std::string& value) {
+    if (absl::Status s = ValidatePath(value, at); !s.ok()) {
+      problems.push_back(std::string(s.message()));
+    } else if (value[0] != '/') {
+      problems.push_back(StrCat(at, " (", Quote(value),
+                                ") must be an absolute path: the coordinator and workers run in "
+                                "another directory (mtctl makes job-file paths absolute)"));
+    } else if (NormalizeAbsolute(value) != value) {
+      problems.push_back(StrCat(at, " (", Quote(value),
+                                ") must be a normalized path without "
+                                "'.', '..' or repeated slashes: give ",
+                                Quote(NormalizeAbsolute(value))));
+    }
+  });
+  return problems;
+}
+
+absl::Status ValidateSubmittedPaths(const mt::v1::JobSpec& spec) {
+  const std::vector<std::string> problems = ListSubmittedPathProblems(spec);
+  if (problems.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+}
 
 std::vector<std::string> ListSpecProblems(const mt::v1::JobSpec& spec) {
   Checker c;
@@ -759,8 +820,8 @@ absl::Status ResolveRelativePaths(mt::v1::JobSpec* spec, absl::string_view base_
     return absl::InvalidArgumentError(
         StrCat("base directory ", Quote(base_dir), " must be an absolute path"));
   }
-  // Sub-messages are only touched when they hold a relative path, so presence is unchanged.
-  const auto relative = [](const std::string& p) { return !p.empty() && p[0] != '/'; };
+  // Sub-messages are only touched when they hold a path, so presence is unchanged.
+  const auto present = [](const std::string& p) { return !p.empty(); };
   if (spec->has_data()) {
     mt::v1::DataSpec* d = spec->mutable_data();
     for (auto [paths, field] : {std::pair{d->mutable_data_path(), "data_path"},
@@ -772,27 +833,27 @@ absl::Status ResolveRelativePaths(mt::v1::JobSpec* spec, absl::string_view base_
                                    StrCat("data.", field, "[", i, "].prefix")));
       }
     }
-    if (relative(d->data_cache_path())) {
+    if (present(d->data_cache_path())) {
       MT_RETURN_IF_ERROR(Resolve(d->mutable_data_cache_path(), base_dir, "data.data_cache_path"));
     }
-    if (relative(d->tokenizer().vocab_file())) {
+    if (present(d->tokenizer().vocab_file())) {
       MT_RETURN_IF_ERROR(Resolve(d->mutable_tokenizer()->mutable_vocab_file(), base_dir,
                                  "data.tokenizer.vocab_file"));
     }
-    if (relative(d->tokenizer().merge_file())) {
+    if (present(d->tokenizer().merge_file())) {
       MT_RETURN_IF_ERROR(Resolve(d->mutable_tokenizer()->mutable_merge_file(), base_dir,
                                  "data.tokenizer.merge_file"));
     }
   }
-  if (relative(spec->checkpoint().save_dir())) {
+  if (present(spec->checkpoint().save_dir())) {
     MT_RETURN_IF_ERROR(
         Resolve(spec->mutable_checkpoint()->mutable_save_dir(), base_dir, "checkpoint.save_dir"));
   }
-  if (relative(spec->checkpoint().load_dir())) {
+  if (present(spec->checkpoint().load_dir())) {
     MT_RETURN_IF_ERROR(
         Resolve(spec->mutable_checkpoint()->mutable_load_dir(), base_dir, "checkpoint.load_dir"));
   }
-  if (relative(spec->logging().tensorboard_dir())) {
+  if (present(spec->logging().tensorboard_dir())) {
     MT_RETURN_IF_ERROR(Resolve(spec->mutable_logging()->mutable_tensorboard_dir(), base_dir,
                                "logging.tensorboard_dir"));
   }

@@ -40,12 +40,21 @@ absl::Status ValidateSpec(const mt::v1::JobSpec& spec);
 // Makes every relative path field absolute under `base_dir` (the directory of the job file, or
 // the client's working directory): data.{data_path,train_data_path,valid_data_path,
 // test_data_path}[].prefix, data.tokenizer.{vocab_file,merge_file}, data.data_cache_path,
-// checkpoint.{save_dir,load_dir}, logging.tensorboard_dir. Empty fields and absolute paths are
-// left alone; "." components and repeated slashes of the result are removed, ".." is kept (the
-// file system resolves it). The client runs this before submitting, because the coordinator and
-// workers have another working directory. Errors: `base_dir` not absolute; a path starting with
-// '~' (mt does not expand it; give an absolute path).
+// checkpoint.{save_dir,load_dir}, logging.tensorboard_dir. Empty fields are left alone; every
+// result (absolute paths too) is normalized lexically: "." components and repeated slashes
+// removed, ".." removing the component before it (as Python's os.path.normpath; through a
+// symbolic link that differs from what the file system would do, so give such paths resolved).
+// The client runs this before submitting, because the coordinator and workers have another
+// working directory. Errors: `base_dir` not absolute; a path starting with '~' (mt does not
+// expand it; give an absolute path).
 absl::Status ResolveRelativePaths(mt::v1::JobSpec* spec, absl::string_view base_dir);
+
+// What the coordinator accepts at its API (SubmitJob), beyond ValidateSpec: every path field
+// (the ones ResolveRelativePaths handles) absolute and normalized, so no '..' can walk out of
+// a directory a name was checked against and every daemon reads the same file. One problem per
+// path, naming the field and the normalized path to give instead.
+std::vector<std::string> ListSubmittedPathProblems(const mt::v1::JobSpec& spec);
+absl::Status ValidateSubmittedPaths(const mt::v1::JobSpec& spec);
 
 }  // namespace mt::spec
 

@@ -3,6 +3,7 @@
 #include <functional>
 #include <string>
 
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/base/status_matchers.h"
 #include "common/spec/defaults.h"
@@ -14,6 +15,7 @@ namespace {
 
 using ::mt::testing::IsOk;
 using ::mt::testing::StatusIs;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -640,7 +642,7 @@ TEST(SpecValidateTest, ShellMetacharacterIsReportedOncePerField) {
 TEST(SpecResolvePathsTest, MakesRelativePathsAbsolute) {
   mt::v1::JobSpec s;
   s.mutable_data()->add_data_path()->set_prefix("data/a_text_document");
-  s.mutable_data()->add_data_path()->set_prefix("/abs/b");
+  s.mutable_data()->add_data_path()->set_prefix("/abs/./c/../b");
   s.mutable_data()->add_train_data_path()->set_prefix("./t");
   s.mutable_data()->add_valid_data_path()->set_prefix("v//x");
   s.mutable_data()->add_test_data_path()->set_prefix("../shared/x");
@@ -655,7 +657,7 @@ TEST(SpecResolvePathsTest, MakesRelativePathsAbsolute) {
   EXPECT_EQ(s.data().data_path(1).prefix(), "/abs/b");
   EXPECT_EQ(s.data().train_data_path(0).prefix(), "/home/u/job/t");
   EXPECT_EQ(s.data().valid_data_path(0).prefix(), "/home/u/job/v/x");
-  EXPECT_EQ(s.data().test_data_path(0).prefix(), "/home/u/job/../shared/x");
+  EXPECT_EQ(s.data().test_data_path(0).prefix(), "/home/u/shared/x");
   EXPECT_EQ(s.data().tokenizer().vocab_file(), "/home/u/job/gpt2-vocab.json");
   EXPECT_EQ(s.data().tokenizer().merge_file(), "/assets/gpt2-merges.txt");
   EXPECT_EQ(s.data().data_cache_path(), "/home/u/job/cache");
@@ -689,6 +691,41 @@ TEST(SpecResolvePathsTest, Errors) {
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("data.tokenizer.vocab_file (\"~/gpt2-vocab.json\") starts with "
                                  "'~', which mt does not expand; give an absolute path")));
+}
+
+TEST(SpecResolvePathsTest, DotDotIsResolvedLexicallyAndStopsAtTheRoot) {
+  mt::v1::JobSpec s;
+  s.mutable_checkpoint()->set_save_dir("../../../../x/./y/..//z");
+  s.mutable_checkpoint()->set_load_dir("/a/b/../../../c");
+  ASSERT_THAT(ResolveRelativePaths(&s, "/home/u"), IsOk());
+  EXPECT_EQ(s.checkpoint().save_dir(), "/x/z");
+  EXPECT_EQ(s.checkpoint().load_dir(), "/c");
+  EXPECT_THAT(ListSubmittedPathProblems(s), IsEmpty());
+}
+
+TEST(SpecSubmittedPathsTest, RejectsRelativeAndUnnormalizedPathsNamingFieldAndFix) {
+  mt::v1::JobSpec s;
+  s.mutable_data()->add_data_path()->set_prefix("/data/a");
+  s.mutable_data()->add_data_path()->set_prefix("/data/../etc/passwd");
+  s.mutable_data()->mutable_tokenizer()->set_vocab_file("vocab.json");
+  s.mutable_checkpoint()->set_save_dir("/ck//x/.");
+  s.mutable_logging()->set_tensorboard_dir(std::string("/tb\0x", 6));
+  const std::vector<std::string> problems = ListSubmittedPathProblems(s);
+  ASSERT_EQ(problems.size(), 4u) << absl::StrJoin(problems, "\n");
+  EXPECT_THAT(problems, Contains(HasSubstr("data.data_path[1].prefix (\"/data/../etc/passwd\") "
+                                           "must be a normalized path without '.', '..' or "
+                                           "repeated slashes: give \"/etc/passwd\"")));
+  EXPECT_THAT(problems, Contains(HasSubstr("data.tokenizer.vocab_file (\"vocab.json\") must be an "
+                                           "absolute path")));
+  EXPECT_THAT(problems, Contains(HasSubstr("checkpoint.save_dir (\"/ck//x/.\") must be a "
+                                           "normalized path")));
+  EXPECT_THAT(problems, Contains(HasSubstr("logging.tensorboard_dir: path contains a NUL byte")));
+  EXPECT_THAT(ValidateSubmittedPaths(s),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("data.data_path[1].prefix")));
+  mt::v1::JobSpec ok;
+  ok.mutable_data()->add_data_path()->set_prefix("/data/a");
+  ok.mutable_checkpoint()->set_save_dir("/ck/x");
+  EXPECT_THAT(ValidateSubmittedPaths(ok), IsOk());
 }
 
 }  // namespace

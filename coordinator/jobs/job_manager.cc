@@ -185,6 +185,7 @@ absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSp
   mt::v1::JobSpec spec = submitted;
   spec::ApplyDefaults(&spec);
   MT_RETURN_IF_ERROR(spec::ValidateSpec(spec));
+  MT_RETURN_IF_ERROR(spec::ValidateSubmittedPaths(spec));
   // The layout must exist for some world before the job is accepted (e.g. a batch that no DP
   // size divides is rejected now, not discovered at scheduling time).
   const int requested = RequestedWorld(spec);

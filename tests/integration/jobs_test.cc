@@ -9,6 +9,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/base/files.h"
+#include "common/base/status_matchers.h"
+#include "common/spec/yaml_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/cluster.h"
@@ -16,6 +18,7 @@
 namespace mt {
 namespace {
 
+using ::mt::testing::StatusIs;
 using ::testing::HasSubstr;
 using testutil::Cluster;
 using testutil::CommandResult;
@@ -191,6 +194,23 @@ TEST_F(JobsTest, InvalidSpecsAndUnknownIdsChangeNothing) {
   r = cluster_.Mtctl({"cancel", "nonsense"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("not a job id"));
+  // At the API, a path that walks out with '..' or is relative is refused, naming the field.
+  auto parsed = spec::ParseYamlSpec(
+      "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 4, seq_length: 16}\n"
+      "training: {micro_batch_size: 2, global_batch_size: 4, train_iters: 2, lr: 0.001}\n"
+      "data: {data_path: /data/x, tokenizer: {vocab_file: /a/v.json, merge_file: /a/m.txt}}\n"
+      "checkpoint: {save_dir: /srv/ckpt/../../etc}\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<mt::v1::Job> submitted = cluster_.SubmitJob(parsed->spec);
+  EXPECT_THAT(submitted.status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("checkpoint.save_dir (\"/srv/ckpt/../../etc\") must be a "
+                                 "normalized path without '.', '..' or repeated slashes: give "
+                                 "\"/etc\"")));
+  parsed->spec.mutable_checkpoint()->set_save_dir("ckpt");
+  EXPECT_THAT(cluster_.SubmitJob(parsed->spec).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("checkpoint.save_dir (\"ckpt\") must be an absolute path")));
   r = cluster_.Mtctl({"list", "-o", "json"});
   EXPECT_EQ(r.exit_code, 0);
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("\"id\"")));

@@ -80,6 +80,17 @@ absl::StatusOr<mt::v1::Job> Cluster::GetJob(const std::string& id, bool events) 
   return job;
 }
 
+absl::StatusOr<mt::v1::Job> Cluster::SubmitJob(const mt::v1::JobSpec& spec) {
+  mt::v1::SubmitJobRequest request;
+  *request.mutable_spec() = spec;
+  mt::v1::SubmitJobResponse response;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  absl::Status s = rpc::FromGrpcStatus(stub_->SubmitJob(&ctx, request, &response));
+  if (!s.ok()) return s;
+  return response.job();
+}
+
 absl::StatusOr<mt::v1::ListWorkersResponse> Cluster::ListWorkers() {
   mt::v1::ListWorkersResponse resp;
   grpc::ClientContext ctx;

@@ -37,6 +37,8 @@ class Cluster {
   // Waits until `n` workers are IDLE.
   bool WaitForIdleWorkers(int n, absl::Duration timeout);
 
+  // SubmitJob over the API, as it is (no client-side path resolution).
+  absl::StatusOr<mt::v1::Job> SubmitJob(const mt::v1::JobSpec& spec);
   absl::StatusOr<mt::v1::Job> GetJob(const std::string& id, bool events = false);
   absl::StatusOr<mt::v1::ListWorkersResponse> ListWorkers();
   // Polls until the job is in `state` (true) or a terminal state / the timeout (false).

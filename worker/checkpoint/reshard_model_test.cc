@@ -8,9 +8,10 @@
 //       inner dimension differently: a few float32 ulps), exact where it does not (the same
 //       kernels on the same weights: PP and DP do not change the forward's arithmetic);
 //   (b) train on with the losses of the first layout's own next 3 steps: 1e-5 relative where
-//       the layout changes (the gradient sums over TP/DP run in another order; Adam, the LR
-//       schedule across warmup and cosine decay, clipping and the data position all carry
-//       over), bit for bit for the same layout (the distributed optimizer's exact resume);
+//       the layout changes (2e-4 in bf16, see kBf16LossTol) (the gradient sums over TP/DP run in
+//       another order; Adam, the LR schedule across warmup and cosine decay, clipping and the data
+//       position all carry over), bit for bit for the same layout (the distributed optimizer's
+//       exact resume);
 //   (c) saved again at once under the new layout, hold every tensor of the first checkpoint
 //       bit for bit (weights, fp32 master weights, Adam moments: the state round-trips through
 //       any layout and through the distributed optimizer's gather and scatter).
@@ -56,7 +57,11 @@ constexpr int64_t kVocab = 90;  // padded to 96 under TP 1, 2 and 4 (multiples o
 constexpr int kSaveStep = 3;
 constexpr int kMoreSteps = 3;
 constexpr double kLogitTol = 1e-5;  // of the largest |logit|, where the TP size changes
-constexpr double kLossTol = 1e-5;   // relative, where the layout changes
+constexpr double kLossTol = 1e-5;   // relative, where the layout changes (fp32)
+// bf16, where the layout changes: the reordered fp32 gradient sums move the fp32 master
+// weights by float32 ulps, which now and then flips a bf16 rounding of a weight (one bf16 ulp
+// = 2^-8 relative); measured 4e-5 on the case below.
+constexpr double kBf16LossTol = 2e-4;
 
 struct Layout {
   int tp = 1, pp = 1, dp = 1;
@@ -382,7 +387,8 @@ TEST_P(ReshardModelTest, LoadsWithTheSameLogitsAndTrainsOn) {
     if (same_layout) {
       EXPECT_EQ(b.losses[i], a.losses[i]) << "step " << kSaveStep + 1 + i;  // bit for bit
     } else {
-      EXPECT_NEAR(b.losses[i], a.losses[i], kLossTol * a.losses[i]) << "step " << kSaveStep + 1 + i;
+      const double tol = c.precision == mt::v1::PRECISION_BF16 ? kBf16LossTol : kLossTol;
+      EXPECT_NEAR(b.losses[i], a.losses[i], tol * a.losses[i]) << "step " << kSaveStep + 1 + i;
     }
   }
   // (c) The state round-trips.
@@ -399,7 +405,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{{1, 1, 4, true}, {1, 1, 4, true}},
         Case{{1, 1, 4, true}, {1, 1, 4, true}, mt::v1::PRECISION_BF16},
         Case{{1, 1, 4, true}, {1, 1, 2, true}}, Case{{1, 1, 4, true}, {1, 1, 1, false}},
-        Case{{1, 2, 1}, {2, 1, 2, true}}),
+        Case{{1, 2, 1}, {2, 1, 2, true}},
+        // bf16 into a pipeline: the last stage's copy of the tied embedding takes its fp32
+        // master weights from the embedding's.
+        Case{{1, 1, 2, true}, {1, 2, 1}, mt::v1::PRECISION_BF16}),
     [](const ::testing::TestParamInfo<Case>& info) {
       return absl::StrCat(NameOf(info.param.a), "_to_", NameOf(info.param.b),
                           info.param.precision == mt::v1::PRECISION_BF16 ? "_bf16" : "");

@@ -287,11 +287,17 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
         const std::string name = absl::StrCat("optimizer.", state, ".", slot.name);
         torch::Tensor value = torch::zeros(slot.param.sizes(), local.options());
         if (state == "master") {
-          // The checkpoint's master weights, else its weights (an fp32 checkpoint's are
-          // exactly its master weights; a 16-bit one's are what there is).
-          const std::string from = source.Has(name) ? name : "model." + slot.name;
-          MT_ASSIGN_OR_RETURN(HostTensor t, slice_for(from, split, value));
-          MT_RETURN_IF_ERROR(CopyInto(t, value, from));
+          // The checkpoint's master weights (the tied embedding's for the last stage's copy,
+          // as Slice finds them), else its weights (an fp32 checkpoint's are exactly its
+          // master weights; a 16-bit one's are what there is).
+          std::string from = name;
+          absl::StatusOr<HostTensor> t = slice_for(from, split, value);
+          if (absl::IsNotFound(t.status())) {
+            from = "model." + slot.name;
+            t = slice_for(from, split, value);
+          }
+          if (!t.ok()) return t.status();
+          MT_RETURN_IF_ERROR(CopyInto(*t, value, from));
         } else if (!weights_only && options.load_optimizer) {
           MT_ASSIGN_OR_RETURN(HostTensor t, slice_for(name, split, value));
           MT_RETURN_IF_ERROR(CopyInto(t, value, name));

@@ -272,7 +272,7 @@ std::string HfGpt2ConfigJson(const mt::v1::ManifestModel& m, DType dtype) {
       m.ffn_hidden_size() == 4 * m.hidden_size() ? "null" : absl::StrCat(m.ffn_hidden_size());
   return absl::StrFormat(
       "{\n"
-      "  \"activation_function\": \"gelu_new\",\n"
+      "  \"activation_function\": \"gelu_pytorch_tanh\",\n"
       "  \"architectures\": [\"GPT2LMHeadModel\"],\n"
       "  \"attn_pdrop\": 0.0,\n"
       "  \"bos_token_id\": 50256,\n"

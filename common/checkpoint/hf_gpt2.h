@@ -15,8 +15,12 @@
 //   decoder.layers.N.mlp.linear_fc2.*                  -> transformer.h.N.mlp.c_proj.* (T)
 //   decoder.final_layernorm.*                          -> transformer.ln_f.*
 //   output_layer.weight (untied models only)           -> lm_head.weight
-// The activation is gelu_new (tanh), LayerNorm epsilon from the model, attention scaled by
-// 1/sqrt(head_dim): the same function, so the logits agree.
+// The activation: our MLP runs torch's tanh-approximated GELU (gelu(x, "tanh"), Megatron's
+// and GPT-2's function). transformers calls that kernel "gelu_pytorch_tanh", which the export
+// writes; GPT-2's own "gelu_new" is the same formula written out in Python, equal up to
+// float rounding (import accepts both). LayerNorm epsilon from the model, attention scaled by
+// 1/sqrt(head_dim), the lm_head tied unless the model is untied: the same function, so the
+// logits agree (tests/gpu/hf_logits_check.py checks them against transformers).
 //
 // Thread-compatible free functions.
 #ifndef MT_COMMON_CHECKPOINT_HF_GPT2_H_

@@ -143,7 +143,7 @@ TEST(HfGpt2Test, ExportUsesHuggingFaceNamesAndLayouts) {
   MT_ASSERT_OK_AND_ASSIGN(std::string config, ReadFile(out + "/config.json"));
   EXPECT_THAT(config, HasSubstr("\"n_embd\": 8"));
   EXPECT_THAT(config, HasSubstr("\"vocab_size\": 50"));
-  EXPECT_THAT(config, HasSubstr("\"activation_function\": \"gelu_new\""));
+  EXPECT_THAT(config, HasSubstr("\"activation_function\": \"gelu_pytorch_tanh\""));
   // The directory exists now: a second export there is refused.
   EXPECT_THAT(ExportHfGpt2(*source, out, DType::kF32), StatusIs(absl::StatusCode::kAlreadyExists));
 }

@@ -93,10 +93,16 @@ absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double va
   auto snapshot = std::make_shared<Snapshot>();
   snapshot->start = Clock::now();
   snapshot->step = step;
+  // Every rank: with the distributed optimizer the DP group gathers the optimizer state.
+  auto tensors = CollectTensors(trainer);
+  if (!tensors.ok()) {
+    return absl::Status(tensors.status().code(), absl::StrCat("checkpoint snapshot at step ", step,
+                                                              ": ", tensors.status().message()));
+  }
   if (writes_shard_) {
     try {
       torch::NoGradGuard no_grad;
-      for (StateTensor& t : CollectTensors(trainer)) {
+      for (StateTensor& t : *tensors) {
         snapshot->names.push_back(t.name);
         snapshot->splits.push_back(t.split_dim);
         // A copy even on the CPU: training goes on while an async save writes.

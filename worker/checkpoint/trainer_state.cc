@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include "worker/engine/optimizer.h"
 #include "worker/model/gpt.h"
 #include "worker/model/sharding.h"
+#include "worker/parallel/process_groups.h"
 
 namespace mt::checkpoint {
 namespace {
@@ -28,19 +30,91 @@ int SplitOf(const std::string& param) {
   }
 }
 
-// The three flat optimizer buffers by state name (undefined ones skipped).
-std::vector<std::pair<std::string, torch::Tensor>> OptimizerBuffers(
+bool MasterIsModel(const engine::MixedPrecisionOptimizer& opt) {
+  return opt.master_params().is_same(opt.model_params());
+}
+
+// The optimizer's flat state buffers by state name (undefined ones skipped; the master
+// weights only when they are not the model's own).
+std::vector<std::pair<std::string, torch::Tensor>> StateBuffers(
     const engine::MixedPrecisionOptimizer& opt) {
   std::vector<std::pair<std::string, torch::Tensor>> out;
+  if (!MasterIsModel(opt)) out.emplace_back("master", opt.master_params());
   if (opt.exp_avg().defined()) out.emplace_back("exp_avg", opt.exp_avg());
   if (opt.exp_avg_sq().defined()) out.emplace_back("exp_avg_sq", opt.exp_avg_sq());
   if (opt.momentum().defined()) out.emplace_back("momentum", opt.momentum());
   return out;
 }
 
-bool MasterIsModel(const engine::MixedPrecisionOptimizer& opt,
-                   const engine::MixedPrecisionOptimizer::ParamSlot& slot) {
-  return opt.MasterParam(slot).data_ptr() == slot.param.data_ptr();
+// A state buffer of this rank in flat offsets (those of the model buffer, ParamSlot::offset).
+// Without the distributed optimizer that is the buffer itself. With it, every DP rank holds
+// only its segments: each rank places them into a zero buffer of the model's size and the DP
+// group sums these onto its first rank (DP coordinate 0, the one that writes). Every element
+// is held by exactly one rank, so summed as integers of the element's width the result is the
+// holder's bits, exactly (a float sum would turn -0.0 into +0.0). Every DP rank must call it;
+// on the others the result is undefined.
+absl::StatusOr<torch::Tensor> FlatState(const engine::MixedPrecisionOptimizer& opt,
+                                        const torch::Tensor& local) {
+  if (!opt.distributed()) return local;
+  torch::NoGradGuard no_grad;
+  torch::Tensor flat = torch::zeros({opt.model_params().numel()}, local.options());
+  for (const auto& s : opt.segments()) {
+    flat.narrow(0, s.flat_begin, s.numel).copy_(local.narrow(0, s.local_begin, s.numel));
+  }
+  std::vector<torch::Tensor> bits = {
+      flat.view(flat.element_size() == 8 ? torch::kLong : torch::kInt)};
+  c10d::ReduceOptions options;
+  options.reduceOp = c10d::ReduceOp::SUM;
+  options.rootRank = 0;
+  const parallel::GroupHandle& dp = opt.parallel_config().groups->dp();
+  MT_RETURN_IF_ERROR(parallel::Wait(dp.group->reduce(bits, options),
+                                    "gathering the distributed optimizer's state over " + dp.name));
+  if (dp.rank != 0) return torch::Tensor();
+  return flat;
+}
+
+// Copies one parameter's state `param_state` (any shape, numel = slot.numel) into this rank's
+// part of the state buffer `local`: all of it without the distributed optimizer, the pieces
+// inside this rank's segments with it.
+void ScatterState(const engine::MixedPrecisionOptimizer& opt,
+                  const engine::MixedPrecisionOptimizer::ParamSlot& slot,
+                  const torch::Tensor& param_state, torch::Tensor local) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor flat = param_state.reshape({-1});
+  if (!opt.distributed()) {
+    local.narrow(0, slot.offset, slot.numel).copy_(flat);
+    return;
+  }
+  const int64_t slot_end = slot.offset + slot.numel;
+  for (const auto& s : opt.segments()) {
+    const int64_t begin = std::max(s.flat_begin, slot.offset);
+    const int64_t end = std::min(s.flat_begin + s.numel, slot_end);
+    if (begin >= end) continue;
+    local.narrow(0, s.local_begin + (begin - s.flat_begin), end - begin)
+        .copy_(flat.narrow(0, begin - slot.offset, end - begin));
+  }
+}
+
+// The optimizer's parameters (every chunk of an interleaved pipeline stage, whose model() is
+// its first chunk only) in the model's registration order (the embedding first), the other
+// chunks' after.
+std::vector<const engine::MixedPrecisionOptimizer::ParamSlot*> ModelOrder(
+    engine::Trainer& trainer) {
+  const auto& slots = trainer.optimizer().slots();
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < slots.size(); ++i) index[slots[i].name] = i;
+  std::vector<const engine::MixedPrecisionOptimizer::ParamSlot*> out;
+  std::vector<bool> taken(slots.size(), false);
+  for (const auto& item : trainer.model().named_parameters()) {
+    auto it = index.find(item.key());
+    if (it == index.end() || taken[it->second]) continue;
+    taken[it->second] = true;
+    out.push_back(&slots[it->second]);
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (!taken[i]) out.push_back(&slots[i]);
+  }
+  return out;
 }
 
 absl::Status CopyInto(const HostTensor& src, torch::Tensor dst, const std::string& name) {
@@ -102,29 +176,39 @@ absl::StatusOr<c10::ScalarType> ToScalarType(DType dtype) {
   return absl::InvalidArgumentError("unknown dtype");
 }
 
-std::vector<StateTensor> CollectTensors(engine::Trainer& trainer) {
-  std::vector<StateTensor> out;
-  for (const auto& item : trainer.model().named_parameters()) {
-    out.push_back({"model." + item.key(), item.value().detach(), SplitOf(item.key())});
-  }
-  const engine::MixedPrecisionOptimizer& opt = trainer.optimizer();
-  const auto buffers = OptimizerBuffers(opt);
-  for (const auto& slot : opt.slots()) {
-    const int split = SplitOf(slot.name);
-    if (!MasterIsModel(opt, slot)) {
-      out.push_back({"optimizer.master." + slot.name, opt.MasterParam(slot), split});
+absl::StatusOr<std::vector<StateTensor>> CollectTensors(engine::Trainer& trainer) {
+  try {
+    std::vector<StateTensor> out;
+    engine::MixedPrecisionOptimizer& opt = trainer.optimizer();
+    // The parameters the optimizer updates, under the whole model's names.
+    MT_RETURN_IF_ERROR(opt.WaitForParameters());
+    for (const auto* slot : ModelOrder(trainer)) {
+      out.push_back({"model." + slot->name, slot->param.detach(), SplitOf(slot->name)});
     }
-    for (const auto& [state, flat] : buffers) {
-      out.push_back({absl::StrCat("optimizer.", state, ".", slot.name),
-                     flat.narrow(0, slot.offset, slot.numel).view(slot.param.sizes()), split});
+    std::vector<std::pair<std::string, torch::Tensor>> flat;
+    for (const auto& [state, local] : StateBuffers(opt)) {
+      MT_ASSIGN_OR_RETURN(torch::Tensor f, FlatState(opt, local));
+      flat.emplace_back(state, std::move(f));
     }
+    const bool holds_state = flat.empty() || flat[0].second.defined();
+    for (const auto& slot : opt.slots()) {
+      for (const auto& [state, f] : flat) {
+        if (!holds_state) break;
+        out.push_back({absl::StrCat("optimizer.", state, ".", slot.name),
+                       f.narrow(0, slot.offset, slot.numel).view(slot.param.sizes()),
+                       SplitOf(slot.name)});
+      }
+    }
+    {
+      at::Generator gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      out.push_back({"rng.cpu", gen.get_state(), -1});
+    }
+    return out;
+  } catch (const c10::Error& e) {
+    return absl::InternalError(
+        absl::StrCat("collecting the checkpoint's tensors: ", e.what_without_backtrace()));
   }
-  {
-    at::Generator gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    out.push_back({"rng.cpu", gen.get_state(), -1});
-  }
-  return out;
 }
 
 mt::v1::TrainerState CollectScalars(engine::Trainer& trainer) {
@@ -175,38 +259,50 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
       req.shape = like.sizes().vec();
       return source.Slice(name, req);
     };
-    // 1. Weights (the model's dtype as stored; copy_ converts).
-    for (const auto& item : trainer.model().named_parameters()) {
-      const std::string name = "model." + item.key();
-      MT_ASSIGN_OR_RETURN(HostTensor t, slice_for(name, SplitOf(item.key()), item.value()));
-      MT_RETURN_IF_ERROR(CopyInto(t, item.value(), name));
-    }
-    // 2. Master weights and optimizer state, parameter by parameter.
+    // 1. Weights (the model's dtype as stored; copy_ converts), every parameter the optimizer
+    // updates (all chunks of an interleaved pipeline stage).
     engine::MixedPrecisionOptimizer& opt = trainer.optimizer();
-    const auto buffers = OptimizerBuffers(opt);
+    MT_RETURN_IF_ERROR(opt.WaitForParameters());
+    for (const auto* slot : ModelOrder(trainer)) {
+      const std::string name = "model." + slot->name;
+      MT_ASSIGN_OR_RETURN(HostTensor t, slice_for(name, SplitOf(slot->name), slot->param));
+      MT_RETURN_IF_ERROR(CopyInto(t, slot->param, name));
+    }
+    if (!weights_only && options.load_optimizer) {
+      const std::string kind =
+          opt.config().kind == engine::OptimizerConfig::Kind::kAdamW ? "adamw" : "sgd";
+      const std::string& saved = manifest.trainer().optimizer();
+      if (!saved.empty() && saved != kind) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("the checkpoint's optimizer is ", saved, ", the spec's ", kind,
+                         "; load with --no-load-optim to start the optimizer afresh"));
+      }
+    }
+    // 2. Master weights and optimizer state, parameter by parameter, whatever layout and
+    // optimizer wrote them: each parameter's whole (TP-sliced) state is read, and this rank
+    // keeps the part it holds (ScatterState; with the distributed optimizer its segments).
     for (const auto& slot : opt.slots()) {
       const int split = SplitOf(slot.name);
-      if (!MasterIsModel(opt, slot)) {
-        const std::string master = "optimizer.master." + slot.name;
-        torch::Tensor dst = opt.MasterParam(slot);
-        if (source.Has(master)) {
-          MT_ASSIGN_OR_RETURN(HostTensor t, slice_for(master, split, dst));
-          MT_RETURN_IF_ERROR(CopyInto(t, dst, master));
-        } else {
-          torch::NoGradGuard no_grad;
-          dst.copy_(slot.param);
-        }
-      }
-      for (const auto& [state, flat] : buffers) {
-        torch::Tensor dst = flat.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
+      for (const auto& [state, local] : StateBuffers(opt)) {
         const std::string name = absl::StrCat("optimizer.", state, ".", slot.name);
-        if (weights_only || !options.load_optimizer) {
-          torch::NoGradGuard no_grad;
-          dst.zero_();
-          continue;
+        torch::Tensor value = torch::zeros(slot.param.sizes(), local.options());
+        if (state == "master") {
+          // The checkpoint's master weights (the tied embedding's for the last stage's copy,
+          // as Slice finds them), else its weights (an fp32 checkpoint's are exactly its
+          // master weights; a 16-bit one's are what there is).
+          std::string from = name;
+          absl::StatusOr<HostTensor> t = slice_for(from, split, value);
+          if (absl::IsNotFound(t.status())) {
+            from = "model." + slot.name;
+            t = slice_for(from, split, value);
+          }
+          if (!t.ok()) return t.status();
+          MT_RETURN_IF_ERROR(CopyInto(*t, value, from));
+        } else if (!weights_only && options.load_optimizer) {
+          MT_ASSIGN_OR_RETURN(HostTensor t, slice_for(name, split, value));
+          MT_RETURN_IF_ERROR(CopyInto(t, value, name));
         }
-        MT_ASSIGN_OR_RETURN(HostTensor t, slice_for(name, split, dst));
-        MT_RETURN_IF_ERROR(CopyInto(t, dst, name));
+        ScatterState(opt, slot, value, local);
       }
     }
     // 3. Counters, loss scale, Adam's t, the generator.
@@ -216,13 +312,6 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
     }
     const mt::v1::TrainerState& s = manifest.trainer();
     if (options.load_optimizer) {
-      const std::string kind =
-          opt.config().kind == engine::OptimizerConfig::Kind::kAdamW ? "adamw" : "sgd";
-      if (!s.optimizer().empty() && s.optimizer() != kind) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the checkpoint's optimizer is ", s.optimizer(), ", the spec's ", kind,
-                         "; load with --no-load-optim to start the optimizer afresh"));
-      }
       opt.RestoreStepCount(s.optimizer_steps());
       trainer.mutable_loss_scaler().Restore(s.loss_scaler().scale(),
                                             s.loss_scaler().growth_tracker(),

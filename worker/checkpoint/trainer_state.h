@@ -1,8 +1,14 @@
 // What a checkpoint holds of a Trainer, as a list of named tensors plus scalars: the ONE place
-// that knows the optimizer's internals (MixedPrecisionOptimizer: slots(), MasterParam, the
-// flat exp_avg / exp_avg_sq / momentum buffers). Re-point it here when the optimizer changes
-// (e.g. a distributed optimizer: gather each parameter's full state on DP rank 0 first, see
-// FORMAT.md).
+// that knows the optimizer's internals (MixedPrecisionOptimizer: slots(), segments(), the flat
+// master / exp_avg / exp_avg_sq / momentum buffers). Re-point it here when the optimizer
+// changes.
+//
+// The optimizer state is saved per parameter whatever the optimizer's layout: with the
+// distributed optimizer (ZeRO-1) each DP rank holds only its segments of the flat buffers, and
+// CollectTensors gathers every parameter's whole state onto DP rank 0 (a collective over the
+// DP group: every DP rank calls it); RestoreTrainer reads each parameter's whole state and
+// keeps the part this rank holds. A checkpoint therefore loads under any DP size, with or
+// without the distributed optimizer (FORMAT.md).
 //
 // Names (global layer indices, the rank's TP slice of each tensor):
 //   model.<param>                 the model's parameters, in the model's dtype
@@ -33,8 +39,12 @@ struct StateTensor {
   int split_dim = -1;    // over tensor parallelism (worker/model/sharding.h)
 };
 
-// Every tensor of the state (views of the live tensors: copy before training on).
-std::vector<StateTensor> CollectTensors(engine::Trainer& trainer);
+// Every tensor of the state (views of the live tensors: copy before training on). Every rank
+// of the job calls it at the same step: with the distributed optimizer it gathers the
+// optimizer state over the DP group, and only DP rank 0 gets the optimizer.* tensors (the
+// others, which write nothing, get the model's and the generator's). Errors come from the
+// collective.
+absl::StatusOr<std::vector<StateTensor>> CollectTensors(engine::Trainer& trainer);
 // The scalars: iteration, samples, loss scaler, optimizer steps, seed ...
 mt::v1::TrainerState CollectScalars(engine::Trainer& trainer);
 // The model's shape for the manifest.

@@ -383,6 +383,10 @@ torch::Tensor MixedPrecisionOptimizer::SlotGradient(const ParamSlot& slot) const
   return g.defined() ? g.view({-1}) : g;
 }
 
+bool MixedPrecisionOptimizer::distributed() const {
+  return reducer_ != nullptr && reducer_->shard();
+}
+
 torch::Tensor MixedPrecisionOptimizer::MasterParam(const ParamSlot& slot) const {
   if (reducer_ != nullptr && reducer_->shard() && !master_is_model_) return torch::Tensor();
   return master_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());

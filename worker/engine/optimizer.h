@@ -238,6 +238,11 @@ class MixedPrecisionOptimizer {
     int64_t slot = -1;  // with per-parameter gradients: the slot it lies in
   };
   const std::vector<Segment>& segments() const { return segments_; }
+  // The distributed optimizer over more than one DP rank: master_params (16-bit models),
+  // exp_avg, exp_avg_sq and momentum hold this rank's segments only; the other ranks of
+  // parallel_config().groups->dp() hold the rest (checkpoints gather them).
+  bool distributed() const;
+  const OptimizerParallelConfig& parallel_config() const { return parallel_; }
 
   // Flat buffers (checkpoints, tests). master_params is the model buffer for an fp32 model
   // (all of it), else this rank's fp32 master (its shard with the distributed optimizer).

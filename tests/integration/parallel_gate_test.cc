@@ -1,7 +1,8 @@
 // The correctness gate of Megatron parallelism (issue #6): a tiny fp32 GPT with the same seed
 // and the same global batch trained for 20 steps as a job through the real coordinator and
 // worker daemons (CPU, Gloo, one process per rank) under every layout of kLayouts gives, step
-// by step, the loss of the (TP, PP, DP) = (1, 1, 1) run within 1e-5 relative.
+// by step, the loss of the (TP, PP, DP) = (1, 1, 1) run within 1e-5 relative. Two layouts run
+// with the overlapped DP reduction (and parameter gather with the distributed optimizer).
 //
 // The losses come from the ranks' own progress lines ("step i/20 | loss X", X printed with 7
 // significant digits), read through `mtctl logs` for the first rank (first pipeline stage) and
@@ -39,6 +40,8 @@ struct GateLayout {
   bool sequence_parallel = false;
   bool distributed_optimizer = false;
   bool overlap_p2p_comm = false;
+  // --overlap-grad-reduce, and --overlap-param-gather with the distributed optimizer.
+  bool overlap = false;
 };
 
 // The reference first, then every layout of the issue.
@@ -51,9 +54,9 @@ const GateLayout kLayouts[] = {
     {"tp2pp2dp2", 2, 2, 2},
     {"pp2", 1, 2, 1},
     {"dp2", 1, 1, 2},
-    {"pp2dp2", 1, 2, 2, 0, false, false, /*overlap_p2p_comm=*/true},
+    {"pp2dp2", 1, 2, 2, 0, false, false, /*overlap_p2p_comm=*/true, /*overlap=*/true},
     {"pp4v2", 1, 4, 1, /*layers_per_virtual_stage=*/1},
-    {"dp4distopt", 1, 1, 4, 0, false, /*distributed_optimizer=*/true},
+    {"dp4distopt", 1, 1, 4, 0, false, /*distributed_optimizer=*/true, false, /*overlap=*/true},
 };
 
 // 8 layers (so that 4 stages of 2 chunks each hold a layer), hidden 32, 4 heads, seq 16; 16
@@ -71,7 +74,11 @@ std::string JobYaml(const GateLayout& l, const std::string& data_prefix) {
       ", num_layers_per_virtual_pipeline_stage: ", l.layers_per_virtual_stage,
       ", sequence_parallel: ", l.sequence_parallel ? "true" : "false",
       ", use_distributed_optimizer: ", l.distributed_optimizer ? "true" : "false",
-      ", overlap_p2p_comm: ", l.overlap_p2p_comm ? "true" : "false", "}\n",
+      ", overlap_p2p_comm: ", l.overlap_p2p_comm ? "true" : "false",
+      ", overlap_grad_reduce: ", l.overlap ? "true" : "false",
+      ", overlap_param_gather: ", l.overlap && l.distributed_optimizer ? "true" : "false",
+      // Overlap: buckets of 20000 elements (the layers' ~100K parameters in several).
+      l.overlap ? ", ddp_bucket_size: 20000" : "", "}\n",
       "training: {micro_batch_size: 2, global_batch_size: 16, train_iters: ", kSteps,
       ", lr: 3.0e-3, lr_warmup_iters: 2, clip_grad: 1.0, seed: 7}\n",
       "data:\n  data_path: ", data_prefix, "\n  split: \"90,10,0\"\n",

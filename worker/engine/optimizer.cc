@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_set>
 #include <utility>
 
@@ -182,6 +183,7 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   struct Candidate {
     ParamSlot slot;
     bool replicated = false;
+    bool late = false;
     int64_t index = 0;
   };
   std::vector<Candidate> candidates;
@@ -195,6 +197,7 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
     c.slot.numel = p.numel();
     c.slot.weight_decay = UsesWeightDecay(c.slot.name, p);
     c.replicated = model::TensorParallelSplit(c.slot.name) == model::TpSplit::kReplicated;
+    c.late = parallel_.late_gradient && parallel_.late_gradient(c.slot.name);
     const bool duplicate = parallel_.norm_duplicate && parallel_.norm_duplicate(c.slot.name);
     c.slot.counted_in_norm = !(c.replicated && tp_rank != 0) && !duplicate;
     c.index = static_cast<int64_t>(candidates.size());
@@ -206,6 +209,7 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& a, const Candidate& b) {
                      if (a.slot.weight_decay != b.slot.weight_decay) return a.slot.weight_decay;
+                     if (a.late != b.late) return b.late;
                      if (a.replicated != b.replicated) return b.replicated;
                      return a.index > b.index;
                    });
@@ -361,6 +365,32 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   }
   bucket_pending_.assign(num_buckets, 0);
   bucket_folded_.assign(num_buckets, false);
+  bucket_started_.assign(num_buckets, false);
+  int num_chunks = 1;
+  for (const ParamSlot& slot : slots_) {
+    const int c = parallel_.model_chunk ? parallel_.model_chunk(slot.name) : 0;
+    if (c < 0 || c >= 64) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("parameter ", slot.name, " is in model chunk ", c, ", not in [0, 64)"));
+    }
+    slot_chunk_.push_back(c);
+    num_chunks = std::max(num_chunks, c + 1);
+  }
+  chunk_armed_.assign(num_chunks, false);
+  if (shard && parallel_.overlap_param_gather && parallel_.forward_part) {
+    // Gathers start in the order the forward needs them (the same on every DP rank: the
+    // same model), so that waiting for the first parts does not wait behind the others.
+    bucket_first_part_.assign(num_buckets, std::numeric_limits<int64_t>::max());
+    for (size_t i = 0; i < slots_.size(); ++i) {
+      const int64_t part = std::max<int64_t>(0, parallel_.forward_part(slots_[i].name));
+      int64_t& first = bucket_first_part_[slot_bucket_[i]];
+      first = std::min(first, part);
+    }
+    for (size_t b = 0; b < num_buckets; ++b) gather_order_.push_back(b);
+    std::stable_sort(gather_order_.begin(), gather_order_.end(), [this](size_t a, size_t b) {
+      return bucket_first_part_[a] < bucket_first_part_[b];
+    });
+  }
   if (parallel_.overlap_grad_reduce && reducer_->active()) {
     for (size_t i = 0; i < slots_.size(); ++i) {
       std::shared_ptr<torch::autograd::Node> acc =
@@ -425,7 +455,9 @@ MixedPrecisionOptimizer::MemoryBytes MixedPrecisionOptimizer::memory_bytes() con
 }
 
 absl::Status MixedPrecisionOptimizer::ZeroGrad() {
-  MT_RETURN_IF_ERROR(WaitForParameters());
+  // With forward_part the forward waits for the gathers part by part; the gradient buffer
+  // this zeroes is not what they write.
+  if (gather_order_.empty()) MT_RETURN_IF_ERROR(WaitForParameters());
   torch::NoGradGuard no_grad;
   if (per_param_grads_) {
     ReleaseGrads();
@@ -441,20 +473,31 @@ absl::Status MixedPrecisionOptimizer::ZeroGrad() {
   armed_ = false;
   reduced_ = false;
   std::fill(bucket_folded_.begin(), bucket_folded_.end(), false);
+  std::fill(bucket_started_.begin(), bucket_started_.end(), false);
   return absl::OkStatus();
 }
 
-void MixedPrecisionOptimizer::BeginMicroBatch(bool last) {
+void MixedPrecisionOptimizer::BeginMicroBatch(bool last, int chunk) {
   std::lock_guard<std::mutex> lock(hook_mu_);
   reduced_ = false;
   unfolded_ = true;
   std::fill(bucket_folded_.begin(), bucket_folded_.end(), false);
-  armed_ = last && !grad_accumulators_.empty();
-  if (!armed_) return;
-  std::fill(slot_ready_.begin(), slot_ready_.end(), false);
-  for (size_t b = 0; b < bucket_slots_.size(); ++b) bucket_pending_[b] = bucket_slots_[b].size();
-  next_bucket_ = 0;
-  started_in_backward_ = 0;
+  if (!last || grad_accumulators_.empty()) return;
+  if (!armed_) {
+    // The first chunk armed this step: every bucket waits for all of its slots again.
+    armed_ = true;
+    std::fill(chunk_armed_.begin(), chunk_armed_.end(), false);
+    std::fill(slot_ready_.begin(), slot_ready_.end(), false);
+    std::fill(bucket_started_.begin(), bucket_started_.end(), false);
+    for (size_t b = 0; b < bucket_slots_.size(); ++b) bucket_pending_[b] = bucket_slots_[b].size();
+    next_bucket_ = 0;
+    started_in_backward_ = 0;
+  }
+  if (chunk < 0) {
+    std::fill(chunk_armed_.begin(), chunk_armed_.end(), true);
+  } else if (static_cast<size_t>(chunk) < chunk_armed_.size()) {
+    chunk_armed_[chunk] = true;
+  }
 }
 
 void MixedPrecisionOptimizer::FinishMicroBatch() {
@@ -462,16 +505,19 @@ void MixedPrecisionOptimizer::FinishMicroBatch() {
   torch::NoGradGuard no_grad;
   SyncGradViews();
   std::lock_guard<std::mutex> lock(hook_mu_);
-  // Fold the buckets no hook has folded, in runs of consecutive ones.
+  // Fold the buckets no hook has folded, in runs of consecutive ones. A started bucket (its
+  // reduction running on the master gradients) has all its gradients already: no backward of
+  // this step writes to it any more.
   const auto& buckets = reducer_->buckets();
+  auto done = [this](size_t i) { return bucket_folded_[i] || bucket_started_[i]; };
   size_t b = 0;
   while (b < buckets.size()) {
-    if (bucket_folded_[b]) {
+    if (done(b)) {
       ++b;
       continue;
     }
     size_t e = b;
-    while (e < buckets.size() && !bucket_folded_[e]) bucket_folded_[e++] = true;
+    while (e < buckets.size() && !done(e)) bucket_folded_[e++] = true;
     FoldIntoMaster(buckets[b].begin, buckets[e - 1].end);
     b = e;
   }
@@ -497,7 +543,7 @@ void MixedPrecisionOptimizer::OnGradReady(size_t slot) {
   std::lock_guard<std::mutex> lock(hook_mu_);
   // A late gradient is not final when backward is done with it: its bucket waits for
   // ReduceGradients.
-  if (!armed_ || slot_ready_[slot] || slot_late_[slot]) return;
+  if (!armed_ || !chunk_armed_[slot_chunk_[slot]] || slot_ready_[slot] || slot_late_[slot]) return;
   slot_ready_[slot] = true;
   if (--bucket_pending_[slot_bucket_[slot]] > 0) return;
   // Buckets start in index order on every rank (c10d matches collectives by order).
@@ -513,6 +559,7 @@ void MixedPrecisionOptimizer::StartBucket(size_t b, bool fold) {
     FoldIntoMaster(r.begin, r.end);
     bucket_folded_[b] = true;
   }
+  bucket_started_[b] = true;
   reducer_->StartReduction(static_cast<int>(b), GradBuffer());
 }
 
@@ -534,12 +581,31 @@ absl::Status MixedPrecisionOptimizer::ReduceGradients() {
   MT_RETURN_IF_ERROR(reducer_->WaitReductions());
   std::lock_guard<std::mutex> lock(hook_mu_);
   reduced_ = true;
+  std::fill(bucket_started_.begin(), bucket_started_.end(), false);  // none is running
   return absl::OkStatus();
 }
 
 absl::Status MixedPrecisionOptimizer::WaitForParameters() {
+  gathers_waited_ = gather_order_.size();
   if (reducer_ == nullptr || !reducer_->gathers_pending()) return absl::OkStatus();
   return reducer_->WaitGathers();
+}
+
+absl::Status MixedPrecisionOptimizer::WaitForParametersOfPart(int64_t part) {
+  if (reducer_ == nullptr || !reducer_->gathers_pending()) return absl::OkStatus();
+  if (gather_order_.empty()) return WaitForParameters();
+  // gather_order_ is sorted by first part: the buckets part `part` needs are a prefix.
+  int waited = 0;
+  while (gathers_waited_ < gather_order_.size() &&
+         bucket_first_part_[gather_order_[gathers_waited_]] <= part) {
+    MT_RETURN_IF_ERROR(reducer_->WaitGather(static_cast<int>(gather_order_[gathers_waited_])));
+    ++gathers_waited_;
+    ++waited;
+  }
+  if (waited > 0) {
+    gather_waits_.push_back({part, waited, static_cast<int>(reducer_->num_gathers_pending())});
+  }
+  return absl::OkStatus();
 }
 
 void MixedPrecisionOptimizer::ReleaseGrads() {
@@ -655,6 +721,9 @@ std::vector<std::vector<MixedPrecisionOptimizer::Piece>> MixedPrecisionOptimizer
 
 absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, double loss_scale) {
   torch::NoGradGuard no_grad;
+  // The last step's parameter gathers are done (a no-op after a forward that waited for them):
+  // the update writes into the same buffer.
+  MT_RETURN_IF_ERROR(WaitForParameters());
   // 1. This step's gradients, summed over DP.
   MT_RETURN_IF_ERROR(ReduceGradients());
   // Loss scaling: unscale first, as Megatron does, because the squares of scaled gradients can
@@ -703,11 +772,17 @@ absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, dou
   // memory serves the next forward's activations.
   if (per_param_grads_) ReleaseGrads();
   // 6. Distributed optimizer: every rank's slices back into every rank's parameters.
+  //    With forward_part in the order the forward needs them (file comment).
   if (reducer_->shard()) {
-    for (size_t b = 0; b < reducer_->buckets().size(); ++b) {
+    last_gather_waits_ = std::move(gather_waits_);
+    gather_waits_.clear();
+    gathers_waited_ = 0;
+    const size_t n = reducer_->buckets().size();
+    for (size_t i = 0; i < n; ++i) {
+      const size_t b = gather_order_.empty() ? i : gather_order_[i];
       reducer_->StartGather(static_cast<int>(b), model_flat_);
     }
-    if (!parallel_.overlap_param_gather) MT_RETURN_IF_ERROR(reducer_->WaitGathers());
+    if (!parallel_.overlap_param_gather) MT_RETURN_IF_ERROR(WaitForParameters());
   }
   return OptimizerStepResult(norm, found_inf);
 }

@@ -28,7 +28,9 @@
 // Order in the buffers: parameters with weight decay first, then the others (Megatron's rule:
 // no decay for biases and 1-D parameters); within each group the reverse of registration order
 // (the order backward produces gradients in, so buckets fill front to back), and within that
-// tensor-parallel-replicated parameters last (fewer ranges to leave out of the norm). Each
+// late gradients (OptimizerParallelConfig::late_gradient) last, so that the buckets before
+// them can start during backward, then tensor-parallel-replicated parameters last (fewer
+// ranges to leave out of the norm). Each
 // parameter starts at a multiple of 64 elements (aligned vector loads); the padding is zero
 // and stays zero.
 //
@@ -58,13 +60,20 @@
 // elements of the gradient buffer (fp32 master gradients where they exist, else the model's
 // dtype) are all-reduced, or reduce-scattered with the distributed optimizer, in place. With
 // overlap_grad_reduce a hook on each parameter's gradient accumulator marks it ready during
-// the last micro-batch's backward (BeginMicroBatch(true)), and a bucket's collective starts as
-// soon as it and every bucket before it are ready (the same order on every rank, as PyTorch's
-// DDP). Distributed optimizer: this rank keeps master weights, moments and the update for its
-// 1/dp slice of every bucket only (each bucket padded to a multiple of dp * 64 elements); after
-// the update the model's parameters are all-gathered bucket by bucket. With
-// overlap_param_gather the all-gathers are left running when Step returns and waited for by the
-// next ZeroGrad / WaitForParameters (call it before reading the parameters).
+// the last backward of the step that reaches it (BeginMicroBatch(true); under pipeline
+// parallelism each model chunk's last backward, BeginMicroBatch(true, chunk), as Megatron
+// enables each chunk's grad sync for its last micro-batch), and a bucket's collective starts
+// as soon as it and every bucket before it are ready (the same order on every rank, as
+// PyTorch's DDP). A started bucket is left alone until ReduceGradients waits for it. Distributed
+// optimizer: this rank keeps master weights, moments and the update for its 1/dp slice of
+// every bucket only (each bucket padded to a multiple of dp * 64 elements); after the update
+// the model's parameters are all-gathered bucket by bucket. With overlap_param_gather the
+// all-gathers are left running when Step returns; without forward_part they are waited for by
+// the next ZeroGrad / WaitForParameters (call it before reading the parameters). With
+// forward_part (Megatron's forward pre-hooks) Step starts them in the order the forward needs
+// them and the forward waits for each part's buckets just before the part runs
+// (WaitForParametersOfPart, called by GptModel's forward pre-hook): the first layer runs while
+// the later buckets are still in flight.
 //
 // After Create the model must not be moved or cast (to()) and its .grad must not be replaced;
 // zero the gradients with ZeroGrad(). A replaced or reset .grad (e.g. Module::zero_grad with
@@ -151,6 +160,17 @@ struct OptimizerParallelConfig {
   // the embedding group). With overlap_grad_reduce their buckets, and the ones after them,
   // start in ReduceGradients rather than during backward. Null = none.
   std::function<bool(const std::string& name)> late_gradient;
+  // The model chunk (0-based, < 64) holding each parameter, by name, when the step's backwards
+  // reach the chunks at different times (interleaved pipeline stages): with
+  // overlap_grad_reduce, BeginMicroBatch(true, c) arms chunk c's parameters only. Null = one
+  // chunk.
+  std::function<int(const std::string& name)> model_chunk;
+  // overlap_param_gather with the distributed optimizer: the part of the forward that first
+  // uses each parameter, by name (parts numbered in the order this rank's forward runs them;
+  // GptModel::ForwardPartOf; < 0 = from the start). Step starts the all-gathers in that order;
+  // the caller waits for them with WaitForParametersOfPart before each part, and ZeroGrad does
+  // not wait. Null = all gathers waited for at once (ZeroGrad, WaitForParameters).
+  std::function<int64_t(const std::string& name)> forward_part;
 };
 
 // The outcome of one Step, as device tensors (nothing waits for the step until it is read).
@@ -191,11 +211,14 @@ class MixedPrecisionOptimizer {
   MixedPrecisionOptimizer& operator=(const MixedPrecisionOptimizer&) = delete;
 
   // Zeroes the gradients (call before the first micro-batch of a step). Waits for parameter
-  // all-gathers still running (overlap_param_gather).
+  // all-gathers still running (overlap_param_gather), unless the forward waits for them part
+  // by part (forward_part).
   absl::Status ZeroGrad();
-  // Call before each micro-batch's backward; `last` = the step's last micro-batch, whose
-  // backward starts the DP reduction with overlap_grad_reduce. Optional otherwise.
-  void BeginMicroBatch(bool last);
+  // Call before each micro-batch's backward; `last` = the step's last backward of model chunk
+  // `chunk` (OptimizerParallelConfig::model_chunk; -1 = every chunk), whose hooks start the DP
+  // reduction of the buckets it completes with overlap_grad_reduce. A chunk stays armed until
+  // ReduceGradients or ZeroGrad. Optional otherwise.
+  void BeginMicroBatch(bool last, int chunk = -1);
   // Call after each micro-batch's backward: with fp32 master gradients, folds the micro-batch's
   // gradients into them (what a hook has folded already excepted); otherwise a no-op. Every
   // backward must be preceded by BeginMicroBatch or followed by FinishMicroBatch (Step folds
@@ -207,8 +230,12 @@ class MixedPrecisionOptimizer {
   // The update (see the file comment). Errors come from the collectives.
   absl::StatusOr<OptimizerStepResult> Step(double lr, double loss_scale);
   // Waits for the parameter all-gathers of the last step (overlap_param_gather). Call before
-  // reading or evaluating the model; ZeroGrad calls it.
+  // reading or evaluating the model; ZeroGrad calls it (without forward_part).
   absl::Status WaitForParameters();
+  // With forward_part: waits for the all-gathers of the buckets holding a parameter of forward
+  // parts <= `part` (call it just before part `part` runs); without, WaitForParameters. A no-op
+  // once they are done.
+  absl::Status WaitForParametersOfPart(int64_t part);
 
   // Successful (not skipped) steps so far: Adam's t. Reads the device (waits for the step).
   int64_t step_count() const;
@@ -285,6 +312,14 @@ class MixedPrecisionOptimizer {
   // Buckets whose reduction a gradient hook started during the last step's backward
   // (overlap_grad_reduce); the others started in ReduceGradients.
   size_t buckets_started_in_backward() const { return started_in_backward_; }
+  // The waits of WaitForParametersOfPart that found gathers to wait for, between the last two
+  // Steps (tests): the part, the buckets waited for then, and the gathers still running after.
+  struct GatherWait {
+    int64_t part = 0;
+    int buckets = 0;
+    int still_pending = 0;
+  };
+  const std::vector<GatherWait>& last_gather_waits() const { return last_gather_waits_; }
 
  private:
   friend class GradReadyHook;
@@ -349,18 +384,28 @@ class MixedPrecisionOptimizer {
   std::unique_ptr<parallel::GradReducer> reducer_;
   std::vector<size_t> slot_bucket_;  // bucket of each slot
   std::vector<std::vector<size_t>> bucket_slots_;
-  std::mutex hook_mu_;  // the hooks run on autograd threads
-  bool armed_ = false;  // the last micro-batch's backward is running
+  std::mutex hook_mu_;             // the hooks run on autograd threads
+  bool armed_ = false;             // some chunk's last backward has begun this step
+  std::vector<bool> chunk_armed_;  // its last backward has begun (its hooks count)
+  std::vector<int> slot_chunk_;    // OptimizerParallelConfig::model_chunk
   std::vector<bool> slot_ready_;
   std::vector<bool> slot_late_;         // OptimizerParallelConfig::late_gradient
   std::vector<size_t> bucket_pending_;  // slots not ready yet
   std::vector<bool> bucket_folded_;     // folded into master this micro-batch
+  std::vector<bool> bucket_started_;    // its reduction is running: nothing folds into it
   size_t next_bucket_ = 0;              // buckets [0, next) are started
   size_t started_in_backward_ = 0;
   bool reduced_ = false;  // this step's reduction is complete
   bool unfolded_ = true;  // the model-dtype buffer may hold gradients not folded into master
   std::vector<std::shared_ptr<torch::autograd::Node>> grad_accumulators_;
   std::vector<uintptr_t> hook_keys_;
+  // overlap_param_gather with forward_part: buckets in the order Step starts their gathers
+  // (by the first forward part that needs them), that part of each bucket, and how many of
+  // gather_order_ the forward has waited for.
+  std::vector<size_t> gather_order_;
+  std::vector<int64_t> bucket_first_part_;
+  size_t gathers_waited_ = 0;
+  std::vector<GatherWait> gather_waits_, last_gather_waits_;
 };
 
 }  // namespace mt::engine

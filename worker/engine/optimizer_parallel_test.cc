@@ -1,8 +1,9 @@
 // The optimizer across ranks, in one process: one thread per rank over one c10d::HashStore and
 // Gloo (as worker/parallel/process_groups_test.cc). Data parallelism (plain, overlapped
 // reduction, distributed optimizer, overlapped parameter gather) against one rank, the global
-// gradient norm over the model-parallel group, a skip decided on one rank reaching all, and
-// the bytes each rank holds.
+// gradient norm over the model-parallel group, a skip decided on one rank reaching all, the
+// forward waiting for the parameter gathers bucket by bucket, and the bytes each rank holds on
+// the real TP/PP shards.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -247,6 +248,71 @@ TEST(DataParallelBf16Test, OverlappedDistributedOptimizerFollowsOneRank) {
   }
 }
 
+// --overlap-param-gather with the distributed optimizer (DP 2): Step leaves the all-gathers
+// running and the next forward waits for each bucket just before the first part of the
+// model that uses it (embedding = part 0, layer i = part 1 + i, final LayerNorm = part 3):
+// from the second step on, the waits come part by part in forward order, the first one with
+// later buckets still in flight, and every bucket is waited for exactly once by the end of
+// the forward. The losses are exactly those of the run that waits for all gathers in Step.
+TEST(ParamGatherOverlapTest, TheForwardWaitsBucketByBucket) {
+  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
+  constexpr int kSteps = 4;
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_train_iters(kSteps);
+  spec.mutable_parallel()->set_data_parallel_size(2);
+  spec.mutable_parallel()->set_use_distributed_optimizer(true);
+  std::map<bool, std::vector<std::vector<double>>> losses;
+  for (bool overlap : {false, true}) {
+    spec.mutable_parallel()->set_overlap_param_gather(overlap);
+    losses[overlap].resize(2);
+    RunRanks(LayoutOf(1, 1, 2), [&](int rank, std::shared_ptr<ProcessGroups> groups) {
+      TrainerOptions o = Quiet();
+      auto collectives = parallel::MakeCollectives(groups, 0);
+      o.collectives = collectives.get();
+      o.groups = groups;
+      auto trainer = [&] {
+        std::lock_guard<std::mutex> lock(RngMutex());
+        return Trainer::Create(spec, o, Tokens(groups->dp_rank(), 2), nullptr);
+      }();
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      const MixedPrecisionOptimizer& opt = (*trainer)->optimizer();
+      const int buckets = static_cast<int>(opt.buckets().size());
+      ASSERT_GT(buckets, 5);
+      EXPECT_EQ((*trainer)->model().num_forward_parts(), 4);
+      for (int i = 0; i < kSteps; ++i) {
+        auto m = (*trainer)->Step();
+        ASSERT_TRUE(m.ok()) << m.status();
+        losses[overlap][rank].push_back(m->loss);
+        const auto& waits = opt.last_gather_waits();
+        if (!overlap || i == 0) {
+          EXPECT_TRUE(waits.empty()) << "step " << i + 1;
+          continue;
+        }
+        ASSERT_GT(waits.size(), 1u) << "step " << i + 1 << ": all buckets waited for at once";
+        EXPECT_EQ(waits.front().part, 0);
+        EXPECT_GT(waits.front().still_pending, 0);  // the embedding ran before they were done
+        EXPECT_EQ(waits.back().still_pending, 0);
+        int waited = 0;
+        for (size_t k = 0; k < waits.size(); ++k) {
+          if (k > 0) {
+            EXPECT_GT(waits[k].part, waits[k - 1].part);
+          }
+          EXPECT_GT(waits[k].buckets, 0);
+          waited += waits[k].buckets;
+        }
+        EXPECT_EQ(waited, buckets) << "step " << i + 1;
+      }
+    });
+  }
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(losses[true][r].size(), static_cast<size_t>(kSteps));
+    ASSERT_EQ(losses[false][r].size(), static_cast<size_t>(kSteps));
+    for (int i = 0; i < kSteps; ++i) {
+      EXPECT_EQ(losses[true][r][i], losses[false][r][i]) << "rank " << r << " step " << i + 1;
+    }
+  }
+}
+
 std::shared_ptr<model::GptModel> TinyModel(uint64_t seed) {
   std::lock_guard<std::mutex> lock(RngMutex());
   model::GptConfig c;
@@ -452,118 +518,172 @@ TEST(GlobalNormTest, CountsReplicatedAndSharedParametersOnce) {
   }
 }
 
-// Bytes per rank. DP 4 with the distributed optimizer: weights and gradients whole, master
-// weights and moments 1/4 of one rank's (plus at most the bucket padding, dp * 64 elements per
-// bucket). TP 2 x PP 2, built by hand from worker/model/sharding.h (the TP/PP model code lives
-// on other branches): every rank's parameters, gradients, master and moments are its TP/PP
-// share -- the split tensors 1/TP of the stage's, the stages' layers disjoint -- and the sum
-// over ranks is the whole model plus the replicated copies.
-TEST(MemoryTest, BytesPerRankFollowTheSplit) {
-  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
-  // One rank, bf16, one micro-batch: 14 bytes per element of the (padded) buffers between
-  // steps (no gradient buffer: autograd's per-parameter bf16 gradients during backward only).
-  auto single_model = TinyModel(4);
-  single_model->to(torch::kBFloat16);
-  MT_ASSERT_OK_AND_ASSIGN(auto single,
-                          MixedPrecisionOptimizer::Create(OptimizerConfig{}, *single_model));
-  const int64_t n1 = single->model_params().numel();
-  const auto m1 = single->memory_bytes();
-  EXPECT_EQ(m1.grads, 0);
-  EXPECT_EQ(m1.params + m1.grads + m1.master_params + m1.master_grads + m1.optimizer_state,
-            14 * n1);
+// Bytes per rank on the real shards: every rank of (TP, PP, DP) builds its own GptModel part
+// (ModelShard: its TP shard of its stage's layers, the embedding on the first stage, the final
+// LayerNorm and the tied embedding's copy on the last), bf16 with 2 micro-batches per step (fp32
+// master gradients: 2 + 2 + 4 + 4 + 8 = 20 bytes per element between steps), and the
+// optimizer over it. Against the (1,1,1) model, exactly (no tolerance):
+//   parameters of rank (tp, pp) = layers' split parameters / (TP * PP) + layers' replicated
+//     parameters (LayerNorms, row-parallel biases) / PP + on the first stage the word embedding
+//     / TP and the whole position embedding + on the last stage the final LayerNorm and, when
+//     it is not the first, the tied word embedding's copy / TP;
+//   each split tensor is 1/TP of the (1,1,1) one, each replicated one whole;
+//   bytes = 2 (weights) + 2 (gradients) + 4 (fp32 gradients) for each element of the padded
+//     buffer (each tensor aligned to 64 elements, the one bucket to 64 * DP with the
+//     distributed optimizer), and 4 (master) + 8 (moments) for each element of this rank's
+//     1/DP of it with the distributed optimizer (of all of it without).
+// The vocabulary (256, padded to a multiple of 128 * TP) is the same at TP 1 and 2.
+struct MemoryLayout {
+  int tp, pp, dp;
+  bool distributed_optimizer;
+};
 
-  RunRanks(LayoutOf(1, 1, 4), [&](int rank, std::shared_ptr<ProcessGroups> groups) {
-    auto model = TinyModel(4);
-    model->to(torch::kBFloat16);
+model::GptConfig MemoryConfig() {
+  model::GptConfig c;
+  c.num_layers = 4;
+  c.hidden_size = 32;
+  c.num_attention_heads = 4;
+  c.seq_length = kSeq;
+  c.vocab_size = 256;
+  c.hidden_dropout = 0.0;
+  c.attention_dropout = 0.0;
+  c.attention_backend = model::AttentionBackend::kMath;
+  return c;
+}
+
+class MemoryTest : public ::testing::TestWithParam<MemoryLayout> {};
+
+TEST_P(MemoryTest, BytesPerRankFollowTheSplit) {
+  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
+  const MemoryLayout l = GetParam();
+  model::ModelBuildOptions build;
+  build.seed = 4;
+  build.dtype = torch::kBFloat16;
+  OptimizerConfig opt_config;
+  opt_config.num_micro_batches = 2;
+
+  // The (1,1,1) totals by kind.
+  MT_ASSERT_OK_AND_ASSIGN(auto whole, model::GptModel::Create(MemoryConfig(), {}, build));
+  std::map<std::string, int64_t> whole_numel;
+  int64_t layer_split = 0, layer_replicated = 0, word = 0, position = 0, final_ln = 0;
+  for (const auto& item : whole->named_parameters()) {
+    const std::string& name = item.key();
+    const int64_t n = item.value().numel();
+    whole_numel[name] = n;
+    const bool split = model::TensorParallelSplit(name) != model::TpSplit::kReplicated;
+    if (model::LayerIndexOf(name) >= 0) {
+      (split ? layer_split : layer_replicated) += n;
+    } else if (name == "embedding.word_embeddings.weight") {
+      word = n;
+    } else if (name == "embedding.position_embeddings.weight") {
+      position = n;
+    } else if (name.rfind("decoder.final_layernorm.", 0) == 0) {
+      final_ln += n;
+    } else {
+      ADD_FAILURE() << "unexpected parameter " << name;
+    }
+  }
+  ASSERT_EQ(layer_split % (l.tp * l.pp), 0);
+  ASSERT_EQ(word % l.tp, 0);
+  MT_ASSERT_OK_AND_ASSIGN(auto whole_opt, MixedPrecisionOptimizer::Create(opt_config, *whole, {}));
+  const int64_t whole_params = layer_split + layer_replicated + word + position + final_ln;
+  EXPECT_EQ(whole_opt->num_parameters(), whole_params);
+  const auto w = whole_opt->memory_bytes();
+  const int64_t whole_padded = whole_opt->model_params().numel();
+  EXPECT_EQ(w.params + w.grads + w.master_grads + w.master_params + w.optimizer_state,
+            20 * whole_padded);
+
+  const int world = l.tp * l.pp * l.dp;
+  std::vector<int64_t> state_bytes(world, 0), params_of(world, 0);
+  RunRanks(LayoutOf(l.tp, l.pp, l.dp), [&](int rank, std::shared_ptr<ProcessGroups> groups) {
+    const int tp = groups->tp_rank(), pp = groups->pp_rank();
+    const bool first = pp == 0, last = pp == l.pp - 1;
+    model::ModelShard shard;
+    shard.tp_size = l.tp;
+    shard.tp_rank = tp;  // no TP group: this model never runs forward
+    for (int64_t layer : groups->layout().stage_layers(pp).layers()) shard.layers.push_back(layer);
+    shard.pre_process = first;
+    shard.post_process = last;
+    MT_ASSERT_OK_AND_ASSIGN(auto model, model::GptModel::Create(MemoryConfig(), shard, build));
     OptimizerParallelConfig p;
     p.groups = groups;
-    p.use_distributed_optimizer = true;
-    p.bucket_elements = 5000;
-    MT_ASSERT_OK_AND_ASSIGN(auto opt,
-                            MixedPrecisionOptimizer::Create(OptimizerConfig{}, *model, p));
+    p.use_distributed_optimizer = l.distributed_optimizer;
+    p.bucket_elements = int64_t{1} << 40;  // one bucket: its padding is the only one
+    MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(opt_config, *model, p));
+
+    // Parameters: each tensor 1/TP of the whole or whole, and the rank's total by kind.
+    int64_t aligned = 0;
+    for (const auto& slot : opt->slots()) {
+      const std::string whole_name = slot.name == model::GptModel::kSharedOutputWeightName
+                                         ? "embedding.word_embeddings.weight"
+                                         : slot.name;
+      ASSERT_TRUE(whole_numel.count(whole_name)) << slot.name;
+      const bool split = model::TensorParallelSplit(slot.name) != model::TpSplit::kReplicated;
+      EXPECT_EQ(slot.numel * (split ? l.tp : 1), whole_numel.at(whole_name)) << slot.name;
+      aligned += (slot.numel + 63) / 64 * 64;
+    }
+    const int64_t expect = layer_split / (l.tp * l.pp) + layer_replicated / l.pp +
+                           (first ? word / l.tp + position : 0) +
+                           (last ? final_ln + (first ? 0 : word / l.tp) : 0);
+    EXPECT_EQ(opt->num_parameters(), expect) << "rank " << rank;
+    params_of[rank] = opt->num_parameters();
+
+    // Bytes.
+    const bool shard_state = l.distributed_optimizer && l.dp > 1;
+    const int64_t align = 64 * (shard_state ? l.dp : 1);
+    const int64_t padded = (aligned + align - 1) / align * align;
+    ASSERT_EQ(opt->model_params().numel(), padded) << "rank " << rank;
+    const int64_t local = shard_state ? padded / l.dp : padded;
     const auto m = opt->memory_bytes();
-    const int64_t n = opt->model_params().numel();
-    const int64_t buckets = static_cast<int64_t>(opt->buckets().size());
-    EXPECT_LE(n - n1, buckets * 4 * 64) << "padding";
-    EXPECT_EQ(m.params, 2 * n);
-    EXPECT_EQ(m.grads, 2 * n);
-    EXPECT_EQ(m.master_grads, 4 * n);  // DP > 1: the reduction runs in fp32 (Megatron's bf16)
-    EXPECT_EQ(m.master_params * 4, 4 * n);
-    EXPECT_EQ(m.optimizer_state * 4, 8 * n);
-    EXPECT_LE(std::abs(m.optimizer_state * 4 - m1.optimizer_state), 8 * buckets * 4 * 64);
+    EXPECT_EQ(m.params, 2 * padded) << "rank " << rank;
+    EXPECT_EQ(m.grads, 2 * padded) << "rank " << rank;
+    EXPECT_EQ(m.master_grads, 4 * padded) << "rank " << rank;
+    EXPECT_EQ(m.master_params, 4 * local) << "rank " << rank;
+    EXPECT_EQ(m.optimizer_state, 8 * local) << "rank " << rank;
+    EXPECT_EQ(m.temporary, 0) << "rank " << rank;
     int64_t covered = 0;
     for (const auto& s : opt->segments()) covered += s.numel;
-    EXPECT_EQ(covered * 4, n) << "rank " << rank;
+    EXPECT_EQ(covered, local) << "rank " << rank;
+    state_bytes[rank] = m.master_params + m.optimizer_state;
   });
 
-  // TP 2 x PP 2 by hand: each (tp, pp) rank's parameters with their split shapes.
-  auto full = TinyModel(4);
-  const int num_layers = 2, tp_size = 2, pp_size = 2;
-  std::map<std::string, std::vector<int64_t>> full_shapes;
-  int64_t total = 0, replicated_total = 0;
-  for (const auto& item : full->named_parameters()) {
-    full_shapes[item.key()] = item.value().sizes().vec();
-    total += item.value().numel();
-    if (model::TensorParallelSplit(item.key()) == model::TpSplit::kReplicated) {
-      replicated_total += item.value().numel();
-    }
-  }
-  int64_t sum_over_ranks = 0, embedding_copies = 0;
-  for (int pp = 0; pp < pp_size; ++pp) {
-    for (int tp = 0; tp < tp_size; ++tp) {
-      std::vector<std::pair<std::string, std::vector<int64_t>>> mine;
-      int64_t expect = 0;
-      for (const auto& [name, shape] : full_shapes) {
-        const int64_t layer = model::LayerIndexOf(name);
-        bool here = layer >= 0 ? layer / (num_layers / pp_size) == pp : false;
-        if (name.rfind("embedding.", 0) == 0) here = pp == 0;
-        if (name.rfind("decoder.final_layernorm", 0) == 0) here = pp == pp_size - 1;
-        // The tied word embedding: the last stage keeps a copy for the output layer.
-        const bool tied_copy = name == "embedding.word_embeddings.weight" && pp == pp_size - 1;
-        if (!here && !tied_copy) continue;
-        std::vector<int64_t> s = shape;
-        switch (model::TensorParallelSplit(name)) {
-          case model::TpSplit::kDim0:
-            s[0] /= tp_size;
-            break;
-          case model::TpSplit::kDim1:
-            s[1] /= tp_size;
-            break;
-          case model::TpSplit::kReplicated:
-            break;
+  // Over all ranks: the split parameters once per stage over TP, the replicated ones TP times,
+  // the tied embedding twice with PP > 1; everything DP times. The optimizer state of a DP
+  // group sums to one copy of its stage's (padded) state with the distributed optimizer.
+  int64_t sum = 0;
+  for (int64_t n : params_of) sum += n;
+  const int64_t copies = l.pp > 1 ? word : 0;
+  EXPECT_EQ(sum,
+            l.dp * (layer_split + word + copies + l.tp * (layer_replicated + position + final_ln)));
+  if (l.distributed_optimizer) {
+    // Ranks dp r of one (tp, pp) are tp + tp_size * (dp + dp_size * pp) (DESIGN.md §4).
+    for (int pp = 0; pp < l.pp; ++pp) {
+      for (int tp = 0; tp < l.tp; ++tp) {
+        const int r0 = tp + l.tp * (l.dp * pp);
+        for (int dp = 1; dp < l.dp; ++dp) {
+          EXPECT_EQ(state_bytes[tp + l.tp * (dp + l.dp * pp)], state_bytes[r0]);
         }
-        int64_t numel = 1;
-        for (int64_t d : s) numel *= d;
-        expect += numel;
-        if (tied_copy) embedding_copies += numel;
-        mine.emplace_back(name, s);
       }
-      Params module(mine);
-      MT_ASSERT_OK_AND_ASSIGN(auto opt, MixedPrecisionOptimizer::Create(OptimizerConfig{}, module));
-      // Exactly this rank's share: split tensors 1/TP of the whole, replicated ones whole.
-      EXPECT_EQ(opt->num_parameters(), expect) << "tp " << tp << " pp " << pp;
-      for (const auto& slot : opt->slots()) {
-        int64_t whole = 1;
-        for (int64_t d : full_shapes.at(slot.name)) whole *= d;
-        const bool split = model::TensorParallelSplit(slot.name) != model::TpSplit::kReplicated;
-        EXPECT_EQ(slot.numel * (split ? tp_size : 1), whole) << slot.name;
-      }
-      const auto m = opt->memory_bytes();
-      const int64_t n = opt->model_params().numel();  // fp32 model: the master is the weights
-      EXPECT_EQ(m.params, 4 * n);
-      EXPECT_EQ(m.grads, 4 * n);
-      EXPECT_EQ(m.master_params, 0);
-      EXPECT_EQ(m.master_grads, 0);
-      EXPECT_EQ(m.optimizer_state, 8 * n);
-      EXPECT_LE(n - expect, static_cast<int64_t>(mine.size()) * 64) << "padding";
-      sum_over_ranks += expect;
     }
   }
-  // Every split parameter is held once over the TP ranks of its stage; replicated ones TP
-  // times; the last stage's tied embedding copy is extra.
-  EXPECT_EQ(sum_over_ranks,
-            (total - replicated_total) + tp_size * replicated_total + embedding_copies);
+  if (l.tp == 1 && l.pp == 1) {
+    for (int r = 0; r < world; ++r) {
+      EXPECT_EQ(params_of[r], whole_params);
+      EXPECT_EQ(state_bytes[r] * l.dp,
+                (4 + 8) * ((whole_padded + 64 * l.dp - 1) / (64 * l.dp) * (64 * l.dp)));
+    }
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Layouts, MemoryTest,
+                         ::testing::Values(MemoryLayout{2, 2, 1, false},
+                                           MemoryLayout{2, 2, 2, true},
+                                           MemoryLayout{1, 1, 4, true}),
+                         [](const ::testing::TestParamInfo<MemoryLayout>& info) {
+                           const MemoryLayout& l = info.param;
+                           return "tp" + std::to_string(l.tp) + "pp" + std::to_string(l.pp) + "dp" +
+                                  std::to_string(l.dp) + (l.distributed_optimizer ? "distopt" : "");
+                         });
 
 }  // namespace
 }  // namespace mt::engine

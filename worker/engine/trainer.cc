@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -179,6 +180,44 @@ absl::Status AllReduceSequenceParallelGradients(model::GptModel& model,
     if (g.defined()) grads.push_back(g);
   }
   return parallel::AllReduceCoalesced(grads, model.shard().group());
+}
+
+// --overlap-param-gather with the distributed optimizer: the forward waits for each part's
+// parameter buckets just before the part runs (Megatron's forward pre-hooks), rather than
+// for every bucket before the step. `chunks` are this rank's model chunks in the order their
+// first forwards run; parts are numbered across them.
+bool GathersPerPart(const OptimizerParallelConfig& p) {
+  return p.use_distributed_optimizer && p.overlap_param_gather && p.groups != nullptr &&
+         p.groups->dp().size > 1;
+}
+
+void SetForwardPartsOf(const std::vector<std::shared_ptr<model::GptModel>>& chunks,
+                       OptimizerParallelConfig* p) {
+  std::map<std::string, int64_t> part;
+  int64_t offset = 0;
+  for (const auto& chunk : chunks) {
+    for (const auto& item : chunk->named_parameters()) {
+      const int64_t local = chunk->ForwardPartOf(item.key());
+      if (local >= 0) part.emplace(item.key(), offset + local);
+    }
+    offset += chunk->num_forward_parts();
+  }
+  p->forward_part = [part](const std::string& name) {
+    auto it = part.find(name);
+    return it == part.end() ? int64_t{-1} : it->second;
+  };
+}
+
+void InstallParameterWaits(const std::vector<std::shared_ptr<model::GptModel>>& chunks,
+                           MixedPrecisionOptimizer* optimizer) {
+  int64_t offset = 0;
+  for (const auto& chunk : chunks) {
+    chunk->SetForwardPreHook([optimizer, offset](int64_t part) {
+      const absl::Status s = optimizer->WaitForParametersOfPart(offset + part);
+      TORCH_CHECK(s.ok(), "waiting for the parameter all-gather: ", s.ToString());
+    });
+    offset += chunk->num_forward_parts();
+  }
 }
 
 absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
@@ -630,8 +669,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
       const std::set<std::string> late(sp.begin(), sp.end());
       opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
     }
+    const bool per_part = GathersPerPart(opt_parallel);
+    if (per_part) SetForwardPartsOf({s.model}, &opt_parallel);
     MT_ASSIGN_OR_RETURN(s.optimizer,
                         MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
+    if (per_part) InstallParameterWaits({s.model}, s.optimizer.get());
     return absl::OkStatus();
   }));
   if (options.log_progress) {
@@ -865,8 +907,24 @@ absl::Status Trainer::CreatePipelineStage(const mt::v1::JobSpec& spec,
   if (!late.empty()) {
     opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
   }
+  // Interleaved: each chunk's last backward completes its gradients (overlap_grad_reduce).
+  if (s.pipeline->chunks.size() > 1) {
+    std::map<std::string, int> chunk_of;
+    for (size_t c = 0; c < s.pipeline->chunks.size(); ++c) {
+      for (const auto& item : s.pipeline->chunks[c]->named_parameters()) {
+        chunk_of.emplace(item.key(), static_cast<int>(c));
+      }
+    }
+    opt_parallel.model_chunk = [chunk_of](const std::string& n) {
+      auto it = chunk_of.find(n);
+      return it == chunk_of.end() ? 0 : it->second;
+    };
+  }
+  const bool per_part = GathersPerPart(opt_parallel);
+  if (per_part) SetForwardPartsOf(s.pipeline->chunks, &opt_parallel);
   MT_ASSIGN_OR_RETURN(
       s.optimizer, MixedPrecisionOptimizer::Create(opt_config, s.pipeline->module(), opt_parallel));
+  if (per_part) InstallParameterWaits(s.pipeline->chunks, s.optimizer.get());
   if (options_.log_progress) {
     const parallel::ProcessGroups& g = *options_.groups;
     MT_LOG(INFO) << "trainer: pipeline stage " << g.pp_rank() << " of " << g.pp().size << ", "
@@ -902,9 +960,12 @@ absl::StatusOr<torch::Tensor> Trainer::PipelineForwardBackward(double loss_scale
   MT_ASSIGN_OR_RETURN(std::vector<parallel::PipelineMicroBatch> micro_batches,
                       ReadMicroBatches(*train_data_, plan_.num_micro_batches, data_seconds));
   stage.SetTraining(true);
-  MT_ASSIGN_OR_RETURN(parallel::PipelineStepResult r,
-                      stage.executor->Train(stage.Forward(), micro_batches, loss_scale,
-                                            [&s] { s.optimizer->FinishMicroBatch(); }));
+  // Each chunk's last backward arms its gradient hooks (overlap_grad_reduce).
+  MT_ASSIGN_OR_RETURN(
+      parallel::PipelineStepResult r,
+      stage.executor->Train(
+          stage.Forward(), micro_batches, loss_scale, [&s] { s.optimizer->FinishMicroBatch(); },
+          [&s](int chunk, bool last) { s.optimizer->BeginMicroBatch(last, chunk); }));
   return stage.LossOnEveryStage(r.loss_sum, s.device);
 }
 

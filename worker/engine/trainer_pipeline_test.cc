@@ -19,6 +19,7 @@
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
 #include "worker/engine/batch_source.h"
+#include "worker/engine/data_sources.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/trainer.h"
 #include "worker/model/gpt.h"
@@ -180,6 +181,132 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TrainerPipelineTest,
                            return absl::StrCat("pp", info.param.pp, "_vs",
                                                info.param.layers_per_virtual_stage,
                                                info.param.overlap ? "_overlap" : "");
+                         });
+
+// Data parallelism under pipeline parallelism, PP 2 x DP 2 (4 rank threads), plain and
+// interleaved (2 chunks of 1 layer per stage), 16 samples per step (4 micro-batches per
+// pipeline), small DP buckets (2000 elements: several per stage).
+struct PipelineDpRun {
+  // Per rank: each step's loss and grad norm, the buckets a hook started during backward, and
+  // the parameter gathers the step's forward waited for (the previous step's).
+  std::vector<std::vector<double>> losses, norms;
+  std::vector<std::vector<size_t>> started_in_backward;
+  std::vector<std::vector<std::vector<MixedPrecisionOptimizer::GatherWait>>> gather_waits;
+  std::vector<size_t> buckets;
+};
+
+PipelineDpRun RunPipelineDp(int layers_per_virtual_stage, bool overlap_grad_reduce,
+                            bool distributed_optimizer, bool overlap_param_gather) {
+  constexpr int kPp = 2, kDp = 2, kWorld = kPp * kDp;
+  mt::v1::JobSpec spec = Spec(kPp, layers_per_virtual_stage, false);
+  spec.mutable_training()->set_global_batch_size(16);
+  auto* p = spec.mutable_parallel();
+  p->set_data_parallel_size(kDp);
+  p->set_ddp_bucket_size(2000);
+  p->set_overlap_grad_reduce(overlap_grad_reduce);
+  p->set_use_distributed_optimizer(distributed_optimizer);
+  p->set_overlap_param_gather(overlap_param_gather);
+  PipelineDpRun run;
+  run.losses.resize(kWorld);
+  run.norms.resize(kWorld);
+  run.started_in_backward.resize(kWorld);
+  run.gather_waits.resize(kWorld);
+  run.buckets.resize(kWorld);
+  auto layout = mt::layout::JobLayout(spec, kWorld);
+  EXPECT_TRUE(layout.ok()) << layout.status();
+  if (!layout.ok()) return run;
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  std::vector<std::string> errors(kWorld);
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    threads.emplace_back([&, rank] {
+      auto fail = [&](const absl::Status& s) { errors[rank] = s.ToString(); };
+      auto groups = parallel::ProcessGroups::Create(*layout, rank, store, "gloo",
+                                                    std::chrono::milliseconds(60000));
+      if (!groups.ok()) return fail(groups.status());
+      auto collectives = parallel::MakeCollectives(*groups, 1 << 20);
+      TrainerOptions o = Quiet();
+      o.groups = *groups;
+      o.collectives = collectives.get();
+      // Every stage of a pipeline reads its DP rank's slice of the same samples.
+      auto t = Trainer::Create(
+          spec, o, std::make_unique<DataParallelSlice>(Source(7), (*groups)->dp_rank(), kDp),
+          nullptr);
+      if (!t.ok()) return fail(t.status());
+      run.buckets[rank] = (*t)->optimizer().buckets().size();
+      for (int i = 0; i < kSteps; ++i) {
+        auto m = (*t)->Step();
+        if (!m.ok()) return fail(m.status());
+        run.losses[rank].push_back(m->loss);
+        run.norms[rank].push_back(m->grad_norm);
+        run.started_in_backward[rank].push_back((*t)->optimizer().buckets_started_in_backward());
+        run.gather_waits[rank].push_back((*t)->optimizer().last_gather_waits());
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return run;
+}
+
+// --overlap-grad-reduce under pipeline parallelism: each model chunk's last backward arms its
+// gradient hooks, so on every rank buckets start during backward (all but the tied
+// embedding's and the ones after it, which wait for the embedding-group sum), and the losses
+// and norms are exactly those of the same run without overlap (the same sums over the same
+// buckets, bit for bit). Then --use-distributed-optimizer with --overlap-param-gather (and the
+// overlapped reduction) against the distributed optimizer alone: exactly the same losses, and
+// from the second step on each rank's forward waits for the parameter buckets part by part in
+// forward order -- the first part runs while later buckets' gathers are still in flight --
+// having waited for every bucket by the end of the forward.
+class PipelineOverlapTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(PipelineOverlapTest, OverlapGivesTheSameLossesAndStartsBucketsEarly) {
+  if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
+  at::set_num_threads(1);
+  const int lpvs = GetParam();
+  const PipelineDpRun plain = RunPipelineDp(lpvs, false, false, false);
+  const PipelineDpRun overlap = RunPipelineDp(lpvs, true, false, false);
+  const PipelineDpRun distopt = RunPipelineDp(lpvs, false, true, false);
+  const PipelineDpRun gather = RunPipelineDp(lpvs, true, true, true);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(plain.losses[r].size(), static_cast<size_t>(kSteps)) << "rank " << r;
+    ASSERT_EQ(overlap.losses[r].size(), static_cast<size_t>(kSteps)) << "rank " << r;
+    ASSERT_EQ(distopt.losses[r].size(), static_cast<size_t>(kSteps)) << "rank " << r;
+    ASSERT_EQ(gather.losses[r].size(), static_cast<size_t>(kSteps)) << "rank " << r;
+    EXPECT_GT(plain.buckets[r], 2u) << "rank " << r;
+    for (int i = 0; i < kSteps; ++i) {
+      const std::string where = absl::StrCat("rank ", r, " step ", i + 1);
+      EXPECT_EQ(overlap.losses[r][i], plain.losses[r][i]) << where;
+      EXPECT_EQ(overlap.norms[r][i], plain.norms[r][i]) << where;
+      EXPECT_EQ(gather.losses[r][i], distopt.losses[r][i]) << where;
+      EXPECT_EQ(gather.norms[r][i], distopt.norms[r][i]) << where;
+      EXPECT_NEAR(distopt.losses[r][i], plain.losses[r][i], kRelTol * plain.losses[r][i]) << where;
+      EXPECT_EQ(plain.started_in_backward[r][i], 0u) << where;
+      EXPECT_GT(overlap.started_in_backward[r][i], 0u) << where;
+      EXPECT_LT(overlap.started_in_backward[r][i], overlap.buckets[r]) << where;  // tied: late
+      EXPECT_GT(gather.started_in_backward[r][i], 0u) << where;
+      EXPECT_TRUE(distopt.gather_waits[r][i].empty()) << where;  // Step waited for them
+      if (i == 0) continue;  // the first forward has no gathers to wait for
+      const auto& waits = gather.gather_waits[r][i];
+      ASSERT_GT(waits.size(), 1u) << where << ": waited for every bucket at once";
+      int waited = 0;
+      for (size_t k = 0; k < waits.size(); ++k) {
+        if (k > 0) {
+          EXPECT_GT(waits[k].part, waits[k - 1].part) << where;
+        }
+        waited += waits[k].buckets;
+      }
+      EXPECT_EQ(waits.front().part, 0) << where;
+      EXPECT_GT(waits.front().still_pending, 0) << where;
+      EXPECT_EQ(waits.back().still_pending, 0) << where;
+      EXPECT_EQ(waited, static_cast<int>(gather.buckets[r])) << where;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, PipelineOverlapTest, ::testing::Values(0, 1),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return info.param == 0 ? std::string("pp2dp2") : std::string("pp2v2dp2");
                          });
 
 TEST(TrainerPipeline, ALoneTrainerRejectsPipelineParallelism) {

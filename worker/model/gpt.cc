@@ -360,13 +360,20 @@ TransformerBlockImpl::TransformerBlockImpl(const GptConfig& c, const ModelShard&
 }
 
 torch::Tensor TransformerBlockImpl::RunLayers(torch::Tensor x, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) x = layers[i]->forward(x);
+  for (int64_t i = begin; i < end; ++i) {
+    if (before_layer) before_layer(i);
+    x = layers[i]->forward(x);
+  }
   return x;
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
   const int64_t n = static_cast<int64_t>(layers.size());
-  auto finish = [this](const torch::Tensor& x) { return final_layernorm ? final_layernorm(x) : x; };
+  auto finish = [this, n](const torch::Tensor& x) {
+    if (!final_layernorm) return x;
+    if (before_layer) before_layer(n);
+    return final_layernorm(x);
+  };
   torch::Tensor x = input;
   if (config.recompute_granularity != RecomputeGranularity::kFull ||
       !torch::GradMode::is_enabled()) {
@@ -519,9 +526,43 @@ torch::Tensor GptModel::OutputLoss(const torch::Tensor& hidden, const torch::Ten
       .mean();
 }
 
+int64_t GptModel::num_forward_parts() const {
+  return (shard_.pre_process ? 1 : 0) + static_cast<int64_t>(decoder->layers.size()) +
+         (shard_.post_process ? 1 : 0);
+}
+
+int64_t GptModel::ForwardPartOf(const std::string& name) const {
+  const int64_t first_layer = shard_.pre_process ? 1 : 0;
+  if (shard_.pre_process && absl::StartsWith(name, "embedding.")) return 0;
+  const int64_t layer = LayerIndexOf(name);
+  if (layer >= 0) {
+    const std::vector<int64_t>& numbers = decoder->layer_numbers;
+    for (size_t i = 0; i < numbers.size(); ++i) {
+      if (numbers[i] == layer) return first_layer + static_cast<int64_t>(i);
+    }
+    return -1;
+  }
+  if (shard_.post_process && (absl::StartsWith(name, "decoder.final_layernorm.") ||
+                              absl::StartsWith(name, "output_layer."))) {
+    return first_layer + static_cast<int64_t>(decoder->layers.size());
+  }
+  return -1;
+}
+
+void GptModel::SetForwardPreHook(std::function<void(int64_t part)> hook) {
+  pre_hook_ = std::move(hook);
+  if (!pre_hook_) {
+    decoder->before_layer = nullptr;
+    return;
+  }
+  const int64_t first_layer = shard_.pre_process ? 1 : 0;
+  decoder->before_layer = [this, first_layer](int64_t i) { pre_hook_(first_layer + i); };
+}
+
 torch::Tensor GptModel::forward(const torch::Tensor& tokens) {
   TORCH_CHECK(shard_.pre_process && shard_.post_process,
               "GptModel::forward needs the whole model; a pipeline stage runs ForwardStage");
+  if (pre_hook_) pre_hook_(0);
   const torch::Tensor x = decoder(embedding(tokens));
   if (shard_.tp_size == 1) return torch::nn::functional::linear(x, output_weight());
   return torch::nn::functional::linear(
@@ -529,6 +570,7 @@ torch::Tensor GptModel::forward(const torch::Tensor& tokens) {
 }
 
 torch::Tensor GptModel::ForwardStage(const torch::Tensor& input, const torch::Tensor& targets) {
+  if (shard_.pre_process && pre_hook_) pre_hook_(0);
   torch::Tensor x = shard_.pre_process ? embedding(input) : input;
   x = decoder(x);
   if (!shard_.post_process) return x;

@@ -65,6 +65,7 @@
 #include <torch/nn/modules/normalization.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -241,6 +242,10 @@ class TransformerBlockImpl : public torch::nn::Module {
                        const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
 
+  // Called with i just before layers[i] runs (again for a recomputed layer in backward) and
+  // with layers.size() before the final LayerNorm; null = nothing. GptModel::SetForwardPreHook
+  // sets it.
+  std::function<void(int64_t index)> before_layer;
   // The stage's layers in order, registered as "layers.<global index>".
   std::vector<TransformerLayer> layers;
   std::vector<int64_t> layer_numbers;             // global index of layers[i]
@@ -280,6 +285,20 @@ class GptModel : public torch::nn::Module {
   // read only on a post_process stage (may be undefined elsewhere).
   torch::Tensor ForwardStage(const torch::Tensor& input, const torch::Tensor& targets);
 
+  // The parts a forward runs, in order: the embedding (pre_process), each layer of this
+  // module, the final LayerNorm with the output layer (post_process).
+  int64_t num_forward_parts() const;
+  // The part of the forward that first uses the parameter `name` (a key of
+  // named_parameters(): the tied word embedding is needed by the embedding); -1 for a name
+  // this module does not hold.
+  int64_t ForwardPartOf(const std::string& name) const;
+  // `hook(part)` runs just before each part of every forward (forward, Loss, ForwardStage; a
+  // recomputed layer calls it again during backward); null removes it. LibTorch C++ has no
+  // module forward pre-hooks: this is the trainer's place to wait for a part's parameters
+  // (the distributed optimizer's overlapped all-gather, bucket by bucket, as Megatron's
+  // forward pre-hooks do). It may throw (a c10::Error) to fail the forward.
+  void SetForwardPreHook(std::function<void(int64_t part)> hook);
+
   // Megatron's initialisation, from the build seed; see the file comment.
   void InitializeWeights();
   // The weight that produces the logits (this rank's vocabulary shard): the word embedding
@@ -315,6 +334,7 @@ class GptModel : public torch::nn::Module {
   GptConfig config_;
   ModelShard shard_;
   uint64_t seed_ = 0;
+  std::function<void(int64_t part)> pre_hook_;
 };
 
 }  // namespace mt::model

@@ -177,6 +177,71 @@ TEST(GptShardTest, ChainedStagesGiveTheWholeModelsLossAndGradients) {
   }
 }
 
+// The forward pre-hook (where the trainer waits for a part's parameter all-gathers): a whole
+// model calls it with parts 0 (embedding), 1..4 (layers), 5 (final LayerNorm + output) in
+// order; a middle stage (layers 1, 2) with 0, 1; a last stage (layer 3) with 0 (layer), 1
+// (final LayerNorm + the tied embedding's copy). ForwardPartOf names the part that first uses
+// each parameter (the tied word embedding: the embedding's), -1 for one the stage lacks; a
+// recomputed layer calls the hook again in backward; a null hook is never called.
+TEST(GptShardTest, ForwardPreHookRunsBeforeEachPartInOrder) {
+  const GptConfig c = SmallConfig(false);
+  std::vector<int64_t> parts;
+  auto record = [&parts](int64_t part) { parts.push_back(part); };
+
+  auto whole = Build(c, {});
+  ASSERT_NE(whole, nullptr);
+  EXPECT_EQ(whole->num_forward_parts(), 6);
+  EXPECT_EQ(whole->ForwardPartOf("embedding.word_embeddings.weight"), 0);
+  EXPECT_EQ(whole->ForwardPartOf("embedding.position_embeddings.weight"), 0);
+  EXPECT_EQ(whole->ForwardPartOf("decoder.layers.0.input_layernorm.weight"), 1);
+  EXPECT_EQ(whole->ForwardPartOf("decoder.layers.3.mlp.linear_fc2.bias"), 4);
+  EXPECT_EQ(whole->ForwardPartOf("decoder.final_layernorm.weight"), 5);
+  for (const auto& p : whole->named_parameters()) {
+    EXPECT_GE(whole->ForwardPartOf(p.key()), 0) << p.key();
+  }
+  whole->SetForwardPreHook(record);
+  const torch::Tensor x = Sample(2, c, 5);
+  whole->LossOnSample(x);
+  EXPECT_EQ(parts, (std::vector<int64_t>{0, 1, 2, 3, 4, 5}));
+
+  parts.clear();
+  ModelShard middle;
+  middle.layers = {1, 2};
+  middle.pre_process = false;
+  middle.post_process = false;
+  auto mid = Build(c, middle);
+  ASSERT_NE(mid, nullptr);
+  EXPECT_EQ(mid->num_forward_parts(), 2);
+  EXPECT_EQ(mid->ForwardPartOf("decoder.layers.2.self_attention.linear_qkv.weight"), 1);
+  EXPECT_EQ(mid->ForwardPartOf("decoder.layers.0.self_attention.linear_qkv.weight"), -1);
+  EXPECT_EQ(mid->ForwardPartOf("embedding.word_embeddings.weight"), -1);
+  mid->SetForwardPreHook(record);
+  mid->ForwardStage(torch::zeros({2, c.seq_length, c.hidden_size}), torch::Tensor());
+  EXPECT_EQ(parts, (std::vector<int64_t>{0, 1}));
+
+  parts.clear();
+  ModelShard last;
+  last.layers = {3};
+  last.pre_process = false;
+  auto tail = Build(c, last);
+  ASSERT_NE(tail, nullptr);
+  EXPECT_EQ(tail->ForwardPartOf(GptModel::kSharedOutputWeightName), 1);
+  EXPECT_EQ(tail->ForwardPartOf("decoder.final_layernorm.bias"), 1);
+  tail->SetForwardPreHook(record);
+  tail->SetRecompute(RecomputeGranularity::kFull, RecomputeMethod::kUniform, 1);
+  const torch::Tensor hidden = torch::randn({2, c.seq_length, c.hidden_size});
+  const torch::Tensor targets = x.narrow(1, 1, c.seq_length);
+  torch::Tensor loss = tail->ForwardStage(hidden, targets);
+  EXPECT_EQ(parts, (std::vector<int64_t>{0, 1}));
+  loss.backward();
+  EXPECT_EQ(parts, (std::vector<int64_t>{0, 1, 0}));  // the layer, recomputed
+
+  parts.clear();
+  tail->SetForwardPreHook(nullptr);
+  tail->ForwardStage(hidden, targets);
+  EXPECT_TRUE(parts.empty());
+}
+
 TEST(GptShardTest, BuildsDirectlyInTheRequestedDtype) {
   const GptConfig c = SmallConfig(false);
   const auto full = Params(*Build(c, ModelShard{}));

@@ -56,7 +56,7 @@ void GradReducer::StartGather(int b, const at::Tensor& params) {
   at::Tensor mine = params.narrow(0, s.begin, s.size());
   if (cuda_) {
     // In place: the input is the output's slice at rank * count (NCCL's in-place layout).
-    gathers_.push_back(dp_.group->_allgather_base(bucket, mine));
+    gathers_.emplace_back(b, dp_.group->_allgather_base(bucket, mine));
     return;
   }
   // Gloo: one output view per rank into the bucket (it gathers into a flat temporary and
@@ -70,13 +70,23 @@ void GradReducer::StartGather(int b, const at::Tensor& params) {
   const int64_t part = bucket.numel() / dp_.size;
   for (int i = 0; i < dp_.size; ++i) outputs[0].push_back(bucket.narrow(0, part * i, part));
   std::vector<at::Tensor> inputs = {mine};
-  gathers_.push_back(dp_.group->allgather(outputs, inputs));
+  gathers_.emplace_back(b, dp_.group->allgather(outputs, inputs));
 }
 
 absl::Status GradReducer::WaitGathers() {
-  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work>>> works;
   works.swap(gathers_);
-  for (const auto& w : works) MT_RETURN_IF_ERROR(Wait(w, "parameter all-gather over DP"));
+  for (const auto& w : works) MT_RETURN_IF_ERROR(Wait(w.second, "parameter all-gather over DP"));
+  return absl::OkStatus();
+}
+
+absl::Status GradReducer::WaitGather(int b) {
+  for (auto it = gathers_.begin(); it != gathers_.end(); ++it) {
+    if (it->first != b) continue;
+    const c10::intrusive_ptr<c10d::Work> work = std::move(it->second);
+    gathers_.erase(it);
+    return Wait(work, absl::StrCat("parameter all-gather of bucket ", b, " over DP"));
+  }
   return absl::OkStatus();
 }
 

@@ -23,6 +23,7 @@
 #define MT_WORKER_PARALLEL_GRAD_REDUCER_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,8 +58,12 @@ class GradReducer {
   absl::Status WaitReductions();
   // Starts the all-gather of bucket `b` of `params` from every rank's shard (sharding only).
   void StartGather(int b, const at::Tensor& params);
+  // Waits for every started gather, or for bucket `b`'s only (a no-op when it has none
+  // pending): the forward waits bucket by bucket (overlap_param_gather).
   absl::Status WaitGathers();
+  absl::Status WaitGather(int b);
   bool gathers_pending() const { return !gathers_.empty(); }
+  size_t num_gathers_pending() const { return gathers_.size(); }
 
  private:
   GroupHandle dp_;
@@ -66,7 +71,7 @@ class GradReducer {
   bool shard_;
   std::vector<Range> buckets_;
   std::vector<c10::intrusive_ptr<c10d::Work>> reductions_;
-  std::vector<c10::intrusive_ptr<c10d::Work>> gathers_;
+  std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work>>> gathers_;  // (bucket, work)
 };
 
 }  // namespace mt::parallel

@@ -197,26 +197,34 @@ absl::StatusOr<at::Tensor> PipelineExecutor::TakeReceived(std::map<Key, Received
 
 absl::StatusOr<PipelineStepResult> PipelineExecutor::Train(
     const ChunkForward& forward, const std::vector<PipelineMicroBatch>& micro_batches,
-    double loss_scale, const std::function<void()>& after_backward) {
+    double loss_scale, const std::function<void()>& after_backward,
+    const std::function<void(int chunk, bool last)>& before_backward) {
   if (static_cast<int>(micro_batches.size()) != config_.num_micro_batches) {
     return absl::InvalidArgumentError(absl::StrCat("a training step takes ",
                                                    config_.num_micro_batches,
                                                    " micro-batches, got ", micro_batches.size()));
   }
-  return Run(forward, micro_batches, /*forward_only=*/false, loss_scale, after_backward);
+  return Run(forward, micro_batches, /*forward_only=*/false, loss_scale, after_backward,
+             before_backward);
 }
 
 absl::StatusOr<PipelineStepResult> PipelineExecutor::Evaluate(
     const ChunkForward& forward, const std::vector<PipelineMicroBatch>& micro_batches) {
   torch::NoGradGuard no_grad;
-  return Run(forward, micro_batches, /*forward_only=*/true, 1.0, {});
+  return Run(forward, micro_batches, /*forward_only=*/true, 1.0, {}, {});
 }
 
 absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
     const ChunkForward& forward, const std::vector<PipelineMicroBatch>& micro_batches,
-    bool forward_only, double loss_scale, const std::function<void()>& after_backward) {
+    bool forward_only, double loss_scale, const std::function<void()>& after_backward,
+    const std::function<void(int, bool)>& before_backward) {
   const int m = static_cast<int>(micro_batches.size());
   MT_ASSIGN_OR_RETURN(const std::vector<PipelineAction>* table, Table(m, forward_only));
+  // The micro-batch of each chunk's last backward in the table.
+  std::vector<int> last_backward(config_.num_chunks, -1);
+  for (const PipelineAction& a : *table) {
+    if (a.type == PipelineAction::Type::kBackward) last_backward[a.chunk] = a.micro_batch;
+  }
   const int p = num_stages_;
   const int last_vs = p * config_.num_chunks - 1;
   struct Slot {
@@ -277,6 +285,7 @@ absl::StatusOr<PipelineStepResult> PipelineExecutor::Run(
           }
           Slot slot = std::move(it->second);
           slots.erase(it);
+          if (before_backward) before_backward(a.chunk, a.micro_batch == last_backward[a.chunk]);
           if (vs == last_vs) {
             (slot.output * (loss_scale / static_cast<double>(config_.num_micro_batches)))
                 .backward();

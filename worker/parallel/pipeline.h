@@ -90,11 +90,14 @@ class PipelineExecutor {
 
   // One training step: the schedule's forwards and backwards over `micro_batches` (size
   // num_micro_batches); gradients accumulate into the chunks' parameters. `after_backward`
-  // (optional) runs after every backward (e.g. folding 16-bit gradients into fp32).
-  absl::StatusOr<PipelineStepResult> Train(const ChunkForward& forward,
-                                           const std::vector<PipelineMicroBatch>& micro_batches,
-                                           double loss_scale,
-                                           const std::function<void()>& after_backward = {});
+  // (optional) runs after every backward (e.g. folding 16-bit gradients into fp32);
+  // `before_backward` (optional) before every backward, with its chunk and whether it is that
+  // chunk's last backward of the step (after which the chunk's gradients are final: e.g. to
+  // start their data-parallel reduction during it, --overlap-grad-reduce).
+  absl::StatusOr<PipelineStepResult> Train(
+      const ChunkForward& forward, const std::vector<PipelineMicroBatch>& micro_batches,
+      double loss_scale, const std::function<void()>& after_backward = {},
+      const std::function<void(int chunk, bool last)>& before_backward = {});
   // Forward only (evaluation): no graph, nothing kept; any number of micro-batches.
   absl::StatusOr<PipelineStepResult> Evaluate(const ChunkForward& forward,
                                               const std::vector<PipelineMicroBatch>& micro_batches);
@@ -115,7 +118,8 @@ class PipelineExecutor {
   absl::StatusOr<PipelineStepResult> Run(const ChunkForward& forward,
                                          const std::vector<PipelineMicroBatch>& micro_batches,
                                          bool forward_only, double loss_scale,
-                                         const std::function<void()>& after_backward);
+                                         const std::function<void()>& after_backward,
+                                         const std::function<void(int, bool)>& before_backward);
   absl::StatusOr<const std::vector<PipelineAction>*> Table(int num_micro_batches,
                                                            bool forward_only);
   absl::Status Post(const std::vector<P2POp>& ops, std::map<Key, at::Tensor>* to_send_activation,

@@ -186,10 +186,22 @@ TEST_P(PipelineExecutorTest, GivesTheLossAndGradientsOfTheWholeNetwork) {
       config.overlap_p2p_comm = c.overlap;
       auto executor = PipelineExecutor::Create((*groups)->pp(), config);
       if (!executor.ok()) return fail(executor.status());
-      int backwards = 0;
-      auto step = (*executor)->Train(forward, mbs, /*loss_scale=*/1.0, [&] { ++backwards; });
+      // before_backward: once before every backward; `last` exactly once per chunk, on its
+      // final backward of the step (no backward of that chunk follows it).
+      int backwards = 0, befores = 0;
+      std::vector<int> lasts(c.chunks, 0), after_last(c.chunks, 0);
+      auto step = (*executor)->Train(
+          forward, mbs, /*loss_scale=*/1.0, [&] { ++backwards; },
+          [&](int chunk, bool last) {
+            EXPECT_EQ(befores++, backwards);
+            if (lasts[chunk] > 0) ++after_last[chunk];
+            if (last) ++lasts[chunk];
+          });
       if (!step.ok()) return fail(step.status());
       EXPECT_EQ(backwards, c.micro_batches * c.chunks);
+      EXPECT_EQ(befores, backwards);
+      EXPECT_EQ(lasts, std::vector<int>(c.chunks, 1));
+      EXPECT_EQ(after_last, std::vector<int>(c.chunks, 0));
       EXPECT_GT(step->compute_seconds, 0.0);
       EXPECT_LE(step->compute_seconds, step->seconds);
       if (stage != c.pp - 1) {

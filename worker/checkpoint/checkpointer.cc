@@ -22,7 +22,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Files are split further than max_file_bytes to give every I/O thread one, down to this size.
-constexpr int64_t kMinParallelFileBytes = int64_t{16} << 20;
+constexpr int64_t kMinParallelFileBytes = int64_t{64} << 20;
 
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();

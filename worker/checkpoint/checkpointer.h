@@ -81,7 +81,7 @@ struct CheckpointerOptions {
   absl::Duration gather_timeout = absl::Minutes(30);
   // A rank's shard is split into files of at most this many data bytes (a larger tensor gets
   // a file of its own), written in parallel: SHA-256 is slower than a fast disk on one core.
-  // Shards over 16 MiB are also split into at least one file per I/O thread.
+  // Shards over 64 MiB are also split into at least one file per I/O thread.
   int64_t max_file_bytes = int64_t{256} << 20;
   int io_threads = 0;  // 0 = DefaultIoThreads()
 };

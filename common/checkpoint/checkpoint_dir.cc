@@ -78,6 +78,36 @@ std::string ShardFileName(int tp_rank, int pp_rank) {
   return absl::StrFormat("mp_rank_%02d_%03d.safetensors", tp_rank, pp_rank);
 }
 
+std::string ShardFileName(int tp_rank, int pp_rank, int index, int count) {
+  if (count <= 1) return ShardFileName(tp_rank, pp_rank);
+  return absl::StrFormat("mp_rank_%02d_%03d-%05d-of-%05d.safetensors", tp_rank, pp_rank, index + 1,
+                         count);
+}
+
+std::vector<std::vector<size_t>> SplitIntoFiles(const std::vector<uint64_t>& sizes,
+                                                int64_t max_file_bytes) {
+  std::vector<std::vector<size_t>> groups;
+  if (sizes.empty()) return groups;
+  uint64_t total = 0;
+  for (uint64_t s : sizes) total += s;
+  uint64_t target = total;
+  if (max_file_bytes > 0) {
+    const uint64_t bound = static_cast<uint64_t>(max_file_bytes);
+    const uint64_t files = std::max<uint64_t>(1, (total + bound - 1) / bound);
+    target = (total + files - 1) / files;  // <= bound
+  }
+  uint64_t in_group = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (groups.empty() || (in_group > 0 && in_group + sizes[i] > target)) {
+      groups.emplace_back();
+      in_group = 0;
+    }
+    groups.back().push_back(i);
+    in_group += sizes[i];
+  }
+  return groups;
+}
+
 std::string PartialDirName(int64_t step, int attempt) {
   return absl::StrCat(".partial-", IterationDirName(step), "-a", attempt);
 }
@@ -153,63 +183,129 @@ std::vector<int64_t> ListCheckpointSteps(const std::string& save_dir) {
   return steps;
 }
 
-std::vector<std::string> VerifyCheckpointFiles(const std::string& dir,
-                                               const mt::v1::CheckpointManifest& manifest) {
-  std::vector<std::string> problems;
+VerifiedFiles ReadAndVerifyCheckpointFiles(const std::string& dir,
+                                           const mt::v1::CheckpointManifest& manifest,
+                                           const VerifyOptions& options) {
+  VerifiedFiles out;
+  const int n = manifest.files_size();
+  // Which files to keep, decided up front so that the bound holds whatever the threads do.
+  std::vector<bool> keep(n, false);
+  int64_t kept_bytes = 0;
+  for (int i = 0; i < n && options.keep != nullptr; ++i) {
+    const auto& f = manifest.files(i);
+    if (options.keep(f) && kept_bytes + f.size_bytes() <= options.max_keep_bytes) {
+      keep[i] = true;
+      kept_bytes += f.size_bytes();
+    }
+  }
+  std::vector<std::string> problem(n);
+  std::vector<FileBytes> bytes(n);
+  std::vector<int64_t> read(n, 0);
   std::set<std::string> listed;
-  for (const auto& f : manifest.files()) {
-    listed.insert(f.path());
+  for (const auto& f : manifest.files()) listed.insert(f.path());
+  (void)RunParallel(n, options.threads > 0 ? options.threads : DefaultIoThreads(), [&](size_t i) {
+    const auto& f = manifest.files(static_cast<int>(i));
     if (absl::Status v = ValidateRelativePath(f.path(), "files.path"); !v.ok()) {
-      problems.push_back(std::string(v.message()));
-      continue;
+      problem[i] = std::string(v.message());
+      return absl::OkStatus();
     }
     const std::string path = JoinPath(dir, f.path());
     struct stat st;
     if (::stat(path.c_str(), &st) != 0) {
-      problems.push_back(absl::StrCat(f.path(), ": missing"));
-      continue;
+      problem[i] = absl::StrCat(f.path(), ": missing");
+      return absl::OkStatus();
     }
     if (st.st_size != f.size_bytes()) {
-      problems.push_back(
-          absl::StrCat(f.path(), ": size ", st.st_size, ", manifest says ", f.size_bytes()));
-      continue;
+      problem[i] =
+          absl::StrCat(f.path(), ": size ", st.st_size, ", manifest says ", f.size_bytes());
+      return absl::OkStatus();
     }
-    auto digest = DigestFile(path);
+    auto digest = DigestFile(path, keep[i] ? &bytes[i] : nullptr);
     if (!digest.ok()) {
-      problems.push_back(absl::StrCat(f.path(), ": ", digest.status().message()));
-    } else if (digest->sha256 != f.sha256()) {
-      problems.push_back(absl::StrCat(f.path(), ": sha256 mismatch"));
+      problem[i] = absl::StrCat(f.path(), ": ", digest.status().message());
+      return absl::OkStatus();
+    }
+    read[i] = digest->size;
+    if (digest->sha256 != f.sha256()) {
+      problem[i] = absl::StrCat(f.path(), ": sha256 mismatch");
+    } else if (digest->size != f.size_bytes()) {
+      problem[i] =
+          absl::StrCat(f.path(), ": size ", digest->size, ", manifest says ", f.size_bytes());
+    }
+    return absl::OkStatus();
+  });
+  for (int i = 0; i < n; ++i) {
+    out.bytes_read += read[i];
+    if (!problem[i].empty()) {
+      out.problems.push_back(std::move(problem[i]));
+    } else if (keep[i] && bytes[i].data != nullptr) {
+      if (out.kept == nullptr) out.kept = std::make_shared<InMemoryFiles>();
+      out.kept->Add(manifest.files(i).path(), std::move(bytes[i]));
     }
   }
   for (const auto& t : manifest.tensors()) {
     if (!listed.count(t.file())) {
-      problems.push_back(absl::StrCat(t.name(), ": its file ", t.file(), " is not listed"));
+      out.problems.push_back(absl::StrCat(t.name(), ": its file ", t.file(), " is not listed"));
       break;
     }
   }
-  return problems;
+  if (!out.problems.empty()) out.kept.reset();
+  return out;
 }
 
+std::vector<std::string> VerifyCheckpointFiles(const std::string& dir,
+                                               const mt::v1::CheckpointManifest& manifest,
+                                               int threads) {
+  VerifyOptions options;
+  options.threads = threads;
+  return ReadAndVerifyCheckpointFiles(dir, manifest, options).problems;
+}
+
+std::vector<ShardFile> ShardResult::AllFiles() const {
+  std::vector<ShardFile> out;
+  if (!file.empty()) out.push_back({file, size, sha256});
+  out.insert(out.end(), files.begin(), files.end());
+  return out;
+}
+
+// "ok\t<rank>" then "\t<file>\t<size>\t<sha256>" per file; "error\t<rank>\t<message>".
 std::string SerializeShardResult(const ShardResult& r) {
   if (!r.ok) return absl::StrCat("error\t", r.rank, "\t", r.error);
-  return absl::StrCat("ok\t", r.rank, "\t", r.file, "\t", r.size, "\t", r.sha256);
+  std::string out = absl::StrCat("ok\t", r.rank);
+  const std::vector<ShardFile> files = r.AllFiles();
+  // A rank that wrote nothing: one empty file name, as version 1 sent it.
+  if (files.empty()) absl::StrAppend(&out, "\t\t0\t");
+  for (const ShardFile& f : files)
+    absl::StrAppend(&out, "\t", f.file, "\t", f.size, "\t", f.sha256);
+  return out;
 }
 
 absl::StatusOr<ShardResult> ParseShardResult(const std::string& s) {
-  std::vector<std::string> parts = absl::StrSplit(s, absl::MaxSplits('\t', 4));
   ShardResult r;
-  if (parts.size() >= 3 && parts[0] == "error" && absl::SimpleAtoi(parts[1], &r.rank)) {
-    r.ok = false;
-    r.error = parts[2];
-    for (size_t i = 3; i < parts.size(); ++i) absl::StrAppend(&r.error, "\t", parts[i]);
-    return r;
+  if (absl::StartsWith(s, "error\t")) {
+    std::vector<std::string> parts = absl::StrSplit(s, absl::MaxSplits('\t', 2));
+    if (parts.size() == 3 && absl::SimpleAtoi(parts[1], &r.rank)) {
+      r.ok = false;
+      r.error = parts[2];
+      return r;
+    }
   }
-  if (parts.size() == 5 && parts[0] == "ok" && absl::SimpleAtoi(parts[1], &r.rank) &&
-      absl::SimpleAtoi(parts[3], &r.size)) {
+  std::vector<std::string> parts = absl::StrSplit(s, '\t');
+  if (parts.size() >= 5 && (parts.size() - 2) % 3 == 0 && parts[0] == "ok" &&
+      absl::SimpleAtoi(parts[1], &r.rank)) {
     r.ok = true;
-    r.file = parts[2];
-    r.sha256 = parts[4];
-    if (!r.file.empty()) MT_RETURN_IF_ERROR(ValidateRelativePath(r.file, "shard file"));
+    for (size_t i = 2; i < parts.size(); i += 3) {
+      ShardFile f;
+      f.file = parts[i];
+      f.sha256 = parts[i + 2];
+      if (!absl::SimpleAtoi(parts[i + 1], &f.size)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("not a shard result: size \"", parts[i + 1], "\""));
+      }
+      if (f.file.empty()) continue;  // a rank that wrote nothing
+      MT_RETURN_IF_ERROR(ValidateRelativePath(f.file, "shard file"));
+      r.files.push_back(std::move(f));
+    }
     return r;
   }
   return absl::InvalidArgumentError(absl::StrCat("not a shard result: \"", s.substr(0, 80), "\""));
@@ -250,30 +346,32 @@ absl::StatusOr<mt::v1::CheckpointManifest> CommitCheckpoint(
   base.clear_tensors();
   std::set<std::string> seen;
   for (const ShardResult& r : results) {
-    if (r.file.empty() || !seen.insert(r.file).second) continue;
-    const std::string path = JoinPath(partial_dir, r.file);
-    auto index = ReadSafetensorsIndex(path);
-    if (!index.ok()) return fail(index.status());
-    mt::v1::CheckpointFile* f = base.add_files();
-    f->set_path(r.file);
-    f->set_size_bytes(r.size);
-    f->set_sha256(r.sha256);
-    const int tp_rank = MetaInt(index->metadata, "tp_rank", 0);
-    const int tp_size = MetaInt(index->metadata, "tp_size", 1);
-    const int pp_rank = MetaInt(index->metadata, "pp_rank", 0);
-    for (const SafetensorsEntry& e : index->tensors) {
-      mt::v1::ManifestTensor* t = base.add_tensors();
-      t->set_name(e.name);
-      t->set_file(r.file);
-      t->set_dtype(DTypeName(e.dtype));
-      const int split = MetaInt(index->metadata, "split." + e.name, -1);
-      t->set_split_dim(split);
-      t->set_tp_rank(tp_rank);
-      t->set_tp_size(tp_size);
-      t->set_pp_rank(pp_rank);
-      for (size_t d = 0; d < e.shape.size(); ++d) {
-        t->add_shape(e.shape[d]);
-        t->add_full_shape(static_cast<int>(d) == split ? e.shape[d] * tp_size : e.shape[d]);
+    for (const ShardFile& file : r.AllFiles()) {
+      if (file.file.empty() || !seen.insert(file.file).second) continue;
+      const std::string path = JoinPath(partial_dir, file.file);
+      auto index = ReadSafetensorsIndex(path);
+      if (!index.ok()) return fail(index.status());
+      mt::v1::CheckpointFile* f = base.add_files();
+      f->set_path(file.file);
+      f->set_size_bytes(file.size);
+      f->set_sha256(file.sha256);
+      const int tp_rank = MetaInt(index->metadata, "tp_rank", 0);
+      const int tp_size = MetaInt(index->metadata, "tp_size", 1);
+      const int pp_rank = MetaInt(index->metadata, "pp_rank", 0);
+      for (const SafetensorsEntry& e : index->tensors) {
+        mt::v1::ManifestTensor* t = base.add_tensors();
+        t->set_name(e.name);
+        t->set_file(file.file);
+        t->set_dtype(DTypeName(e.dtype));
+        const int split = MetaInt(index->metadata, "split." + e.name, -1);
+        t->set_split_dim(split);
+        t->set_tp_rank(tp_rank);
+        t->set_tp_size(tp_size);
+        t->set_pp_rank(pp_rank);
+        for (size_t d = 0; d < e.shape.size(); ++d) {
+          t->add_shape(e.shape[d]);
+          t->add_full_shape(static_cast<int>(d) == split ? e.shape[d] * tp_size : e.shape[d]);
+        }
       }
     }
   }
@@ -309,17 +407,36 @@ absl::StatusOr<mt::v1::CheckpointManifest> CommitCheckpoint(
 }
 
 absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, bool verify) {
+  ChooseOptions options;
+  options.verify = verify;
+  return ChooseCheckpoint(path, options);
+}
+
+absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, const ChooseOptions& options) {
   MT_RETURN_IF_ERROR(ValidatePath(path, "checkpoint path"));
+  // Reads and checks one candidate; fills c's files and bytes.
+  auto verify = [&](const std::string& dir, const mt::v1::CheckpointManifest& manifest,
+                    LoadChoice* c) -> std::vector<std::string> {
+    if (!options.verify) return {};
+    VerifyOptions v;
+    v.threads = options.threads;
+    v.max_keep_bytes = options.max_keep_bytes;
+    if (options.keep != nullptr) {
+      v.keep = [&](const mt::v1::CheckpointFile& f) { return options.keep(manifest, f); };
+    }
+    VerifiedFiles files = ReadAndVerifyCheckpointFiles(dir, manifest, v);
+    c->files = std::move(files.kept);
+    c->bytes_read += files.bytes_read;
+    return files.problems;
+  };
   if (Exists(JoinPath(path, kManifestFile))) {
     LoadChoice c;
     c.dir = path;
     MT_ASSIGN_OR_RETURN(c.manifest, ReadManifest(path));
-    if (verify) {
-      std::vector<std::string> problems = VerifyCheckpointFiles(path, c.manifest);
-      if (!problems.empty()) {
-        return absl::DataLossError(
-            absl::StrCat("checkpoint ", path, " is damaged: ", absl::StrJoin(problems, "; ")));
-      }
+    std::vector<std::string> problems = verify(path, c.manifest, &c);
+    if (!problems.empty()) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint ", path, " is damaged: ", absl::StrJoin(problems, "; ")));
     }
     return c;
   }
@@ -345,8 +462,7 @@ absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, bool verify
       c.problems.push_back(absl::StrCat(IterationDirName(*it), ": ", manifest.status().message()));
       continue;
     }
-    std::vector<std::string> problems =
-        verify ? VerifyCheckpointFiles(dir, *manifest) : std::vector<std::string>{};
+    std::vector<std::string> problems = verify(dir, *manifest, &c);
     if (!problems.empty()) {
       c.problems.push_back(
           absl::StrCat(IterationDirName(*it), ": ", absl::StrJoin(problems, "; ")));
@@ -356,6 +472,7 @@ absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, bool verify
     c.manifest = *std::move(manifest);
     return c;
   }
+  c.files.reset();
   if (c.problems.empty()) {
     return absl::NotFoundError(absl::StrCat("no checkpoint in ", path));
   }

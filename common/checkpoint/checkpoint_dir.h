@@ -4,7 +4,8 @@
 //
 //   <save_dir>/latest_checkpointed_iteration.txt    "<step>\n", replaced atomically, last
 //   <save_dir>/iter_0000010/manifest.json            mt.v1.CheckpointManifest as JSON
-//   <save_dir>/iter_0000010/mp_rank_TT_PPP.safetensors   one shard per (tp, pp) rank
+//   <save_dir>/iter_0000010/mp_rank_TT_PPP.safetensors   one shard per (tp, pp) rank, or
+//   <save_dir>/iter_0000010/mp_rank_TT_PPP-0000i-of-0000N.safetensors   split in N files (v2)
 //   <save_dir>/.partial-iter_0000010-a<attempt>/     a save in progress (never loaded)
 //
 // Thread-compatible free functions.
@@ -12,16 +13,20 @@
 #define MT_COMMON_CHECKPOINT_CHECKPOINT_DIR_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/checkpoint/file_writer.h"
 #include "mt/v1/checkpoint.pb.h"
 
 namespace mt::checkpoint {
 
 inline constexpr char kFormatName[] = "mt-checkpoint";
-inline constexpr int kFormatVersion = 1;
+// 2: a rank's shard may be split into several files (FORMAT.md). Readers take 1 and 2.
+inline constexpr int kFormatVersion = 2;
 inline constexpr char kShardFormatName[] = "mt-shard";
 inline constexpr char kManifestFile[] = "manifest.json";
 inline constexpr char kLatestFile[] = "latest_checkpointed_iteration.txt";
@@ -32,6 +37,15 @@ std::string IterationDirName(int64_t step);
 int64_t ParseIterationDirName(const std::string& name);
 // "mp_rank_01_002.safetensors" for tp 1, pp 2.
 std::string ShardFileName(int tp_rank, int pp_rank);
+// File `index` (0-based) of `count`: ShardFileName when count is 1, else
+// "mp_rank_01_002-00001-of-00004.safetensors" (1-based in the name, like Hugging Face's).
+std::string ShardFileName(int tp_rank, int pp_rank, int index, int count);
+// How a rank's shard is split into files: consecutive runs of tensors (by their byte sizes, in
+// order), each of at most `max_file_bytes` unless one tensor alone is larger, balanced so that
+// the files are of similar size (they are written and read in parallel). One group when
+// max_file_bytes <= 0. Never empty groups; no group at all for no tensors.
+std::vector<std::vector<size_t>> SplitIntoFiles(const std::vector<uint64_t>& sizes,
+                                                int64_t max_file_bytes);
 // ".partial-iter_0000010-a3".
 std::string PartialDirName(int64_t step, int attempt);
 
@@ -47,19 +61,48 @@ absl::Status WriteLatest(const std::string& save_dir, int64_t step);
 // Steps of the iter_* directories of `save_dir` that hold a manifest, ascending.
 std::vector<int64_t> ListCheckpointSteps(const std::string& save_dir);
 
-// Re-reads every file the manifest lists and checks its size and SHA-256. One line per
-// problem ("mp_rank_01_000.safetensors: sha256 mismatch"); empty when all is well.
+// Re-reads every file the manifest lists and checks its size and SHA-256 (the files in
+// parallel on `threads` threads; 0 = DefaultIoThreads()). One line per problem
+// ("mp_rank_01_000.safetensors: sha256 mismatch"); empty when all is well.
 std::vector<std::string> VerifyCheckpointFiles(const std::string& dir,
-                                               const mt::v1::CheckpointManifest& manifest);
+                                               const mt::v1::CheckpointManifest& manifest,
+                                               int threads = 0);
+
+// The verification pass of a load: every listed file read once and checked; the files `keep`
+// selects stay in memory (while their total stays within `max_keep_bytes`), so that the
+// restore reads no file twice and restores exactly the bytes that were checked.
+struct VerifyOptions {
+  int threads = 0;  // 0 = DefaultIoThreads()
+  // nullptr = keep none.
+  std::function<bool(const mt::v1::CheckpointFile&)> keep;
+  int64_t max_keep_bytes = int64_t{32} << 30;
+};
+struct VerifiedFiles {
+  std::vector<std::string> problems;    // as VerifyCheckpointFiles
+  std::shared_ptr<InMemoryFiles> kept;  // null when none was kept
+  int64_t bytes_read = 0;
+};
+VerifiedFiles ReadAndVerifyCheckpointFiles(const std::string& dir,
+                                           const mt::v1::CheckpointManifest& manifest,
+                                           const VerifyOptions& options);
 
 // What one rank wrote for a save (passed between ranks as a short string).
+struct ShardFile {
+  std::string file;  // relative to the checkpoint directory
+  int64_t size = 0;
+  std::string sha256;
+};
 struct ShardResult {
   int rank = 0;
   bool ok = false;
-  std::string file;  // relative to the checkpoint directory; empty when the rank wrote none
+  // The rank's files; empty when it wrote none.
+  std::vector<ShardFile> files;
+  std::string error;  // when !ok
+  // A rank with one file may name it here instead (AllFiles() puts it first).
+  std::string file;
   int64_t size = 0;
   std::string sha256;
-  std::string error;  // when !ok
+  std::vector<ShardFile> AllFiles() const;
 };
 std::string SerializeShardResult(const ShardResult& r);
 absl::StatusOr<ShardResult> ParseShardResult(const std::string& s);
@@ -84,8 +127,21 @@ struct LoadChoice {
   std::string dir;
   mt::v1::CheckpointManifest manifest;
   std::vector<std::string> problems;
+  // The files kept in memory by the verification (ChooseOptions::keep); null when none.
+  std::shared_ptr<const InMemoryFiles> files;
+  // Bytes the verification read (each file of each checkpoint tried, once).
+  int64_t bytes_read = 0;
 };
 absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, bool verify = true);
+struct ChooseOptions {
+  bool verify = true;
+  // Which files the verification keeps in memory for the restore (VerifyOptions); `keep` sees
+  // the candidate's manifest, since the choice may fall back to an older checkpoint.
+  std::function<bool(const mt::v1::CheckpointManifest&, const mt::v1::CheckpointFile&)> keep;
+  int64_t max_keep_bytes = int64_t{32} << 30;
+  int threads = 0;  // 0 = DefaultIoThreads()
+};
+absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, const ChooseOptions& options);
 
 }  // namespace mt::checkpoint
 

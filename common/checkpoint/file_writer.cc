@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -18,6 +20,13 @@ namespace {
 
 // Distinguishes temporary names of writers in one process (async and sync saves, threads).
 std::atomic<uint64_t> next_tmp_id{0};
+
+// Hash and write in slices that stay in the cache between the two.
+constexpr size_t kWriteSlice = size_t{4} << 20;
+// Dirty data handed to the disk as it is written (sync_file_range), so that the final fsync
+// waits for the tail only.
+constexpr int64_t kWritebackChunk = int64_t{64} << 20;
+constexpr size_t kReadChunk = size_t{8} << 20;
 
 }  // namespace
 
@@ -65,28 +74,87 @@ std::string Sha256::HexDigest() {
   return out;
 }
 
-absl::StatusOr<FileDigest> DigestFile(const std::string& path) {
+absl::StatusOr<FileDigest> DigestFile(const std::string& path) { return DigestFile(path, nullptr); }
+
+absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("opening", path, errno);
+  struct FdCloser {
+    int fd;
+    ~FdCloser() { ::close(fd); }
+  } closer{fd};
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  std::vector<char> buf(8 << 20);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) return IoError("stat", path, errno);
+  const size_t expected = static_cast<size_t>(st.st_size);
+  std::unique_ptr<char[]> whole;
+  std::vector<char> chunk;
+  if (keep != nullptr) {
+    whole.reset(new char[std::max<size_t>(expected, 1)]);
+  } else {
+    chunk.resize(kReadChunk);
+  }
   Sha256 sha;
   FileDigest out;
+  size_t done = 0;
   while (true) {
-    ssize_t n = ::read(fd, buf.data(), buf.size());
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return IoError("reading", path, err);
+    // Into the kept buffer at its place, else into the one chunk; a file that grew since
+    // fstat is read to its end through the chunk (and then not kept: the size is wrong).
+    char* dst = whole != nullptr && done < expected ? whole.get() + done : nullptr;
+    size_t want = dst != nullptr ? std::min(kReadChunk, expected - done) : kReadChunk;
+    if (dst == nullptr) {
+      if (chunk.empty()) chunk.resize(kReadChunk);
+      dst = chunk.data();
     }
+    ssize_t n = ::read(fd, dst, want);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return IoError("reading", path, errno);
     if (n == 0) break;
-    sha.Update(buf.data(), static_cast<size_t>(n));
-    out.size += n;
+    sha.Update(dst, static_cast<size_t>(n));
+    done += static_cast<size_t>(n);
   }
-  ::close(fd);
+  out.size = static_cast<int64_t>(done);
   out.sha256 = sha.HexDigest();
+  if (keep != nullptr && done == expected) {
+    keep->data = std::move(whole);
+    keep->size = expected;
+  }
   return out;
+}
+
+void InMemoryFiles::Add(const std::string& name, FileBytes bytes) {
+  bytes_ += static_cast<int64_t>(bytes.size);
+  auto [it, inserted] = files_.emplace(name, FileBytes{});
+  if (!inserted) bytes_ -= static_cast<int64_t>(it->second.size);
+  it->second = std::move(bytes);
+}
+
+const FileBytes* InMemoryFiles::Find(const std::string& name) const {
+  auto it = files_.find(name);
+  return it == files_.end() ? nullptr : &it->second;
+}
+
+absl::Status RunParallel(size_t n, int threads, const std::function<absl::Status(size_t)>& fn) {
+  std::vector<absl::Status> status(n);
+  std::atomic<size_t> next{0};
+  auto work = [&] {
+    for (size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) status[i] = fn(i);
+  };
+  const size_t extra = std::min<size_t>(n, static_cast<size_t>(std::max(1, threads))) - (n > 0);
+  std::vector<std::thread> pool;
+  pool.reserve(extra);
+  for (size_t t = 0; t < extra; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  for (absl::Status& s : status) {
+    if (!s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+int DefaultIoThreads() {
+  const unsigned hw = std::thread::hardware_concurrency();
+  return static_cast<int>(std::clamp<unsigned>(hw, 1, 8));
 }
 
 std::string DirName(const std::string& path) {
@@ -122,22 +190,32 @@ void AtomicFileWriter::Abort() {
 
 absl::Status AtomicFileWriter::Append(const void* data, size_t size) {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat(path_, ": writer is closed"));
-  sha_.Update(data, size);
   const char* p = static_cast<const char*>(data);
   size_t done = 0;
   while (done < size) {
-    // At most 1 GiB per call: Linux writes at most ~2 GiB at once anyway.
-    const size_t chunk = std::min<size_t>(size - done, size_t{1} << 30);
-    ssize_t n = ::write(fd_, p + done, chunk);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      Abort();
-      return IoError("writing", tmp_, err);
+    // Hash a slice, then write it while it is still in the cache.
+    const size_t slice = std::min(size - done, kWriteSlice);
+    sha_.Update(p + done, slice);
+    size_t put = 0;
+    while (put < slice) {
+      ssize_t n = ::write(fd_, p + done + put, slice - put);
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        const int err = errno;
+        Abort();
+        return IoError("writing", tmp_, err);
+      }
+      put += static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
+    done += slice;
+    written_ += static_cast<int64_t>(slice);
+    if (written_ - writeback_from_ >= kWritebackChunk) {
+      // A hint: start writing this range to the disk now (errors surface at fsync).
+      (void)::sync_file_range(fd_, writeback_from_, written_ - writeback_from_,
+                              SYNC_FILE_RANGE_WRITE);
+      writeback_from_ = written_;
+    }
   }
-  written_ += static_cast<int64_t>(size);
   return absl::OkStatus();
 }
 

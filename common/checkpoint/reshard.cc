@@ -32,8 +32,9 @@ std::string TiedAlternative(const std::string& name) {
 
 class CheckpointSource : public TensorSource {
  public:
-  CheckpointSource(std::string dir, mt::v1::CheckpointManifest manifest)
-      : dir_(std::move(dir)), manifest_(std::move(manifest)) {
+  CheckpointSource(std::string dir, mt::v1::CheckpointManifest manifest,
+                   std::shared_ptr<const InMemoryFiles> files)
+      : dir_(std::move(dir)), manifest_(std::move(manifest)), files_(std::move(files)) {
     for (int i = 0; i < manifest_.tensors_size(); ++i) {
       by_name_[manifest_.tensors(i).name()].push_back(i);
     }
@@ -118,15 +119,22 @@ class CheckpointSource : public TensorSource {
 
   absl::StatusOr<HostTensor> Read(const mt::v1::ManifestTensor& t) {
     const std::string path = JoinPath(dir_, t.file());
+    const FileBytes* bytes = files_ != nullptr ? files_->Find(t.file()) : nullptr;
     auto it = indexes_.find(t.file());
     if (it == indexes_.end()) {
-      MT_ASSIGN_OR_RETURN(SafetensorsIndex index, ReadSafetensorsIndex(path));
-      it = indexes_.emplace(t.file(), std::move(index)).first;
+      absl::StatusOr<SafetensorsIndex> index =
+          bytes != nullptr ? ParseSafetensorsFile(bytes->view()) : ReadSafetensorsIndex(path);
+      if (!index.ok() && bytes != nullptr) {
+        return absl::DataLossError(absl::StrCat(path, ": ", index.status().message()));
+      }
+      MT_RETURN_IF_ERROR(index.status());
+      it = indexes_.emplace(t.file(), *std::move(index)).first;
     }
     const SafetensorsEntry* e = it->second.Find(t.name());
     if (e == nullptr) {
       return absl::DataLossError(absl::StrCat(path, " lacks ", t.name(), " (the manifest says)"));
     }
+    if (bytes != nullptr) return SafetensorsTensorFromMemory(bytes->view(), it->second, *e);
     return ReadSafetensorsTensor(path, it->second, *e);
   }
 
@@ -134,6 +142,7 @@ class CheckpointSource : public TensorSource {
   mt::v1::CheckpointManifest manifest_;
   std::map<std::string, std::vector<int>> by_name_;
   std::map<std::string, SafetensorsIndex> indexes_;
+  std::shared_ptr<const InMemoryFiles> files_;  // may be null
 };
 
 }  // namespace
@@ -174,8 +183,10 @@ absl::StatusOr<HostTensor> CutSlice(const std::string& name, HostTensor full,
 }
 
 absl::StatusOr<std::unique_ptr<TensorSource>> OpenCheckpointSource(
-    const std::string& dir, mt::v1::CheckpointManifest manifest) {
-  return std::unique_ptr<TensorSource>(new CheckpointSource(dir, std::move(manifest)));
+    const std::string& dir, mt::v1::CheckpointManifest manifest,
+    std::shared_ptr<const InMemoryFiles> files) {
+  return std::unique_ptr<TensorSource>(
+      new CheckpointSource(dir, std::move(manifest), std::move(files)));
 }
 
 absl::StatusOr<std::unique_ptr<TensorSource>> OpenAnySource(const std::string& dir) {

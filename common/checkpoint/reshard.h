@@ -60,8 +60,11 @@ absl::StatusOr<HostTensor> CutSlice(const std::string& name, HostTensor full,
                                     const SliceRequest& request);
 
 // An mt checkpoint directory with its (already read and, if wanted, verified) manifest.
+// Tensors of the files in `files` (the load's verification kept them: LoadChoice::files) come
+// from memory, the others from the directory.
 absl::StatusOr<std::unique_ptr<TensorSource>> OpenCheckpointSource(
-    const std::string& dir, mt::v1::CheckpointManifest manifest);
+    const std::string& dir, mt::v1::CheckpointManifest manifest,
+    std::shared_ptr<const InMemoryFiles> files = nullptr);
 
 // The checkpoint or Hugging Face directory at `dir` (a checkpoint directory, not a save
 // directory; see ChooseCheckpoint).

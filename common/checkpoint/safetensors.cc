@@ -232,6 +232,22 @@ absl::StatusOr<SafetensorsIndex> ParseSafetensorsHeader(absl::string_view header
   return index;
 }
 
+namespace {
+
+// The header length of a file that is `size` bytes long, from its first 8 bytes.
+absl::StatusOr<uint64_t> HeaderLength(const unsigned char* len_bytes, uint64_t size,
+                                      const std::string& path) {
+  uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
+  if (len > kMaxHeaderBytes || len > size - 8) {
+    return DataLoss(
+        absl::StrCat(path, ": header length ", len, " does not fit the file (", size, " bytes)"));
+  }
+  return len;
+}
+
+}  // namespace
+
 absl::StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("opening", path, errno);
@@ -245,17 +261,29 @@ absl::StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path) {
   if (size < 8) return DataLoss(absl::StrCat(path, " is ", size, " bytes, too short"));
   unsigned char len_bytes[8];
   MT_RETURN_IF_ERROR(PRead(fd, path, len_bytes, 8, 0));
-  uint64_t len = 0;
-  for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
-  if (len > kMaxHeaderBytes || len > size - 8) {
-    return DataLoss(
-        absl::StrCat(path, ": header length ", len, " does not fit the file (", size, " bytes)"));
-  }
+  MT_ASSIGN_OR_RETURN(const uint64_t len, HeaderLength(len_bytes, size, path));
   std::string header(len, '\0');
   MT_RETURN_IF_ERROR(PRead(fd, path, header.data(), len, 8));
   auto index = ParseSafetensorsHeader(header, size);
   if (!index.ok()) return absl::DataLossError(absl::StrCat(path, ": ", index.status().message()));
   return index;
+}
+
+absl::StatusOr<SafetensorsIndex> ParseSafetensorsFile(absl::string_view file) {
+  if (file.size() < 8) return DataLoss(absl::StrCat("a file of ", file.size(), " bytes"));
+  MT_ASSIGN_OR_RETURN(
+      const uint64_t len,
+      HeaderLength(reinterpret_cast<const unsigned char*>(file.data()), file.size(), "file"));
+  return ParseSafetensorsHeader(file.substr(8, len), file.size());
+}
+
+HostTensor SafetensorsTensorFromMemory(absl::string_view file, const SafetensorsIndex& index,
+                                       const SafetensorsEntry& entry) {
+  HostTensor t;
+  t.dtype = entry.dtype;
+  t.shape = entry.shape;
+  t.data.assign(file.data() + index.data_start + entry.begin, entry.end - entry.begin);
+  return t;
 }
 
 absl::Status ReadSafetensorsInto(const std::string& path, const SafetensorsIndex& index,

@@ -64,12 +64,17 @@ absl::StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path);
 // Parses a header from memory (`file_size` = the whole file's size), for tests and fuzzing.
 absl::StatusOr<SafetensorsIndex> ParseSafetensorsHeader(absl::string_view header,
                                                         uint64_t file_size);
+// The index of a whole file held in memory (FileBytes::view()); offsets as for a file.
+absl::StatusOr<SafetensorsIndex> ParseSafetensorsFile(absl::string_view file);
 absl::StatusOr<HostTensor> ReadSafetensorsTensor(const std::string& path,
                                                  const SafetensorsIndex& index,
                                                  const SafetensorsEntry& entry);
 // Reads the tensor's bytes straight into `dst` (exactly entry.end - entry.begin bytes).
 absl::Status ReadSafetensorsInto(const std::string& path, const SafetensorsIndex& index,
                                  const SafetensorsEntry& entry, void* dst, size_t size);
+// The tensor's bytes out of a whole file in memory (its index from ParseSafetensorsFile).
+HostTensor SafetensorsTensorFromMemory(absl::string_view file, const SafetensorsIndex& index,
+                                       const SafetensorsEntry& entry);
 
 // JSON string literal of `s` (quotes included).
 std::string JsonQuote(absl::string_view s);

@@ -126,5 +126,32 @@ TEST(SafetensorsTest, WriterRejectsBadInputAndLeavesNothing) {
   EXPECT_EQ(CountFiles(dir), 0);
 }
 
+// The index and tensors of a whole file in memory are the file's.
+TEST(SafetensorsTest, ParsesAFileHeldInMemory) {
+  const std::string dir = TempDir();
+  HostTensor a = ZerosTensor(DType::kF32, {3});
+  a.data[5] = 7;
+  HostTensor b = ZerosTensor(DType::kI64, {2});
+  b.data[9] = 1;
+  const std::string path = dir + "/m.safetensors";
+  MT_ASSERT_OK(WriteSafetensors(path, {ViewOf("a", a), ViewOf("b", b)}, {{"k", "v"}}).status());
+  MT_ASSERT_OK_AND_ASSIGN(std::string file, ReadFile(path));
+  MT_ASSERT_OK_AND_ASSIGN(SafetensorsIndex index, ParseSafetensorsFile(file));
+  MT_ASSERT_OK_AND_ASSIGN(SafetensorsIndex on_disk, ReadSafetensorsIndex(path));
+  EXPECT_EQ(index.data_start, on_disk.data_start);
+  EXPECT_EQ(index.file_size, file.size());
+  EXPECT_EQ(index.metadata.at("k"), "v");
+  ASSERT_NE(index.Find("b"), nullptr);
+  HostTensor back = SafetensorsTensorFromMemory(file, index, *index.Find("b"));
+  EXPECT_EQ(back.dtype, DType::kI64);
+  EXPECT_EQ(back.shape, (std::vector<int64_t>{2}));
+  EXPECT_TRUE(back.data == b.data);
+  // Truncated: the header no longer fits, or the data does not.
+  EXPECT_THAT(ParseSafetensorsFile(absl::string_view(file).substr(0, 5)),
+              StatusIs(absl::StatusCode::kDataLoss));
+  EXPECT_THAT(ParseSafetensorsFile(absl::string_view(file).substr(0, file.size() - 1)),
+              StatusIs(absl::StatusCode::kDataLoss));
+}
+
 }  // namespace
 }  // namespace mt::checkpoint

@@ -172,7 +172,7 @@ TEST_F(CatalogTest, RegistersWritingThenCompleteFromTheManifest) {
   EXPECT_EQ(c.files(0).size_bytes(), 5004);
   EXPECT_EQ(c.files(0).sha256().size(), 64u);
   EXPECT_EQ(c.size_bytes(), 5004);
-  EXPECT_EQ(c.format_version(), 1);
+  EXPECT_EQ(c.format_version(), checkpoint::kFormatVersion);
   EXPECT_TRUE(c.is_latest());
   EXPECT_EQ(c.create_time().seconds(), 1004);
 

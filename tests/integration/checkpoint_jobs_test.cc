@@ -1,15 +1,21 @@
 // Checkpoints through the whole stack: real coordinator, worker daemons and trainer processes
 // (CPU, Gloo), a tiny GPT on a small repetitive dataset.
 #include <cmath>
+#include <map>
 #include <string>
+#include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/base/files.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/cluster.h"
+#include "tests/testutil/http.h"
 
 namespace mt {
 namespace {
@@ -31,7 +37,7 @@ std::string JobYaml(const std::string& name, const std::string& data, int iters,
       ", lr: 3.0e-3, lr_warmup_iters: 2, seed: 7}\n", "data:\n  data_path: ", data,
       "\n  split: \"90,10,0\"\n",
       "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
-      "evaluation: {eval_interval: 0}\n", "logging: {log_interval: 1}\n",
+      "evaluation: {eval_interval: 0}\n", "logging: {log_interval: 3}\n",
       "checkpoint: ", checkpoint, "\n");
 }
 
@@ -41,7 +47,11 @@ class CheckpointJobsTest : public ::testing::Test {
     ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
     data_ = testutil::WriteRepetitiveDataset(cluster_.dir(), 64, 200);
     ASSERT_FALSE(data_.empty());
-    for (int i = 0; i < 2; ++i) ASSERT_TRUE(cluster_.StartWorker(absl::StrCat("w", i)).ok());
+    // The ranks' metrics stay on the workers' endpoints after the jobs end, for the checks.
+    for (int i = 0; i < 2; ++i) {
+      ASSERT_TRUE(
+          cluster_.StartWorker(absl::StrCat("w", i), "node0", {"--metrics_linger=10m"}).ok());
+    }
     ASSERT_TRUE(cluster_.WaitForIdleWorkers(2, absl::Seconds(30)));
   }
 
@@ -51,6 +61,36 @@ class CheckpointJobsTest : public ::testing::Test {
     CommandResult r = cluster_.Mtctl({"submit", path});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     return std::string(absl::StripAsciiWhitespace(r.out));
+  }
+
+  // The value of `metric` for each rank of job `id`, from every worker's /metrics, by rank.
+  std::map<std::string, double> RankValues(const std::string& metric, const std::string& id) {
+    std::map<std::string, double> out;
+    auto workers = cluster_.ListWorkers();
+    EXPECT_TRUE(workers.ok()) << workers.status();
+    if (!workers.ok()) return out;
+    for (const auto& w : workers->workers()) {
+      auto r = testutil::HttpGet(w.metrics_address(), "/metrics");
+      EXPECT_TRUE(r.ok()) << r.status();
+      if (!r.ok()) continue;
+      for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+        if (!absl::StartsWith(line, metric + "{") ||
+            !absl::StrContains(line, absl::StrCat("job=\"", id, "\""))) {
+          continue;
+        }
+        const size_t at = line.find("rank=\"");
+        const size_t space = line.rfind(' ');
+        double v = 0;
+        if (at == absl::string_view::npos || space == absl::string_view::npos ||
+            !absl::SimpleAtod(line.substr(space + 1), &v)) {
+          ADD_FAILURE() << "unexpected line: " << line;
+          continue;
+        }
+        const size_t end = line.find('"', at + 6);
+        out[std::string(line.substr(at + 6, end - at - 6))] = v;
+      }
+    }
+    return out;
   }
 
   double FinalLoss(const std::string& id) {
@@ -81,6 +121,21 @@ TEST_F(CheckpointJobsTest, SavedJobResumesWithTheSameLosses) {
   EXPECT_EQ(choice->manifest.files_size(), 1);  // DP rank 1 holds the same state
   EXPECT_EQ(choice->manifest.trainer().consumed_samples(), 96);
   const double straight = FinalLoss(a);
+  // Steps 4 and 8 are not log steps (log_interval 3): their manifests still hold the loss.
+  for (const char* step : {"/iter_0000004", "/iter_0000008"}) {
+    auto m = checkpoint::ReadManifest(save + step);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_TRUE(std::isfinite(m->loss()) && m->loss() > 0) << step << ": " << m->loss();
+  }
+  auto m8 = checkpoint::ReadManifest(save + "/iter_0000008");
+  ASSERT_TRUE(m8.ok());
+  int64_t bytes8 = 0;
+  for (const auto& f : m8->files()) bytes8 += f.size_bytes();
+  ASSERT_GT(bytes8, 0);
+  // A job that loaded nothing reports no load.
+  for (const auto& [rank, count] : RankValues("mt_rank_checkpoint_load_seconds_count", a)) {
+    EXPECT_EQ(count, 0) << "rank " << rank;
+  }
 
   const std::string b =
       Submit(JobYaml("resumed", data_, 12,
@@ -90,6 +145,14 @@ TEST_F(CheckpointJobsTest, SavedJobResumesWithTheSameLosses) {
   ASSERT_TRUE(cluster_.WaitForState(b, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5)))
       << cluster_.Log("w1.log");
   EXPECT_EQ(FinalLoss(b), straight);  // bit for bit
+  // Each rank loaded once, reading (and verifying) every file of iter_0000008 once.
+  const auto loads = RankValues("mt_rank_checkpoint_load_seconds_count", b);
+  const auto bytes = RankValues("mt_rank_checkpoint_loaded_bytes_total", b);
+  const auto seconds = RankValues("mt_rank_checkpoint_load_seconds_sum", b);
+  EXPECT_EQ(loads, (std::map<std::string, double>{{"0", 1}, {"1", 1}}));
+  EXPECT_EQ(bytes, (std::map<std::string, double>{{"0", static_cast<double>(bytes8)},
+                                                  {"1", static_cast<double>(bytes8)}}));
+  for (const auto& [rank, s] : seconds) EXPECT_GT(s, 0) << "rank " << rank;
   EXPECT_EQ(checkpoint::ListCheckpointSteps(cluster_.dir() + "/ckpt2"), (std::vector<int64_t>{12}));
 }
 

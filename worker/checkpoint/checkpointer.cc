@@ -21,6 +21,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// Files are split further than max_file_bytes to give every I/O thread one, down to this size.
+constexpr int64_t kMinParallelFileBytes = int64_t{64} << 20;
+
 double SecondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -56,12 +59,21 @@ absl::StatusOr<std::vector<std::string>> LocalExchange::Gather(int64_t step, int
   return out;
 }
 
-// Host copies of one rank's state, owned until written.
+// The host copy of one rank's state: every tensor at a 64-byte aligned offset of one buffer
+// (pinned for GPU tensors), reused by the next save.
 struct Checkpointer::Snapshot {
+  struct Entry {
+    std::string name;
+    int split = -1;
+    DType dtype = DType::kF32;
+    std::vector<int64_t> shape;
+    size_t offset = 0;
+    size_t nbytes = 0;
+  };
   int64_t step = 0;
-  std::vector<std::string> names;
-  std::vector<torch::Tensor> host;  // contiguous CPU tensors
-  std::vector<int> splits;
+  std::vector<Entry> entries;
+  torch::Tensor buffer;  // uint8; undefined until the first snapshot
+  bool pinned = false;
   mt::v1::CheckpointManifest base;  // rank 0's manifest fields
   Clock::time_point start;
   double snapshot_seconds = 0;
@@ -86,36 +98,85 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(CheckpointerO
   return c;
 }
 
-absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double validation_loss) {
+absl::Status Checkpointer::TakeSnapshot(const std::vector<StateTensor>& tensors, Snapshot& s,
+                                        bool copy) {
+  s.entries.clear();
+  try {
+    torch::NoGradGuard no_grad;
+    size_t total = 0;
+    bool on_gpu = false;
+    for (const StateTensor& t : tensors) {
+      Snapshot::Entry e;
+      e.name = t.name;
+      e.split = t.split_dim;
+      MT_ASSIGN_OR_RETURN(e.dtype, ToDType(t.tensor.scalar_type()));
+      e.shape = t.tensor.sizes().vec();
+      e.nbytes = static_cast<size_t>(t.tensor.numel()) * t.tensor.element_size();
+      e.offset = total;
+      total += (e.nbytes + 63) / 64 * 64;
+      on_gpu = on_gpu || t.tensor.is_cuda();
+      s.entries.push_back(std::move(e));
+    }
+    // Pinned memory lets the device-to-host copies run at the bus's speed; allocating it is
+    // slow, hence the reuse (the model's state keeps its size) and Prepare.
+    if (!s.buffer.defined() || static_cast<size_t>(s.buffer.numel()) < total ||
+        s.pinned != on_gpu) {
+      s.buffer = torch::Tensor();
+      s.buffer = torch::empty({static_cast<int64_t>(std::max<size_t>(total, 64))},
+                              torch::TensorOptions().dtype(torch::kByte).pinned_memory(on_gpu));
+      s.pinned = on_gpu;
+    }
+    if (!copy) {
+      s.entries.clear();
+      return absl::OkStatus();
+    }
+    char* base = static_cast<char*>(s.buffer.data_ptr());
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const torch::Tensor& src = tensors[i].tensor;
+      torch::Tensor dst = torch::from_blob(base + s.entries[i].offset, src.sizes(),
+                                           torch::TensorOptions().dtype(src.scalar_type()));
+      dst.copy_(src);  // synchronous: the copy is done before training changes the state
+    }
+  } catch (const c10::Error& e) {
+    s.entries.clear();
+    return absl::InternalError(
+        absl::StrCat("checkpoint snapshot at step ", s.step, ": ", e.what_without_backtrace()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Checkpointer::Prepare(engine::Trainer& trainer) {
   Wait();
+  // Every rank: with the distributed optimizer the DP group gathers the optimizer state.
+  MT_ASSIGN_OR_RETURN(std::vector<StateTensor> tensors, CollectTensors(trainer));
+  if (!writes_shard_) return absl::OkStatus();
+  if (snapshot_ == nullptr) snapshot_ = std::make_shared<Snapshot>();
+  return TakeSnapshot(tensors, *snapshot_, /*copy=*/false);
+}
+
+absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double validation_loss) {
+  Wait();  // at most one save in flight; its buffer is free afterwards
   const int64_t step = trainer.iteration();
   if (step == last_step_) return absl::OkStatus();
-  auto snapshot = std::make_shared<Snapshot>();
-  snapshot->start = Clock::now();
-  snapshot->step = step;
+  if (std::isnan(loss)) {
+    // A step whose loss stayed on the device (not a log step): the manifest gets the real one.
+    MT_ASSIGN_OR_RETURN(loss, trainer.LastStepLoss());
+  }
+  if (snapshot_ == nullptr) snapshot_ = std::make_shared<Snapshot>();
+  Snapshot& snapshot = *snapshot_;
+  snapshot.start = Clock::now();
+  snapshot.step = step;
+  snapshot.entries.clear();
   // Every rank: with the distributed optimizer the DP group gathers the optimizer state.
   auto tensors = CollectTensors(trainer);
   if (!tensors.ok()) {
     return absl::Status(tensors.status().code(), absl::StrCat("checkpoint snapshot at step ", step,
                                                               ": ", tensors.status().message()));
   }
-  if (writes_shard_) {
-    try {
-      torch::NoGradGuard no_grad;
-      for (StateTensor& t : *tensors) {
-        snapshot->names.push_back(t.name);
-        snapshot->splits.push_back(t.split_dim);
-        // A copy even on the CPU: training goes on while an async save writes.
-        snapshot->host.push_back(
-            t.tensor.to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true).contiguous());
-      }
-    } catch (const c10::Error& e) {
-      return absl::InternalError(
-          absl::StrCat("checkpoint snapshot at step ", step, ": ", e.what_without_backtrace()));
-    }
-  }
+  if (writes_shard_) MT_RETURN_IF_ERROR(TakeSnapshot(*tensors, snapshot, /*copy=*/true));
+  snapshot.base.Clear();
   if (rank_ == 0) {
-    mt::v1::CheckpointManifest& m = snapshot->base;
+    mt::v1::CheckpointManifest& m = snapshot.base;
     m.set_job_id(options_.job_id);
     m.set_attempt(options_.attempt);
     m.set_step(step);
@@ -128,17 +189,17 @@ absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double va
     *m.mutable_trainer() = CollectScalars(trainer);
     *m.mutable_create_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
   }
-  snapshot->snapshot_seconds = SecondsSince(snapshot->start);
+  snapshot.snapshot_seconds = SecondsSince(snapshot.start);
   last_step_ = step;
   if (options_.async_save) {
-    worker_ = std::thread([this, snapshot] {
-      SaveInfo info = Write(*snapshot);
+    worker_ = std::thread([this, s = snapshot_] {
+      SaveInfo info = Write(*s);
       absl::MutexLock lock(&mu_);
       finished_.push_back(std::move(info));
     });
     return absl::OkStatus();
   }
-  SaveInfo info = Write(*snapshot);
+  SaveInfo info = Write(snapshot);
   absl::Status status = info.status;
   absl::MutexLock lock(&mu_);
   finished_.push_back(std::move(info));
@@ -158,47 +219,65 @@ SaveInfo Checkpointer::Write(Snapshot& s) {
     const int tp = options_.coordinates.tp();
     const int pp = options_.coordinates.pp();
     const int tp_size = std::max(1, options_.layout.tensor_model_parallel_size());
-    std::map<std::string, std::string> meta = {
-        {"format", kShardFormatName},    {"format_version", "1"},
-        {"tp_rank", std::to_string(tp)}, {"tp_size", std::to_string(tp_size)},
-        {"pp_rank", std::to_string(pp)}, {"step", std::to_string(s.step)},
-        {"rank", std::to_string(rank_)}};
-    std::vector<TensorView> views;
+    std::vector<uint64_t> sizes;
+    int64_t total = 0;
+    for (const Snapshot::Entry& e : s.entries) {
+      sizes.push_back(e.nbytes);
+      total += static_cast<int64_t>(e.nbytes);
+    }
+    // At least one file per I/O thread once the files are big enough to be worth it.
+    const int threads = options_.io_threads > 0 ? options_.io_threads : DefaultIoThreads();
+    int64_t bound = options_.max_file_bytes;
+    if (bound > 0) {
+      bound = std::min(bound, std::max(kMinParallelFileBytes, (total + threads - 1) / threads));
+    }
+    const std::vector<std::vector<size_t>> groups = SplitIntoFiles(sizes, bound);
+    const int count = static_cast<int>(groups.size());
+    std::vector<ShardFile> files(groups.size());
+    const char* base = s.buffer.defined() ? static_cast<const char*>(s.buffer.data_ptr()) : nullptr;
     absl::Status status = MakeDir(partial);
-    for (size_t i = 0; status.ok() && i < s.names.size(); ++i) {
-      auto dtype = ToDType(s.host[i].scalar_type());
-      if (!dtype.ok()) {
-        status = dtype.status();
-        break;
-      }
-      TensorView v;
-      v.name = s.names[i];
-      v.dtype = *dtype;
-      v.shape = s.host[i].sizes().vec();
-      v.data = s.host[i].data_ptr();
-      v.nbytes = s.host[i].nbytes();
-      views.push_back(std::move(v));
-      if (s.splits[i] >= 0) meta["split." + s.names[i]] = std::to_string(s.splits[i]);
-    }
-    result.file = ShardFileName(tp, pp);
     if (status.ok()) {
-      auto digest = WriteSafetensors(JoinPath(partial, result.file), views, meta);
-      if (digest.ok()) {
-        result.size = digest->size;
-        result.sha256 = digest->sha256;
-        info.bytes = digest->size;
-      } else {
-        status = digest.status();
-      }
+      status = RunParallel(groups.size(), threads, [&](size_t g) -> absl::Status {
+        std::map<std::string, std::string> meta = {
+            {"format", kShardFormatName},
+            {"format_version", std::to_string(kFormatVersion)},
+            {"tp_rank", std::to_string(tp)},
+            {"tp_size", std::to_string(tp_size)},
+            {"pp_rank", std::to_string(pp)},
+            {"step", std::to_string(s.step)},
+            {"rank", std::to_string(rank_)},
+            {"file_index", std::to_string(g)},
+            {"file_count", std::to_string(count)}};
+        std::vector<TensorView> views;
+        for (size_t i : groups[g]) {
+          const Snapshot::Entry& e = s.entries[i];
+          TensorView v;
+          v.name = e.name;
+          v.dtype = e.dtype;
+          v.shape = e.shape;
+          v.data = base + e.offset;
+          v.nbytes = e.nbytes;
+          views.push_back(std::move(v));
+          if (e.split >= 0) meta["split." + e.name] = std::to_string(e.split);
+        }
+        files[g].file = ShardFileName(tp, pp, static_cast<int>(g), count);
+        MT_ASSIGN_OR_RETURN(FileDigest digest,
+                            WriteSafetensors(JoinPath(partial, files[g].file), views, meta));
+        files[g].size = digest.size;
+        files[g].sha256 = digest.sha256;
+        return absl::OkStatus();
+      });
     }
-    if (!status.ok()) {
+    if (status.ok()) {
+      result.files = std::move(files);
+      for (const ShardFile& f : result.files) info.bytes += f.size;
+      info.files = count;
+    } else {
       result.ok = false;
       result.error = std::string(status.message());
       info.status = status;
     }
   }
-  // Free the host copy before waiting for the others.
-  s.host.clear();
   if (absl::Status p = exchange_->Publish(s.step, rank_, SerializeShardResult(result)); !p.ok()) {
     info.status = p;
   }
@@ -225,8 +304,9 @@ SaveInfo Checkpointer::Write(Snapshot& s) {
   info.seconds = SecondsSince(s.start);
   if (info.status.ok()) {
     MT_LOG(INFO) << "checkpoint: step " << s.step << (info.committed ? " committed to " : " in ")
-                 << info.directory << " (" << info.bytes << " bytes from this rank, "
-                 << info.seconds << " s)";
+                 << info.directory << " (" << info.bytes << " bytes in " << info.files
+                 << " files from this rank, " << info.seconds << " s, snapshot "
+                 << info.snapshot_seconds << " s)";
   } else {
     MT_LOG(ERROR) << "checkpoint at step " << s.step << " failed: " << info.status.message();
   }
@@ -244,21 +324,47 @@ std::vector<SaveInfo> Checkpointer::TakeFinished() {
   return out;
 }
 
-absl::StatusOr<std::optional<LoadChoice>> ChooseLoad(const std::string& path) {
+absl::StatusOr<std::optional<LoadChoice>> ChooseLoad(const std::string& path,
+                                                     const LoadOptions& options) {
   if (LooksLikeHfGpt2(path)) {
     MT_ASSIGN_OR_RETURN(std::unique_ptr<TensorSource> source, OpenHfGpt2Source(path));
     LoadChoice c;
     c.dir = path;
     c.manifest = source->manifest();
+    struct stat st;
+    if (::stat(JoinPath(path, "model.safetensors").c_str(), &st) == 0) c.bytes_read = st.st_size;
     return std::optional<LoadChoice>(std::move(c));
   }
-  auto choice = ChooseCheckpoint(path);
+  ChooseOptions choose;
+  choose.threads = options.io_threads;
+  choose.max_keep_bytes = options.max_keep_bytes;
+  if (options.keep_own_files) {
+    choose.keep = [&options](const mt::v1::CheckpointManifest& m, const mt::v1::CheckpointFile& f) {
+      // Same TP and PP sizes: this rank restores exactly the tensors of its (tp, pp) files.
+      if (std::max(1, m.layout().tensor_model_parallel_size()) != std::max(1, options.tp_size) ||
+          std::max(1, m.layout().pipeline_model_parallel_size()) != std::max(1, options.pp_size)) {
+        return false;
+      }
+      for (const auto& t : m.tensors()) {
+        if (t.file() == f.path()) {
+          return t.tp_rank() == options.tp_rank && t.pp_rank() == options.pp_rank;
+        }
+      }
+      return false;
+    };
+  }
+  auto choice = ChooseCheckpoint(path, choose);
   if (absl::IsNotFound(choice.status())) return std::optional<LoadChoice>();
   if (!choice.ok()) return choice.status();
   for (const std::string& p : choice->problems) {
     MT_LOG(WARNING) << "checkpoint skipped: " << p;
   }
   return std::optional<LoadChoice>(*std::move(choice));
+}
+
+absl::StatusOr<std::unique_ptr<TensorSource>> OpenLoadSource(const LoadChoice& choice) {
+  if (LooksLikeHfGpt2(choice.dir)) return OpenHfGpt2Source(choice.dir);
+  return OpenCheckpointSource(choice.dir, choice.manifest, choice.files);
 }
 
 }  // namespace mt::checkpoint

@@ -1,17 +1,25 @@
 // Saving and loading a rank's training state (FORMAT.md).
 //
 // Save, on every rank of the job at the same step:
-//   1. snapshot: the rank's tensors (trainer_state.h) copied to host memory;
+//   1. snapshot: the rank's tensors (trainer_state.h) copied into one host buffer, pinned when
+//      they live on a GPU and kept for the next save (the only part an async save makes the
+//      training thread wait for);
 //   2. the first DP replica of each (TP, PP) position writes its shard into
-//      <save>/.partial-iter_<step>-a<attempt>/ (temporary name, fsync, rename); the other DP
-//      ranks hold identical tensors and write nothing (Megatron does the same);
-//   3. every rank publishes its result (file, size, SHA-256, or the error) through a
+//      <save>/.partial-iter_<step>-a<attempt>/, split into files of at most max_file_bytes,
+//      written and hashed in one pass, the files in parallel (temporary names, fsync, rename);
+//      the other DP ranks hold identical tensors and write nothing (Megatron does the same);
+//   3. every rank publishes its result (files, sizes, SHA-256s, or the error) through a
 //      SaveExchange; rank 0 gathers all of them, writes manifest.json, renames the directory to
 //      iter_<step> and only then replaces `latest` (checkpoint_dir.h CommitCheckpoint). A rank
 //      that failed (a full disk) makes rank 0 drop the partial directory: the previous
 //      checkpoint and `latest` stay as they were.
 // Async save (--async-save): steps 2-3 run on a background thread after the snapshot; at most
 // one save is in flight (the next Save waits for it).
+//
+// Load (ChooseLoad + OpenLoadSource): every file of the chosen checkpoint is read once, in
+// parallel, and checked against the manifest; the loading rank's own files stay in memory and
+// the restore reads them from there (the bytes restored are the bytes verified). A damaged
+// checkpoint makes the choice fall back to the previous good one.
 //
 // Thread-compatible: one training thread calls Save/Wait/TakeFinished.
 #ifndef MT_WORKER_CHECKPOINT_CHECKPOINTER_H_
@@ -71,16 +79,22 @@ struct CheckpointerOptions {
   mt::v1::RankCoordinates coordinates;
   // How long rank 0 waits for the others' results.
   absl::Duration gather_timeout = absl::Minutes(30);
+  // A rank's shard is split into files of at most this many data bytes (a larger tensor gets
+  // a file of its own), written in parallel: SHA-256 is slower than a fast disk on one core.
+  // Shards over 64 MiB are also split into at least one file per I/O thread.
+  int64_t max_file_bytes = int64_t{256} << 20;
+  int io_threads = 0;  // 0 = DefaultIoThreads()
 };
 
 // One finished save as this rank saw it.
 struct SaveInfo {
   int64_t step = 0;
-  std::string directory;  // iter_<step> (committed by rank 0)
-  int64_t bytes = 0;      // what this rank wrote
-  double seconds = 0;     // snapshot to done
-  double snapshot_seconds = 0;
-  bool committed = false;  // rank 0 only: the manifest and `latest` are written
+  std::string directory;        // iter_<step> (committed by rank 0)
+  int64_t bytes = 0;            // what this rank wrote
+  double seconds = 0;           // snapshot to done
+  double snapshot_seconds = 0;  // what the training thread waited for (async saves)
+  int files = 0;                // this rank's files
+  bool committed = false;       // rank 0 only: the manifest and `latest` are written
   absl::Status status;
 };
 
@@ -94,8 +108,13 @@ class Checkpointer {
   // Saves the trainer's state at its current iteration. Sync: returns when this rank's part
   // is done (rank 0: committed). Async: returns after the snapshot; the result arrives
   // through Wait / TakeFinished. Waits for a previous async save first. A second save of the
-  // same step is skipped (OK).
+  // same step is skipped (OK). A NaN `loss` (the step's loss was not read back: not a log
+  // step) is read from the trainer (Trainer::LastStepLoss, a DP collective: every rank saves).
   absl::Status Save(engine::Trainer& trainer, double loss, double validation_loss);
+  // Allocates the host buffer the saves copy the state into (pinned for a GPU trainer: slow to
+  // allocate) now, at start-up, rather than in the first save. Optional; every rank calls it
+  // (with the distributed optimizer it gathers the state once, as a save does).
+  absl::Status Prepare(engine::Trainer& trainer);
   // Waits for the save in flight, if any.
   void Wait();
   // Saves finished since the last call (sync and async), oldest first.
@@ -105,6 +124,9 @@ class Checkpointer {
  private:
   Checkpointer(CheckpointerOptions options, SaveExchange* exchange);
   struct Snapshot;
+  // Lays the state out in the host buffer (allocated when missing or too small) and, with
+  // `copy`, copies it there.
+  absl::Status TakeSnapshot(const std::vector<StateTensor>& tensors, Snapshot& s, bool copy);
   SaveInfo Write(Snapshot& snapshot);
 
   CheckpointerOptions options_;
@@ -113,15 +135,35 @@ class Checkpointer {
   int world_ = 1;
   bool writes_shard_ = true;
   int64_t last_step_ = -1;
+  // The host copy of the state; its buffer is reused by the next save (free again once the
+  // save in flight is done).
+  std::shared_ptr<Snapshot> snapshot_;
   std::thread worker_;
   absl::Mutex mu_;
   std::vector<SaveInfo> finished_ ABSL_GUARDED_BY(mu_);
 };
 
+// Where the loading rank sits, so that its own files are kept in memory by the verification
+// (only when the checkpoint was written under the same TP and PP sizes; a resharding load
+// reads what it needs from the files).
+struct LoadOptions {
+  bool keep_own_files = false;  // for OpenLoadSource; else nothing is kept
+  int tp_rank = 0;
+  int pp_rank = 0;
+  int tp_size = 1;
+  int pp_size = 1;
+  int io_threads = 0;  // 0 = DefaultIoThreads()
+  int64_t max_keep_bytes = int64_t{32} << 30;
+};
+
 // What --load (or a restart's resume_from) names: a save directory (its latest loadable
 // checkpoint, falling back past damaged ones), a checkpoint directory, or a Hugging Face
 // GPT-2 directory. std::nullopt when `path` holds no checkpoint at all (a fresh run).
-absl::StatusOr<std::optional<LoadChoice>> ChooseLoad(const std::string& path);
+absl::StatusOr<std::optional<LoadChoice>> ChooseLoad(const std::string& path,
+                                                     const LoadOptions& options = {});
+// The tensors of a choice, from the files it kept in memory where it did (release the choice's
+// `files` and the source after the restore).
+absl::StatusOr<std::unique_ptr<TensorSource>> OpenLoadSource(const LoadChoice& choice);
 
 }  // namespace mt::checkpoint
 

@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -12,6 +14,7 @@
 #include "common/base/status_matchers.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/reshard.h"
+#include "common/checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mt/v1/job_spec.pb.h"
@@ -61,11 +64,12 @@ mt::v1::JobSpec TinySpec(mt::v1::Precision precision = mt::v1::PRECISION_FP32) {
 }
 
 std::unique_ptr<engine::Trainer> MakeTrainer(const mt::v1::JobSpec& spec,
-                                             int64_t consumed_samples = 0) {
+                                             int64_t consumed_samples = 0,
+                                             bool sync_every_step = true) {
   engine::TrainerOptions o;
   o.log_progress = false;
   o.attention_backend = "math";
-  o.sync_every_step = true;  // losses of every step are compared
+  o.sync_every_step = sync_every_step;  // losses of every step are compared
   auto train = engine::TokenSequenceSource::Create(engine::SyntheticTokens(4096, kVocab, 7), kSeq,
                                                    consumed_samples);
   auto valid = engine::TokenSequenceSource::Create(engine::SyntheticTokens(4096, kVocab, 8), kSeq);
@@ -93,10 +97,13 @@ std::pair<std::vector<double>, std::vector<double>> TrainTo(engine::Trainer& t, 
 }
 
 std::unique_ptr<Checkpointer> MakeCheckpointer(const std::string& dir, const mt::v1::JobSpec& spec,
-                                               SaveExchange* exchange, bool async = false) {
+                                               SaveExchange* exchange, bool async = false,
+                                               int64_t max_file_bytes = int64_t{256} << 20) {
   CheckpointerOptions o;
   o.save_dir = dir;
   o.async_save = async;
+  o.max_file_bytes = max_file_bytes;
+  o.io_threads = 2;
   o.job_id = "j-1";
   o.spec = spec;
   o.layout.set_world_size(1);
@@ -108,15 +115,24 @@ std::unique_ptr<Checkpointer> MakeCheckpointer(const std::string& dir, const mt:
   return std::move(*c);
 }
 
-// Resumes from `dir` the way a rank does: pick, rebuild the data at the saved position, load.
+// Resumes from `dir` the way a rank does: pick (every file read and verified once, this rank's
+// kept in memory), rebuild the data at the saved position, load from the kept files.
 std::unique_ptr<engine::Trainer> Resume(const std::string& dir, const mt::v1::JobSpec& spec,
                                         RestoreOptions options = {}) {
-  auto choice = ChooseLoad(dir);
+  LoadOptions load;
+  load.keep_own_files = true;
+  load.io_threads = 2;
+  auto choice = ChooseLoad(dir, load);
   EXPECT_TRUE(choice.ok() && choice->has_value()) << choice.status();
   const auto& c = **choice;
+  // A world of one keeps every file: the restore reads none from the disk.
+  EXPECT_NE(c.files, nullptr);
+  if (c.files != nullptr) {
+    EXPECT_EQ(c.files->size(), static_cast<size_t>(c.manifest.files_size()));
+  }
   const bool weights_only = options.weights_only || !c.manifest.has_trainer();
   auto t = MakeTrainer(spec, weights_only ? 0 : c.manifest.trainer().consumed_samples());
-  auto source = OpenAnySource(c.dir);
+  auto source = OpenLoadSource(c);
   EXPECT_TRUE(source.ok()) << source.status();
   absl::Status s = RestoreTrainer(*t, **source, options);
   EXPECT_TRUE(s.ok()) << s;
@@ -206,6 +222,7 @@ TEST(CheckpointerTest, AsyncSaveWritesTheSnapshotWhileTrainingGoesOn) {
   TrainTo(*t, 4);
   torch::Tensor before = t->model().named_parameters()["decoder.final_layernorm.weight"].clone();
   auto ckpt = MakeCheckpointer(dir, spec, &exchange, /*async=*/true);
+  MT_ASSERT_OK(ckpt->Prepare(*t));  // the host buffer up front, as a run does
   MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));
   TrainTo(*t, 6);                          // overlaps the write
   MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));  // waits for the first: one in flight
@@ -222,6 +239,13 @@ TEST(CheckpointerTest, AsyncSaveWritesTheSnapshotWhileTrainingGoesOn) {
   EXPECT_EQ(std::memcmp(saved.data.data(), before.data_ptr(), saved.nbytes()), 0);
   MT_ASSERT_OK_AND_ASSIGN(int64_t latest, ReadLatest(dir));
   EXPECT_EQ(latest, 6);
+  // The second save reused the first one's host buffer: it holds step 6's state.
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m6, ReadManifest(dir + "/iter_0000006"));
+  MT_ASSERT_OK_AND_ASSIGN(auto source6, OpenCheckpointSource(dir + "/iter_0000006", m6));
+  MT_ASSERT_OK_AND_ASSIGN(HostTensor saved6, source6->Full("model.decoder.final_layernorm.weight"));
+  torch::Tensor now = t->model().named_parameters()["decoder.final_layernorm.weight"];
+  EXPECT_FALSE(torch::equal(now, before));
+  EXPECT_EQ(std::memcmp(saved6.data.data(), now.data_ptr(), saved6.nbytes()), 0);
 }
 
 // --finetune / --no-load-optim: weights only; iteration 0 and a fresh optimizer.
@@ -258,6 +282,123 @@ TEST(CheckpointerTest, ShapeMismatchIsAnError) {
   MT_ASSERT_OK_AND_ASSIGN(auto source, OpenCheckpointSource(c.dir, c.manifest));
   EXPECT_THAT(RestoreTrainer(*other, *source, {}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("model.embedding")));
+}
+
+// A shard split into many small files (version 2): every file is listed with its own size
+// and SHA-256, the load reads each once into memory, and the resumed run's losses are those of
+// the straight run, bit for bit.
+TEST(CheckpointerTest, ShardSplitOverFilesResumesExactly) {
+  const mt::v1::JobSpec spec = TinySpec(mt::v1::PRECISION_BF16);
+  auto straight = MakeTrainer(spec);
+  auto [losses, valid] = TrainTo(*straight, 8);
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  auto first = MakeTrainer(spec);
+  TrainTo(*first, 4);
+  {
+    auto ckpt = MakeCheckpointer(dir, spec, &exchange, /*async=*/false, /*max_file_bytes=*/16384);
+    MT_ASSERT_OK(ckpt->Save(*first, 1.0, 1.0));
+    auto done = ckpt->TakeFinished();
+    ASSERT_EQ(done.size(), 1u);
+    EXPECT_GT(done[0].files, 4);
+  }
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, ReadManifest(dir + "/iter_0000004"));
+  EXPECT_EQ(m.format_version(), 2);
+  ASSERT_GT(m.files_size(), 4);
+  int64_t total = 0;
+  for (int i = 0; i < m.files_size(); ++i) {
+    EXPECT_EQ(m.files(i).path(), ShardFileName(0, 0, i, m.files_size()));
+    MT_ASSERT_OK_AND_ASSIGN(SafetensorsIndex index,
+                            ReadSafetensorsIndex(dir + "/iter_0000004/" + m.files(i).path()));
+    EXPECT_EQ(index.file_size, static_cast<uint64_t>(m.files(i).size_bytes()));
+    // Data within the bound, or a single tensor over it.
+    EXPECT_TRUE(index.file_size - index.data_start <= 16384 || index.tensors.size() == 1)
+        << m.files(i).path();
+    total += m.files(i).size_bytes();
+  }
+  LoadOptions load;
+  load.keep_own_files = true;
+  MT_ASSERT_OK_AND_ASSIGN(std::optional<LoadChoice> choice, ChooseLoad(dir, load));
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->bytes_read, total);
+  ASSERT_NE(choice->files, nullptr);
+  EXPECT_EQ(choice->files->bytes(), total);
+
+  auto resumed = Resume(dir, spec);
+  auto [losses_b, valid_b] = TrainTo(*resumed, 8);
+  ASSERT_EQ(losses_b.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(losses_b[i], losses[4 + i]) << "step " << 5 + i;
+}
+
+// One damaged file of a split shard: the load reports it and takes the previous checkpoint.
+TEST(CheckpointerTest, ADamagedFileOfASplitShardFallsBack) {
+  const mt::v1::JobSpec spec = TinySpec();
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  auto t = MakeTrainer(spec);
+  auto ckpt = MakeCheckpointer(dir, spec, &exchange, /*async=*/false, /*max_file_bytes=*/16384);
+  TrainTo(*t, 2);
+  MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));
+  TrainTo(*t, 4);
+  MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, ReadManifest(dir + "/iter_0000004"));
+  ASSERT_GT(m.files_size(), 2);
+  const std::string victim = m.files(1).path();
+  {
+    const std::string path = dir + "/iter_0000004/" + victim;
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, -3, SEEK_END);
+    const int c = std::fgetc(f);
+    std::fseek(f, -3, SEEK_END);
+    std::fputc(c ^ 0x01, f);
+    std::fclose(f);
+  }
+  LoadOptions load;
+  load.keep_own_files = true;
+  MT_ASSERT_OK_AND_ASSIGN(std::optional<LoadChoice> choice, ChooseLoad(dir, load));
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->manifest.step(), 2);
+  ASSERT_EQ(choice->problems.size(), 1u);
+  EXPECT_THAT(choice->problems[0], HasSubstr(victim + ": sha256 mismatch"));
+  auto resumed = Resume(dir, spec);
+  EXPECT_EQ(resumed->iteration(), 2);
+}
+
+// Without sync_every_step a step's loss stays on the device except at log steps; a save at
+// such a step passes NaN and the manifest still gets the step's real loss (read at the save),
+// equal to what a trainer that reads every step reports for it.
+TEST(CheckpointerTest, ManifestRecordsTheLossOfANonLogStep) {
+  const mt::v1::JobSpec spec = TinySpec();  // log_interval 100
+  auto reference = MakeTrainer(spec, 0, /*sync_every_step=*/true);
+  auto [losses, valid] = TrainTo(*reference, 3);
+  ASSERT_TRUE(std::isfinite(losses[2]));
+
+  auto lazy = MakeTrainer(spec, 0, /*sync_every_step=*/false);
+  double step3 = 0;
+  for (int i = 0; i < 3; ++i) {
+    MT_ASSERT_OK_AND_ASSIGN(engine::StepMetrics m, lazy->Step());
+    step3 = m.loss;
+    if (lazy->iteration() % lazy->plan().eval_interval == 0) {
+      MT_ASSERT_OK(lazy->Evaluate().status());
+    }
+  }
+  ASSERT_TRUE(std::isnan(step3)) << "step 3 is not a log step: its loss was not read";
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  MT_ASSERT_OK(MakeCheckpointer(dir, spec, &exchange)->Save(*lazy, step3, std::nan("")));
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, ReadManifest(dir + "/iter_0000003"));
+  EXPECT_EQ(m.loss(), losses[2]);  // exact: the same computation on the CPU
+  // Read once; asking again gives the same value without another read.
+  MT_ASSERT_OK_AND_ASSIGN(double again, lazy->LastStepLoss());
+  EXPECT_EQ(again, losses[2]);
+  // The next log-interval mean still counts every step once.
+  auto next = lazy->Step();
+  MT_ASSERT_OK(next.status());
+  EXPECT_TRUE(std::isnan(next->loss));
+  MT_ASSERT_OK_AND_ASSIGN(double step4, lazy->LastStepLoss());
+  auto [more, more_valid] = TrainTo(*reference, 4);
+  EXPECT_EQ(step4, more[0]);
 }
 
 }  // namespace

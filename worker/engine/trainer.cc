@@ -784,6 +784,17 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   return m;
 }
 
+absl::StatusOr<double> Trainer::LastStepLoss() {
+  if (synced_iteration_ == iteration_) return synced_loss_;
+  // Nothing on the device since the last read: no step was taken in this process yet.
+  if (!state_->stats.loss_sum.defined()) return std::nan("");
+  return CatchTorch("reading the step's loss", [this]() -> absl::StatusOr<double> {
+    StepMetrics m;
+    MT_RETURN_IF_ERROR(SyncStepMetrics(&m));
+    return synced_loss_;
+  });
+}
+
 absl::Status Trainer::SyncStepMetrics(StepMetrics* m) {
   const DeviceStepStats::Values v = state_->stats.Take();
   double loss = v.loss, loss_sum = v.loss_sum;
@@ -800,6 +811,8 @@ absl::Status Trainer::SyncStepMetrics(StepMetrics* m) {
   interval_.loss_count += static_cast<int64_t>(v.loss_count);
   m->synced = true;
   m->loss = loss;
+  synced_iteration_ = iteration_;
+  synced_loss_ = loss;
   m->grad_norm = v.grad_norm;
   m->skipped = v.found_inf != 0.0;
   return absl::OkStatus();

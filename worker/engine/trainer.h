@@ -195,6 +195,10 @@ class Trainer {
   int64_t consumed_samples() const { return consumed_samples_; }
   // Skipped steps up to the last synced step.
   int64_t skipped_iterations() const { return skipped_total_; }
+  // The loss of the last step taken (as StepMetrics::loss), reading the device's statistics
+  // when that step was not synced: a DP collective then, so every DP rank calls it after the
+  // same step (checkpoint saves do, for their manifest). NaN before the first step.
+  absl::StatusOr<double> LastStepLoss();
   const TrainPlan& plan() const { return plan_; }
   const LrSchedule& lr_schedule() const { return schedule_; }
   const LossScaler& loss_scaler() const { return scaler_; }
@@ -255,6 +259,8 @@ class Trainer {
   int64_t consumed_samples_ = 0;
   int64_t skipped_total_ = 0;
   int64_t valid_consumed_samples_ = 0;
+  int64_t synced_iteration_ = -1;  // the last step SyncStepMetrics read, and its loss
+  double synced_loss_ = 0.0;
   int64_t vocab_size_ = 0;
 
   // Progress-line accumulators since the last line (Megatron averages over the interval).

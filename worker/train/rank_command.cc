@@ -109,6 +109,18 @@ class Reporter {
     Send(r);
   }
 
+  // The checkpoint this rank resumed from (worker metrics: mt_rank_checkpoint_load_*).
+  void CheckpointLoad(int64_t step, const std::string& dir, int64_t bytes, double seconds) {
+    mt::v1::RankReport r;
+    r.set_phase(mt::v1::RANK_PHASE_STARTING);
+    mt::v1::CheckpointReport* c = r.mutable_checkpoint_load();
+    c->set_step(step);
+    c->set_directory(dir);
+    c->set_size_bytes(bytes);
+    c->set_seconds(seconds);
+    Send(r);
+  }
+
   void set_first_step(int64_t s) { first_step_ = s; }
 
  private:
@@ -221,8 +233,17 @@ int RunRankCommand(const std::vector<std::string>& args) {
   const std::string load_path =
       !assignment.resume_from().empty() ? assignment.resume_from() : ckpt_spec.load_dir();
   std::optional<checkpoint::LoadChoice> load;
+  double load_seconds = 0;  // choosing (reading and verifying) + restoring
   if (!load_path.empty()) {
-    auto chosen = checkpoint::ChooseLoad(load_path);
+    const absl::Time load_start = absl::Now();
+    checkpoint::LoadOptions load_options;
+    load_options.keep_own_files = true;  // verified once, restored from memory
+    load_options.tp_rank = assignment.coordinates().tp();
+    load_options.pp_rank = assignment.coordinates().pp();
+    load_options.tp_size = std::max(1, layout.tensor_model_parallel_size());
+    load_options.pp_size = std::max(1, layout.pipeline_model_parallel_size());
+    auto chosen = checkpoint::ChooseLoad(load_path, load_options);
+    load_seconds = absl::ToDoubleSeconds(absl::Now() - load_start);
     if (!chosen.ok()) return Fail(chosen.status(), "choosing the checkpoint to load");
     load = *std::move(chosen);
     if (!load.has_value()) {
@@ -257,7 +278,8 @@ int RunRankCommand(const std::vector<std::string>& args) {
   if (!trainer.ok()) return Fail(trainer.status(), "building the trainer");
   engine::Trainer& t = **trainer;
   if (load.has_value()) {
-    auto source = checkpoint::OpenAnySource(load->dir);
+    const absl::Time restore_start = absl::Now();
+    auto source = checkpoint::OpenLoadSource(*load);
     if (!source.ok()) return Fail(source.status(), "opening the checkpoint");
     checkpoint::RestoreOptions restore;
     restore.load_optimizer = !ckpt_spec.no_load_optim();
@@ -268,6 +290,10 @@ int RunRankCommand(const std::vector<std::string>& args) {
     if (absl::Status s = checkpoint::RestoreTrainer(t, **source, restore); !s.ok()) {
       return Fail(s, absl::StrCat("loading ", load->dir));
     }
+    source->reset();
+    load->files.reset();  // the files kept in memory for the restore
+    load_seconds += absl::ToDoubleSeconds(absl::Now() - restore_start);
+    reporter.CheckpointLoad(load->manifest.step(), load->dir, load->bytes_read, load_seconds);
   }
   RendezvousExchange exchange(&rendezvous);
   checkpoint::LocalExchange local_exchange;
@@ -286,6 +312,10 @@ int RunRankCommand(const std::vector<std::string>& args) {
                                    : &local_exchange);
     if (!c.ok()) return Fail(c.status(), "checkpoint.save_dir");
     saver = *std::move(c);
+    // The snapshot's (pinned) host buffer now, not in the first async save's stall.
+    if (o.async_save) {
+      if (absl::Status s = saver->Prepare(t); !s.ok()) return Fail(s, "checkpoint host buffer");
+    }
   }
   reporter.Phase(mt::v1::RANK_PHASE_TRAINING);
 

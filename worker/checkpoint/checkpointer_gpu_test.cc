@@ -1,0 +1,119 @@
+// Checkpoints of a trainer on a GPU (label `gpu`; skips without CUDA): the async save's
+// snapshot goes through the pinned host buffer (Prepare) while training goes on, the shard is
+// split over several files, and a fresh GPU trainer loaded from it (one pass, from the verified
+// bytes in memory) holds exactly the state of the saved step, tensor by tensor (tolerance 0:
+// bytes are copied, never computed).
+#include <torch/cuda.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/base/status_matchers.h"
+#include "gtest/gtest.h"
+#include "mt/v1/job_spec.pb.h"
+#include "worker/checkpoint/checkpointer.h"
+#include "worker/checkpoint/trainer_state.h"
+#include "worker/engine/batch_source.h"
+#include "worker/engine/trainer.h"
+
+namespace mt::checkpoint {
+namespace {
+
+constexpr int64_t kSeq = 32;
+constexpr int64_t kVocab = 500;
+
+mt::v1::JobSpec Spec() {
+  mt::v1::JobSpec spec;
+  auto* m = spec.mutable_model();
+  m->set_num_layers(2);
+  m->set_hidden_size(128);
+  m->set_num_attention_heads(4);
+  m->set_seq_length(kSeq);
+  m->set_vocab_size(kVocab);
+  auto* t = spec.mutable_training();
+  t->set_micro_batch_size(4);
+  t->set_global_batch_size(4);
+  t->set_train_iters(10);
+  t->set_lr(1e-3);
+  t->set_lr_warmup_iters(2);
+  t->set_seed(99);
+  t->set_precision(mt::v1::PRECISION_BF16);
+  spec.mutable_evaluation()->set_eval_interval(0);
+  spec.mutable_logging()->set_log_interval(100);
+  return spec;
+}
+
+std::unique_ptr<engine::Trainer> MakeTrainer(const mt::v1::JobSpec& spec, int64_t consumed) {
+  engine::TrainerOptions o;
+  o.device = "cuda";
+  o.log_progress = false;
+  auto train =
+      engine::TokenSequenceSource::Create(engine::SyntheticTokens(8192, kVocab, 3), kSeq, consumed);
+  EXPECT_TRUE(train.ok());
+  auto t = engine::Trainer::Create(spec, o, std::move(*train), nullptr);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? std::move(*t) : nullptr;
+}
+
+std::map<std::string, torch::Tensor> HostState(engine::Trainer& t) {
+  std::map<std::string, torch::Tensor> out;
+  absl::StatusOr<std::vector<StateTensor>> tensors = CollectTensors(t);
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  if (!tensors.ok()) return out;
+  for (StateTensor& s : *tensors) out[s.name] = s.tensor.to(torch::kCPU).clone();
+  return out;
+}
+
+TEST(CheckpointerGpuTest, AsyncSaveFromTheGpuLoadsBackExactly) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const mt::v1::JobSpec spec = Spec();
+  std::string dir = std::string(::testing::TempDir()) + "/ckgpu_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  auto t = MakeTrainer(spec, 0);
+  ASSERT_NE(t, nullptr);
+  for (int i = 0; i < 3; ++i) MT_ASSERT_OK(t->Step().status());
+  const std::map<std::string, torch::Tensor> at3 = HostState(*t);
+
+  LocalExchange exchange;
+  CheckpointerOptions o;
+  o.save_dir = dir;
+  o.async_save = true;
+  o.job_id = "gpu";
+  o.spec = spec;
+  o.max_file_bytes = 1 << 20;  // several files
+  MT_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpointer::Create(o, &exchange));
+  MT_ASSERT_OK(ckpt->Prepare(*t));
+  MT_ASSERT_OK(ckpt->Save(*t, std::nan(""), std::nan("")));
+  for (int i = 0; i < 2; ++i) MT_ASSERT_OK(t->Step().status());  // changes the live state
+  ckpt->Wait();
+  auto done = ckpt->TakeFinished();
+  ASSERT_EQ(done.size(), 1u);
+  MT_ASSERT_OK(done[0].status);
+  EXPECT_GT(done[0].files, 1);
+
+  LoadOptions load;
+  load.keep_own_files = true;
+  MT_ASSERT_OK_AND_ASSIGN(std::optional<LoadChoice> choice, ChooseLoad(dir, load));
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->manifest.step(), 3);
+  EXPECT_TRUE(std::isfinite(choice->manifest.loss()));  // read from the device at the save
+  ASSERT_NE(choice->files, nullptr);
+  auto fresh = MakeTrainer(spec, choice->manifest.trainer().consumed_samples());
+  ASSERT_NE(fresh, nullptr);
+  MT_ASSERT_OK_AND_ASSIGN(auto source, OpenLoadSource(*choice));
+  MT_ASSERT_OK(RestoreTrainer(*fresh, *source, {}));
+  EXPECT_EQ(fresh->iteration(), 3);
+  const std::map<std::string, torch::Tensor> loaded = HostState(*fresh);
+  ASSERT_EQ(loaded.size(), at3.size());
+  for (const auto& [name, want] : at3) {
+    ASSERT_TRUE(loaded.count(name)) << name;
+    EXPECT_TRUE(torch::equal(loaded.at(name), want)) << name;
+  }
+}
+
+}  // namespace
+}  // namespace mt::checkpoint

@@ -28,7 +28,9 @@ void GradReducer::StartReduction(int b, const at::Tensor& grads) {
     // which is the in-place layout NCCL allows.
     const Range s = Shard(b);
     at::Tensor out = grads.narrow(0, s.begin, s.size());
+    CommStats::Span span = StartComm(dp_, Collective::kReduceScatter, bucket);
     reductions_.push_back(dp_.group->_reduce_scatter_base(out, bucket));
+    reduction_spans_.push_back(std::move(span));
     return;
   }
   // All-reduce. For the distributed optimizer on Gloo this stands in for a reduce-scatter
@@ -38,13 +40,20 @@ void GradReducer::StartReduction(int b, const at::Tensor& grads) {
   std::vector<at::Tensor> tensors = {bucket};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;
+  CommStats::Span span = StartComm(dp_, Collective::kAllReduce, bucket);
   reductions_.push_back(dp_.group->allreduce(tensors, opts));
+  reduction_spans_.push_back(std::move(span));
 }
 
 absl::Status GradReducer::WaitReductions() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.swap(reductions_);
-  for (const auto& w : works) MT_RETURN_IF_ERROR(Wait(w, "gradient reduction over DP"));
+  std::vector<CommStats::Span> spans;
+  spans.swap(reduction_spans_);
+  for (size_t i = 0; i < works.size(); ++i) {
+    MT_RETURN_IF_ERROR(Wait(works[i], "gradient reduction over DP"));
+    spans[i].Finish();
+  }
   return absl::OkStatus();
 }
 
@@ -56,7 +65,9 @@ void GradReducer::StartGather(int b, const at::Tensor& params) {
   at::Tensor mine = params.narrow(0, s.begin, s.size());
   if (cuda_) {
     // In place: the input is the output's slice at rank * count (NCCL's in-place layout).
+    CommStats::Span span = StartComm(dp_, Collective::kAllGather, bucket);
     gathers_.push_back(dp_.group->_allgather_base(bucket, mine));
+    gather_spans_.push_back(std::move(span));
     return;
   }
   // Gloo: one output view per rank into the bucket (it gathers into a flat temporary and
@@ -70,13 +81,20 @@ void GradReducer::StartGather(int b, const at::Tensor& params) {
   const int64_t part = bucket.numel() / dp_.size;
   for (int i = 0; i < dp_.size; ++i) outputs[0].push_back(bucket.narrow(0, part * i, part));
   std::vector<at::Tensor> inputs = {mine};
+  CommStats::Span span = StartComm(dp_, Collective::kAllGather, bucket);
   gathers_.push_back(dp_.group->allgather(outputs, inputs));
+  gather_spans_.push_back(std::move(span));
 }
 
 absl::Status GradReducer::WaitGathers() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.swap(gathers_);
-  for (const auto& w : works) MT_RETURN_IF_ERROR(Wait(w, "parameter all-gather over DP"));
+  std::vector<CommStats::Span> spans;
+  spans.swap(gather_spans_);
+  for (size_t i = 0; i < works.size(); ++i) {
+    MT_RETURN_IF_ERROR(Wait(works[i], "parameter all-gather over DP"));
+    spans[i].Finish();
+  }
   return absl::OkStatus();
 }
 

@@ -67,6 +67,9 @@ class GradReducer {
   std::vector<Range> buckets_;
   std::vector<c10::intrusive_ptr<c10d::Work>> reductions_;
   std::vector<c10::intrusive_ptr<c10d::Work>> gathers_;
+  // The timing of each started collective (comm_stats.h), beside its work.
+  std::vector<CommStats::Span> reduction_spans_;
+  std::vector<CommStats::Span> gather_spans_;
 };
 
 }  // namespace mt::parallel

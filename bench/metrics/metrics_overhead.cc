@@ -120,7 +120,10 @@ int main(int argc, char** argv) {
     if (!step.ok()) return 2;
     if (metrics) {
       const absl::Time hook_start = absl::Now();
-      (*observability)->OnStep(*step, step->iteration % 10 == 1, 0.0, [&] { return tr.memory(); });
+      for (const mt::parallel::CommTime& c : tr.TakeCommunication()) {
+        (*observability)->AddCommunication(c.collective, c.group, c.seconds, c.calls);
+      }
+      (*observability)->OnStep(*step, step->iteration % 10 == 1, [&] { return tr.memory(); });
       hook.push_back(absl::ToDoubleSeconds(absl::Now() - hook_start));
     }
     (metrics ? on : off).push_back(absl::ToDoubleSeconds(absl::Now() - start));

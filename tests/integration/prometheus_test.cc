@@ -1,10 +1,12 @@
 // Observability against the real thing: a real cluster (coordinator + 2 CPU workers + trainer
 // processes) trains a tiny GPT while Debian's Prometheus, started with deploy/prometheus.yml
 // (only its addresses and intervals replaced), finds the workers through the coordinator's
-// HTTP service discovery and scrapes everything. Then:
+// HTTP service discovery and scrapes everything. The job runs tensor parallelism over the two
+// workers. Then:
 //   - every panel query of dashboards/*.json returns data from Prometheus's HTTP API, and the
 //     dashboards' variable queries find the job and the node;
 //   - `promtool check metrics` reports nothing on every endpoint, during and after the run;
+//   - each worker's endpoint shows its rank's time in TP all-reduces;
 //   - every exposed mt_ metric is in docs/metrics.md and every documented one is exposed;
 //   - the rank that speaks for the job wrote TensorBoard events (read back, CRCs checked);
 //   - `mtctl top` shows the job and the workers;
@@ -252,7 +254,7 @@ TEST_F(PrometheusTest, EveryDashboardQueryReturnsDataFromARealRun) {
       "name: observed\n",
       "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16,\n"
       "        hidden_dropout: 0.0, attention_dropout: 0.0}\n"
-      "parallel: {tp: 1, pp: 1, dp: 2}\n",
+      "parallel: {tp: 2, pp: 1, dp: 1}\n",
       "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: 1000000, lr: 3.0e-3,\n"
       "           lr_warmup_iters: 2, seed: 7}\n",
       "data:\n  data_path: ", data, "\n  split: \"90,10,0\"\n",
@@ -322,7 +324,25 @@ TEST_F(PrometheusTest, EveryDashboardQueryReturnsDataFromARealRun) {
   EXPECT_GT(value(absl::StrCat("min(mt_rank_step{job=\"", job, "\"})")), 20);
   EXPECT_GT(value(absl::StrCat("max(mt_rank_loss{job=\"", job, "\"})")), 0);
   EXPECT_GT(value(absl::StrCat("sum(mt_rank_communication_seconds_total{job=\"", job, "\"})")), 0)
-      << "two data-parallel ranks all-reduce their gradients";
+      << "two tensor-parallel ranks all-reduce their activations";
+  // Each rank's TP all-reduces, on its worker's own endpoint.
+  const std::regex tp_series(
+      R"(^mt_rank_communication_seconds_total\{collective="all_reduce",[^}]*group="tp",job=")" +
+      job + R"(",[^}]*\} ([0-9.e+-]+)$)");
+  int tp_ranks = 0;
+  const std::vector<std::string> endpoints = Endpoints();
+  for (size_t i = 1; i < endpoints.size(); ++i) {  // [0] is the coordinator's
+    auto r = testutil::HttpGet(endpoints[i], "/metrics");
+    ASSERT_TRUE(r.ok()) << endpoints[i] << ": " << r.status();
+    for (absl::string_view line : absl::StrSplit(r->body, '\n')) {
+      std::smatch m;
+      const std::string l(line);
+      if (!std::regex_search(l, m, tp_series)) continue;
+      EXPECT_GT(std::stod(m[1]), 0) << l;
+      ++tp_ranks;
+    }
+  }
+  EXPECT_EQ(tp_ranks, 2) << "one all_reduce/tp series per rank, with time";
   EXPECT_EQ(value("mt_coordinator_scheduling_latency_seconds_count"), 1);
   EXPECT_GT(value("sum(mt_coordinator_rpc_duration_seconds_count{method=\"Heartbeat\"})"), 0);
 

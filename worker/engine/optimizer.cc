@@ -690,8 +690,11 @@ absl::Status MixedPrecisionOptimizer::AllReduceSum(torch::Tensor& value) {
     std::vector<at::Tensor> tensors = {value};
     c10d::AllreduceOptions opts;
     opts.reduceOp = c10d::ReduceOp::SUM;
+    parallel::CommStats::Span span =
+        parallel::StartComm(*h, parallel::Collective::kAllReduce, value);
     MT_RETURN_IF_ERROR(
         parallel::Wait(h->group->allreduce(tensors, opts), "gradient norm over " + h->name));
+    span.Finish();
   }
   return absl::OkStatus();
 }

@@ -600,6 +600,11 @@ model::GptModel& Trainer::model() {
 MixedPrecisionOptimizer& Trainer::optimizer() { return *state_->optimizer; }
 MemoryStats Trainer::memory() const { return ReadMemoryStats(state_->device); }
 
+std::vector<parallel::CommTime> Trainer::TakeCommunication() {
+  if (options_.groups == nullptr || options_.groups->comm_stats() == nullptr) return {};
+  return options_.groups->comm_stats()->Take();
+}
+
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& spec,
                                                          const TrainerOptions& options,
                                                          std::unique_ptr<BatchSource> train_data,
@@ -797,6 +802,10 @@ absl::StatusOr<double> Trainer::LastStepLoss() {
 
 absl::Status Trainer::SyncStepMetrics(StepMetrics* m) {
   const DeviceStepStats::Values v = state_->stats.Take();
+  // The read above waited for the step's work: the CUDA timings of its collectives are ready.
+  if (options_.groups != nullptr && options_.groups->comm_stats() != nullptr) {
+    options_.groups->comm_stats()->ResolveCompleted();
+  }
   double loss = v.loss, loss_sum = v.loss_sum;
   parallel::Collectives* dp = options_.collectives;
   if (dp != nullptr && dp->dp_size() > 1) {

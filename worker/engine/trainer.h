@@ -34,6 +34,7 @@
 #include "worker/engine/batch_source.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/lr_schedule.h"
+#include "worker/parallel/comm_stats.h"
 
 namespace mt::v1 {
 class JobSpec;
@@ -203,6 +204,10 @@ class Trainer {
   const LrSchedule& lr_schedule() const { return schedule_; }
   const LossScaler& loss_scaler() const { return scaler_; }
   MemoryStats memory() const;
+  // Time in collectives over this rank's groups since the last call, by collective and group
+  // (worker/parallel/comm_stats.h; empty without groups). On CUDA, ops whose events had not
+  // completed at the last synchronised step come in a later take.
+  std::vector<parallel::CommTime> TakeCommunication();
   // For tests, checkpoints and the parallel layer. model() first waits for the parameter
   // all-gathers of the distributed optimizer still running (overlap_param_gather).
   model::GptModel& model();

@@ -35,10 +35,10 @@ absl::StatusOr<std::unique_ptr<RankObservability>> RankObservability::Create(
   return o;
 }
 
-void RankObservability::OnStep(const engine::StepMetrics& m, bool log_step, double comm_seconds,
+void RankObservability::OnStep(const engine::StepMetrics& m, bool log_step,
                                const std::function<engine::MemoryStats()>& memory) {
   const absl::Time now = absl::Now();
-  telemetry_.AddStep(m, comm_seconds);
+  telemetry_.AddStep(m);
   if (tensorboard_ != nullptr) tensorboard_->OnStep(m, now);
   if (!log_step && !telemetry_.Due(now)) return;
   const engine::MemoryStats mem = memory();

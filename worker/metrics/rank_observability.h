@@ -29,12 +29,12 @@ class RankObservability {
       const mt::v1::JobSpec& spec, const mt::v1::Assignment& assignment,
       const engine::TrainPlan& plan, ReportWriter writer);
 
-  // After every step. `log_step`: the step ends a logging interval. `comm_seconds`: the time
-  // the step spent in data-parallel collectives. `memory` is called only when needed.
-  void OnStep(const engine::StepMetrics& m, bool log_step, double comm_seconds,
+  // After every step. `log_step`: the step ends a logging interval. `memory` is called only
+  // when needed.
+  void OnStep(const engine::StepMetrics& m, bool log_step,
               const std::function<engine::MemoryStats()>& memory);
   void OnEval(const engine::EvalMetrics& e, int64_t consumed_samples);
-  // Time the step spent in a collective other than the DP gradient all-reduce (see
+  // Time the step spent in one collective over one group (Trainer::TakeCommunication, see
   // TelemetryAccumulator::AddCommunication); call before OnStep.
   void AddCommunication(const std::string& collective, const std::string& group, double seconds,
                         int64_t calls) {

@@ -2,7 +2,7 @@
 
 namespace mt::worker::metrics {
 
-void TelemetryAccumulator::AddStep(const engine::StepMetrics& m, double dp_comm_seconds) {
+void TelemetryAccumulator::AddStep(const engine::StepMetrics& m) {
   mt::v1::RankTelemetry& t = pending_;
   t.set_step(m.iteration);
   t.set_loss(m.loss);
@@ -16,8 +16,6 @@ void TelemetryAccumulator::AddStep(const engine::StepMetrics& m, double dp_comm_
   t.add_step_seconds(m.seconds);
   t.set_tokens(t.tokens() + m.tokens);
   t.set_data_wait_seconds(t.data_wait_seconds() + m.data_seconds);
-  // Gradients are averaged over the DP group once per step (the scalar reductions ride along).
-  AddCommunication("all_reduce", "dp", dp_comm_seconds, dp_comm_seconds > 0 ? 1 : 0);
 }
 
 void TelemetryAccumulator::AddCommunication(const std::string& collective, const std::string& group,

@@ -23,11 +23,11 @@ class TelemetryAccumulator {
                                 absl::Time start = absl::Now())
       : period_(period), last_take_(start) {}
 
-  // One step; `dp_comm_seconds` is what the step spent in data-parallel collectives.
-  void AddStep(const engine::StepMetrics& m, double dp_comm_seconds);
-  // Time in other collectives (tensor- and pipeline-parallel layers report theirs here), by
-  // collective ("all_gather", "send_recv" ...) and group ("tp", "pp" ...): see
-  // mt.v1.CommunicationTime for the names the daemon keeps.
+  // One step.
+  void AddStep(const engine::StepMetrics& m);
+  // Time in collectives, by collective ("all_reduce", "send" ...) and group ("dp", "tp" ...),
+  // as worker/parallel/comm_stats.h names them: see mt.v1.CommunicationTime for the names the
+  // daemon keeps.
   void AddCommunication(const std::string& collective, const std::string& group, double seconds,
                         int64_t calls);
   // True when steps were added and `period` has passed since the last Take.

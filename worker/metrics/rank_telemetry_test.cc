@@ -28,9 +28,11 @@ TEST(TelemetryAccumulatorTest, CollectsStepsAndIsDueAfterThePeriod) {
   const absl::Time t0 = absl::FromUnixSeconds(100);
   TelemetryAccumulator acc(absl::Seconds(1), t0);
   EXPECT_FALSE(acc.Due(t0 + absl::Seconds(5)));  // nothing to send
-  acc.AddStep(Step(1, 0.25), 0.125);
-  acc.AddStep(Step(2, 0.5), 0.0);
-  acc.AddCommunication("send_recv", "pp", 0.0625, 4);
+  acc.AddCommunication("all_reduce", "dp", 0.125, 3);
+  acc.AddStep(Step(1, 0.25));
+  acc.AddCommunication("send", "pp", 0.0625, 4);
+  acc.AddCommunication("all_reduce", "dp", 0.25, 3);
+  acc.AddStep(Step(2, 0.5));
   EXPECT_FALSE(acc.Due(t0 + absl::Milliseconds(999)));
   EXPECT_TRUE(acc.Due(t0 + absl::Seconds(1)));
   engine::MemoryStats mem;
@@ -53,15 +55,16 @@ TEST(TelemetryAccumulatorTest, CollectsStepsAndIsDueAfterThePeriod) {
   ASSERT_EQ(t.communication_size(), 2);
   EXPECT_EQ(t.communication(0).collective(), "all_reduce");
   EXPECT_EQ(t.communication(0).group(), "dp");
-  EXPECT_DOUBLE_EQ(t.communication(0).seconds(), 0.125);
-  EXPECT_EQ(t.communication(0).calls(), 1);
-  EXPECT_EQ(t.communication(1).collective(), "send_recv");
+  EXPECT_DOUBLE_EQ(t.communication(0).seconds(), 0.375);  // both steps' sums
+  EXPECT_EQ(t.communication(0).calls(), 6);
+  EXPECT_EQ(t.communication(1).collective(), "send");
   EXPECT_EQ(t.communication(1).group(), "pp");
   EXPECT_DOUBLE_EQ(t.communication(1).seconds(), 0.0625);
   EXPECT_EQ(t.communication(1).calls(), 4);
   // The next telemetry holds only what came after.
   EXPECT_FALSE(acc.Due(t0 + absl::Seconds(3)));
-  acc.AddStep(Step(3, 0.125), 0.0);
+  acc.AddCommunication("all_gather", "tp", 0.5, 2);
+  acc.AddStep(Step(3, 0.125));
   EXPECT_FALSE(acc.Due(t0 + absl::Milliseconds(1500)));
   EXPECT_TRUE(acc.Due(t0 + absl::Seconds(2)));
   t = acc.Take(mem, t0 + absl::Seconds(2));
@@ -69,7 +72,10 @@ TEST(TelemetryAccumulatorTest, CollectsStepsAndIsDueAfterThePeriod) {
   EXPECT_THAT(t.step_seconds(), ElementsAre(0.125));
   EXPECT_EQ(t.tokens(), 64);
   ASSERT_EQ(t.communication_size(), 1);  // only what happened since
-  EXPECT_DOUBLE_EQ(t.communication(0).seconds(), 0.0);
+  EXPECT_EQ(t.communication(0).collective(), "all_gather");
+  EXPECT_EQ(t.communication(0).group(), "tp");
+  EXPECT_DOUBLE_EQ(t.communication(0).seconds(), 0.5);
+  EXPECT_EQ(t.communication(0).calls(), 2);
 }
 
 }  // namespace

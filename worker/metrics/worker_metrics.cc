@@ -27,14 +27,15 @@ std::string Bounded(const std::string& value, const std::set<std::string>& allow
 }
 
 const std::set<std::string>& Collectives() {
+  // What worker/parallel/comm_stats.h records.
   static const auto* s = new std::set<std::string>{"all_reduce", "all_gather", "reduce_scatter",
-                                                   "broadcast",  "send_recv",  "barrier"};
+                                                   "broadcast",  "send",       "recv"};
   return *s;
 }
 
 const std::set<std::string>& Groups() {
-  static const auto* s = new std::set<std::string>{
-      "dp", "tp", "pp", "cp", "ep", "embedding", "model_parallel", "world"};
+  static const auto* s =
+      new std::set<std::string>{"dp", "tp", "pp", "embedding", "model_parallel", "world"};
   return *s;
 }
 

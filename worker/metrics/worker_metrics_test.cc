@@ -7,6 +7,7 @@
 #include "common/metrics/metrics_server.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/parallel/comm_stats.h"
 
 namespace mt::worker::metrics {
 namespace {
@@ -140,6 +141,28 @@ TEST_F(WorkerMetricsTest, TelemetryBecomesRankSeries) {
   EXPECT_THAT(text, Not(HasSubstr("made_up")));
   EXPECT_THAT(text, Not(HasSubstr("mt_rank_validation_loss{")));
   EXPECT_THAT(text, HasSubstr("mt_worker_rank_reports_total{gpu=\"cpu\",node=\"n1\"} 2\n"));
+}
+
+// The daemon keeps every label value the rank's recorder produces (no "other" for them).
+TEST_F(WorkerMetricsTest, EveryRecordedCollectiveAndGroupIsALabelValue) {
+  metrics_->OnRankStarted(Assignment());
+  mt::v1::RankReport r = Report();
+  for (int c = 0; c < parallel::kNumCollectives; ++c) {
+    for (int g = 0; g < parallel::kNumCommGroups; ++g) {
+      auto* t = r.mutable_telemetry()->add_communication();
+      t->set_collective(
+          std::string(parallel::CollectiveName(static_cast<parallel::Collective>(c))));
+      t->set_group(std::string(parallel::CommGroupName(static_cast<parallel::CommGroup>(g))));
+      t->set_seconds(0.125);
+      t->set_calls(1);
+    }
+  }
+  metrics_->OnRankReport(r);
+  const std::string text = Text();
+  for (const auto& t : r.telemetry().communication()) {
+    EXPECT_THAT(text, HasSubstr(Comm(t.collective(), t.group()) + "0.125\n"));
+  }
+  EXPECT_THAT(text, Not(HasSubstr("\"other\"")));
 }
 
 TEST_F(WorkerMetricsTest, ValidationLossAndCheckpointsFromTheirReports) {

@@ -20,9 +20,8 @@ class Collectives {
   // The mean of `value` over the DP group (e.g. the step's loss).
   virtual absl::StatusOr<double> AverageScalar(double value) = 0;
   // The maximum over the whole job (e.g. "any rank saw inf": skip the step everywhere).
+  // (Both are timed with the rest of the rank's communication: comm_stats.h.)
   virtual absl::StatusOr<double> MaxScalarOverWorld(double value) = 0;
-  // Seconds spent in collectives since the last call (for the step's communication share).
-  virtual double TakeCommunicationSeconds() = 0;
 };
 
 // A world of one: nothing to reduce.
@@ -32,7 +31,6 @@ class LocalCollectives : public Collectives {
   int dp_rank() const override { return 0; }
   absl::StatusOr<double> AverageScalar(double value) override { return value; }
   absl::StatusOr<double> MaxScalarOverWorld(double value) override { return value; }
-  double TakeCommunicationSeconds() override { return 0.0; }
 };
 
 }  // namespace mt::parallel

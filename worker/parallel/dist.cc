@@ -11,7 +11,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/time/clock.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "worker/parallel/process_groups.h"
@@ -23,8 +22,8 @@ class ProcessGroupCollectives : public Collectives {
  public:
   explicit ProcessGroupCollectives(std::shared_ptr<ProcessGroups> groups)
       : groups_(std::move(groups)),
-        world_(groups_->world().group),
-        dp_(groups_->dp().group),
+        world_(groups_->world()),
+        dp_(groups_->dp()),
         dp_rank_(groups_->dp_rank()),
         dp_size_(groups_->dp().size),
         backend_is_cuda_(groups_->is_cuda()) {}
@@ -39,20 +38,13 @@ class ProcessGroupCollectives : public Collectives {
   }
 
   absl::StatusOr<double> MaxScalarOverWorld(double value) override {
-    if (world_ == nullptr) return value;
+    if (world_.group == nullptr) return value;
     return Reduce(world_, value, c10d::ReduceOp::MAX);
   }
 
-  double TakeCommunicationSeconds() override {
-    double s = comm_seconds_;
-    comm_seconds_ = 0;
-    return s;
-  }
-
  private:
-  absl::StatusOr<double> Reduce(const c10::intrusive_ptr<Group>& group, double value,
+  absl::StatusOr<double> Reduce(const GroupHandle& group, double value,
                                 c10d::ReduceOp::RedOpType op) {
-    const absl::Time start = absl::Now();
     std::vector<at::Tensor> t;
     // The scalar lives on the device the backend expects (NCCL: CUDA).
     auto options = torch::TensorOptions().dtype(torch::kFloat64);
@@ -60,18 +52,18 @@ class ProcessGroupCollectives : public Collectives {
     t.push_back(torch::full({1}, value, options));
     c10d::AllreduceOptions opts;
     opts.reduceOp = op;
-    MT_RETURN_IF_ERROR(Wait(group->allreduce(t, opts), "scalar all-reduce"));
-    comm_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+    CommStats::Span span = StartComm(group, Collective::kAllReduce, t[0]);
+    MT_RETURN_IF_ERROR(Wait(group.group->allreduce(t, opts), "scalar all-reduce"));
+    span.Finish();
     return t[0].item<double>();
   }
 
   std::shared_ptr<ProcessGroups> groups_;
-  c10::intrusive_ptr<Group> world_;
-  c10::intrusive_ptr<Group> dp_;
+  const GroupHandle& world_;  // groups_'s
+  const GroupHandle& dp_;
   const int dp_rank_;
   const int dp_size_;
   const bool backend_is_cuda_;
-  double comm_seconds_ = 0;
 };
 
 }  // namespace

@@ -28,7 +28,9 @@ void GradReducer::StartReduction(int b, const at::Tensor& grads) {
     // which is the in-place layout NCCL allows.
     const Range s = Shard(b);
     at::Tensor out = grads.narrow(0, s.begin, s.size());
+    CommStats::Span span = StartComm(dp_, Collective::kReduceScatter, bucket);
     reductions_.push_back(dp_.group->_reduce_scatter_base(out, bucket));
+    reduction_spans_.push_back(std::move(span));
     return;
   }
   // All-reduce. For the distributed optimizer on Gloo this stands in for a reduce-scatter
@@ -38,13 +40,20 @@ void GradReducer::StartReduction(int b, const at::Tensor& grads) {
   std::vector<at::Tensor> tensors = {bucket};
   c10d::AllreduceOptions opts;
   opts.reduceOp = c10d::ReduceOp::SUM;
+  CommStats::Span span = StartComm(dp_, Collective::kAllReduce, bucket);
   reductions_.push_back(dp_.group->allreduce(tensors, opts));
+  reduction_spans_.push_back(std::move(span));
 }
 
 absl::Status GradReducer::WaitReductions() {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   works.swap(reductions_);
-  for (const auto& w : works) MT_RETURN_IF_ERROR(Wait(w, "gradient reduction over DP"));
+  std::vector<CommStats::Span> spans;
+  spans.swap(reduction_spans_);
+  for (size_t i = 0; i < works.size(); ++i) {
+    MT_RETURN_IF_ERROR(Wait(works[i], "gradient reduction over DP"));
+    spans[i].Finish();
+  }
   return absl::OkStatus();
 }
 
@@ -56,7 +65,8 @@ void GradReducer::StartGather(int b, const at::Tensor& params) {
   at::Tensor mine = params.narrow(0, s.begin, s.size());
   if (cuda_) {
     // In place: the input is the output's slice at rank * count (NCCL's in-place layout).
-    gathers_.emplace_back(b, dp_.group->_allgather_base(bucket, mine));
+    CommStats::Span span = StartComm(dp_, Collective::kAllGather, bucket);
+    gathers_.push_back({b, dp_.group->_allgather_base(bucket, mine), std::move(span)});
     return;
   }
   // Gloo: one output view per rank into the bucket (it gathers into a flat temporary and
@@ -70,22 +80,29 @@ void GradReducer::StartGather(int b, const at::Tensor& params) {
   const int64_t part = bucket.numel() / dp_.size;
   for (int i = 0; i < dp_.size; ++i) outputs[0].push_back(bucket.narrow(0, part * i, part));
   std::vector<at::Tensor> inputs = {mine};
-  gathers_.emplace_back(b, dp_.group->allgather(outputs, inputs));
+  CommStats::Span span = StartComm(dp_, Collective::kAllGather, bucket);
+  gathers_.push_back({b, dp_.group->allgather(outputs, inputs), std::move(span)});
 }
 
 absl::Status GradReducer::WaitGathers() {
-  std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work>>> works;
+  std::vector<Gather> works;
   works.swap(gathers_);
-  for (const auto& w : works) MT_RETURN_IF_ERROR(Wait(w.second, "parameter all-gather over DP"));
+  for (Gather& g : works) {
+    MT_RETURN_IF_ERROR(Wait(g.work, "parameter all-gather over DP"));
+    g.span.Finish();
+  }
   return absl::OkStatus();
 }
 
 absl::Status GradReducer::WaitGather(int b) {
   for (auto it = gathers_.begin(); it != gathers_.end(); ++it) {
-    if (it->first != b) continue;
-    const c10::intrusive_ptr<c10d::Work> work = std::move(it->second);
+    if (it->bucket != b) continue;
+    Gather g = std::move(*it);
     gathers_.erase(it);
-    return Wait(work, absl::StrCat("parameter all-gather of bucket ", b, " over DP"));
+    MT_RETURN_IF_ERROR(
+        Wait(g.work, absl::StrCat("parameter all-gather of bucket ", b, " over DP")));
+    g.span.Finish();
+    return absl::OkStatus();
   }
   return absl::OkStatus();
 }

@@ -71,7 +71,15 @@ class GradReducer {
   bool shard_;
   std::vector<Range> buckets_;
   std::vector<c10::intrusive_ptr<c10d::Work>> reductions_;
-  std::vector<std::pair<int, c10::intrusive_ptr<c10d::Work>>> gathers_;  // (bucket, work)
+  // A started parameter all-gather: its bucket, its work and its timing (comm_stats.h).
+  struct Gather {
+    int bucket;
+    c10::intrusive_ptr<c10d::Work> work;
+    CommStats::Span span;
+  };
+  std::vector<Gather> gathers_;
+  // The timing of each started reduction (comm_stats.h), beside its work.
+  std::vector<CommStats::Span> reduction_spans_;
 };
 
 }  // namespace mt::parallel

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -40,7 +41,16 @@ absl::Status FromException(const std::exception& e, const std::string& what) {
 struct PipelineExecutor::Batch {
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
   std::vector<at::Tensor> sent;  // alive until the sends complete
+  // The timing of each send/recv (comm_stats.h) by its work in `works` (-1: the batch's).
+  std::vector<std::pair<int, CommStats::Span>> spans;
   bool done = false;
+
+  // Finishes the spans of works[work], or every span left when work < 0.
+  void FinishSpans(int work) {
+    for (auto& [w, span] : spans) {
+      if (work < 0 || w == work) span.Finish();
+    }
+  }
 };
 
 PipelineExecutor::PipelineExecutor(const GroupHandle& pp, const PipelineConfig& config)
@@ -96,6 +106,7 @@ absl::Status PipelineExecutor::Post(const std::vector<P2POp>& ops,
       const int tag = op.is_activation() ? kActivationTag : kGradientTag;
       const char* what = op.is_activation() ? "activation" : "gradient";
       c10::intrusive_ptr<c10d::Work> work;
+      CommStats::Span span;
       if (op.is_send()) {
         auto* from = op.is_activation() ? to_send_activation : to_send_gradient;
         auto it = from->find(key);
@@ -114,11 +125,13 @@ absl::Status PipelineExecutor::Post(const std::vector<P2POp>& ops,
               ShapeString(config_.activation_shape), " ", c10::toString(config_.activation_dtype)));
         }
         std::vector<at::Tensor> v{t};
+        span = StartComm(pp_, Collective::kSend, t);
         work = pp_.group->send(v, op.peer, tag);
         batch->sent.push_back(t);
       } else {
         at::Tensor buffer = NewBuffer();
         std::vector<at::Tensor> v{buffer};
+        span = StartComm(pp_, Collective::kRecv, buffer);
         work = pp_.group->recv(v, op.peer, tag);
         auto& into = op.is_activation() ? activations_in_ : gradients_in_;
         if (into.count(key)) {
@@ -131,6 +144,8 @@ absl::Status PipelineExecutor::Post(const std::vector<P2POp>& ops,
             Received{buffer, coalesce || !work ? -1 : static_cast<int>(batch->works.size()), batch};
       }
       if (work) batch->works.push_back(work);
+      batch->spans.emplace_back(work ? static_cast<int>(batch->works.size()) - 1 : -1,
+                                std::move(span));
     }
     if (coalesce) {
 #if TORCH_VERSION_MAJOR >= 2
@@ -152,11 +167,14 @@ absl::Status PipelineExecutor::Post(const std::vector<P2POp>& ops,
 absl::Status PipelineExecutor::WaitBatch(const std::shared_ptr<Batch>& batch) {
   if (batch->done) return absl::OkStatus();
   const Clock::time_point start = Clock::now();
-  for (auto& work : batch->works) {
+  for (size_t i = 0; i < batch->works.size(); ++i) {
+    auto& work = batch->works[i];
     if (!work) continue;
     MT_RETURN_IF_ERROR(Wait(work, absl::StrCat("pipeline send/recv on ", pp_.name)));
     work.reset();
+    batch->FinishSpans(static_cast<int>(i));
   }
+  batch->FinishSpans(-1);
   batch->done = true;
   batch->sent.clear();
   p2p_seconds_ += SecondsSince(start);
@@ -186,6 +204,7 @@ absl::StatusOr<at::Tensor> PipelineExecutor::TakeReceived(std::map<Key, Received
         const Clock::time_point start = Clock::now();
         MT_RETURN_IF_ERROR(Wait(work, absl::StrCat("pipeline recv on ", pp_.name)));
         work.reset();
+        r.batch->FinishSpans(r.work);
         p2p_seconds_ += SecondsSince(start);
       }
     } else {
@@ -336,7 +355,9 @@ absl::StatusOr<double> PipelineExecutor::BroadcastFromLastStage(double value) {
     std::vector<at::Tensor> t{at::full({1}, value, options)};
     c10d::BroadcastOptions opts;
     opts.rootRank = pp_.size - 1;
+    CommStats::Span span = StartComm(pp_, Collective::kBroadcast, t[0]);
     MT_RETURN_IF_ERROR(Wait(pp_.group->broadcast(t, opts), "loss broadcast over " + pp_.name));
+    span.Finish();
     return t[0].item<double>();
   } catch (const std::exception& e) {
     return FromException(e, "loss broadcast");
@@ -351,13 +372,19 @@ absl::Status SumOverGroup(const GroupHandle& group, std::vector<at::Tensor> tens
     opts.reduceOp = c10d::ReduceOp::SUM;
     if (tensors.size() == 1 && tensors[0].is_contiguous()) {
       std::vector<at::Tensor> v{tensors[0]};
-      return Wait(group.group->allreduce(v, opts), absl::StrCat(what, " over ", group.name));
+      CommStats::Span span = StartComm(group, Collective::kAllReduce, v[0]);
+      MT_RETURN_IF_ERROR(
+          Wait(group.group->allreduce(v, opts), absl::StrCat(what, " over ", group.name)));
+      span.Finish();
+      return absl::OkStatus();
     }
     std::vector<at::Tensor> flat_views;
     for (const at::Tensor& t : tensors) flat_views.push_back(t.reshape({-1}));
     std::vector<at::Tensor> v{at::cat(flat_views)};
+    CommStats::Span span = StartComm(group, Collective::kAllReduce, v[0]);
     MT_RETURN_IF_ERROR(
         Wait(group.group->allreduce(v, opts), absl::StrCat(what, " over ", group.name)));
+    span.Finish();
     int64_t offset = 0;
     for (at::Tensor& t : tensors) {
       t.copy_(v[0].narrow(0, offset, t.numel()).view_as(t));

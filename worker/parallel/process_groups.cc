@@ -110,7 +110,20 @@ std::shared_ptr<ProcessGroups> ProcessGroups::Single(const std::string& backend)
   g->dp_.name = "dp/0";
   g->embedding_.name = "embedding/0";
   g->model_parallel_.name = "mp/0";
+  g->AttachCommStats();
   return g;
+}
+
+void ProcessGroups::AttachCommStats() {
+  for (const auto& [h, kind] : {std::pair<GroupHandle*, CommGroup>{&world_, CommGroup::kWorld},
+                                {&tp_, CommGroup::kTp},
+                                {&pp_, CommGroup::kPp},
+                                {&dp_, CommGroup::kDp},
+                                {&embedding_, CommGroup::kEmbedding},
+                                {&model_parallel_, CommGroup::kModelParallel}}) {
+    h->comm_stats = comm_stats_;
+    h->comm_group = kind;
+  }
 }
 
 absl::StatusOr<std::shared_ptr<ProcessGroups>> ProcessGroups::Create(
@@ -156,6 +169,7 @@ absl::StatusOr<std::shared_ptr<ProcessGroups>> ProcessGroups::Create(
                         MakeGroup(backend, c10::make_intrusive<c10d::PrefixStore>(h->name, store),
                                   h->rank, h->size, timeout));
   }
+  g->AttachCommStats();
   MT_LOG(INFO) << "rank " << rank << " joined world " << world << " (" << backend << "): tp ["
                << absl::StrJoin(g->tp_.ranks, ",") << "] pp [" << absl::StrJoin(g->pp_.ranks, ",")
                << "] dp [" << absl::StrJoin(g->dp_.ranks, ",") << "]";

@@ -27,6 +27,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "mt/v1/job.pb.h"
+#include "worker/parallel/comm_stats.h"
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #else
@@ -49,6 +50,10 @@ struct GroupHandle {
   std::vector<int> ranks;           // global ranks in group order
   int rank = 0;                     // this rank's index in `ranks`; -1 when not a member
   int size = 1;
+  // Where collectives over the group are timed (the rank's, shared by all its groups; null:
+  // not timed) and under which group label.
+  std::shared_ptr<CommStats> comm_stats;
+  CommGroup comm_group = CommGroup::kWorld;
 
   bool member() const { return rank >= 0; }
   // True when a collective over this group has something to do.
@@ -57,6 +62,15 @@ struct GroupHandle {
 
 // Waits for a c10d work item; its exceptions come out as kUnavailable naming `what`.
 absl::Status Wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what);
+
+// Starts timing `collective` over `group` on the device of `t` (comm_stats.h): call right
+// before issuing the op, Finish() the span once its wait returned. Records nothing when the
+// group has no recorder.
+inline CommStats::Span StartComm(const GroupHandle& group, Collective collective,
+                                 const at::Tensor& t) {
+  if (group.comm_stats == nullptr) return CommStats::Span();
+  return group.comm_stats->Start(collective, group.comm_group, t.is_cuda() ? t.get_device() : -1);
+}
 
 class ProcessGroups {
  public:
@@ -80,6 +94,8 @@ class ProcessGroups {
   const GroupHandle& dp() const { return dp_; }
   const GroupHandle& embedding() const { return embedding_; }
   const GroupHandle& model_parallel() const { return model_parallel_; }
+  // The time this rank spent in collectives over any of its groups (comm_stats.h).
+  CommStats* comm_stats() const { return comm_stats_.get(); }
 
   // Coordinates of this rank (= its index in the corresponding group).
   int tp_rank() const { return tp_.rank; }
@@ -95,6 +111,10 @@ class ProcessGroups {
   std::string backend_;
   int rank_ = 0;
   GroupHandle world_, tp_, pp_, dp_, embedding_, model_parallel_;
+  std::shared_ptr<CommStats> comm_stats_ = std::make_shared<CommStats>();
+
+  // Gives every group the recorder and its label.
+  void AttachCommStats();
 };
 
 }  // namespace mt::parallel

@@ -176,7 +176,9 @@ void AllReduce(torch::Tensor& t, const GroupHandle* g, ReduceOp op) {
   std::vector<torch::Tensor> v = {buf};
   c10d::AllreduceOptions opts;
   opts.reduceOp = op == ReduceOp::kMax ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+  CommStats::Span span = StartComm(*g, Collective::kAllReduce, buf);
   WaitFor(g->group->allreduce(v, opts), *g, "all-reduce");
+  span.Finish();
   if (!buf.is_same(t)) t.copy_(buf);
 }
 
@@ -188,7 +190,9 @@ torch::Tensor AllGather(const torch::Tensor& t, int64_t dim, const GroupHandle* 
     // One flat buffer (NCCL all-gathers contiguous memory), then the chunks along `dim`.
     torch::Tensor out = torch::empty({g->size * in.numel()}, in.options());
     torch::Tensor flat = in.view({-1});
+    CommStats::Span span = StartComm(*g, Collective::kAllGather, in);
     WaitFor(g->group->_allgather_base(out, flat), *g, "all-gather");
+    span.Finish();
     std::vector<int64_t> shape = {g->size};
     for (int64_t s : in.sizes()) shape.push_back(s);
     if (dim == 0) {
@@ -201,7 +205,9 @@ torch::Tensor AllGather(const torch::Tensor& t, int64_t dim, const GroupHandle* 
     std::vector<std::vector<torch::Tensor>> outs(1);
     for (int r = 0; r < g->size; ++r) outs[0].push_back(torch::empty_like(in));
     std::vector<torch::Tensor> ins = {in};
+    CommStats::Span span = StartComm(*g, Collective::kAllGather, in);
     WaitFor(g->group->allgather(outs, ins), *g, "all-gather");
+    span.Finish();
     parts = std::move(outs[0]);
   }
   return torch::cat(parts, dim);
@@ -217,7 +223,9 @@ torch::Tensor ReduceScatter(const torch::Tensor& t, int64_t dim, const GroupHand
     std::vector<int64_t> shape(t.sizes().begin(), t.sizes().end());
     shape[dim] = chunk;
     torch::Tensor out = torch::empty(shape, t.options());
+    CommStats::Span span = StartComm(*g, Collective::kReduceScatter, out);
     WaitFor(g->group->_reduce_scatter_base(out, flat), *g, "reduce-scatter");
+    span.Finish();
     return out;
   }
   // Gloo (LibTorch 1.13) has no reduce-scatter: all-reduce, keep this rank's slice. Exact.

@@ -348,9 +348,10 @@ int RunRankCommand(const std::vector<std::string>& args) {
       [&](const engine::StepMetrics& m) {
         const bool send = m.iteration % log_interval == 0 || m.iteration == m.train_iterations;
         reporter.Step(m, t.memory(), send);
-        (*observability)
-            ->OnStep(m, send, distributed->collectives->TakeCommunicationSeconds(),
-                     [&] { return t.memory(); });
+        for (const parallel::CommTime& c : t.TakeCommunication()) {
+          (*observability)->AddCommunication(c.collective, c.group, c.seconds, c.calls);
+        }
+        (*observability)->OnStep(m, send, [&] { return t.memory(); });
         last_loss = m.loss;
         report_saves();
         if (save_interval > 0 && m.iteration % save_interval == 0) save();

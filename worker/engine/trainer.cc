@@ -785,7 +785,7 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   if (IsLogStep(iteration_) && interval_.loss_count > 0) {
     m.interval_loss = interval_.loss_sum / static_cast<double>(interval_.loss_count);
   }
-  LogStep(m);
+  LogStep(&m);
   return m;
 }
 
@@ -827,21 +827,24 @@ absl::Status Trainer::SyncStepMetrics(StepMetrics* m) {
   return absl::OkStatus();
 }
 
-void Trainer::LogStep(const StepMetrics& m) {
+void Trainer::LogStep(StepMetrics* step) {
+  const StepMetrics& m = *step;
   total_seconds_ += m.seconds;
   interval_.steps += 1;
   interval_.tokens += m.tokens;
   interval_.seconds += m.seconds;
   if (!IsLogStep(m.iteration)) return;
+  const double tokens_per_second =
+      interval_.seconds > 0 ? static_cast<double>(interval_.tokens) / interval_.seconds : 0.0;
+  const double mfu = model::ModelFlopsUtilization(
+      tokens_per_second / NumDevices(), plan_.flops_per_token, options_.peak_flops_per_second);
+  step->interval_tokens_per_second = tokens_per_second;
+  step->interval_mfu = mfu;
   if (options_.log_progress) {
     const double step_seconds = interval_.seconds / static_cast<double>(interval_.steps);
-    const double tokens_per_second =
-        interval_.seconds > 0 ? static_cast<double>(interval_.tokens) / interval_.seconds : 0.0;
     const double loss = interval_.loss_count > 0
                             ? interval_.loss_sum / static_cast<double>(interval_.loss_count)
                             : std::nan("");
-    const double mfu = model::ModelFlopsUtilization(
-        tokens_per_second / NumDevices(), plan_.flops_per_token, options_.peak_flops_per_second);
     const int64_t remaining = std::max<int64_t>(0, plan_.train_iterations - m.iteration);
     MT_LOG(INFO) << absl::StrFormat(
         "step %d/%d | loss %.6E | lr %.3e | grad norm %.3f | loss scale %g | skipped %d | "

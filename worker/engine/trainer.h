@@ -122,8 +122,14 @@ struct StepMetrics {
   int64_t consumed_samples = 0;
   double seconds = 0.0;
   double data_seconds = 0.0;  // of which waiting for the BatchSource
+  // Of this step alone: on a GPU the host's time of a step that does not read the device is
+  // the time to queue it, so a single step's rate is only a rough figure there.
   double tokens_per_second = 0.0;
   double mfu = 0.0;  // 0 when the peak is unknown
+  // On log steps: over the steps since the previous log step (the interval ends with a read
+  // of the device, so its time is the device's); 0 on other steps. What progress reports.
+  double interval_tokens_per_second = 0.0;
+  double interval_mfu = 0.0;
 };
 
 // Device memory: CUDA's caching-allocator counters, or the process's resident set on the CPU
@@ -246,7 +252,7 @@ class Trainer {
                                                                              double* data_seconds);
   absl::StatusOr<at::Tensor> PipelineForwardBackward(double loss_scale, double* data_seconds);
   absl::StatusOr<at::Tensor> PipelineEvaluate(int64_t batches);
-  void LogStep(const StepMetrics& m);
+  void LogStep(StepMetrics* m);  // sets the interval figures on log steps
   // The job's device count for MFU (TrainerOptions::num_devices).
   double NumDevices() const {
     return options_.num_devices > 0 ? options_.num_devices

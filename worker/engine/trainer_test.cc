@@ -316,6 +316,40 @@ TEST(TrainerTest, MfuIsPerDevice) {
   EXPECT_NEAR(m.mfu, m.tokens_per_second / 4 * trainer->plan().flops_per_token / 1e12, 1e-12);
 }
 
+// Log steps (every 5th and the last) carry the interval's rate: its tokens over the sum of its
+// steps' seconds (the steps since the previous log step); other steps carry 0.
+TEST(TrainerTest, LogStepsCarryTheIntervalsRate) {
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_train_iters(7);
+  TrainerOptions options = QuietOptions();
+  options.peak_flops_per_second = 1e12;
+  options.num_devices = 2;
+  auto trainer = MakeTrainer(spec, Source(4096), nullptr, options);
+  const auto steps = RunSteps(*trainer, 7);
+  ASSERT_EQ(steps.size(), 7u);
+  int first = 0;
+  for (int i = 0; i < 7; ++i) {
+    const bool log_step = i + 1 == 5 || i + 1 == 7;
+    if (!log_step) {
+      EXPECT_EQ(steps[i].interval_tokens_per_second, 0.0) << "step " << i + 1;
+      EXPECT_EQ(steps[i].interval_mfu, 0.0) << "step " << i + 1;
+      continue;
+    }
+    double tokens = 0, seconds = 0;
+    for (int k = first; k <= i; ++k) {
+      tokens += static_cast<double>(steps[k].tokens);
+      seconds += steps[k].seconds;
+    }
+    first = i + 1;
+    ASSERT_GT(seconds, 0.0);
+    EXPECT_NEAR(steps[i].interval_tokens_per_second, tokens / seconds, 1e-9 * tokens / seconds)
+        << "step " << i + 1;
+    EXPECT_NEAR(steps[i].interval_mfu,
+                tokens / seconds / 2 * trainer->plan().flops_per_token / 1e12, 1e-12)
+        << "step " << i + 1;
+  }
+}
+
 // Without sync_every_step, only log steps (every 5th and the last) read the device: other steps
 // report NaN, and a log step's interval_loss is the mean of the interval's losses, which a
 // twin trainer syncing every step sees one by one (same computation: equal to 1e-12).

@@ -10,8 +10,15 @@ void TelemetryAccumulator::AddStep(const engine::StepMetrics& m) {
   t.set_grad_norm(m.grad_norm);
   t.set_loss_scale(m.loss_scale);
   t.set_skipped_steps(m.skipped_total);
-  t.set_tokens_per_second(m.tokens_per_second);
-  t.set_mfu(m.mfu);
+  // Log steps carry the interval's rate, which ends with a device read (trainer.h); it stands
+  // until the next log step.
+  if (m.interval_tokens_per_second > 0) {
+    interval_tokens_per_second_ = m.interval_tokens_per_second;
+    interval_mfu_ = m.interval_mfu;
+  }
+  const bool interval = interval_tokens_per_second_ > 0;
+  t.set_tokens_per_second(interval ? interval_tokens_per_second_ : m.tokens_per_second);
+  t.set_mfu(interval ? interval_mfu_ : m.mfu);
   t.set_consumed_samples(m.consumed_samples);
   t.add_step_seconds(m.seconds);
   t.set_tokens(t.tokens() + m.tokens);

@@ -23,7 +23,8 @@ class TelemetryAccumulator {
                                 absl::Time start = absl::Now())
       : period_(period), last_take_(start) {}
 
-  // One step.
+  // One step. Tokens/s and MFU are the latest logging interval's (StepMetrics' interval_*,
+  // timed up to a device read) once there is one, a single step's before.
   void AddStep(const engine::StepMetrics& m);
   // Time in collectives, by collective ("all_reduce", "send" ...) and group ("dp", "tp" ...),
   // as worker/parallel/comm_stats.h names them: see mt.v1.CommunicationTime for the names the
@@ -41,6 +42,9 @@ class TelemetryAccumulator {
   absl::Duration period_;
   absl::Time last_take_;
   mt::v1::RankTelemetry pending_;
+  // The latest log step's interval rate and MFU (0: none yet).
+  double interval_tokens_per_second_ = 0.0;
+  double interval_mfu_ = 0.0;
   // Seconds and calls by (collective, group) since the last Take.
   std::map<std::pair<std::string, std::string>, std::pair<double, int64_t>> comm_;
 };

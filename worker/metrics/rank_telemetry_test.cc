@@ -24,6 +24,24 @@ engine::StepMetrics Step(int64_t it, double seconds) {
   return m;
 }
 
+TEST(TelemetryAccumulatorTest, TheLatestIntervalRateStandsUntilTheNextLogStep) {
+  const absl::Time t0 = absl::FromUnixSeconds(100);
+  TelemetryAccumulator acc(absl::Seconds(1), t0);
+  acc.AddStep(Step(1, 0.25));  // no interval yet: the step's own rate
+  EXPECT_DOUBLE_EQ(acc.Take({}, t0 + absl::Seconds(1)).tokens_per_second(), 256.0);
+  engine::StepMetrics log_step = Step(2, 0.5);
+  log_step.interval_tokens_per_second = 200.0;
+  log_step.interval_mfu = 0.25;
+  acc.AddStep(log_step);
+  mt::v1::RankTelemetry t = acc.Take({}, t0 + absl::Seconds(2));
+  EXPECT_DOUBLE_EQ(t.tokens_per_second(), 200.0);
+  EXPECT_DOUBLE_EQ(t.mfu(), 0.25);
+  acc.AddStep(Step(3, 0.01));  // a queued step's 6400 tokens/s does not replace it
+  t = acc.Take({}, t0 + absl::Seconds(3));
+  EXPECT_DOUBLE_EQ(t.tokens_per_second(), 200.0);
+  EXPECT_DOUBLE_EQ(t.mfu(), 0.25);
+}
+
 TEST(TelemetryAccumulatorTest, CollectsStepsAndIsDueAfterThePeriod) {
   const absl::Time t0 = absl::FromUnixSeconds(100);
   TelemetryAccumulator acc(absl::Seconds(1), t0);

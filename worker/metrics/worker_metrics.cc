@@ -145,7 +145,8 @@ WorkerMetrics::WorkerMetrics(prometheus::Registry* registry,
   loss_scale_ = gauge("mt_rank_loss_scale", "Loss scale the latest step used (1 without scaling).");
   skipped_ = counter("mt_rank_skipped_steps_total", "Steps skipped for inf/NaN gradients.");
   tokens_per_second_ =
-      gauge("mt_rank_tokens_per_second", "Tokens per second of the whole job in the latest step.");
+      gauge("mt_rank_tokens_per_second",
+            "Tokens per second of the whole job over the latest logging interval.");
   tokens_ = counter("mt_rank_tokens_total", "Tokens trained on by the whole job, as seen here.");
   samples_ = counter("mt_rank_consumed_samples_total", "Samples consumed by the whole job.");
   step_seconds_ = histogram("mt_rank_step_seconds", "Wall time of each training step.");

@@ -72,9 +72,12 @@ class Reporter {
     progress_.set_grad_norm(m.grad_norm);
     progress_.set_loss_scale(m.loss_scale);
     progress_.set_skipped_steps(m.skipped_total);
-    progress_.set_tokens_per_second(m.tokens_per_second);
-    progress_.set_step_seconds(m.seconds);
-    progress_.set_mfu(m.mfu);
+    // The interval's figures: a single step's host time is only its queueing time on a GPU.
+    const bool interval = m.interval_tokens_per_second > 0;
+    progress_.set_tokens_per_second(interval ? m.interval_tokens_per_second : m.tokens_per_second);
+    progress_.set_step_seconds(
+        interval ? static_cast<double>(m.tokens) / m.interval_tokens_per_second : m.seconds);
+    progress_.set_mfu(interval ? m.interval_mfu : m.mfu);
     progress_.set_memory_allocated_bytes(mem.allocated_bytes);
     progress_.set_memory_reserved_bytes(mem.reserved_bytes);
     progress_.set_memory_peak_bytes(mem.peak_allocated_bytes);

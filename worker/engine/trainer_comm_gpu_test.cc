@@ -147,10 +147,12 @@ TEST(CommStatsGpuTest, ATensorParallelStepOnTwoGpusResolvesEveryAllReduce) {
             EXPECT_LT(c.seconds, 60.0) << c.collective << " " << c.group;
           }
           ASSERT_EQ(got.count({"all_reduce", "tp"}), 1u) << "rank " << rank;
-          EXPECT_EQ(got[{"all_reduce", "tp"}].calls, want_tp) << "rank " << rank;
-          EXPECT_GT(got[{"all_reduce", "tp"}].seconds, 0.0) << "rank " << rank;
+          const parallel::CommTime& tp = got[std::make_pair("all_reduce", "tp")];
+          EXPECT_EQ(tp.calls, want_tp) << "rank " << rank;
+          EXPECT_GT(tp.seconds, 0.0) << "rank " << rank;
           ASSERT_EQ(got.count({"all_reduce", "model_parallel"}), 1u) << "rank " << rank;
-          EXPECT_EQ(got[{"all_reduce", "model_parallel"}].calls, 1) << "rank " << rank;
+          EXPECT_EQ(got[std::make_pair("all_reduce", "model_parallel")].calls, 1)
+              << "rank " << rank;
         }
       },
       "nccl");

@@ -220,7 +220,13 @@ VerifiedFiles ReadAndVerifyCheckpointFiles(const std::string& dir,
           absl::StrCat(f.path(), ": size ", st.st_size, ", manifest says ", f.size_bytes());
       return absl::OkStatus();
     }
-    auto digest = DigestFile(path, keep[i] ? &bytes[i] : nullptr);
+    ReadObserver observer;
+    if (keep[i] && options.observe != nullptr) {
+      observer = [&options, &f](uint64_t offset, absl::string_view data) {
+        options.observe(f, offset, data);
+      };
+    }
+    auto digest = DigestFile(path, keep[i] ? &bytes[i] : nullptr, observer);
     if (!digest.ok()) {
       problem[i] = absl::StrCat(f.path(), ": ", digest.status().message());
       return absl::OkStatus();
@@ -423,6 +429,11 @@ absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, const Choos
     v.max_keep_bytes = options.max_keep_bytes;
     if (options.keep != nullptr) {
       v.keep = [&](const mt::v1::CheckpointFile& f) { return options.keep(manifest, f); };
+    }
+    if (options.observe != nullptr) {
+      v.observe = [&](const mt::v1::CheckpointFile& f, uint64_t offset, absl::string_view data) {
+        options.observe(dir, f, offset, data);
+      };
     }
     VerifiedFiles files = ReadAndVerifyCheckpointFiles(dir, manifest, v);
     c->files = std::move(files.kept);

@@ -1,7 +1,10 @@
 #include "worker/checkpoint/checkpointer.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <torch/cuda.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -284,6 +287,11 @@ absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double va
   last_step_ = step;
   if (options_.async_save) {
     worker_ = std::thread([this, s = snapshot_] {
+      // Linux: nice is per thread, and the I/O threads Write starts inherit it.
+      if (options_.background_nice > 0) {
+        (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)),
+                            options_.background_nice);
+      }
       SaveInfo info = Write(*s);
       absl::MutexLock lock(&mu_);
       finished_.push_back(std::move(info));

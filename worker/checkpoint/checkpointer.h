@@ -84,6 +84,10 @@ struct CheckpointerOptions {
   // Shards over 64 MiB are also split into at least one file per I/O thread.
   int64_t max_file_bytes = int64_t{256} << 20;
   int io_threads = 0;  // 0 = DefaultIoThreads()
+  // Nice increment of an async save's background threads (the writer and its I/O threads,
+  // which inherit it), so that serialising, hashing and writing yield the CPU to the training
+  // thread where cores are short; 0 = as the trainer.
+  int background_nice = 10;
 };
 
 // One finished save as this rank saw it.

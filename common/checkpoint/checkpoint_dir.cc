@@ -203,7 +203,16 @@ VerifiedFiles ReadAndVerifyCheckpointFiles(const std::string& dir,
   std::vector<int64_t> read(n, 0);
   std::set<std::string> listed;
   for (const auto& f : manifest.files()) listed.insert(f.path());
-  (void)RunParallel(n, options.threads > 0 ? options.threads : DefaultIoThreads(), [&](size_t i) {
+  // Largest first: the threads take the next file as they finish, so the last one started
+  // is a small one (the load waits for the slowest thread).
+  std::vector<size_t> order(n);
+  for (int i = 0; i < n; ++i) order[i] = static_cast<size_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return manifest.files(static_cast<int>(a)).size_bytes() >
+           manifest.files(static_cast<int>(b)).size_bytes();
+  });
+  (void)RunParallel(n, options.threads > 0 ? options.threads : DefaultIoThreads(), [&](size_t k) {
+    const size_t i = order[k];
     const auto& f = manifest.files(static_cast<int>(i));
     if (absl::Status v = ValidateRelativePath(f.path(), "files.path"); !v.ok()) {
       problem[i] = std::string(v.message());

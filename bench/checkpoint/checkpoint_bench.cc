@@ -320,7 +320,10 @@ int main(int argc, char** argv) {
     const auto verified = Clock::now();
     auto source = mt::checkpoint::OpenLoadSource(**choice);
     if (!source.ok()) Die(std::string(source.status().message()));
-    Check(mt::checkpoint::RestoreTrainer(*fresh, **source, {}), "restore");
+    mt::checkpoint::RestoreStats stats;
+    mt::checkpoint::RestoreOptions restore;
+    restore.stats = &stats;
+    Check(mt::checkpoint::RestoreTrainer(*fresh, **source, restore), "restore");
     source->reset();
     (*choice)->files.reset();
     const auto loaded = Clock::now();
@@ -331,9 +334,11 @@ int main(int argc, char** argv) {
     dd_read_bw.push_back(bytes / dd_read_s);
     std::printf(
         "  run %d: %.1f MB in %d files  save %.3f s (snapshot %.3f)  dd write %.3f s  load %.3f s "
-        "(read+verify %.3f, restore from memory %.3f)  dd read %.3f s\n",
+        "(read+verify %.3f, restore %.3f: tensors %d staged, %d from memory, %d assembled)  dd "
+        "read %.3f s\n",
         r + 1, bytes / 1e6, files, save_s, snapshot_s, dd_s, load_s, Seconds(load_start, verified),
-        Seconds(verified, loaded), dd_read_s);
+        Seconds(verified, loaded), stats.from_staged, stats.from_memory, stats.from_assembled,
+        dd_read_s);
   }
   const double save_ratio = Median(save_bw) / Median(dd_write_bw);
   const double load_ratio = Median(load_bw) / Median(dd_read_bw);
@@ -345,7 +350,8 @@ int main(int argc, char** argv) {
       "load  %8.1f MB/s   dd read  %8.1f MB/s   ratio %.2f (target >= 0.80: %s; load includes "
       "SHA-256 verification of every file)\n",
       Median(load_bw) / 1e6, Median(dd_read_bw) / 1e6, load_ratio, verdict(load_ratio >= 0.80));
-  std::printf("      restore alone (from the verified bytes in memory) %8.1f MB/s\n",
+  std::printf("      restore alone (from the verified bytes: %s) %8.1f MB/s\n",
+              a.stage_device.empty() ? "host memory" : "staged on the device while read",
               Median(restore_bw) / 1e6);
 
   // --- 3. async save cost to the step time --------------------------------------------------

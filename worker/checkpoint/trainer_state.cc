@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 
@@ -132,7 +133,7 @@ class SourceReader {
   }
 
   absl::StatusOr<torch::Tensor> Get(const std::string& name, int split, const torch::Tensor& like,
-                                    std::vector<HostTensor>& hold) {
+                                    std::deque<HostTensor>& hold) {
     SliceRequest req;
     req.split_dim = split;
     req.tp_rank = options_.tp_rank;
@@ -320,7 +321,7 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
     const bool weights_only = options.weights_only || !manifest.has_trainer();
     SourceReader reader(source, options);
     // Host tensors assembled for this restore (resharding); kept until the copies are done.
-    std::vector<HostTensor> hold;
+    std::deque<HostTensor> hold;  // a deque: elements stay in place
     // 1. Weights (the model's dtype as stored; copy_ converts), every parameter the optimizer
     // updates (all chunks of an interleaved pipeline stage).
     engine::MixedPrecisionOptimizer& opt = trainer.optimizer();

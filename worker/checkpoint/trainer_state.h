@@ -88,6 +88,7 @@ class StagedFiles : public LoadAttachment {
 };
 
 // A TensorSource with the staged copies of its in-memory files (OpenLoadSource makes one).
+// Thread-compatible.
 class StagedSource : public TensorSource {
  public:
   StagedSource(std::unique_ptr<TensorSource> inner, std::shared_ptr<const StagedFiles> staged)

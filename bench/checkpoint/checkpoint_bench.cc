@@ -3,7 +3,8 @@
 //
 //   checkpoint_bench [--dir DIR] [--device cpu|cuda] [--layers N] [--hidden N] [--heads N]
 //                    [--seq N] [--vocab N] [--micro-batch N] [--precision fp32|bf16]
-//                    [--repeat N] [--steps N] [--save-every N] [--max-file-mb N]
+//                    [--repeat N] [--steps N] [--save-every N] [--max-file-mb N] [--pairs N]
+//                    [--stage-device auto|cpu|cuda|none]
 //
 // 1. Save: Checkpointer::Save (sync: snapshot into host memory, the shard's files written and
 //    hashed in parallel under temporary names, fsync, rename, manifest, `latest`) of a trained
@@ -11,15 +12,19 @@
 //    directory (8 MiB writes, fsync). Bandwidth ratio; target >= 80%.
 // 2. Load: what a rank does on resume (ChooseLoad: every file read once, in parallel, and
 //    checked against the manifest's SHA-256, the rank's own files kept in memory; then
-//    OpenLoadSource + RestoreTrainer into a fresh trainer from that memory), against a dd-style
-//    read of the dd file. Both start from a cold page cache (posix_fadvise DONTNEED after the
-//    fsync). Bandwidth ratio; target >= 80%.
+//    OpenLoadSource + RestoreTrainer into a fresh trainer from that memory; on a GPU the files
+//    are copied to the device block by block while they are read, and the restore copies
+//    device to device), against a dd-style read of the dd file. Both start from a cold page
+//    cache (posix_fadvise DONTNEED after the fsync). Bandwidth ratio; target >= 80%.
 // 3. Async save cost: the save interval is chosen the way a user would, long enough for one
 //    save to finish within it: ceil(2 x sync save time / step time) steps (--save-every
-//    overrides). The wall time per step (step + the Save call, i.e. what training sees) of a
-//    run saving asynchronously at that interval (at least 3 saves), against the same trainer's
-//    steps without saves before and after it. Ratio; target <= 1.05. Each save's stall of the
-//    training thread (the Save call; its device-to-host snapshot) is printed.
+//    overrides). Phases without saves (A) and with async saves at that interval (B) alternate,
+//    A B A B ... A (--pairs B phases, each of a whole number of intervals and at least --steps
+//    steps; a B phase ends with Wait() for its last save, timed), so that a drift of the
+//    machine's speed falls on both; the ratio of the median B phase to the median A phase,
+//    wall time per step (the step + the Save call: what training sees). Target <= 1.05. Each
+//    save's stall of the training thread (the Save call: the device-to-host snapshot) is
+//    printed, with the ratio it alone predicts.
 // Figures are medians over --repeat runs; the machine is shared and noisy, so read ratios.
 #include <dirent.h>
 #include <fcntl.h>
@@ -27,6 +32,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -66,6 +72,8 @@ struct Args {
   int steps = 30;
   int save_every = 0;  // 0: ceil(2 x save time / step time)
   int max_file_mb = 256;
+  int pairs = 5;
+  std::string stage_device;  // empty: "auto" on a GPU device, none on the CPU
 };
 
 double Seconds(Clock::time_point a, Clock::time_point b) {
@@ -214,6 +222,11 @@ Args Parse(int argc, char** argv, bool* own_dir) {
       num(&a.save_every);
     } else if (name == "--max-file-mb") {
       num(&a.max_file_mb);
+    } else if (name == "--pairs") {
+      num(&a.pairs);
+    } else if (name == "--stage-device") {
+      a.stage_device = v;
+      if (v.empty()) Die("--stage-device \"\": want auto, cpu, cuda, cuda:N or none");
     } else {
       Die("unknown argument " + name + " (see the comment at the top of checkpoint_bench.cc)");
     }
@@ -224,7 +237,24 @@ Args Parse(int argc, char** argv, bool* own_dir) {
     if (::mkdtemp(tmpl.data()) == nullptr) Die("mkdtemp");
     a.dir = tmpl;
     *own_dir = true;
+  } else {
+    // mkdir -p: the bench writes into <dir>/sync and <dir>/async.
+    for (size_t i = 1; i <= a.dir.size(); ++i) {
+      if (i < a.dir.size() && a.dir[i] != '/') continue;
+      const std::string prefix = a.dir.substr(0, i);
+      struct stat st;
+      if (::stat(prefix.c_str(), &st) == 0) {
+        if (!S_ISDIR(st.st_mode)) Die("--dir " + a.dir + ": " + prefix + " is not a directory");
+        continue;
+      }
+      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+        Die("--dir " + a.dir + ": creating " + prefix + ": " + std::strerror(errno) +
+            " (name a directory you may write to)");
+      }
+    }
   }
+  if (a.stage_device.empty() && a.device != "cpu") a.stage_device = "auto";
+  if (a.stage_device == "none") a.stage_device.clear();
   return a;
 }
 
@@ -236,9 +266,10 @@ int main(int argc, char** argv) {
   const mt::v1::JobSpec spec = MakeSpec(a, 1000000000);
   std::printf(
       "checkpoint_bench: %d layers, hidden %d, seq %d, vocab %d, %s on %s, dir %s, files <= %d "
-      "MiB, %d I/O threads\n",
+      "MiB, %d I/O threads, load staged on %s\n",
       a.layers, a.hidden, a.seq, a.vocab, a.precision.c_str(), a.device.c_str(), a.dir.c_str(),
-      a.max_file_mb, mt::checkpoint::DefaultIoThreads());
+      a.max_file_mb, mt::checkpoint::DefaultIoThreads(),
+      a.stage_device.empty() ? "none (restore from host memory)" : a.stage_device.c_str());
 
   // --- 1. save against dd write -------------------------------------------------------------
   auto trainer = MakeTrainer(a, spec);
@@ -283,12 +314,16 @@ int main(int argc, char** argv) {
     const auto load_start = Clock::now();
     mt::checkpoint::LoadOptions load_options;
     load_options.keep_own_files = true;
+    load_options.stage_device = a.stage_device;
     auto choice = mt::checkpoint::ChooseLoad(save_dir, load_options);  // read + SHA-256, once
     if (!choice.ok() || !choice->has_value()) Die("no checkpoint to load");
     const auto verified = Clock::now();
     auto source = mt::checkpoint::OpenLoadSource(**choice);
     if (!source.ok()) Die(std::string(source.status().message()));
-    Check(mt::checkpoint::RestoreTrainer(*fresh, **source, {}), "restore");
+    mt::checkpoint::RestoreStats stats;
+    mt::checkpoint::RestoreOptions restore;
+    restore.stats = &stats;
+    Check(mt::checkpoint::RestoreTrainer(*fresh, **source, restore), "restore");
     source->reset();
     (*choice)->files.reset();
     const auto loaded = Clock::now();
@@ -299,9 +334,11 @@ int main(int argc, char** argv) {
     dd_read_bw.push_back(bytes / dd_read_s);
     std::printf(
         "  run %d: %.1f MB in %d files  save %.3f s (snapshot %.3f)  dd write %.3f s  load %.3f s "
-        "(read+verify %.3f, restore from memory %.3f)  dd read %.3f s\n",
+        "(read+verify %.3f, restore %.3f: tensors %d staged, %d from memory, %d assembled)  dd "
+        "read %.3f s\n",
         r + 1, bytes / 1e6, files, save_s, snapshot_s, dd_s, load_s, Seconds(load_start, verified),
-        Seconds(verified, loaded), dd_read_s);
+        Seconds(verified, loaded), stats.from_staged, stats.from_memory, stats.from_assembled,
+        dd_read_s);
   }
   const double save_ratio = Median(save_bw) / Median(dd_write_bw);
   const double load_ratio = Median(load_bw) / Median(dd_read_bw);
@@ -313,7 +350,8 @@ int main(int argc, char** argv) {
       "load  %8.1f MB/s   dd read  %8.1f MB/s   ratio %.2f (target >= 0.80: %s; load includes "
       "SHA-256 verification of every file)\n",
       Median(load_bw) / 1e6, Median(dd_read_bw) / 1e6, load_ratio, verdict(load_ratio >= 0.80));
-  std::printf("      restore alone (from the verified bytes in memory) %8.1f MB/s\n",
+  std::printf("      restore alone (from the verified bytes: %s) %8.1f MB/s\n",
+              a.stage_device.empty() ? "host memory" : "staged on the device while read",
               Median(restore_bw) / 1e6);
 
   // --- 3. async save cost to the step time --------------------------------------------------
@@ -321,17 +359,20 @@ int main(int argc, char** argv) {
   Check(async->Prepare(*trainer), "async checkpointer");  // as a run does at start-up
   std::vector<double> stalls, snapshots;
   std::vector<int64_t> save_steps;
+  // `steps` steps; with `every` > 0 an async save after the phase's first step and every
+  // `every` steps after it, and the phase ends with waiting for the last save (timed).
   auto phase = [&](int steps, int every) {
     const auto start = Clock::now();
     for (int s = 0; s < steps; ++s) {
       Check(trainer->Step().status(), "step");
-      if (every > 0 && trainer->iteration() % every == 0) {
+      if (every > 0 && s % every == 0) {
         const auto t0 = Clock::now();
         Check(async->Save(*trainer, 0, 0), "async save");
         stalls.push_back(Seconds(t0, Clock::now()));
         save_steps.push_back(trainer->iteration());
       }
     }
+    if (every > 0) async->Wait();
     return Seconds(start, Clock::now()) / steps;
   };
   const double warm = phase(a.steps, 0);  // the step time the interval is chosen from
@@ -339,31 +380,41 @@ int main(int argc, char** argv) {
   const int every = a.save_every > 0
                         ? a.save_every
                         : std::max(1, static_cast<int>(std::ceil(2 * save_time / warm)));
-  const int steps = std::max(a.steps, 3 * every);
+  const int steps = every * std::max(1, (a.steps + every - 1) / every);
   std::printf(
-      "async: sync save %.3f s, step %.4f s -> save every %d steps (ceil(2 x save / step)%s), "
-      "%d steps per phase\n",
-      save_time, warm, every, a.save_every > 0 ? "; overridden by --save-every" : "", steps);
-  const double before = phase(steps, 0);
-  const double with_saves = phase(steps, every);
-  async->Wait();
+      "async: sync save %.3f s, step %.4f s -> save every %d steps (ceil(2 x save / step)%s); "
+      "phases A (no save) and B (async saves) alternate, %d steps each, A B x %d then A\n",
+      save_time, warm, every, a.save_every > 0 ? "; overridden by --save-every" : "", steps,
+      a.pairs);
+  std::vector<double> phase_a, phase_b;
+  phase_a.push_back(phase(steps, 0));
+  for (int p = 0; p < a.pairs; ++p) {
+    phase_b.push_back(phase(steps, every));
+    phase_a.push_back(phase(steps, 0));
+    std::printf("  pair %d: A %.4f s/step, B %.4f s/step, A %.4f s/step -> B / mean(A) %.3f\n",
+                p + 1, phase_a[p], phase_b[p], phase_a[p + 1],
+                phase_b[p] / ((phase_a[p] + phase_a[p + 1]) / 2));
+  }
   for (const auto& info : async->TakeFinished()) {
     Check(info.status, "async save");
     snapshots.push_back(info.snapshot_seconds);
   }
-  const double after = phase(steps, 0);
-  const double base = (before + after) / 2;
-  for (size_t i = 0; i < stalls.size(); ++i) {
+  for (size_t i = 0; i < stalls.size() && i < 10; ++i) {
     std::printf("  async save at step %lld: training thread stalled %.4f s (snapshot %.4f s)\n",
                 static_cast<long long>(save_steps[i]), stalls[i],
                 i < snapshots.size() ? snapshots[i] : 0.0);
   }
+  if (stalls.size() > 10) std::printf("  ... %zu saves in all\n", stalls.size());
+  const double base = Median(phase_a);
+  const double with_saves = Median(phase_b);
   const double async_ratio = with_saves / base;
   std::printf(
-      "async save every %d steps: %.4f s/step against %.4f (before %.4f, after %.4f)  "
-      "ratio %.3f (target <= 1.05: %s); median stall per save %.4f s\n",
-      every, with_saves, base, before, after, async_ratio, verdict(async_ratio <= 1.05),
-      Median(stalls));
+      "async save every %d steps: median %.4f s/step (B) against %.4f (A; A from %.4f to %.4f)  "
+      "ratio %.3f (target <= 1.05: %s); median stall per save %.4f s, which alone predicts "
+      "%.3f\n",
+      every, with_saves, base, *std::min_element(phase_a.begin(), phase_a.end()),
+      *std::max_element(phase_a.begin(), phase_a.end()), async_ratio, verdict(async_ratio <= 1.05),
+      Median(stalls), 1 + Median(stalls) / (every * base));
   std::printf(
       "RESULT save_ratio=%.3f load_ratio=%.3f async_step_ratio=%.3f save_every=%d "
       "stall_s=%.4f bytes=%lld files=%d\n",

@@ -203,7 +203,16 @@ VerifiedFiles ReadAndVerifyCheckpointFiles(const std::string& dir,
   std::vector<int64_t> read(n, 0);
   std::set<std::string> listed;
   for (const auto& f : manifest.files()) listed.insert(f.path());
-  (void)RunParallel(n, options.threads > 0 ? options.threads : DefaultIoThreads(), [&](size_t i) {
+  // Largest first: the threads take the next file as they finish, so the last one started
+  // is a small one (the load waits for the slowest thread).
+  std::vector<size_t> order(n);
+  for (int i = 0; i < n; ++i) order[i] = static_cast<size_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return manifest.files(static_cast<int>(a)).size_bytes() >
+           manifest.files(static_cast<int>(b)).size_bytes();
+  });
+  (void)RunParallel(n, options.threads > 0 ? options.threads : DefaultIoThreads(), [&](size_t k) {
+    const size_t i = order[k];
     const auto& f = manifest.files(static_cast<int>(i));
     if (absl::Status v = ValidateRelativePath(f.path(), "files.path"); !v.ok()) {
       problem[i] = std::string(v.message());
@@ -220,7 +229,13 @@ VerifiedFiles ReadAndVerifyCheckpointFiles(const std::string& dir,
           absl::StrCat(f.path(), ": size ", st.st_size, ", manifest says ", f.size_bytes());
       return absl::OkStatus();
     }
-    auto digest = DigestFile(path, keep[i] ? &bytes[i] : nullptr);
+    ReadObserver observer;
+    if (keep[i] && options.observe != nullptr) {
+      observer = [&options, &f](uint64_t offset, absl::string_view data) {
+        options.observe(f, offset, data);
+      };
+    }
+    auto digest = DigestFile(path, keep[i] ? &bytes[i] : nullptr, observer);
     if (!digest.ok()) {
       problem[i] = absl::StrCat(f.path(), ": ", digest.status().message());
       return absl::OkStatus();
@@ -423,6 +438,11 @@ absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, const Choos
     v.max_keep_bytes = options.max_keep_bytes;
     if (options.keep != nullptr) {
       v.keep = [&](const mt::v1::CheckpointFile& f) { return options.keep(manifest, f); };
+    }
+    if (options.observe != nullptr) {
+      v.observe = [&](const mt::v1::CheckpointFile& f, uint64_t offset, absl::string_view data) {
+        options.observe(dir, f, offset, data);
+      };
     }
     VerifiedFiles files = ReadAndVerifyCheckpointFiles(dir, manifest, v);
     c->files = std::move(files.kept);

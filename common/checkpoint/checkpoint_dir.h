@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/checkpoint/file_writer.h"
 #include "mt/v1/checkpoint.pb.h"
 
@@ -76,6 +77,10 @@ struct VerifyOptions {
   // nullptr = keep none.
   std::function<bool(const mt::v1::CheckpointFile&)> keep;
   int64_t max_keep_bytes = int64_t{32} << 30;
+  // Sees every block of each kept file as it is read (file_writer.h ReadObserver: before the
+  // file is verified), on the reading threads (one thread per file at a time). nullptr = none.
+  std::function<void(const mt::v1::CheckpointFile&, uint64_t offset, absl::string_view bytes)>
+      observe;
 };
 struct VerifiedFiles {
   std::vector<std::string> problems;    // as VerifyCheckpointFiles
@@ -123,6 +128,12 @@ absl::Status RemoveTree(const std::string& path);
 // (and must verify); a save directory gives its latest checkpoint, or, when that one is
 // missing or damaged, the newest older one that verifies. `problems` lists every checkpoint
 // skipped and why.
+// What a loader keeps with a choice besides the verified files (the worker's copies of them on
+// the GPU, worker/checkpoint/checkpointer.h); opaque here.
+class LoadAttachment {
+ public:
+  virtual ~LoadAttachment() = default;
+};
 struct LoadChoice {
   std::string dir;
   mt::v1::CheckpointManifest manifest;
@@ -131,6 +142,8 @@ struct LoadChoice {
   std::shared_ptr<const InMemoryFiles> files;
   // Bytes the verification read (each file of each checkpoint tried, once).
   int64_t bytes_read = 0;
+  // Set by the worker's ChooseLoad (copies of `files` on the loading device); null when none.
+  std::shared_ptr<const LoadAttachment> attachment;
 };
 absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, bool verify = true);
 struct ChooseOptions {
@@ -140,6 +153,11 @@ struct ChooseOptions {
   std::function<bool(const mt::v1::CheckpointManifest&, const mt::v1::CheckpointFile&)> keep;
   int64_t max_keep_bytes = int64_t{32} << 30;
   int threads = 0;  // 0 = DefaultIoThreads()
+  // VerifyOptions::observe for each candidate tried (`dir` names it: a candidate that fails
+  // verification is followed by an older one, whose blocks arrive under another `dir`).
+  std::function<void(const std::string& dir, const mt::v1::CheckpointFile&, uint64_t offset,
+                     absl::string_view bytes)>
+      observe;
 };
 absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, const ChooseOptions& options);
 

@@ -77,6 +77,11 @@ std::string Sha256::HexDigest() {
 absl::StatusOr<FileDigest> DigestFile(const std::string& path) { return DigestFile(path, nullptr); }
 
 absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep) {
+  return DigestFile(path, keep, nullptr);
+}
+
+absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep,
+                                      const ReadObserver& observer) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return IoError("opening", path, errno);
   struct FdCloser {
@@ -111,6 +116,9 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep) 
     if (n < 0) return IoError("reading", path, errno);
     if (n == 0) break;
     sha.Update(dst, static_cast<size_t>(n));
+    if (observer != nullptr && whole != nullptr && dst != chunk.data()) {
+      observer(done, absl::string_view(dst, static_cast<size_t>(n)));
+    }
     done += static_cast<size_t>(n);
   }
   out.size = static_cast<int64_t>(done);

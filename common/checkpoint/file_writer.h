@@ -57,6 +57,13 @@ struct FileBytes {
 // Size and SHA-256 of a file in one sequential pass; with `keep`, the bytes read stay there
 // (one read serves both the verification and the restore).
 absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep);
+// Sees each block of a kept file as it is read, in order (`offset` into the file), on the
+// reading thread, BEFORE the file's hash is known: whatever it does with the bytes must not be
+// used until the file has been verified. A load uses it to copy the bytes to the GPU while the
+// rest is still being read.
+using ReadObserver = std::function<void(uint64_t offset, absl::string_view bytes)>;
+absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep,
+                                      const ReadObserver& observer);
 
 // Files of one directory held in memory, by relative path. Thread-compatible; immutable once
 // shared.

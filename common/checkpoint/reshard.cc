@@ -78,6 +78,43 @@ class CheckpointSource : public TensorSource {
     return CutSlice(name, std::move(full), request);
   }
 
+  absl::StatusOr<std::optional<StoredTensor>> Locate(const std::string& name,
+                                                     const SliceRequest& request) override {
+    MT_ASSIGN_OR_RETURN(std::vector<const mt::v1::ManifestTensor*> slices, Slices(name));
+    if (files_ == nullptr) return std::optional<StoredTensor>();
+    const mt::v1::ManifestTensor& first = *slices[0];
+    std::vector<int64_t> shape(first.shape().begin(), first.shape().end());
+    if (shape != request.shape) return std::optional<StoredTensor>();
+    const mt::v1::ManifestTensor* t = nullptr;
+    if (first.split_dim() < 0 && request.split_dim < 0) {
+      t = &first;
+    } else if (first.split_dim() == request.split_dim && first.tp_size() == request.tp_size) {
+      for (const auto* s : slices) {
+        if (s->tp_rank() == request.tp_rank || s->split_dim() < 0) {
+          t = s;
+          break;
+        }
+      }
+    }
+    if (t == nullptr) return std::optional<StoredTensor>();
+    const FileBytes* bytes = files_->Find(t->file());
+    if (bytes == nullptr) return std::optional<StoredTensor>();
+    MT_ASSIGN_OR_RETURN(const SafetensorsIndex* index, Index(*t));
+    const SafetensorsEntry* e = index->Find(t->name());
+    if (e == nullptr) {
+      return absl::DataLossError(
+          absl::StrCat(JoinPath(dir_, t->file()), " lacks ", t->name(), " (the manifest says)"));
+    }
+    StoredTensor out;
+    out.file = t->file();
+    out.dtype = e->dtype;
+    out.shape = e->shape;
+    out.offset = index->data_start + e->begin;
+    out.nbytes = e->end - e->begin;
+    out.data = bytes->data.get() + out.offset;
+    return std::optional<StoredTensor>(std::move(out));
+  }
+
  private:
   // The TP slices of `name` from one pipeline stage (the lowest that has it), by tp_rank.
   absl::StatusOr<std::vector<const mt::v1::ManifestTensor*>> Slices(const std::string& name) {
@@ -117,11 +154,12 @@ class CheckpointSource : public TensorSource {
     return out;
   }
 
-  absl::StatusOr<HostTensor> Read(const mt::v1::ManifestTensor& t) {
-    const std::string path = JoinPath(dir_, t.file());
-    const FileBytes* bytes = files_ != nullptr ? files_->Find(t.file()) : nullptr;
+  // The header of t's file (parsed once), from memory when the file is held there.
+  absl::StatusOr<const SafetensorsIndex*> Index(const mt::v1::ManifestTensor& t) {
     auto it = indexes_.find(t.file());
     if (it == indexes_.end()) {
+      const std::string path = JoinPath(dir_, t.file());
+      const FileBytes* bytes = files_ != nullptr ? files_->Find(t.file()) : nullptr;
       absl::StatusOr<SafetensorsIndex> index =
           bytes != nullptr ? ParseSafetensorsFile(bytes->view()) : ReadSafetensorsIndex(path);
       if (!index.ok() && bytes != nullptr) {
@@ -130,12 +168,19 @@ class CheckpointSource : public TensorSource {
       MT_RETURN_IF_ERROR(index.status());
       it = indexes_.emplace(t.file(), *std::move(index)).first;
     }
-    const SafetensorsEntry* e = it->second.Find(t.name());
+    return &it->second;
+  }
+
+  absl::StatusOr<HostTensor> Read(const mt::v1::ManifestTensor& t) {
+    const std::string path = JoinPath(dir_, t.file());
+    const FileBytes* bytes = files_ != nullptr ? files_->Find(t.file()) : nullptr;
+    MT_ASSIGN_OR_RETURN(const SafetensorsIndex* index, Index(t));
+    const SafetensorsEntry* e = index->Find(t.name());
     if (e == nullptr) {
       return absl::DataLossError(absl::StrCat(path, " lacks ", t.name(), " (the manifest says)"));
     }
-    if (bytes != nullptr) return SafetensorsTensorFromMemory(bytes->view(), it->second, *e);
-    return ReadSafetensorsTensor(path, it->second, *e);
+    if (bytes != nullptr) return SafetensorsTensorFromMemory(bytes->view(), *index, *e);
+    return ReadSafetensorsTensor(path, *index, *e);
   }
 
   std::string dir_;
@@ -155,6 +200,13 @@ absl::StatusOr<HostTensor> TensorSource::Slice(const std::string& name,
                                                const SliceRequest& request) {
   MT_ASSIGN_OR_RETURN(HostTensor full, Full(name));
   return CutSlice(name, std::move(full), request);
+}
+
+absl::StatusOr<std::optional<StoredTensor>> TensorSource::Locate(const std::string& name,
+                                                                 const SliceRequest& request) {
+  (void)name;
+  (void)request;
+  return std::optional<StoredTensor>();
 }
 
 absl::StatusOr<HostTensor> CutSlice(const std::string& name, HostTensor full,

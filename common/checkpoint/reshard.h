@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,17 @@ struct SliceRequest {
   std::vector<int64_t> shape;
 };
 
+// Where the bytes of one stored tensor lie: the answer of TensorSource::Locate when a rank's
+// slice is exactly a tensor of the checkpoint (same cut, no resharding) held in memory.
+struct StoredTensor {
+  std::string file;  // the manifest's path of its file
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  uint64_t offset = 0;  // of its first byte in the file
+  uint64_t nbytes = 0;
+  const char* data = nullptr;  // the bytes (in the verified file held in memory)
+};
+
 class TensorSource {
  public:
   virtual ~TensorSource() = default;
@@ -47,6 +59,12 @@ class TensorSource {
   virtual absl::StatusOr<HostTensor> Full(const std::string& name) = 0;
   // The slice a rank needs (see LoadSlice); the default assembles Full() and cuts it.
   virtual absl::StatusOr<HostTensor> Slice(const std::string& name, const SliceRequest& request);
+  // Without a copy: where the bytes of Slice(name, request) already lie, when they are one
+  // stored tensor held in memory (the loading rank's own verified files); std::nullopt when
+  // the slice must be assembled or read (then call Slice). NOT_FOUND as Slice. The default has
+  // nothing in memory.
+  virtual absl::StatusOr<std::optional<StoredTensor>> Locate(const std::string& name,
+                                                             const SliceRequest& request);
 };
 
 // True for tensors whose dim 0 is the padded vocabulary (the word embedding, the output

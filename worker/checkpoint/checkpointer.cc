@@ -1,6 +1,10 @@
 #include "worker/checkpoint/checkpointer.h"
 
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <torch/cuda.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
@@ -31,6 +35,86 @@ double SecondsSince(Clock::time_point t) {
 absl::Status MakeDir(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return IoError("creating", path, errno);
   return absl::OkStatus();
+}
+
+// Copies the blocks of the kept files to a device as the verification reads them (LoadOptions::
+// stage_device). Candidates are tried one after another: a block of another directory drops
+// the copies of the previous one. A failure (device memory) only leaves that file unstaged: the
+// restore then takes it from host memory. Thread-safe (one reading thread per file).
+class Stager {
+ public:
+  Stager(torch::Device device, int64_t max_bytes) : device_(device), max_bytes_(max_bytes) {}
+
+  void Observe(const std::string& dir, const mt::v1::CheckpointFile& f, uint64_t offset,
+               absl::string_view bytes) {
+    torch::Tensor dst;
+    {
+      absl::MutexLock lock(&mu_);
+      if (dir != dir_) {
+        files_.clear();
+        bytes_ = 0;
+        dir_ = dir;
+      }
+      if (offset == 0 && !files_.count(f.path()) && bytes_ + f.size_bytes() <= max_bytes_) {
+        try {
+          files_[f.path()] = torch::empty(
+              {f.size_bytes()}, torch::TensorOptions().dtype(torch::kByte).device(device_));
+          bytes_ += f.size_bytes();
+        } catch (const c10::Error& e) {
+          MT_LOG(WARNING) << "checkpoint load: no device copy of " << f.path()
+                          << " (restored from host memory): " << e.what_without_backtrace();
+        }
+      }
+      auto it = files_.find(f.path());
+      if (it == files_.end()) return;
+      dst = it->second;
+    }
+    try {
+      torch::NoGradGuard no_grad;
+      const int64_t n = static_cast<int64_t>(bytes.size());
+      dst.narrow(0, static_cast<int64_t>(offset), n)
+          .copy_(torch::from_blob(const_cast<char*>(bytes.data()), {n}, torch::kByte));
+    } catch (const c10::Error& e) {
+      MT_LOG(WARNING) << "checkpoint load: copying " << f.path() << " to " << device_
+                      << " failed (restored from host memory): " << e.what_without_backtrace();
+      absl::MutexLock lock(&mu_);
+      if (dir == dir_ && files_.erase(f.path()) > 0) bytes_ -= f.size_bytes();
+    }
+  }
+
+  // The copies of `dir`'s files (null when none); the stager holds nothing afterwards.
+  std::shared_ptr<const StagedFiles> Take(const std::string& dir) {
+    absl::MutexLock lock(&mu_);
+    std::shared_ptr<const StagedFiles> out;
+    if (dir == dir_ && !files_.empty()) out = std::make_shared<StagedFiles>(std::move(files_));
+    files_.clear();
+    bytes_ = 0;
+    return out;
+  }
+
+ private:
+  const torch::Device device_;
+  const int64_t max_bytes_;
+  absl::Mutex mu_;
+  std::string dir_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, torch::Tensor> files_ ABSL_GUARDED_BY(mu_);
+  int64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// LoadOptions::stage_device; std::nullopt for none.
+absl::StatusOr<std::optional<torch::Device>> StageDevice(const std::string& name) {
+  if (name.empty()) return std::optional<torch::Device>();
+  if (name == "auto") {
+    if (!torch::cuda::is_available()) return std::optional<torch::Device>();
+    return std::optional<torch::Device>(torch::Device(torch::kCUDA, 0));
+  }
+  try {
+    return std::optional<torch::Device>(torch::Device(name));
+  } catch (const c10::Error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("LoadOptions.stage_device \"", name,
+                                                   "\": ", e.what_without_backtrace(),
+                                                   " (use auto, cpu, cuda or cuda:N)"));
+  }
 }
 
 }  // namespace
@@ -130,13 +214,23 @@ absl::Status Checkpointer::TakeSnapshot(const std::vector<StateTensor>& tensors,
       s.entries.clear();
       return absl::OkStatus();
     }
-    char* base = static_cast<char*>(s.buffer.data_ptr());
+    bool queued = false;
     for (size_t i = 0; i < tensors.size(); ++i) {
       const torch::Tensor& src = tensors[i].tensor;
-      torch::Tensor dst = torch::from_blob(base + s.entries[i].offset, src.sizes(),
-                                           torch::TensorOptions().dtype(src.scalar_type()));
-      dst.copy_(src);  // synchronous: the copy is done before training changes the state
+      // A view of the buffer (not from_blob: the pinned allocator tracks the asynchronous
+      // copies into its blocks through the buffer's storage); offsets are 64-byte aligned.
+      torch::Tensor dst = s.buffer
+                              .narrow(0, static_cast<int64_t>(s.entries[i].offset),
+                                      static_cast<int64_t>(s.entries[i].nbytes))
+                              .view(src.scalar_type())
+                              .view(src.sizes());
+      // Device tensors into the pinned buffer: queued without waiting, one synchronisation
+      // below; the copies are done before training changes the state.
+      const bool async = s.pinned && src.is_cuda();
+      dst.copy_(src, /*non_blocking=*/async);
+      queued = queued || async;
     }
+    if (queued) torch::cuda::synchronize();
   } catch (const c10::Error& e) {
     s.entries.clear();
     return absl::InternalError(
@@ -193,6 +287,11 @@ absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double va
   last_step_ = step;
   if (options_.async_save) {
     worker_ = std::thread([this, s = snapshot_] {
+      // Linux: nice is per thread, and the I/O threads Write starts inherit it.
+      if (options_.background_nice > 0) {
+        (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)),
+                            options_.background_nice);
+      }
       SaveInfo info = Write(*s);
       absl::MutexLock lock(&mu_);
       finished_.push_back(std::move(info));
@@ -353,9 +452,23 @@ absl::StatusOr<std::optional<LoadChoice>> ChooseLoad(const std::string& path,
       return false;
     };
   }
+  std::shared_ptr<Stager> stager;
+  if (options.keep_own_files) {
+    MT_ASSIGN_OR_RETURN(std::optional<torch::Device> device, StageDevice(options.stage_device));
+    if (device.has_value() && options.max_stage_bytes > 0) {
+      stager = std::make_shared<Stager>(*device, options.max_stage_bytes);
+      choose.observe = [stager](const std::string& dir, const mt::v1::CheckpointFile& f,
+                                uint64_t offset, absl::string_view bytes) {
+        stager->Observe(dir, f, offset, bytes);
+      };
+    }
+  }
   auto choice = ChooseCheckpoint(path, choose);
   if (absl::IsNotFound(choice.status())) return std::optional<LoadChoice>();
   if (!choice.ok()) return choice.status();
+  if (stager != nullptr && choice->files != nullptr) {
+    choice->attachment = stager->Take(choice->dir);
+  }
   for (const std::string& p : choice->problems) {
     MT_LOG(WARNING) << "checkpoint skipped: " << p;
   }
@@ -364,7 +477,11 @@ absl::StatusOr<std::optional<LoadChoice>> ChooseLoad(const std::string& path,
 
 absl::StatusOr<std::unique_ptr<TensorSource>> OpenLoadSource(const LoadChoice& choice) {
   if (LooksLikeHfGpt2(choice.dir)) return OpenHfGpt2Source(choice.dir);
-  return OpenCheckpointSource(choice.dir, choice.manifest, choice.files);
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<TensorSource> source,
+                      OpenCheckpointSource(choice.dir, choice.manifest, choice.files));
+  auto staged = std::dynamic_pointer_cast<const StagedFiles>(choice.attachment);
+  if (staged == nullptr || choice.files == nullptr) return source;
+  return std::unique_ptr<TensorSource>(new StagedSource(std::move(source), std::move(staged)));
 }
 
 }  // namespace mt::checkpoint

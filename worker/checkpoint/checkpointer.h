@@ -84,6 +84,10 @@ struct CheckpointerOptions {
   // Shards over 64 MiB are also split into at least one file per I/O thread.
   int64_t max_file_bytes = int64_t{256} << 20;
   int io_threads = 0;  // 0 = DefaultIoThreads()
+  // Nice increment of an async save's background threads (the writer and its I/O threads,
+  // which inherit it), so that serialising, hashing and writing yield the CPU to the training
+  // thread where cores are short; 0 = as the trainer.
+  int background_nice = 10;
 };
 
 // One finished save as this rank saw it.
@@ -154,6 +158,16 @@ struct LoadOptions {
   int pp_size = 1;
   int io_threads = 0;  // 0 = DefaultIoThreads()
   int64_t max_keep_bytes = int64_t{32} << 30;
+  // With keep_own_files: the kept files are also copied, block by block as they are read, to
+  // this device (StagedFiles, trainer_state.h), so that the copies to the GPU overlap the
+  // reading and the restore copies device to device. Nothing of it is used unless the
+  // checkpoint verifies (a damaged one's copies are dropped with it). "auto" = cuda:0 when
+  // CUDA is available (a rank's GPU: the daemon sets CUDA_VISIBLE_DEVICES), else none; "" =
+  // none; or a device ("cuda:1"; "cpu" exercises the path in tests).
+  std::string stage_device = "auto";
+  // Files beyond this many bytes on the device are restored from host memory instead (the
+  // copies exist next to the trainer's state until the restore is done).
+  int64_t max_stage_bytes = int64_t{16} << 30;
 };
 
 // What --load (or a restart's resume_from) names: a save directory (its latest loadable
@@ -161,8 +175,9 @@ struct LoadOptions {
 // GPT-2 directory. std::nullopt when `path` holds no checkpoint at all (a fresh run).
 absl::StatusOr<std::optional<LoadChoice>> ChooseLoad(const std::string& path,
                                                      const LoadOptions& options = {});
-// The tensors of a choice, from the files it kept in memory where it did (release the choice's
-// `files` and the source after the restore).
+// The tensors of a choice, from the files it kept in memory where it did, and from their staged
+// device copies where it made them (release the choice's `files`, `attachment` and the source
+// after the restore).
 absl::StatusOr<std::unique_ptr<TensorSource>> OpenLoadSource(const LoadChoice& choice);
 
 }  // namespace mt::checkpoint

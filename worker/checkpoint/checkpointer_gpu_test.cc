@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <memory>
 #include <optional>
@@ -104,12 +105,76 @@ TEST(CheckpointerGpuTest, AsyncSaveFromTheGpuLoadsBackExactly) {
   ASSERT_NE(choice->files, nullptr);
   auto fresh = MakeTrainer(spec, choice->manifest.trainer().consumed_samples());
   ASSERT_NE(fresh, nullptr);
+  // stage_device "auto": the files were copied to the GPU while read; the restore copies every
+  // tensor device to device.
+  ASSERT_NE(choice->attachment, nullptr);
   MT_ASSERT_OK_AND_ASSIGN(auto source, OpenLoadSource(*choice));
-  MT_ASSERT_OK(RestoreTrainer(*fresh, *source, {}));
+  RestoreStats stats;
+  RestoreOptions restore;
+  restore.stats = &stats;
+  MT_ASSERT_OK(RestoreTrainer(*fresh, *source, restore));
+  EXPECT_GT(stats.from_staged, 0);
+  EXPECT_EQ(stats.from_memory + stats.from_assembled, 0);
   EXPECT_EQ(fresh->iteration(), 3);
   const std::map<std::string, torch::Tensor> loaded = HostState(*fresh);
   ASSERT_EQ(loaded.size(), at3.size());
   for (const auto& [name, want] : at3) {
+    ASSERT_TRUE(loaded.count(name)) << name;
+    EXPECT_TRUE(torch::equal(loaded.at(name), want)) << name;
+  }
+}
+
+// The newest checkpoint's last file is damaged after its other files were staged on the GPU:
+// the load falls back to the previous checkpoint and the trainer holds exactly its state.
+TEST(CheckpointerGpuTest, DamagedNewestFallsBackToExactlyThePreviousOnTheGpu) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const mt::v1::JobSpec spec = Spec();
+  std::string dir = std::string(::testing::TempDir()) + "/ckgpu_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  auto t = MakeTrainer(spec, 0);
+  ASSERT_NE(t, nullptr);
+  LocalExchange exchange;
+  CheckpointerOptions o;
+  o.save_dir = dir;
+  o.job_id = "gpu";
+  o.spec = spec;
+  o.max_file_bytes = 1 << 20;
+  MT_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpointer::Create(o, &exchange));
+  for (int i = 0; i < 2; ++i) MT_ASSERT_OK(t->Step().status());
+  const std::map<std::string, torch::Tensor> at2 = HostState(*t);
+  MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));
+  for (int i = 0; i < 2; ++i) MT_ASSERT_OK(t->Step().status());
+  MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, ReadManifest(dir + "/iter_0000004"));
+  ASSERT_GT(m.files_size(), 1);
+  {
+    const std::string path = dir + "/iter_0000004/" + m.files(m.files_size() - 1).path();
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, -3, SEEK_END);
+    const int c = std::fgetc(f);
+    std::fseek(f, -3, SEEK_END);
+    std::fputc(c ^ 0x01, f);
+    std::fclose(f);
+  }
+  LoadOptions load;
+  load.keep_own_files = true;
+  MT_ASSERT_OK_AND_ASSIGN(std::optional<LoadChoice> choice, ChooseLoad(dir, load));
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->manifest.step(), 2);
+  auto fresh = MakeTrainer(spec, choice->manifest.trainer().consumed_samples());
+  ASSERT_NE(fresh, nullptr);
+  MT_ASSERT_OK(fresh->Step().status());  // moved away from any checkpoint's state
+  MT_ASSERT_OK_AND_ASSIGN(auto source, OpenLoadSource(*choice));
+  RestoreStats stats;
+  RestoreOptions restore;
+  restore.stats = &stats;
+  MT_ASSERT_OK(RestoreTrainer(*fresh, *source, restore));
+  EXPECT_GT(stats.from_staged, 0);
+  EXPECT_EQ(fresh->iteration(), 2);
+  const std::map<std::string, torch::Tensor> loaded = HostState(*fresh);
+  ASSERT_EQ(loaded.size(), at2.size());
+  for (const auto& [name, want] : at2) {
     ASSERT_TRUE(loaded.count(name)) << name;
     EXPECT_TRUE(torch::equal(loaded.at(name), want)) << name;
   }

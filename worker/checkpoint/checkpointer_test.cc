@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mt/v1/job_spec.pb.h"
+#include "worker/checkpoint/trainer_state.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/trainer.h"
@@ -363,6 +364,150 @@ TEST(CheckpointerTest, ADamagedFileOfASplitShardFallsBack) {
   EXPECT_THAT(choice->problems[0], HasSubstr(victim + ": sha256 mismatch"));
   auto resumed = Resume(dir, spec);
   EXPECT_EQ(resumed->iteration(), 2);
+}
+
+// Every tensor of a trainer's checkpointed state, cloned (contiguous, on the CPU).
+std::vector<StateTensor> StateOf(engine::Trainer& t) {
+  auto tensors = CollectTensors(t);
+  EXPECT_TRUE(tensors.ok()) << tensors.status();
+  std::vector<StateTensor> out;
+  if (!tensors.ok()) return out;
+  for (const StateTensor& s : *tensors) {
+    out.push_back({s.name, s.tensor.detach().to(torch::kCPU).contiguous().clone(), s.split_dim});
+  }
+  return out;
+}
+
+// Bit for bit (memcmp of the bytes: -0.0 and NaN payloads count).
+void ExpectSameState(const std::vector<StateTensor>& got, const std::vector<StateTensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].name, want[i].name);
+    ASSERT_EQ(got[i].tensor.scalar_type(), want[i].tensor.scalar_type()) << got[i].name;
+    ASSERT_EQ(got[i].tensor.sizes(), want[i].tensor.sizes()) << got[i].name;
+    EXPECT_EQ(
+        std::memcmp(got[i].tensor.data_ptr(), want[i].tensor.data_ptr(), got[i].tensor.nbytes()), 0)
+        << got[i].name << " differs";
+  }
+}
+
+// Flips one bit near the end of `path`.
+void FlipBit(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(f, nullptr) << path;
+  std::fseek(f, -3, SEEK_END);
+  const int c = std::fgetc(f);
+  std::fseek(f, -3, SEEK_END);
+  std::fputc(c ^ 0x01, f);
+  std::fclose(f);
+}
+
+// The load path of a GPU rank, with the CPU standing in for the device: the kept files are
+// copied block by block to the staging device while they are read, and the restore takes every
+// tensor from those copies (none assembled, none from host memory); the restored state equals
+// the saved one bit for bit (16-bit weights, fp32 masters, moments), and training continues
+// with the straight run's losses.
+TEST(CheckpointerTest, StagedLoadRestoresEveryTensorFromTheDeviceCopyExactly) {
+  const mt::v1::JobSpec spec = TinySpec(mt::v1::PRECISION_BF16);
+  auto straight = MakeTrainer(spec);
+  auto [losses, valid] = TrainTo(*straight, 6);
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  auto first = MakeTrainer(spec);
+  TrainTo(*first, 3);
+  const std::vector<StateTensor> saved = StateOf(*first);
+  MT_ASSERT_OK(MakeCheckpointer(dir, spec, &exchange, false, 16384)->Save(*first, 1.0, 1.0));
+
+  LoadOptions load;
+  load.keep_own_files = true;
+  load.io_threads = 2;
+  load.stage_device = "cpu";
+  MT_ASSERT_OK_AND_ASSIGN(std::optional<LoadChoice> choice, ChooseLoad(dir, load));
+  ASSERT_TRUE(choice.has_value());
+  auto staged = std::dynamic_pointer_cast<const StagedFiles>(choice->attachment);
+  ASSERT_NE(staged, nullptr);
+  EXPECT_EQ(staged->bytes(), choice->files->bytes());  // every kept file, whole
+  auto resumed = MakeTrainer(spec, choice->manifest.trainer().consumed_samples());
+  MT_ASSERT_OK_AND_ASSIGN(auto source, OpenLoadSource(*choice));
+  ASSERT_NE(dynamic_cast<StagedSource*>(source.get()), nullptr);
+  RestoreStats stats;
+  RestoreOptions options;
+  options.stats = &stats;
+  MT_ASSERT_OK(RestoreTrainer(*resumed, *source, options));
+  EXPECT_GT(stats.from_staged, 0);
+  EXPECT_EQ(stats.from_memory, 0);
+  EXPECT_EQ(stats.from_assembled, 0);
+  ExpectSameState(StateOf(*resumed), saved);
+  auto [losses_b, valid_b] = TrainTo(*resumed, 6);
+  ASSERT_EQ(losses_b.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(losses_b[i], losses[3 + i]) << "step " << 4 + i;
+
+  // Without staging the same bytes come from host memory, straight into place.
+  load.stage_device = "";
+  MT_ASSERT_OK_AND_ASSIGN(choice, ChooseLoad(dir, load));
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->attachment, nullptr);
+  auto plain = MakeTrainer(spec, choice->manifest.trainer().consumed_samples());
+  MT_ASSERT_OK_AND_ASSIGN(source, OpenLoadSource(*choice));
+  stats = {};
+  MT_ASSERT_OK(RestoreTrainer(*plain, *source, options));
+  EXPECT_EQ(stats.from_staged, 0);
+  EXPECT_GT(stats.from_memory, 0);
+  EXPECT_EQ(stats.from_assembled, 0);
+  ExpectSameState(StateOf(*plain), saved);
+}
+
+// The newest checkpoint's LAST file is damaged (the one read last): its other files were
+// already read and copied to the staging device when the damage shows. The load falls back to
+// the previous checkpoint, and the trainer ends with exactly that checkpoint's state (every
+// tensor, bit for bit, and its counters): nothing of the damaged one reaches it. With no valid
+// checkpoint left the choice fails before any trainer is touched.
+TEST(CheckpointerTest, DamagedLastFileOfTheNewestLoadsExactlyThePrevious) {
+  const mt::v1::JobSpec spec = TinySpec(mt::v1::PRECISION_BF16);
+  const std::string dir = TempDir();
+  LocalExchange exchange;
+  auto t = MakeTrainer(spec);
+  auto ckpt = MakeCheckpointer(dir, spec, &exchange, /*async=*/false, /*max_file_bytes=*/16384);
+  TrainTo(*t, 2);
+  const std::vector<StateTensor> at2 = StateOf(*t);
+  const int64_t consumed2 = t->consumed_samples();
+  MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));
+  TrainTo(*t, 4);
+  MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m4, ReadManifest(dir + "/iter_0000004"));
+  ASSERT_GT(m4.files_size(), 2);
+  const std::string victim = m4.files(m4.files_size() - 1).path();
+  FlipBit(dir + "/iter_0000004/" + victim);
+
+  LoadOptions load;
+  load.keep_own_files = true;
+  load.io_threads = 2;
+  load.stage_device = "cpu";
+  MT_ASSERT_OK_AND_ASSIGN(std::optional<LoadChoice> choice, ChooseLoad(dir, load));
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->manifest.step(), 2);
+  ASSERT_EQ(choice->problems.size(), 1u);
+  EXPECT_THAT(choice->problems[0], HasSubstr(victim + ": sha256 mismatch"));
+  ASSERT_NE(choice->attachment, nullptr);
+  // A trainer that has moved on (as a restarted rank's fresh one differs too): every tensor
+  // must be overwritten with step 2's.
+  auto resumed = MakeTrainer(spec, choice->manifest.trainer().consumed_samples());
+  TrainTo(*resumed, 1);
+  MT_ASSERT_OK_AND_ASSIGN(auto source, OpenLoadSource(*choice));
+  RestoreStats stats;
+  RestoreOptions options;
+  options.stats = &stats;
+  MT_ASSERT_OK(RestoreTrainer(*resumed, *source, options));
+  EXPECT_GT(stats.from_staged, 0);
+  EXPECT_EQ(stats.from_memory + stats.from_assembled, 0);
+  ExpectSameState(StateOf(*resumed), at2);
+  EXPECT_EQ(resumed->iteration(), 2);
+  EXPECT_EQ(resumed->consumed_samples(), consumed2);
+
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m2, ReadManifest(dir + "/iter_0000002"));
+  FlipBit(dir + "/iter_0000002/" + m2.files(m2.files_size() - 1).path());
+  EXPECT_THAT(ChooseLoad(dir, load).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("no loadable checkpoint")));
 }
 
 // Without sync_every_step a step's loss stays on the device except at log steps; a save at

@@ -3,13 +3,16 @@
 #include <ATen/ATen.h>
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/core/Generator.h>
+#include <torch/cuda.h>
 
 #include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "worker/engine/optimizer.h"
 #include "worker/model/gpt.h"
@@ -73,16 +76,16 @@ absl::StatusOr<torch::Tensor> FlatState(const engine::MixedPrecisionOptimizer& o
   return flat;
 }
 
-// Copies one parameter's state `param_state` (any shape, numel = slot.numel) into this rank's
-// part of the state buffer `local`: all of it without the distributed optimizer, the pieces
-// inside this rank's segments with it.
+// Copies one parameter's state `param_state` (any shape, numel = slot.numel, any device and
+// float dtype) into this rank's part of the state buffer `local`: all of it without the
+// distributed optimizer, the pieces inside this rank's segments with it.
 void ScatterState(const engine::MixedPrecisionOptimizer& opt,
                   const engine::MixedPrecisionOptimizer::ParamSlot& slot,
-                  const torch::Tensor& param_state, torch::Tensor local) {
+                  const torch::Tensor& param_state, torch::Tensor local, bool non_blocking) {
   torch::NoGradGuard no_grad;
   const torch::Tensor flat = param_state.reshape({-1});
   if (!opt.distributed()) {
-    local.narrow(0, slot.offset, slot.numel).copy_(flat);
+    local.narrow(0, slot.offset, slot.numel).copy_(flat, non_blocking);
     return;
   }
   const int64_t slot_end = slot.offset + slot.numel;
@@ -91,7 +94,7 @@ void ScatterState(const engine::MixedPrecisionOptimizer& opt,
     const int64_t end = std::min(s.flat_begin + s.numel, slot_end);
     if (begin >= end) continue;
     local.narrow(0, s.local_begin + (begin - s.flat_begin), end - begin)
-        .copy_(flat.narrow(0, begin - slot.offset, end - begin));
+        .copy_(flat.narrow(0, begin - slot.offset, end - begin), non_blocking);
   }
 }
 
@@ -117,19 +120,73 @@ std::vector<const engine::MixedPrecisionOptimizer::ParamSlot*> ModelOrder(
   return out;
 }
 
-absl::Status CopyInto(const HostTensor& src, torch::Tensor dst, const std::string& name) {
-  MT_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(src.dtype));
-  if (static_cast<int64_t>(src.shape.size()) != dst.dim() ||
-      !std::equal(src.shape.begin(), src.shape.end(), dst.sizes().begin())) {
-    return absl::InvalidArgumentError(absl::StrCat(name, ": the checkpoint gives ",
-                                                   ShapeString(src.shape), ", the model has ",
-                                                   ShapeString(dst.sizes().vec())));
+// The checkpoint's tensor `name` for a destination of `like`'s shape (this rank's slice),
+// as a tensor to copy from, without copying it first: a view of the staged device copy of its
+// file, else of the verified bytes in memory, else a host tensor the source assembles
+// (resharding; its bytes kept in `hold`). Errors: NOT_FOUND (no such tensor), a shape that
+// does not fit (naming the tensor).
+class SourceReader {
+ public:
+  SourceReader(TensorSource& source, const RestoreOptions& options)
+      : source_(source), options_(options) {
+    if (auto* s = dynamic_cast<StagedSource*>(&source)) staged_ = &s->staged();
   }
+
+  absl::StatusOr<torch::Tensor> Get(const std::string& name, int split, const torch::Tensor& like,
+                                    std::deque<HostTensor>& hold) {
+    SliceRequest req;
+    req.split_dim = split;
+    req.tp_rank = options_.tp_rank;
+    req.tp_size = options_.tp_size;
+    req.shape = like.sizes().vec();
+    MT_ASSIGN_OR_RETURN(std::optional<StoredTensor> stored, source_.Locate(name, req));
+    if (stored.has_value() && stored->shape == req.shape) {
+      MT_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(stored->dtype));
+      const int64_t size = static_cast<int64_t>(DTypeSize(stored->dtype));
+      torch::Tensor file = staged_ != nullptr ? staged_->Find(stored->file) : torch::Tensor();
+      // A device copy when the element is aligned there (a kernel converting the dtype reads
+      // whole elements; the same dtype is a plain memcpy either way).
+      if (file.defined() && file.device() == like.device() &&
+          static_cast<int64_t>(stored->offset + stored->nbytes) <= file.numel() &&
+          (type == like.scalar_type() || stored->offset % size == 0)) {
+        ++staged_copies_;
+        return torch::from_blob(file.data_ptr<uint8_t>() + stored->offset, req.shape,
+                                torch::TensorOptions().dtype(type).device(file.device()));
+      }
+      ++memory_copies_;
+      return torch::from_blob(const_cast<char*>(stored->data), req.shape,
+                              torch::TensorOptions().dtype(type));
+    }
+    MT_ASSIGN_OR_RETURN(HostTensor t, source_.Slice(name, req));
+    if (t.shape != req.shape) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": the checkpoint gives ",
+                                                     ShapeString(t.shape), ", the model has ",
+                                                     ShapeString(req.shape)));
+    }
+    MT_ASSIGN_OR_RETURN(c10::ScalarType type, ToScalarType(t.dtype));
+    hold.push_back(std::move(t));
+    ++assembled_copies_;
+    return torch::from_blob(hold.back().data.data(), req.shape, torch::TensorOptions().dtype(type));
+  }
+
+  int staged_copies() const { return staged_copies_; }
+  int memory_copies() const { return memory_copies_; }
+  int assembled_copies() const { return assembled_copies_; }
+
+ private:
+  TensorSource& source_;
+  const RestoreOptions& options_;
+  const StagedFiles* staged_ = nullptr;
+  int staged_copies_ = 0;
+  int memory_copies_ = 0;
+  int assembled_copies_ = 0;
+};
+
+// Copies `src` into `dst` (a device-to-device copy is only queued; host sources are copied
+// before this returns, since their memory may go away).
+void CopyTo(torch::Tensor dst, const torch::Tensor& src) {
   torch::NoGradGuard no_grad;
-  torch::Tensor host = torch::from_blob(const_cast<char*>(src.data.data()), dst.sizes(),
-                                        torch::TensorOptions().dtype(type));
-  dst.copy_(host);
-  return absl::OkStatus();
+  dst.copy_(src, /*non_blocking=*/src.device() == dst.device() && src.is_cuda());
 }
 
 }  // namespace
@@ -245,28 +302,38 @@ mt::v1::ManifestModel DescribeModel(engine::Trainer& trainer) {
   return m;
 }
 
+torch::Tensor StagedFiles::Find(const std::string& file) const {
+  auto it = files_.find(file);
+  return it == files_.end() ? torch::Tensor() : it->second;
+}
+
+int64_t StagedFiles::bytes() const {
+  int64_t total = 0;
+  for (const auto& [_, t] : files_) total += t.numel();
+  return total;
+}
+
 absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
                             const RestoreOptions& options) {
+  bool on_gpu = false;
   try {
     const mt::v1::CheckpointManifest& manifest = source.manifest();
     const bool weights_only = options.weights_only || !manifest.has_trainer();
-    auto slice_for = [&](const std::string& name, int split,
-                         const torch::Tensor& like) -> absl::StatusOr<HostTensor> {
-      SliceRequest req;
-      req.split_dim = split;
-      req.tp_rank = options.tp_rank;
-      req.tp_size = options.tp_size;
-      req.shape = like.sizes().vec();
-      return source.Slice(name, req);
-    };
+    SourceReader reader(source, options);
+    // Host tensors assembled for this restore (resharding); kept until the copies are done.
+    std::deque<HostTensor> hold;  // a deque: elements stay in place
     // 1. Weights (the model's dtype as stored; copy_ converts), every parameter the optimizer
     // updates (all chunks of an interleaved pipeline stage).
     engine::MixedPrecisionOptimizer& opt = trainer.optimizer();
     MT_RETURN_IF_ERROR(opt.WaitForParameters());
+    torch::NoGradGuard no_grad;
     for (const auto* slot : ModelOrder(trainer)) {
       const std::string name = "model." + slot->name;
-      MT_ASSIGN_OR_RETURN(HostTensor t, slice_for(name, SplitOf(slot->name), slot->param));
-      MT_RETURN_IF_ERROR(CopyInto(t, slot->param, name));
+      on_gpu = on_gpu || slot->param.is_cuda();
+      MT_ASSIGN_OR_RETURN(torch::Tensor src,
+                          reader.Get(name, SplitOf(slot->name), slot->param, hold));
+      CopyTo(slot->param, src);
+      hold.clear();
     }
     if (!weights_only && options.load_optimizer) {
       const std::string kind =
@@ -280,31 +347,45 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
     }
     // 2. Master weights and optimizer state, parameter by parameter, whatever layout and
     // optimizer wrote them: each parameter's whole (TP-sliced) state is read, and this rank
-    // keeps the part it holds (ScatterState; with the distributed optimizer its segments).
+    // keeps the part it holds (ScatterState; with the distributed optimizer its segments),
+    // copied there straight from the checkpoint's bytes.
     for (const auto& slot : opt.slots()) {
       const int split = SplitOf(slot.name);
       for (const auto& [state, local] : StateBuffers(opt)) {
         const std::string name = absl::StrCat("optimizer.", state, ".", slot.name);
-        torch::Tensor value = torch::zeros(slot.param.sizes(), local.options());
+        torch::Tensor value;
         if (state == "master") {
           // The checkpoint's master weights (the tied embedding's for the last stage's copy,
           // as Slice finds them), else its weights (an fp32 checkpoint's are exactly its
           // master weights; a 16-bit one's are what there is).
-          std::string from = name;
-          absl::StatusOr<HostTensor> t = slice_for(from, split, value);
+          absl::StatusOr<torch::Tensor> t = reader.Get(name, split, slot.param, hold);
           if (absl::IsNotFound(t.status())) {
-            from = "model." + slot.name;
-            t = slice_for(from, split, value);
+            t = reader.Get("model." + slot.name, split, slot.param, hold);
           }
           if (!t.ok()) return t.status();
-          MT_RETURN_IF_ERROR(CopyInto(*t, value, from));
+          value = *std::move(t);
         } else if (!weights_only && options.load_optimizer) {
-          MT_ASSIGN_OR_RETURN(HostTensor t, slice_for(name, split, value));
-          MT_RETURN_IF_ERROR(CopyInto(t, value, name));
+          MT_ASSIGN_OR_RETURN(value, reader.Get(name, split, slot.param, hold));
+        } else {
+          value = torch::zeros(slot.param.sizes(), local.options());
         }
-        ScatterState(opt, slot, value, local);
+        ScatterState(opt, slot, value, local,
+                     /*non_blocking=*/value.is_cuda() && value.device() == local.device());
+        hold.clear();
       }
     }
+    // Every queued copy done before the staged copies may be freed and training runs on other
+    // streams.
+    if (on_gpu) torch::cuda::synchronize();
+    if (options.stats != nullptr) {
+      options.stats->from_staged = reader.staged_copies();
+      options.stats->from_memory = reader.memory_copies();
+      options.stats->from_assembled = reader.assembled_copies();
+    }
+    MT_LOG(INFO) << "checkpoint restore: " << reader.staged_copies()
+                 << " tensors from the device copy of the files, " << reader.memory_copies()
+                 << " from the verified bytes in memory, " << reader.assembled_copies()
+                 << " assembled (resharding or files not kept)";
     // 3. Counters, loss scale, Adam's t, the generator.
     if (weights_only) {
       opt.RestoreStepCount(0);

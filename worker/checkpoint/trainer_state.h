@@ -23,10 +23,14 @@
 
 #include <torch/types.h>
 
+#include <map>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/reshard.h"
 #include "mt/v1/checkpoint.pb.h"
 #include "worker/engine/trainer.h"
@@ -50,6 +54,13 @@ mt::v1::TrainerState CollectScalars(engine::Trainer& trainer);
 // The model's shape for the manifest.
 mt::v1::ManifestModel DescribeModel(engine::Trainer& trainer);
 
+// Where a restore took its tensors from (RestoreOptions::stats).
+struct RestoreStats {
+  int from_staged = 0;     // the device copy of a verified file (StagedSource)
+  int from_memory = 0;     // the verified bytes in host memory
+  int from_assembled = 0;  // a host tensor the source assembled (resharding, files not kept)
+};
+
 struct RestoreOptions {
   bool load_optimizer = true;  // !--no-load-optim
   bool load_rng = true;        // !--no-load-rng
@@ -57,12 +68,58 @@ struct RestoreOptions {
   bool weights_only = false;
   int tp_rank = 0;
   int tp_size = 1;
+  RestoreStats* stats = nullptr;  // filled when set
+};
+
+// Copies of a checkpoint's files on the training device, made while the load read and verified
+// them (checkpointer.h ChooseLoad): the restore then copies each tensor device to device.
+// Only files that verified are ever used (the restore finds them through TensorSource::Locate,
+// which answers only for the verified files held in memory). Immutable once built; thread-safe
+// to read.
+class StagedFiles : public LoadAttachment {
+ public:
+  explicit StagedFiles(std::map<std::string, torch::Tensor> files) : files_(std::move(files)) {}
+  // The whole file's bytes (uint8, on the device); undefined when the file was not staged.
+  torch::Tensor Find(const std::string& file) const;
+  int64_t bytes() const;
+
+ private:
+  std::map<std::string, torch::Tensor> files_;
+};
+
+// A TensorSource with the staged copies of its in-memory files (OpenLoadSource makes one).
+// Thread-compatible.
+class StagedSource : public TensorSource {
+ public:
+  StagedSource(std::unique_ptr<TensorSource> inner, std::shared_ptr<const StagedFiles> staged)
+      : inner_(std::move(inner)), staged_(std::move(staged)) {}
+  const mt::v1::CheckpointManifest& manifest() const override { return inner_->manifest(); }
+  bool Has(const std::string& name) const override { return inner_->Has(name); }
+  std::vector<std::string> Names() const override { return inner_->Names(); }
+  absl::StatusOr<HostTensor> Full(const std::string& name) override { return inner_->Full(name); }
+  absl::StatusOr<HostTensor> Slice(const std::string& name, const SliceRequest& request) override {
+    return inner_->Slice(name, request);
+  }
+  absl::StatusOr<std::optional<StoredTensor>> Locate(const std::string& name,
+                                                     const SliceRequest& request) override {
+    return inner_->Locate(name, request);
+  }
+  const StagedFiles& staged() const { return *staged_; }
+
+ private:
+  std::unique_ptr<TensorSource> inner_;
+  std::shared_ptr<const StagedFiles> staged_;
 };
 
 // Loads `source` into the trainer: each parameter's slice for this rank (whatever layout
 // wrote it), fp32 master weights (the checkpoint's when it has them, else the weights), the
 // optimizer state and the counters as `options` say. The data sources must already start at
 // the checkpoint's consumed samples. Errors name the tensor whose shape does not fit.
+// Each tensor is copied once, straight to its place (the parameter; this rank's part of the
+// optimizer's flat buffers), from the staged device copy (StagedSource), else from the verified
+// bytes in memory, else (resharding, files not kept) from a host tensor the source assembles;
+// device-to-device copies are issued without waiting and the device is synchronised once at
+// the end.
 absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
                             const RestoreOptions& options);
 

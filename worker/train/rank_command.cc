@@ -245,6 +245,9 @@ int RunRankCommand(const std::vector<std::string>& args) {
     load_options.pp_rank = assignment.coordinates().pp();
     load_options.tp_size = std::max(1, layout.tensor_model_parallel_size());
     load_options.pp_size = std::max(1, layout.pipeline_model_parallel_size());
+    // A GPU rank's files go to its GPU as they are read (its only device: CUDA_VISIBLE_DEVICES);
+    // a CPU rank on a GPU machine must not start CUDA.
+    load_options.stage_device = gpu ? "cuda:0" : "";
     auto chosen = checkpoint::ChooseLoad(load_path, load_options);
     load_seconds = absl::ToDoubleSeconds(absl::Now() - load_start);
     if (!chosen.ok()) return Fail(chosen.status(), "choosing the checkpoint to load");

@@ -112,6 +112,26 @@ void EvictTree(const std::string& dir) {
   ::closedir(d);
 }
 
+// /proc/meminfo's MemTotal and Cached, in GB (0 where unreadable): a checkpoint left in the page
+// cache grows the machine's memory use by its size on every save.
+struct MemInfo {
+  double total_gb = 0;
+  double cached_gb = 0;
+};
+MemInfo ReadMemInfo() {
+  MemInfo m;
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) return m;
+  char name[64];
+  long long kb = 0;
+  while (std::fscanf(f, "%63s %lld kB\n", name, &kb) == 2) {
+    if (std::strcmp(name, "MemTotal:") == 0) m.total_gb = kb / 1e6 * 1.024;
+    if (std::strcmp(name, "Cached:") == 0) m.cached_gb = kb / 1e6 * 1.024;
+  }
+  std::fclose(f);
+  return m;
+}
+
 // dd if=/dev/zero of=path bs=8M count=... conv=fsync, with incompressible bytes.
 double DdWrite(const std::string& path, const std::vector<char>& buffer, int64_t bytes) {
   const auto start = Clock::now();
@@ -329,6 +349,10 @@ int main(int argc, char** argv) {
     const auto loaded = Clock::now();
     const double load_s = Seconds(load_start, loaded);
     const double dd_read_s = DdRead(dd, buffer);
+    // What this run read stays out of the page cache: the async phases below start from the
+    // cache a training run has, not with the bench's earlier reads in it.
+    EvictTree(last_dir);
+    Evict(dd);
     load_bw.push_back(bytes / load_s);
     restore_bw.push_back(bytes / Seconds(verified, loaded));
     dd_read_bw.push_back(bytes / dd_read_s);
@@ -357,7 +381,7 @@ int main(int argc, char** argv) {
   // --- 3. async save cost to the step time --------------------------------------------------
   auto async = MakeCheckpointer(a, a.dir + "/async", spec, /*async=*/true, &exchange);
   Check(async->Prepare(*trainer), "async checkpointer");  // as a run does at start-up
-  std::vector<double> stalls, snapshots;
+  std::vector<double> stalls, snapshots, tail_waits;
   std::vector<int64_t> save_steps;
   // `steps` steps; with `every` > 0 an async save after the phase's first step and every
   // `every` steps after it, and the phase ends with waiting for the last save (timed).
@@ -372,7 +396,12 @@ int main(int argc, char** argv) {
         save_steps.push_back(trainer->iteration());
       }
     }
-    if (every > 0) async->Wait();
+    if (every > 0) {
+      // The last save's rest beyond the phase's steps (0 while a save fits in its interval).
+      const auto t0 = Clock::now();
+      async->Wait();
+      tail_waits.push_back(Seconds(t0, Clock::now()));
+    }
     return Seconds(start, Clock::now()) / steps;
   };
   const double warm = phase(a.steps, 0);  // the step time the interval is chosen from
@@ -387,13 +416,19 @@ int main(int argc, char** argv) {
       save_time, warm, every, a.save_every > 0 ? "; overridden by --save-every" : "", steps,
       a.pairs);
   std::vector<double> phase_a, phase_b;
+  const MemInfo mem_start = ReadMemInfo();
+  std::printf("  memory before the phases: MemTotal %.1f GB, page cache %.1f GB\n",
+              mem_start.total_gb, mem_start.cached_gb);
   phase_a.push_back(phase(steps, 0));
   for (int p = 0; p < a.pairs; ++p) {
     phase_b.push_back(phase(steps, every));
     phase_a.push_back(phase(steps, 0));
-    std::printf("  pair %d: A %.4f s/step, B %.4f s/step, A %.4f s/step -> B / mean(A) %.3f\n",
-                p + 1, phase_a[p], phase_b[p], phase_a[p + 1],
-                phase_b[p] / ((phase_a[p] + phase_a[p + 1]) / 2));
+    const MemInfo mem = ReadMemInfo();
+    std::printf(
+        "  pair %d: A %.4f s/step, B %.4f s/step (its last save's wait at the end %.3f s), A "
+        "%.4f s/step -> B / mean(A) %.3f; MemTotal %.1f GB, page cache %.1f GB\n",
+        p + 1, phase_a[p], phase_b[p], tail_waits.back(), phase_a[p + 1],
+        phase_b[p] / ((phase_a[p] + phase_a[p + 1]) / 2), mem.total_gb, mem.cached_gb);
   }
   for (const auto& info : async->TakeFinished()) {
     Check(info.status, "async save");

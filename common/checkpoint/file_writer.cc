@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
+#include "common/base/status_macros.h"
 
 namespace mt::checkpoint {
 namespace {
@@ -23,9 +24,6 @@ std::atomic<uint64_t> next_tmp_id{0};
 
 // Hash and write in slices that stay in the cache between the two.
 constexpr size_t kWriteSlice = size_t{4} << 20;
-// Dirty data handed to the disk as it is written (sync_file_range), so that the final fsync
-// waits for the tail only.
-constexpr int64_t kWritebackChunk = int64_t{64} << 20;
 constexpr size_t kReadChunk = size_t{8} << 20;
 
 }  // namespace
@@ -178,12 +176,17 @@ std::string JoinPath(const std::string& base, const std::string& name) {
   return absl::StrCat(base, "/", name);
 }
 
-absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(
-    const std::string& path) {
+absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path,
+                                                                           const Options& options) {
+  if (options.writeback_chunk_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AtomicFileWriter::Options.writeback_chunk_bytes is ",
+                     options.writeback_chunk_bytes, " (give 0 for none, or a byte count > 0)"));
+  }
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", next_tmp_id.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return IoError("creating", tmp, errno);
-  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, tmp, fd));
+  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, tmp, fd, options));
 }
 
 AtomicFileWriter::~AtomicFileWriter() {
@@ -217,13 +220,42 @@ absl::Status AtomicFileWriter::Append(const void* data, size_t size) {
     }
     done += slice;
     written_ += static_cast<int64_t>(slice);
-    if (written_ - writeback_from_ >= kWritebackChunk) {
-      // A hint: start writing this range to the disk now (errors surface at fsync).
-      (void)::sync_file_range(fd_, writeback_from_, written_ - writeback_from_,
-                              SYNC_FILE_RANGE_WRITE);
-      writeback_from_ = written_;
+    if (options_.writeback_chunk_bytes > 0 &&
+        written_ - writeback_from_ >= options_.writeback_chunk_bytes) {
+      MT_RETURN_IF_ERROR(WriteBack());
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFileWriter::WriteBack() {
+  if (!writeback_supported_) return absl::OkStatus();
+  // Start writing the newest chunk to the disk (returns once the I/O is queued).
+  if (::sync_file_range(fd_, writeback_from_, written_ - writeback_from_, SYNC_FILE_RANGE_WRITE) !=
+      0) {
+    const int err = errno;
+    if (err == EINVAL || err == ESPIPE || err == ENOSYS) {
+      writeback_supported_ = false;  // a file system without it: fsync does it all at Commit
+      return absl::OkStatus();
+    }
+    Abort();
+    return IoError("writing back", tmp_, err);
+  }
+  if (options_.drop_written_pages && dropped_to_ < writeback_from_) {
+    // The chunk before it, handed over one chunk ago: wait until it is on the disk, then drop
+    // its (now clean) pages. An error seen here is consumed (fsync would not report it again),
+    // hence reported now.
+    if (::sync_file_range(fd_, dropped_to_, writeback_from_ - dropped_to_,
+                          SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE |
+                              SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
+      const int err = errno;
+      Abort();
+      return IoError("writing back", tmp_, err);
+    }
+    (void)::posix_fadvise(fd_, dropped_to_, writeback_from_ - dropped_to_, POSIX_FADV_DONTNEED);
+    dropped_to_ = writeback_from_;
+  }
+  writeback_from_ = written_;
   return absl::OkStatus();
 }
 
@@ -234,6 +266,8 @@ absl::StatusOr<FileDigest> AtomicFileWriter::Commit() {
     Abort();
     return IoError("fsync", tmp_, err);
   }
+  // Everything is on the disk and clean: the page cache need not keep any of it.
+  if (options_.drop_written_pages) (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
   if (::close(fd_) != 0) {
     const int err = errno;
     fd_ = -1;

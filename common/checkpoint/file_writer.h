@@ -93,13 +93,32 @@ absl::Status IoError(absl::string_view what, const std::string& path, int err);
 
 class AtomicFileWriter {
  public:
+  struct Options {
+    // Written data is handed to the disk every this many bytes (sync_file_range), so that the
+    // final fsync waits for the tail only; 0 = none (fsync writes everything).
+    int64_t writeback_chunk_bytes = int64_t{32} << 20;
+    // With writeback chunks: each chunk, once the next one is handed over, is waited for and
+    // dropped from the page cache (POSIX_FADV_DONTNEED), and the whole file after the fsync. A
+    // save then holds at most two chunks per file in memory instead of leaving every byte it
+    // wrote cached: checkpoints are written to be read after a restart, and cached copies of
+    // them would push the training data out of the cache and grow the machine's memory use by
+    // a checkpoint per save (in a VM whose memory grows on demand, that growth stalls it).
+    bool drop_written_pages = true;
+  };
+
   // Opens "<path>.tmp.<pid>.<n>" for writing (the directory must exist).
-  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path) {
+    return Create(path, Options());
+  }
+  static absl::StatusOr<std::unique_ptr<AtomicFileWriter>> Create(const std::string& path,
+                                                                  const Options& options);
   // Removes the temporary file unless Commit succeeded.
   ~AtomicFileWriter();
   AtomicFileWriter(const AtomicFileWriter&) = delete;
   AtomicFileWriter& operator=(const AtomicFileWriter&) = delete;
 
+  // Errors (the temporary file is then removed and the writer closed): a failed write, or a
+  // failed writeback of an earlier chunk (an I/O error the final fsync would not see again).
   absl::Status Append(const void* data, size_t size);
   absl::Status Append(absl::string_view data) { return Append(data.data(), data.size()); }
   // fsync, rename to the final name, fsync the directory. Returns the size and SHA-256 of
@@ -107,17 +126,24 @@ class AtomicFileWriter {
   absl::StatusOr<FileDigest> Commit();
   int64_t bytes_written() const { return written_; }
   const std::string& path() const { return path_; }
+  // The temporary name written until Commit.
+  const std::string& temp_path() const { return tmp_; }
 
  private:
-  AtomicFileWriter(std::string path, std::string tmp, int fd)
-      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd) {}
+  AtomicFileWriter(std::string path, std::string tmp, int fd, const Options& options)
+      : path_(std::move(path)), tmp_(std::move(tmp)), fd_(fd), options_(options) {}
   void Abort();
+  // Hands [writeback_from_, written_) to the disk and drops the chunk before it.
+  absl::Status WriteBack();
 
   std::string path_;
   std::string tmp_;
   int fd_ = -1;
+  Options options_;
   int64_t written_ = 0;
   int64_t writeback_from_ = 0;  // bytes before this offset were handed to writeback
+  int64_t dropped_to_ = 0;      // bytes before this offset are on the disk, out of the cache
+  bool writeback_supported_ = true;
   bool committed_ = false;
   Sha256 sha_;
 };

@@ -1,7 +1,12 @@
 #include "common/checkpoint/file_writer.h"
 
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <sys/mman.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <string>
 #include <vector>
@@ -34,6 +39,31 @@ std::string Pattern(size_t n) {
   return s;
 }
 
+// Bytes of `path` in the page cache (mincore over a read-only mapping, which faults nothing in).
+int64_t ResidentBytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  const off_t size = ::lseek(fd, 0, SEEK_END);
+  int64_t resident = 0;
+  if (size > 0) {
+    void* map = ::mmap(nullptr, static_cast<size_t>(size), PROT_READ, MAP_SHARED, fd, 0);
+    if (map != MAP_FAILED) {
+      const long page = ::sysconf(_SC_PAGESIZE);
+      std::vector<unsigned char> in((static_cast<size_t>(size) + page - 1) / page);
+      if (::mincore(map, static_cast<size_t>(size), in.data()) == 0) {
+        for (unsigned char c : in) resident += (c & 1) ? page : 0;
+      } else {
+        resident = -1;
+      }
+      ::munmap(map, static_cast<size_t>(size));
+    } else {
+      resident = -1;
+    }
+  }
+  ::close(fd);
+  return resident;
+}
+
 // SHA-256 of "abc" (FIPS 180-2, appendix B.1).
 TEST(FileWriterTest, Sha256KnownAnswer) {
   Sha256 sha;
@@ -58,6 +88,51 @@ TEST(FileWriterTest, CommitDigestIsTheFilesAcrossSlices) {
   EXPECT_EQ(written.sha256, sha.HexDigest());
   MT_ASSERT_OK_AND_ASSIGN(std::string back, ReadFile(dir + "/f.bin", 64 << 20));
   EXPECT_TRUE(back == data);
+}
+
+// A writer hands its data to the disk chunk by chunk and drops each chunk from the page cache
+// one chunk later: while it writes, at most two chunks (and the append in progress) are cached;
+// after Commit nothing is. Without drop_written_pages the whole file stays cached (which shows
+// that the measure sees cached pages at all).
+TEST(FileWriterTest, WrittenPagesLeaveThePageCache) {
+  const std::string dir = TempDir();
+  struct statfs fs;
+  ASSERT_EQ(::statfs(dir.c_str(), &fs), 0);
+  if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) {
+    GTEST_SKIP() << dir << " is in memory (tmpfs): its pages cannot leave the cache";
+  }
+  constexpr int64_t kChunk = 1 << 20;
+  constexpr size_t kAppend = 256 << 10;
+  const std::string data = Pattern(12 << 20);
+  AtomicFileWriter::Options options;
+  options.writeback_chunk_bytes = kChunk;
+  MT_ASSERT_OK_AND_ASSIGN(auto w, AtomicFileWriter::Create(dir + "/dropped.bin", options));
+  int64_t most = 0;
+  for (size_t off = 0; off < data.size(); off += kAppend) {
+    MT_ASSERT_OK(w->Append(data.data() + off, kAppend));
+    const int64_t resident = ResidentBytes(w->temp_path());
+    ASSERT_GE(resident, 0) << w->temp_path();
+    most = std::max(most, resident);
+  }
+  EXPECT_LE(most, 2 * kChunk + static_cast<int64_t>(kAppend));
+  MT_ASSERT_OK_AND_ASSIGN(FileDigest digest, w->Commit());
+  EXPECT_EQ(ResidentBytes(dir + "/dropped.bin"), 0);
+  // Dropping changed nothing of what was written.
+  Sha256 sha;
+  sha.Update(data.data(), data.size());
+  EXPECT_EQ(digest.sha256, sha.HexDigest());
+  MT_ASSERT_OK_AND_ASSIGN(FileDigest reread, DigestFile(dir + "/dropped.bin"));
+  EXPECT_EQ(reread.sha256, digest.sha256);
+
+  options.drop_written_pages = false;
+  MT_ASSERT_OK_AND_ASSIGN(auto kept, AtomicFileWriter::Create(dir + "/kept.bin", options));
+  MT_ASSERT_OK(kept->Append(data));
+  MT_ASSERT_OK(kept->Commit().status());
+  EXPECT_EQ(ResidentBytes(dir + "/kept.bin"), static_cast<int64_t>(data.size()));
+
+  options.writeback_chunk_bytes = -1;
+  EXPECT_THAT(AtomicFileWriter::Create(dir + "/bad.bin", options),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("writeback_chunk_bytes")));
 }
 
 // DigestFile with `keep`: the same digest, and the bytes read are the file's.

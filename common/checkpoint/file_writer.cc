@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
 
@@ -25,6 +26,77 @@ std::atomic<uint64_t> next_tmp_id{0};
 // Hash and write in slices that stay in the cache between the two.
 constexpr size_t kWriteSlice = size_t{4} << 20;
 constexpr size_t kReadChunk = size_t{8} << 20;
+
+// The bytes read so far by ReadAheadAndHash's reader. Thread-safe.
+class ReadProgress {
+ public:
+  void Advance(size_t n) {
+    absl::MutexLock lock(&mu_);
+    read_ += n;
+  }
+  void Finish(int err) {
+    absl::MutexLock lock(&mu_);
+    finished_ = true;
+    err_ = err;
+  }
+  // Waits until more than `have` bytes were read or the reader finished; returns the bytes
+  // read, and in `err` the reader's errno (0: none) once it finished.
+  size_t WaitBeyond(size_t have, bool* finished, int* err) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return read_ > have || finished_; };
+    mu_.Await(absl::Condition(&ready));
+    *finished = finished_;
+    *err = err_;
+    return read_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  size_t read_ ABSL_GUARDED_BY(mu_) = 0;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  int err_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// Reads [0, size) of `fd` into `dst` on a thread of its own (pread, in kReadChunk blocks) while
+// the calling thread hashes each block and shows it to `observer` in order. Returns the bytes
+// read and hashed: fewer than `size` when the file is shorter than its fstat said.
+absl::StatusOr<size_t> ReadAheadAndHash(int fd, const std::string& path, char* dst, size_t size,
+                                        Sha256& sha, const ReadObserver& observer) {
+  ReadProgress progress;
+  std::thread reader([&] {
+    size_t off = 0;
+    int err = 0;
+    while (off < size) {
+      const ssize_t n =
+          ::pread(fd, dst + off, std::min(kReadChunk, size - off), static_cast<off_t>(off));
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0) {
+        err = errno;
+        break;
+      }
+      if (n == 0) break;  // shorter than fstat said
+      off += static_cast<size_t>(n);
+      progress.Advance(static_cast<size_t>(n));
+    }
+    progress.Finish(err);
+  });
+  size_t hashed = 0;
+  bool finished = false;
+  int err = 0;
+  while (hashed < size) {
+    const size_t avail = progress.WaitBeyond(hashed, &finished, &err);
+    if (avail == hashed) break;  // the reader stopped short
+    while (hashed < avail) {
+      const size_t n = std::min(kReadChunk, avail - hashed);
+      sha.Update(dst + hashed, n);
+      if (observer != nullptr) observer(hashed, absl::string_view(dst + hashed, n));
+      hashed += n;
+    }
+  }
+  reader.join();
+  if (err != 0) return IoError("reading", path, err);
+  return hashed;
+}
 
 }  // namespace
 
@@ -100,6 +172,13 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep,
   Sha256 sha;
   FileDigest out;
   size_t done = 0;
+  if (whole != nullptr && expected >= 2 * kReadChunk) {
+    // The file's expected bytes: read ahead by a thread of its own while this one hashes (and
+    // observes) what has arrived, so that the file goes at the speed of the slower of the two
+    // rather than of their sum (what the last file of a load, read alone, waits for).
+    MT_ASSIGN_OR_RETURN(done, ReadAheadAndHash(fd, path, whole.get(), expected, sha, observer));
+    if (::lseek(fd, static_cast<off_t>(done), SEEK_SET) < 0) return IoError("seeking", path, errno);
+  }
   while (true) {
     // Into the kept buffer at its place, else into the one chunk; a file that grew since
     // fstat is read to its end through the chunk (and then not kept: the size is wrong).

@@ -19,6 +19,13 @@
 #include "common/checkpoint/hf_gpt2.h"
 #include "common/checkpoint/safetensors.h"
 #include "google/protobuf/util/time_util.h"
+#include "worker/engine/optimizer.h"
+
+#if defined(MT_CHECKPOINT_WITH_CUDA) && MT_CHECKPOINT_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace mt::checkpoint {
 namespace {
@@ -161,6 +168,12 @@ struct Checkpointer::Snapshot {
   mt::v1::CheckpointManifest base;  // rank 0's manifest fields
   Clock::time_point start;
   double snapshot_seconds = 0;
+  // An overlapped snapshot (async save on a GPU): the copies run on a stream of their own.
+  // `wait_copies` blocks the calling thread until they are done (the writer, before it reads
+  // the buffer); `fence`, given to the optimizer, makes the training stream wait for them
+  // before the next update. Both null when the copies were waited for in TakeSnapshot.
+  std::function<void()> wait_copies;
+  std::function<void()> fence;
 };
 
 Checkpointer::Checkpointer(CheckpointerOptions options, SaveExchange* exchange)
@@ -183,8 +196,10 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(CheckpointerO
 }
 
 absl::Status Checkpointer::TakeSnapshot(const std::vector<StateTensor>& tensors, Snapshot& s,
-                                        bool copy) {
+                                        bool copy, bool overlap) {
   s.entries.clear();
+  s.wait_copies = nullptr;
+  s.fence = nullptr;
   try {
     torch::NoGradGuard no_grad;
     size_t total = 0;
@@ -215,6 +230,31 @@ absl::Status Checkpointer::TakeSnapshot(const std::vector<StateTensor>& tensors,
       return absl::OkStatus();
     }
     bool queued = false;
+#if defined(MT_CHECKPOINT_WITH_CUDA) && MT_CHECKPOINT_WITH_CUDA
+    // Overlapped: the copies go on a stream of their own once the training stream's work so
+    // far (the step that made this state) is done, and run during the next step's forward and
+    // backward; the next update waits for them (the fence), not the training thread.
+    std::optional<c10::cuda::CUDAStreamGuard> side;
+    int device = -1;
+    if (overlap && s.pinned) {
+      for (const StateTensor& t : tensors) {
+        if (!t.tensor.is_cuda()) continue;
+        if (device >= 0 && t.tensor.get_device() != device) {
+          device = -2;  // several devices: copy and wait as without overlap
+          break;
+        }
+        device = t.tensor.get_device();
+      }
+    }
+    if (device >= 0) {
+      const auto index = static_cast<c10::DeviceIndex>(device);
+      at::cuda::CUDAEvent ready;
+      ready.record(c10::cuda::getCurrentCUDAStream(index));
+      c10::cuda::CUDAStream stream = c10::cuda::getStreamFromPool(false, index);
+      ready.block(stream);
+      side.emplace(stream);
+    }
+#endif
     for (size_t i = 0; i < tensors.size(); ++i) {
       const torch::Tensor& src = tensors[i].tensor;
       // A view of the buffer (not from_blob: the pinned allocator tracks the asynchronous
@@ -225,11 +265,28 @@ absl::Status Checkpointer::TakeSnapshot(const std::vector<StateTensor>& tensors,
                               .view(src.scalar_type())
                               .view(src.sizes());
       // Device tensors into the pinned buffer: queued without waiting, one synchronisation
-      // below; the copies are done before training changes the state.
+      // below (or, overlapped, none here); the copies are done before training changes the
+      // state.
       const bool async = s.pinned && src.is_cuda();
       dst.copy_(src, /*non_blocking=*/async);
       queued = queued || async;
+#if defined(MT_CHECKPOINT_WITH_CUDA) && MT_CHECKPOINT_WITH_CUDA
+      // A temporary (the distributed optimizer's gathered state) freed when Save returns keeps
+      // its memory until the side stream has read it.
+      if (side.has_value() && async) src.record_stream(side->current_stream());
+#endif
     }
+#if defined(MT_CHECKPOINT_WITH_CUDA) && MT_CHECKPOINT_WITH_CUDA
+    if (side.has_value()) {
+      auto done = std::make_shared<at::cuda::CUDAEvent>();
+      done->record(side->current_stream());
+      side.reset();
+      const auto index = static_cast<c10::DeviceIndex>(device);
+      s.wait_copies = [done] { done->synchronize(); };
+      s.fence = [done, index] { done->block(c10::cuda::getCurrentCUDAStream(index)); };
+      return absl::OkStatus();
+    }
+#endif
     if (queued) torch::cuda::synchronize();
   } catch (const c10::Error& e) {
     s.entries.clear();
@@ -245,7 +302,7 @@ absl::Status Checkpointer::Prepare(engine::Trainer& trainer) {
   MT_ASSIGN_OR_RETURN(std::vector<StateTensor> tensors, CollectTensors(trainer));
   if (!writes_shard_) return absl::OkStatus();
   if (snapshot_ == nullptr) snapshot_ = std::make_shared<Snapshot>();
-  return TakeSnapshot(tensors, *snapshot_, /*copy=*/false);
+  return TakeSnapshot(tensors, *snapshot_, /*copy=*/false, /*overlap=*/false);
 }
 
 absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double validation_loss) {
@@ -267,7 +324,11 @@ absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double va
     return absl::Status(tensors.status().code(), absl::StrCat("checkpoint snapshot at step ", step,
                                                               ": ", tensors.status().message()));
   }
-  if (writes_shard_) MT_RETURN_IF_ERROR(TakeSnapshot(*tensors, snapshot, /*copy=*/true));
+  if (writes_shard_) {
+    MT_RETURN_IF_ERROR(
+        TakeSnapshot(*tensors, snapshot, /*copy=*/true, /*overlap=*/options_.async_save));
+    if (snapshot.fence != nullptr) trainer.optimizer().AddUpdateFence(std::move(snapshot.fence));
+  }
   snapshot.base.Clear();
   if (rank_ == 0) {
     mt::v1::CheckpointManifest& m = snapshot.base;
@@ -292,6 +353,7 @@ absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double va
         (void)::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)),
                             options_.background_nice);
       }
+      if (s->wait_copies != nullptr) s->wait_copies();  // the snapshot's copies are done
       SaveInfo info = Write(*s);
       absl::MutexLock lock(&mu_);
       finished_.push_back(std::move(info));

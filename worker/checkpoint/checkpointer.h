@@ -2,8 +2,12 @@
 //
 // Save, on every rank of the job at the same step:
 //   1. snapshot: the rank's tensors (trainer_state.h) copied into one host buffer, pinned when
-//      they live on a GPU and kept for the next save (the only part an async save makes the
-//      training thread wait for);
+//      they live on a GPU and kept for the next save. A sync save waits for the copies; an
+//      async save from a GPU queues them on a CUDA stream of their own, so that they run
+//      during the next step's forward and backward, and hands the optimizer a fence
+//      (MixedPrecisionOptimizer::AddUpdateFence): the next update waits for the copies on the
+//      device, the training thread never does (it waits only for the state to be collected
+//      and the copies queued);
 //   2. the first DP replica of each (TP, PP) position writes its shard into
 //      <save>/.partial-iter_<step>-a<attempt>/, split into files of at most max_file_bytes,
 //      written and hashed in one pass, the files in parallel (temporary names, fsync, rename);
@@ -26,6 +30,7 @@
 #define MT_WORKER_CHECKPOINT_CHECKPOINTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -129,8 +134,10 @@ class Checkpointer {
   Checkpointer(CheckpointerOptions options, SaveExchange* exchange);
   struct Snapshot;
   // Lays the state out in the host buffer (allocated when missing or too small) and, with
-  // `copy`, copies it there.
-  absl::Status TakeSnapshot(const std::vector<StateTensor>& tensors, Snapshot& s, bool copy);
+  // `copy`, copies it there; with `overlap` (async saves) the copies from a GPU may still be
+  // running on return (Snapshot::wait_copies and fence).
+  absl::Status TakeSnapshot(const std::vector<StateTensor>& tensors, Snapshot& s, bool copy,
+                            bool overlap);
   SaveInfo Write(Snapshot& snapshot);
 
   CheckpointerOptions options_;

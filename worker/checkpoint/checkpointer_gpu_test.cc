@@ -52,8 +52,9 @@ std::unique_ptr<engine::Trainer> MakeTrainer(const mt::v1::JobSpec& spec, int64_
   engine::TrainerOptions o;
   o.device = "cuda";
   o.log_progress = false;
-  auto train =
-      engine::TokenSequenceSource::Create(engine::SyntheticTokens(8192, kVocab, 3), kSeq, consumed);
+  auto train = engine::TokenSequenceSource::Create(
+      engine::SyntheticTokens(8192, spec.model().vocab_size(), 3), spec.model().seq_length(),
+      consumed);
   EXPECT_TRUE(train.ok());
   auto t = engine::Trainer::Create(spec, o, std::move(*train), nullptr);
   EXPECT_TRUE(t.ok()) << t.status();
@@ -122,6 +123,66 @@ TEST(CheckpointerGpuTest, AsyncSaveFromTheGpuLoadsBackExactly) {
     ASSERT_TRUE(loaded.count(name)) << name;
     EXPECT_TRUE(torch::equal(loaded.at(name), want)) << name;
   }
+}
+
+// GPT-2 124M's state (1.74 GB: weights, fp32 master, moments) with one short sequence a step:
+// the async snapshot's device-to-host copies (on a stream of their own, ~40 ms) are still
+// running when the next step's update would start, so the update has to wait for them (the
+// optimizer fence). The checkpoint holds exactly the saved step's state (without the fence
+// the update of the step after the save changes tensors the copies have not reached yet).
+TEST(CheckpointerGpuTest, OverlappedSnapshotHoldsTheSavedStepWhileTrainingGoesOn) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  mt::v1::JobSpec spec = Spec();
+  spec.mutable_model()->set_num_layers(12);
+  spec.mutable_model()->set_hidden_size(768);
+  spec.mutable_model()->set_num_attention_heads(12);
+  spec.mutable_model()->set_vocab_size(50257);
+  spec.mutable_model()->set_hidden_dropout(0);
+  spec.mutable_model()->set_attention_dropout(0);
+  spec.mutable_training()->set_micro_batch_size(1);
+  spec.mutable_training()->set_global_batch_size(1);
+  std::string dir = std::string(::testing::TempDir()) + "/ckgpu_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  auto t = MakeTrainer(spec, 0);
+  ASSERT_NE(t, nullptr);
+  for (int i = 0; i < 2; ++i) MT_ASSERT_OK(t->Step().status());
+  const std::map<std::string, torch::Tensor> at2 = HostState(*t);
+
+  LocalExchange exchange;
+  CheckpointerOptions o;
+  o.save_dir = dir;
+  o.async_save = true;
+  o.job_id = "gpu";
+  o.spec = spec;
+  MT_ASSERT_OK_AND_ASSIGN(auto ckpt, Checkpointer::Create(o, &exchange));
+  MT_ASSERT_OK(ckpt->Prepare(*t));
+  MT_ASSERT_OK(ckpt->Save(*t, 1.0, 1.0));
+  for (int i = 0; i < 3; ++i) MT_ASSERT_OK(t->Step().status());  // changes the live state
+  ckpt->Wait();
+  auto done = ckpt->TakeFinished();
+  ASSERT_EQ(done.size(), 1u);
+  MT_ASSERT_OK(done[0].status);
+
+  LoadOptions load;
+  load.keep_own_files = true;
+  MT_ASSERT_OK_AND_ASSIGN(std::optional<LoadChoice> choice, ChooseLoad(dir, load));
+  ASSERT_TRUE(choice.has_value());
+  EXPECT_EQ(choice->manifest.step(), 2);
+  MT_ASSERT_OK_AND_ASSIGN(auto source, OpenLoadSource(*choice));
+  auto fresh = MakeTrainer(spec, choice->manifest.trainer().consumed_samples());
+  ASSERT_NE(fresh, nullptr);
+  MT_ASSERT_OK(RestoreTrainer(*fresh, *source, RestoreOptions()));
+  const std::map<std::string, torch::Tensor> loaded = HostState(*fresh);
+  ASSERT_EQ(loaded.size(), at2.size());
+  int differ = 0;
+  for (const auto& [name, want] : at2) {
+    ASSERT_TRUE(loaded.count(name)) << name;
+    if (!torch::equal(loaded.at(name), want)) {
+      ++differ;
+      ADD_FAILURE() << name << " differs from the state of the saved step";
+    }
+  }
+  EXPECT_EQ(differ, 0);
 }
 
 // The newest checkpoint's last file is damaged after its other files were staged on the GPU:

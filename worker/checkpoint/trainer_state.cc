@@ -326,6 +326,7 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
     // updates (all chunks of an interleaved pipeline stage).
     engine::MixedPrecisionOptimizer& opt = trainer.optimizer();
     MT_RETURN_IF_ERROR(opt.WaitForParameters());
+    opt.RunUpdateFences();  // an async save's copies of the state are done before it changes
     torch::NoGradGuard no_grad;
     for (const auto* slot : ModelOrder(trainer)) {
       const std::string name = "model." + slot->name;

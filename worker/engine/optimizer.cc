@@ -722,6 +722,12 @@ std::vector<std::vector<MixedPrecisionOptimizer::Piece>> MixedPrecisionOptimizer
   return chunks;
 }
 
+void MixedPrecisionOptimizer::RunUpdateFences() {
+  std::vector<std::function<void()>> fences = std::move(update_fences_);
+  update_fences_.clear();
+  for (const auto& fence : fences) fence();
+}
+
 absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, double loss_scale) {
   torch::NoGradGuard no_grad;
   // The last step's parameter gathers are done (a no-op after a forward that waited for them):
@@ -752,7 +758,9 @@ absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, dou
   // 3. The clip coefficient (Megatron: clip / (norm + 1e-6), applied when < 1).
   torch::Tensor coeff = torch::ones({}, norm.options());
   if (config_.clip_grad > 0.0) coeff = (config_.clip_grad / (norm + 1e-6)).clamp_max(1.0);
-  // 4. Adam's t counts the steps taken.
+  // 4. Whatever still reads the state (an async checkpoint's copies) is done before it changes;
+  //    Adam's t counts the steps taken.
+  RunUpdateFences();
   step_.add_(1.0 - found_inf);
   // 5. The update (nothing changes when found_inf), then the model's copy.
   if (config_.kind == OptimizerConfig::Kind::kAdamW) {

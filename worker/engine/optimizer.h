@@ -237,6 +237,15 @@ class MixedPrecisionOptimizer {
   // once they are done.
   absl::Status WaitForParametersOfPart(int64_t part);
 
+  // Something reading the state (weights, master weights, moments, Adam's t) asynchronously --
+  // an async checkpoint's device-to-host copies on a stream of their own -- registers here what
+  // must happen before the state changes: Step runs the fences (once, in order, on the calling
+  // thread) just before its update, so that the copies overlap the next step's forward and
+  // backward. A fence typically makes the current stream wait for an event. Anything else
+  // writing into the state (a checkpoint restore) calls RunUpdateFences first.
+  void AddUpdateFence(std::function<void()> fence) { update_fences_.push_back(std::move(fence)); }
+  void RunUpdateFences();
+
   // Successful (not skipped) steps so far: Adam's t. Reads the device (waits for the step).
   int64_t step_count() const;
   // Checkpoints (worker/checkpoint/trainer_state.cc): Adam's t of a restored state.
@@ -406,6 +415,7 @@ class MixedPrecisionOptimizer {
   std::vector<int64_t> bucket_first_part_;
   size_t gathers_waited_ = 0;
   std::vector<GatherWait> gather_waits_, last_gather_waits_;
+  std::vector<std::function<void()>> update_fences_;  // AddUpdateFence, until the next update
 };
 
 }  // namespace mt::engine

@@ -318,17 +318,8 @@ absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double va
   snapshot.start = Clock::now();
   snapshot.step = step;
   snapshot.entries.clear();
-  // Every rank: with the distributed optimizer the DP group gathers the optimizer state.
-  auto tensors = CollectTensors(trainer);
-  if (!tensors.ok()) {
-    return absl::Status(tensors.status().code(), absl::StrCat("checkpoint snapshot at step ", step,
-                                                              ": ", tensors.status().message()));
-  }
-  if (writes_shard_) {
-    MT_RETURN_IF_ERROR(
-        TakeSnapshot(*tensors, snapshot, /*copy=*/true, /*overlap=*/options_.async_save));
-    if (snapshot.fence != nullptr) trainer.optimizer().AddUpdateFence(std::move(snapshot.fence));
-  }
+  // Rank 0's manifest fields first: they read the device (Adam's t), and a read from the device
+  // queued behind the snapshot's device-to-host copies would wait for all of them.
   snapshot.base.Clear();
   if (rank_ == 0) {
     mt::v1::CheckpointManifest& m = snapshot.base;
@@ -343,6 +334,17 @@ absl::Status Checkpointer::Save(engine::Trainer& trainer, double loss, double va
     *m.mutable_model() = DescribeModel(trainer);
     *m.mutable_trainer() = CollectScalars(trainer);
     *m.mutable_create_time() = google::protobuf::util::TimeUtil::GetCurrentTime();
+  }
+  // Every rank: with the distributed optimizer the DP group gathers the optimizer state.
+  auto tensors = CollectTensors(trainer);
+  if (!tensors.ok()) {
+    return absl::Status(tensors.status().code(), absl::StrCat("checkpoint snapshot at step ", step,
+                                                              ": ", tensors.status().message()));
+  }
+  if (writes_shard_) {
+    MT_RETURN_IF_ERROR(TakeSnapshot(*tensors, snapshot, /*copy=*/true,
+                                    /*overlap=*/options_.async_save && options_.overlap_snapshot));
+    if (snapshot.fence != nullptr) trainer.optimizer().AddUpdateFence(std::move(snapshot.fence));
   }
   snapshot.snapshot_seconds = SecondsSince(snapshot.start);
   last_step_ = step;

@@ -93,6 +93,9 @@ struct CheckpointerOptions {
   // which inherit it), so that serialising, hashing and writing yield the CPU to the training
   // thread where cores are short; 0 = as the trainer.
   int background_nice = 10;
+  // Async saves from a GPU: the snapshot's copies overlap the next step (the file comment);
+  // false = the training thread waits for them, as in a sync save (checkpoint_bench compares).
+  bool overlap_snapshot = true;
 };
 
 // One finished save as this rank saw it.

@@ -204,7 +204,12 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
   const mt::v1::CheckpointSpec& ckpt_spec = job->checkpoint();
   std::optional<checkpoint::LoadChoice> load;
   if (!ckpt_spec.load_dir().empty()) {
-    auto chosen = checkpoint::ChooseLoad(ckpt_spec.load_dir());
+    // One rank of a world of one: its files (a checkpoint of the same TP and PP sizes) are read
+    // once, verified and kept in memory for the restore, and staged on a GPU as they are read.
+    checkpoint::LoadOptions load_options;
+    load_options.keep_own_files = true;
+    load_options.stage_device = absl::StartsWith(args->device, "cuda") ? args->device : "";
+    auto chosen = checkpoint::ChooseLoad(ckpt_spec.load_dir(), load_options);
     if (!chosen.ok()) {
       std::fprintf(stderr, "mt-worker train: --load: %s\n",
                    std::string(chosen.status().message()).c_str());
@@ -275,7 +280,8 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
   }
   Trainer& t = **trainer;
   if (load.has_value()) {
-    auto source = checkpoint::OpenAnySource(load->dir);
+    // From the bytes verified above (or their device copies), not a second read of the files.
+    auto source = checkpoint::OpenLoadSource(*load);
     checkpoint::RestoreOptions restore;
     restore.load_optimizer = !ckpt_spec.no_load_optim();
     restore.load_rng = !ckpt_spec.no_load_rng();
@@ -287,6 +293,9 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
                    std::string(s.message()).c_str());
       return kExitFailed;
     }
+    source->reset();
+    load->files.reset();  // the files kept in memory for the restore
+    load->attachment.reset();
   }
   checkpoint::LocalExchange exchange;
   std::unique_ptr<checkpoint::Checkpointer> saver;

@@ -297,7 +297,8 @@ int RunRankCommand(const std::vector<std::string>& args) {
       return Fail(s, absl::StrCat("loading ", load->dir));
     }
     source->reset();
-    load->files.reset();  // the files kept in memory for the restore
+    load->files.reset();       // the files kept in memory for the restore
+    load->attachment.reset();  // and their copies on the GPU (the whole shard)
     load_seconds += absl::ToDoubleSeconds(absl::Now() - restore_start);
     reporter.CheckpointLoad(load->manifest.step(), load->dir, load->bytes_read, load_seconds);
   }

@@ -55,7 +55,8 @@ struct FileBytes {
 };
 
 // Size and SHA-256 of a file in one sequential pass; with `keep`, the bytes read stay there
-// (one read serves both the verification and the restore).
+// (one read serves both the verification and the restore), read ahead by a thread of its own
+// while the calling thread hashes them (a kept file of 16 MiB or more).
 absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep);
 // Sees each block of a kept file as it is read, in order (`offset` into the file), on the
 // reading thread, BEFORE the file's hash is known: whatever it does with the bytes must not be

@@ -59,9 +59,9 @@ struct FileBytes {
 // while the calling thread hashes them (a kept file of 16 MiB or more).
 absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep);
 // Sees each block of a kept file as it is read, in order (`offset` into the file), on the
-// reading thread, BEFORE the file's hash is known: whatever it does with the bytes must not be
-// used until the file has been verified. A load uses it to copy the bytes to the GPU while the
-// rest is still being read.
+// thread that called DigestFile (not its read-ahead thread), BEFORE the file's hash is known:
+// whatever it does with the bytes must not be used until the file has been verified. A load uses it
+// to copy the bytes to the GPU while the rest is still being read.
 using ReadObserver = std::function<void(uint64_t offset, absl::string_view bytes)>;
 absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep,
                                       const ReadObserver& observer);

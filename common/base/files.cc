@@ -9,29 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/errors.h"
 
 namespace mt {
 namespace {
 
 constexpr size_t kMaxPathBytes = 4096;
-
-absl::Status ErrnoStatus(absl::string_view what, const std::string& path, int err) {
-  std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(msg);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(msg);
-    case EEXIST:
-      return absl::AlreadyExistsError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
 
 }  // namespace
 

@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "absl/strings/str_cat.h"
+
 namespace mt::spec {
 namespace {
 
@@ -115,6 +117,30 @@ void ApplyDefaults(mt::v1::JobSpec* spec) {
 
   mt::v1::ResourceSpec* res = spec->mutable_resources();
   if (res->device() == mt::v1::DEVICE_KIND_UNSPECIFIED) res->set_device(mt::v1::DEVICE_KIND_AUTO);
+}
+
+absl::Status ResolveForLayout(mt::v1::JobSpec* spec, int data_parallel_size) {
+  if (data_parallel_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("data-parallel size ", data_parallel_size, " must be at least 1"));
+  }
+  mt::v1::ParallelSpec* p = spec->mutable_parallel();
+  if (p->data_parallel_size() > 0 && p->data_parallel_size() != data_parallel_size) {
+    return absl::InvalidArgumentError(absl::StrCat("parallel.data_parallel_size is ",
+                                                   p->data_parallel_size(), " but the layout has ",
+                                                   data_parallel_size));
+  }
+  mt::v1::TrainingSpec* t = spec->mutable_training();
+  if (t->global_batch_size() == 0) {
+    const int64_t global = static_cast<int64_t>(t->micro_batch_size()) * data_parallel_size;
+    if (!FitsInt32(global)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "training.micro_batch_size ", t->micro_batch_size(), " * data-parallel size ",
+          data_parallel_size, " overflows training.global_batch_size"));
+    }
+    t->set_global_batch_size(static_cast<int32_t>(global));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace mt::spec

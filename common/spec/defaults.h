@@ -4,6 +4,7 @@
 #ifndef MT_COMMON_SPEC_DEFAULTS_H_
 #define MT_COMMON_SPEC_DEFAULTS_H_
 
+#include "absl/status/status.h"
 #include "mt/v1/job_spec.pb.h"
 
 namespace mt::spec {
@@ -47,6 +48,16 @@ inline constexpr int kDefaultMaxRestarts = 3;
 // max_position_embeddings = seq_length, lr_decay_iters = train_iters, ...) use the values present
 // when it runs, so run it after the front end has set everything.
 void ApplyDefaults(mt::v1::JobSpec* spec);
+
+// Resolves what ApplyDefaults leaves open once the job's data-parallel size is known (the
+// coordinator calls it when it first places a job, `mt-worker train` with 1):
+// training.global_batch_size, when 0, becomes micro_batch_size * data_parallel_size. After it
+// the spec's batch is complete: the trainer reads it and derives nothing. A restart placed at
+// another data-parallel size keeps the global batch (Megatron's semantics across a resize).
+// Idempotent; the spec must have passed ApplyDefaults and ValidateSpec. INVALID_ARGUMENT when
+// `data_parallel_size` < 1, when the spec fixes a different data-parallel size, or when the
+// product overflows.
+absl::Status ResolveForLayout(mt::v1::JobSpec* spec, int data_parallel_size);
 
 }  // namespace mt::spec
 

@@ -1,5 +1,7 @@
 #include "common/spec/defaults.h"
 
+#include <string>
+
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
 
@@ -228,6 +230,33 @@ TEST(SpecDefaultsTest, HugeHiddenSizeDoesNotOverflowFfn) {
   s.mutable_model()->set_hidden_size(1 << 30);
   ApplyDefaults(&s);
   EXPECT_EQ(s.model().ffn_hidden_size(), 0);  // 4 * 2^30 does not fit; the validator reports it
+}
+
+TEST(SpecDefaultsTest, ResolveForLayoutSetsTheGlobalBatchOnce) {
+  mt::v1::JobSpec s;
+  s.mutable_training()->set_micro_batch_size(4);
+  ApplyDefaults(&s);
+  ASSERT_EQ(s.training().global_batch_size(), 0);  // DP unknown until placement
+  ASSERT_TRUE(ResolveForLayout(&s, 3).ok());
+  EXPECT_EQ(s.training().global_batch_size(), 12);
+  // Idempotent, and a later placement at another DP keeps the batch the job started with.
+  ASSERT_TRUE(ResolveForLayout(&s, 2).ok());
+  EXPECT_EQ(s.training().global_batch_size(), 12);
+}
+
+TEST(SpecDefaultsTest, ResolveForLayoutRefusesContradictionsAndOverflow) {
+  mt::v1::JobSpec s;
+  s.mutable_training()->set_micro_batch_size(1 << 30);
+  EXPECT_EQ(ResolveForLayout(&s, 0).code(), absl::StatusCode::kInvalidArgument);
+  absl::Status overflow = ResolveForLayout(&s, 4);
+  EXPECT_EQ(overflow.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(overflow.message().find("training.global_batch_size"), std::string::npos) << overflow;
+  EXPECT_EQ(s.training().global_batch_size(), 0);  // nothing half-written
+  s.mutable_training()->set_micro_batch_size(2);
+  s.mutable_parallel()->set_data_parallel_size(2);
+  absl::Status other = ResolveForLayout(&s, 4);
+  EXPECT_EQ(other.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(other.message().find("parallel.data_parallel_size"), std::string::npos) << other;
 }
 
 }  // namespace

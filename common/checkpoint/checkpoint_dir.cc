@@ -18,7 +18,9 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/base/errors.h"
 #include "common/base/files.h"
+#include "common/base/paths.h"
 #include "common/base/status_macros.h"
 #include "common/checkpoint/file_writer.h"
 #include "common/checkpoint/safetensors.h"
@@ -28,16 +30,6 @@ namespace mt::checkpoint {
 namespace {
 
 constexpr uint64_t kMaxManifestBytes = 512ull << 20;
-
-bool IsDir(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
 
 std::vector<std::string> ListDir(const std::string& dir) {
   std::vector<std::string> out;
@@ -158,7 +150,7 @@ absl::Status WriteManifest(const std::string& dir, const mt::v1::CheckpointManif
 
 absl::StatusOr<int64_t> ReadLatest(const std::string& save_dir) {
   const std::string path = JoinPath(save_dir, kLatestFile);
-  if (!Exists(path)) return absl::NotFoundError(absl::StrCat("no ", path));
+  if (!PathExists(path)) return absl::NotFoundError(absl::StrCat("no ", path));
   MT_ASSIGN_OR_RETURN(std::string text, ReadFile(path, 4096));
   int64_t step = -1;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text), &step) || step < 0) {
@@ -175,7 +167,7 @@ std::vector<int64_t> ListCheckpointSteps(const std::string& save_dir) {
   std::vector<int64_t> steps;
   for (const std::string& name : ListDir(save_dir)) {
     const int64_t step = ParseIterationDirName(name);
-    if (step >= 0 && Exists(JoinPath(JoinPath(save_dir, name), kManifestFile))) {
+    if (step >= 0 && PathExists(JoinPath(JoinPath(save_dir, name), kManifestFile))) {
       steps.push_back(step);
     }
   }
@@ -329,14 +321,14 @@ absl::StatusOr<ShardResult> ParseShardResult(const std::string& s) {
 absl::Status RemoveTree(const std::string& path) {
   struct stat st;
   if (::lstat(path.c_str(), &st) != 0) {
-    return errno == ENOENT ? absl::OkStatus() : IoError("stat", path, errno);
+    return errno == ENOENT ? absl::OkStatus() : ErrnoStatus("stat", path, errno);
   }
   if (S_ISDIR(st.st_mode)) {
     for (const std::string& name : ListDir(path)) (void)RemoveTree(JoinPath(path, name));
-    if (::rmdir(path.c_str()) != 0) return IoError("removing", path, errno);
+    if (::rmdir(path.c_str()) != 0) return ErrnoStatus("removing", path, errno);
     return absl::OkStatus();
   }
-  if (::unlink(path.c_str()) != 0) return IoError("removing", path, errno);
+  if (::unlink(path.c_str()) != 0) return ErrnoStatus("removing", path, errno);
   return absl::OkStatus();
 }
 
@@ -397,18 +389,18 @@ absl::StatusOr<mt::v1::CheckpointManifest> CommitCheckpoint(
   if (absl::Status s = WriteManifest(partial_dir, base); !s.ok()) return fail(s);
   if (absl::Status s = FsyncDirectory(partial_dir); !s.ok()) return fail(s);
   const std::string final_dir = JoinPath(save_dir, IterationDirName(base.step()));
-  if (Exists(final_dir)) {
+  if (PathExists(final_dir)) {
     // A checkpoint of this step from an earlier attempt (one that was found damaged, or
     // that `latest` never pointed at): moved aside, then removed.
     const std::string trash =
         JoinPath(save_dir, absl::StrCat(".trash-", ::getpid(), "-", IterationDirName(base.step())));
     if (::rename(final_dir.c_str(), trash.c_str()) != 0) {
-      return fail(IoError("moving aside", final_dir, errno));
+      return fail(ErrnoStatus("moving aside", final_dir, errno));
     }
     (void)RemoveTree(trash);
   }
   if (::rename(partial_dir.c_str(), final_dir.c_str()) != 0) {
-    return fail(IoError("renaming to", final_dir, errno));
+    return fail(ErrnoStatus("renaming to", final_dir, errno));
   }
   MT_RETURN_IF_ERROR(FsyncDirectory(save_dir));
   MT_RETURN_IF_ERROR(WriteLatest(save_dir, base.step()));
@@ -449,7 +441,7 @@ absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, const Choos
     c->bytes_read += files.bytes_read;
     return files.problems;
   };
-  if (Exists(JoinPath(path, kManifestFile))) {
+  if (PathExists(JoinPath(path, kManifestFile))) {
     LoadChoice c;
     c.dir = path;
     MT_ASSIGN_OR_RETURN(c.manifest, ReadManifest(path));
@@ -460,7 +452,7 @@ absl::StatusOr<LoadChoice> ChooseCheckpoint(const std::string& path, const Choos
     }
     return c;
   }
-  if (!IsDir(path)) {
+  if (!IsDirectory(path)) {
     return absl::NotFoundError(absl::StrCat("no checkpoint directory ", path));
   }
   std::vector<int64_t> steps = ListCheckpointSteps(path);

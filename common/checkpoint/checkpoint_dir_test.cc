@@ -15,7 +15,9 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/errors.h"
 #include "common/base/files.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "common/checkpoint/file_writer.h"
 #include "common/checkpoint/reshard.h"
@@ -55,7 +57,7 @@ absl::Status SaveSynthetic(const std::string& save_dir, int64_t step, int tp_siz
                            int64_t floats_per_rank, bool fail_rank_1 = false) {
   const std::string partial = JoinPath(save_dir, PartialDirName(step, 0));
   if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-    return IoError("mkdir", partial, errno);
+    return ErrnoStatus("mkdir", partial, errno);
   std::vector<ShardResult> results;
   for (int r = 0; r < tp_size; ++r) {
     HostTensor w = ZerosTensor(DType::kF32, {floats_per_rank / 4, 4});
@@ -98,7 +100,7 @@ absl::Status SaveSynthetic(const std::string& save_dir, int64_t step, int tp_siz
 absl::Status SaveSplit(const std::string& save_dir, int64_t step, int tp_size, int files_per_rank) {
   const std::string partial = JoinPath(save_dir, PartialDirName(step, 0));
   if (::mkdir(partial.c_str(), 0755) != 0 && errno != EEXIST)
-    return IoError("mkdir", partial, errno);
+    return ErrnoStatus("mkdir", partial, errno);
   std::vector<ShardResult> results;
   for (int r = 0; r < tp_size; ++r) {
     ShardResult res;

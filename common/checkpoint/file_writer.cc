@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/errors.h"
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
 
@@ -94,31 +95,11 @@ absl::StatusOr<size_t> ReadAheadAndHash(int fd, const std::string& path, char* d
     }
   }
   reader.join();
-  if (err != 0) return IoError("reading", path, err);
+  if (err != 0) return ErrnoStatus("reading", path, err);
   return hashed;
 }
 
 }  // namespace
-
-absl::Status IoError(absl::string_view what, const std::string& path, int err) {
-  std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  switch (err) {
-    case ENOSPC:
-    case EDQUOT:
-    case EFBIG:
-      return absl::ResourceExhaustedError(absl::StrCat(msg, " (disk full or file too large)"));
-    case ENOENT:
-      return absl::NotFoundError(msg);
-    case EEXIST:
-      return absl::AlreadyExistsError(msg);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
 
 Sha256::Sha256() : ctx_(EVP_MD_CTX_new()) {
   EVP_DigestInit_ex(static_cast<EVP_MD_CTX*>(ctx_), EVP_sha256(), nullptr);
@@ -153,14 +134,14 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep) 
 absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep,
                                       const ReadObserver& observer) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError("opening", path, errno);
+  if (fd < 0) return ErrnoStatus("opening", path, errno);
   struct FdCloser {
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
   ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
   struct stat st;
-  if (::fstat(fd, &st) != 0) return IoError("stat", path, errno);
+  if (::fstat(fd, &st) != 0) return ErrnoStatus("stat", path, errno);
   const size_t expected = static_cast<size_t>(st.st_size);
   std::unique_ptr<char[]> whole;
   std::vector<char> chunk;
@@ -177,7 +158,9 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep,
     // observes) what has arrived, so that the file goes at the speed of the slower of the two
     // rather than of their sum (what the last file of a load, read alone, waits for).
     MT_ASSIGN_OR_RETURN(done, ReadAheadAndHash(fd, path, whole.get(), expected, sha, observer));
-    if (::lseek(fd, static_cast<off_t>(done), SEEK_SET) < 0) return IoError("seeking", path, errno);
+    if (::lseek(fd, static_cast<off_t>(done), SEEK_SET) < 0) {
+      return ErrnoStatus("seeking", path, errno);
+    }
   }
   while (true) {
     // Into the kept buffer at its place, else into the one chunk; a file that grew since
@@ -190,7 +173,7 @@ absl::StatusOr<FileDigest> DigestFile(const std::string& path, FileBytes* keep,
     }
     ssize_t n = ::read(fd, dst, want);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return IoError("reading", path, errno);
+    if (n < 0) return ErrnoStatus("reading", path, errno);
     if (n == 0) break;
     sha.Update(dst, static_cast<size_t>(n));
     if (observer != nullptr && whole != nullptr && dst != chunk.data()) {
@@ -249,12 +232,6 @@ std::string DirName(const std::string& path) {
   return path.substr(0, slash);
 }
 
-std::string JoinPath(const std::string& base, const std::string& name) {
-  if (base.empty()) return name;
-  if (base.back() == '/') return base + name;
-  return absl::StrCat(base, "/", name);
-}
-
 absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const std::string& path,
                                                                            const Options& options) {
   if (options.writeback_chunk_bytes < 0) {
@@ -264,7 +241,7 @@ absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Create(const
   }
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid(), ".", next_tmp_id.fetch_add(1));
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return IoError("creating", tmp, errno);
+  if (fd < 0) return ErrnoStatus("creating", tmp, errno);
   return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, tmp, fd, options));
 }
 
@@ -293,7 +270,7 @@ absl::Status AtomicFileWriter::Append(const void* data, size_t size) {
       if (n < 0) {
         const int err = errno;
         Abort();
-        return IoError("writing", tmp_, err);
+        return ErrnoStatus("writing", tmp_, err);
       }
       put += static_cast<size_t>(n);
     }
@@ -318,7 +295,7 @@ absl::Status AtomicFileWriter::WriteBack() {
       return absl::OkStatus();
     }
     Abort();
-    return IoError("writing back", tmp_, err);
+    return ErrnoStatus("writing back", tmp_, err);
   }
   if (options_.drop_written_pages && dropped_to_ < writeback_from_) {
     // The chunk before it, handed over one chunk ago: wait until it is on the disk, then drop
@@ -329,7 +306,7 @@ absl::Status AtomicFileWriter::WriteBack() {
                               SYNC_FILE_RANGE_WAIT_AFTER) != 0) {
       const int err = errno;
       Abort();
-      return IoError("writing back", tmp_, err);
+      return ErrnoStatus("writing back", tmp_, err);
     }
     (void)::posix_fadvise(fd_, dropped_to_, writeback_from_ - dropped_to_, POSIX_FADV_DONTNEED);
     dropped_to_ = writeback_from_;
@@ -343,7 +320,7 @@ absl::StatusOr<FileDigest> AtomicFileWriter::Commit() {
   if (::fsync(fd_) != 0) {
     const int err = errno;
     Abort();
-    return IoError("fsync", tmp_, err);
+    return ErrnoStatus("fsync", tmp_, err);
   }
   // Everything is on the disk and clean: the page cache need not keep any of it.
   if (options_.drop_written_pages) (void)::posix_fadvise(fd_, 0, 0, POSIX_FADV_DONTNEED);
@@ -351,13 +328,13 @@ absl::StatusOr<FileDigest> AtomicFileWriter::Commit() {
     const int err = errno;
     fd_ = -1;
     Abort();
-    return IoError("closing", tmp_, err);
+    return ErrnoStatus("closing", tmp_, err);
   }
   fd_ = -1;
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
     const int err = errno;
     Abort();
-    return IoError("renaming to", path_, err);
+    return ErrnoStatus("renaming to", path_, err);
   }
   committed_ = true;
   if (absl::Status s = FsyncDirectory(DirName(path_)); !s.ok()) return s;

@@ -88,10 +88,6 @@ absl::Status RunParallel(size_t n, int threads, const std::function<absl::Status
 // Threads for the files of one checkpoint save or load: min(8, hardware threads), >= 1.
 int DefaultIoThreads();
 
-// An error status for a failed system call on `path`: RESOURCE_EXHAUSTED for a full disk
-// (ENOSPC, EDQUOT, EFBIG), NOT_FOUND, PERMISSION_DENIED, else INTERNAL.
-absl::Status IoError(absl::string_view what, const std::string& path, int err);
-
 class AtomicFileWriter {
  public:
   struct Options {
@@ -151,8 +147,6 @@ class AtomicFileWriter {
 
 // The directory part of a path ("." when it has none).
 std::string DirName(const std::string& path);
-// `base` + "/" + `name`, without doubling slashes.
-std::string JoinPath(const std::string& base, const std::string& name);
 
 }  // namespace mt::checkpoint
 

@@ -11,7 +11,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/errors.h"
 #include "common/base/files.h"
+#include "common/base/paths.h"
 #include "common/base/status_macros.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"
@@ -312,7 +314,7 @@ absl::StatusOr<std::vector<mt::v1::CheckpointFile>> ExportHfGpt2(TensorSource& s
         "Hugging Face GPT-2 needs kv_channels * heads == hidden_size; this model differs");
   }
   if (::mkdir(out_dir.c_str(), 0755) != 0) {
-    return IoError(errno == EEXIST ? "output directory exists:" : "creating", out_dir, errno);
+    return ErrnoStatus(errno == EEXIST ? "output directory exists:" : "creating", out_dir, errno);
   }
   std::vector<HostTensor> tensors;
   std::vector<TensorView> views;
@@ -349,7 +351,7 @@ absl::StatusOr<mt::v1::CheckpointManifest> ImportHfGpt2(const std::string& hf_di
                                                         const std::string& out_dir) {
   MT_ASSIGN_OR_RETURN(std::unique_ptr<TensorSource> source, OpenHfGpt2Source(hf_dir));
   if (::mkdir(out_dir.c_str(), 0755) != 0) {
-    return IoError(errno == EEXIST ? "output directory exists:" : "creating", out_dir, errno);
+    return ErrnoStatus(errno == EEXIST ? "output directory exists:" : "creating", out_dir, errno);
   }
   std::vector<HostTensor> tensors;
   std::vector<std::string> names;

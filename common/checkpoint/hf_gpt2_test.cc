@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"

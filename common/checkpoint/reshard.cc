@@ -7,6 +7,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/paths.h"
 #include "common/base/status_macros.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"

@@ -12,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/errors.h"
+#include "common/base/json.h"
 #include "common/base/status_macros.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
@@ -45,7 +47,7 @@ absl::Status PRead(int fd, const std::string& path, void* dst, size_t size, uint
   while (done < size) {
     ssize_t n = ::pread(fd, p + done, size - done, static_cast<off_t>(offset + done));
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return IoError("reading", path, errno);
+    if (n < 0) return ErrnoStatus("reading", path, errno);
     if (n == 0) return DataLoss(absl::StrCat(path, " ends early"));
     done += static_cast<size_t>(n);
   }
@@ -53,37 +55,6 @@ absl::Status PRead(int fd, const std::string& path, void* dst, size_t size, uint
 }
 
 }  // namespace
-
-std::string JsonQuote(absl::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      default:
-        if (c < 0x20) {
-          out += absl::StrFormat("\\u%04x", c);
-        } else {
-          out.push_back(static_cast<char>(c));
-        }
-    }
-  }
-  out.push_back('"');
-  return out;
-}
 
 TensorView ViewOf(const std::string& name, const HostTensor& t) {
   TensorView v;
@@ -250,13 +221,13 @@ absl::StatusOr<uint64_t> HeaderLength(const unsigned char* len_bytes, uint64_t s
 
 absl::StatusOr<SafetensorsIndex> ReadSafetensorsIndex(const std::string& path) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError("opening", path, errno);
+  if (fd < 0) return ErrnoStatus("opening", path, errno);
   struct FdCloser {
     int fd;
     ~FdCloser() { ::close(fd); }
   } closer{fd};
   struct stat st;
-  if (::fstat(fd, &st) != 0) return IoError("stat", path, errno);
+  if (::fstat(fd, &st) != 0) return ErrnoStatus("stat", path, errno);
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size < 8) return DataLoss(absl::StrCat(path, " is ", size, " bytes, too short"));
   unsigned char len_bytes[8];
@@ -293,7 +264,7 @@ absl::Status ReadSafetensorsInto(const std::string& path, const SafetensorsIndex
                                                    entry.end - entry.begin, " bytes, not ", size));
   }
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return IoError("opening", path, errno);
+  if (fd < 0) return ErrnoStatus("opening", path, errno);
   absl::Status s = PRead(fd, path, dst, size, index.data_start + entry.begin);
   ::close(fd);
   return s;

@@ -76,9 +76,6 @@ absl::Status ReadSafetensorsInto(const std::string& path, const SafetensorsIndex
 HostTensor SafetensorsTensorFromMemory(absl::string_view file, const SafetensorsIndex& index,
                                        const SafetensorsEntry& entry);
 
-// JSON string literal of `s` (quotes included).
-std::string JsonQuote(absl::string_view s);
-
 }  // namespace mt::checkpoint
 
 #endif  // MT_COMMON_CHECKPOINT_SAFETENSORS_H_

@@ -14,6 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/errors.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
@@ -39,28 +40,12 @@ void AppendLE(std::string* out, T v) {
   out->append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
-absl::Status ErrnoError(absl::string_view what, absl::string_view path, int err) {
-  const std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(msg);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
-
 absl::Status WriteAll(int fd, const char* p, size_t n, absl::string_view path) {
   while (n > 0) {
     const ssize_t w = ::write(fd, p, n);
     if (w < 0) {
       if (errno == EINTR) continue;
-      return ErrnoError("writing", path, errno);
+      return ErrnoStatus("writing", path, errno);
     }
     p += w;
     n -= static_cast<size_t>(w);
@@ -71,12 +56,12 @@ absl::Status WriteAll(int fd, const char* p, size_t n, absl::string_view path) {
 // Maps a whole file read-only; *data is nullptr for an empty file.
 absl::Status MapFile(const std::string& path, const char** data, uint64_t* size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError("opening", path, errno);
+  if (fd < 0) return ErrnoStatus("opening", path, errno);
   struct stat st;
   if (::fstat(fd, &st) != 0) {
     const int err = errno;
     ::close(fd);
-    return ErrnoError("stat", path, err);
+    return ErrnoStatus("stat", path, err);
   }
   if (!S_ISREG(st.st_mode)) {
     ::close(fd);
@@ -89,7 +74,7 @@ absl::Status MapFile(const std::string& path, const char** data, uint64_t* size)
     if (p == MAP_FAILED) {
       const int err = errno;
       ::close(fd);
-      return ErrnoError("mmap", path, err);
+      return ErrnoStatus("mmap", path, err);
     }
     *data = static_cast<const char*>(p);
   }
@@ -456,7 +441,7 @@ absl::StatusOr<std::unique_ptr<IndexedDatasetWriter>> IndexedDatasetWriter::Crea
   w->bin_tmp_ = DataPath(prefix) + suffix;
   w->idx_tmp_ = IndexPath(prefix) + suffix;
   w->bin_fd_ = ::open(w->bin_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->bin_fd_ < 0) return ErrnoError("creating", w->bin_tmp_, errno);
+  if (w->bin_fd_ < 0) return ErrnoStatus("creating", w->bin_tmp_, errno);
   w->buffer_.reserve(kWriteBufferBytes);
   return w;
 }
@@ -642,16 +627,16 @@ absl::Status IndexedDatasetWriter::Finalize() {
     return s;
   };
   if (absl::Status s = Flush(); !s.ok()) return fail(s);
-  if (::fsync(bin_fd_) != 0) return fail(ErrnoError("fsync", bin_tmp_, errno));
+  if (::fsync(bin_fd_) != 0) return fail(ErrnoStatus("fsync", bin_tmp_, errno));
   if (::close(bin_fd_) != 0) {
     bin_fd_ = -1;
-    return fail(ErrnoError("closing", bin_tmp_, errno));
+    return fail(ErrnoStatus("closing", bin_tmp_, errno));
   }
   bin_fd_ = -1;
 
   // The index, streamed through the same buffer.
   const int fd = ::open(idx_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail(ErrnoError("creating", idx_tmp_, errno));
+  if (fd < 0) return fail(ErrnoStatus("creating", idx_tmp_, errno));
   auto write_index = [&]() -> absl::Status {
     std::string& out = buffer_;
     out.clear();
@@ -683,11 +668,11 @@ absl::Status IndexedDatasetWriter::Finalize() {
     }
     MT_RETURN_IF_ERROR(WriteAll(fd, out.data(), out.size(), idx_tmp_));
     out.clear();
-    if (::fsync(fd) != 0) return ErrnoError("fsync", idx_tmp_, errno);
+    if (::fsync(fd) != 0) return ErrnoStatus("fsync", idx_tmp_, errno);
     return absl::OkStatus();
   };
   absl::Status s = write_index();
-  if (::close(fd) != 0 && s.ok()) s = ErrnoError("closing", idx_tmp_, errno);
+  if (::close(fd) != 0 && s.ok()) s = ErrnoStatus("closing", idx_tmp_, errno);
   if (!s.ok()) return fail(s);
 
   // An old .idx goes first, so that at no moment does a complete-looking index sit beside a
@@ -695,13 +680,13 @@ absl::Status IndexedDatasetWriter::Finalize() {
   const std::string idx_path = IndexPath(prefix_);
   const std::string bin_path = DataPath(prefix_);
   if (::unlink(idx_path.c_str()) != 0 && errno != ENOENT) {
-    return fail(ErrnoError("removing the old index", idx_path, errno));
+    return fail(ErrnoStatus("removing the old index", idx_path, errno));
   }
   if (::rename(bin_tmp_.c_str(), bin_path.c_str()) != 0) {
-    return fail(ErrnoError("renaming " + bin_tmp_ + " to", bin_path, errno));
+    return fail(ErrnoStatus("renaming " + bin_tmp_ + " to", bin_path, errno));
   }
   if (::rename(idx_tmp_.c_str(), idx_path.c_str()) != 0) {
-    return fail(ErrnoError("renaming " + idx_tmp_ + " to", idx_path, errno));
+    return fail(ErrnoStatus("renaming " + idx_tmp_ + " to", idx_path, errno));
   }
   finalized_ = true;
   if (absl::Status d = FsyncDirectory(DirName(idx_path)); !d.ok()) {

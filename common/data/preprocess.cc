@@ -22,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/base/errors.h"
 #include "common/base/status_macros.h"
 #include "common/tokenizer/json_lite.h"
 
@@ -212,13 +213,6 @@ void ProcessBatch(const Batch& batch, const Gpt2BpeTokenizer& tok, const Preproc
     }
   }
   r->lines = index;
-}
-
-absl::Status ErrnoStatus(absl::string_view what, const std::string& path, int err) {
-  const std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  if (err == ENOENT) return absl::NotFoundError(msg);
-  if (err == EACCES || err == EPERM) return absl::PermissionDeniedError(msg);
-  return absl::InternalError(msg);
 }
 
 // Reader → workers → ordered writer; the calling thread is the writer (Pop/Written). Its own

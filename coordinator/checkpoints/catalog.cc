@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/errors.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
@@ -284,12 +285,12 @@ absl::Status CheckpointCatalog::RemoveLocked(Checkpoint* c, const std::string& w
       MT_RETURN_IF_ERROR(ValidateRelativePath(name, "files.path"));
       const std::string path = absl::StrCat(c->directory(), "/", name);
       if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
-        return checkpoint::IoError("removing", path, errno);
+        return ErrnoStatus("removing", path, errno);
       }
     }
     if (::rmdir(c->directory().c_str()) != 0 && errno != ENOENT && errno != ENOTEMPTY &&
         errno != EEXIST) {
-      return checkpoint::IoError("removing", c->directory(), errno);
+      return ErrnoStatus("removing", c->directory(), errno);
     }
   } else if (Exists(c->directory())) {
     MT_RETURN_IF_ERROR(checkpoint::RemoveTree(c->directory()));
@@ -316,7 +317,7 @@ absl::Status CheckpointCatalog::RemoveLocked(Checkpoint* c, const std::string& w
   } else {
     const std::string pointer = absl::StrCat(save_dir, "/", checkpoint::kLatestFile);
     if (::unlink(pointer.c_str()) != 0 && errno != ENOENT) {
-      return checkpoint::IoError("removing", pointer, errno);
+      return ErrnoStatus("removing", pointer, errno);
     }
   }
   return RefreshLatestLocked(c->job_id(), save_dir);
@@ -491,7 +492,7 @@ absl::Status CheckpointCatalog::Download(
   // checkpoint must not stream some other file of the coordinator's machine.
   char resolved_dir[PATH_MAX];
   if (::realpath(c.directory().c_str(), resolved_dir) == nullptr) {
-    return checkpoint::IoError("resolving", c.directory(), errno);
+    return ErrnoStatus("resolving", c.directory(), errno);
   }
   std::string buffer(static_cast<size_t>(chunk), '\0');
   for (const mt::v1::CheckpointFile& f : files) {
@@ -499,14 +500,14 @@ absl::Status CheckpointCatalog::Download(
     const std::string path = absl::StrCat(c.directory(), "/", f.path());
     char resolved[PATH_MAX];
     if (::realpath(path.c_str(), resolved) == nullptr) {
-      return checkpoint::IoError("resolving", path, errno);
+      return ErrnoStatus("resolving", path, errno);
     }
     if (absl::string_view(resolved).rfind(absl::StrCat(resolved_dir, "/"), 0) != 0) {
       return absl::FailedPreconditionError(
           absl::StrCat(path, " leads outside the checkpoint directory; not sent"));
     }
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return checkpoint::IoError("opening", path, errno);
+    if (fd < 0) return ErrnoStatus("opening", path, errno);
     struct stat st;
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
       ::close(fd);
@@ -519,7 +520,7 @@ absl::Status CheckpointCatalog::Download(
       const ssize_t n = ::read(fd, buffer.data(), buffer.size());
       if (n < 0) {
         if (errno == EINTR) continue;
-        status = checkpoint::IoError("reading", path, errno);
+        status = ErrnoStatus("reading", path, errno);
         break;
       }
       if (n == 0 && !first) break;

@@ -13,7 +13,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/errors.h"
 #include "common/base/logging.h"
+#include "common/base/paths.h"
 #include "common/base/status_macros.h"
 #include "common/checkpoint/file_writer.h"
 #include "common/checkpoint/hf_gpt2.h"
@@ -40,7 +42,9 @@ double SecondsSince(Clock::time_point t) {
 }
 
 absl::Status MakeDir(const std::string& path) {
-  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) return IoError("creating", path, errno);
+  if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoStatus("creating", path, errno);
+  }
   return absl::OkStatus();
 }
 

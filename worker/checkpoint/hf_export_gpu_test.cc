@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/hf_gpt2.h"

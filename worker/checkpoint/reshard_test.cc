@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/safetensors.h"

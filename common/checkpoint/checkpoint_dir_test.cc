@@ -24,6 +24,7 @@
 #include "common/checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt::checkpoint {
 namespace {
@@ -34,11 +35,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
-
-std::string TempDir() {
-  std::string tmpl = std::string(::testing::TempDir()) + "/ckd_XXXXXX";
-  return ::mkdtemp(tmpl.data());
-}
 
 std::vector<std::string> Entries(const std::string& dir) {
   std::vector<std::string> out;
@@ -160,7 +156,7 @@ TEST(CheckpointDirTest, Names) {
 }
 
 TEST(CheckpointDirTest, CommitWritesManifestThenLatest) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckd");
   MT_ASSERT_OK(SaveSynthetic(dir, 10, 2, 64));
   MT_ASSERT_OK_AND_ASSIGN(int64_t latest, ReadLatest(dir));
   EXPECT_EQ(latest, 10);
@@ -192,7 +188,7 @@ TEST(CheckpointDirTest, CommitWritesManifestThenLatest) {
 }
 
 TEST(CheckpointDirTest, DamagedCheckpointsFallBackToThePreviousGoodOne) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckd");
   MT_ASSERT_OK(SaveSynthetic(dir, 5, 2, 64));
   MT_ASSERT_OK(SaveSynthetic(dir, 10, 2, 64));
   MT_ASSERT_OK(SaveSynthetic(dir, 15, 2, 64));
@@ -211,11 +207,12 @@ TEST(CheckpointDirTest, DamagedCheckpointsFallBackToThePreviousGoodOne) {
   // An explicitly named damaged checkpoint is an error, not a silent fallback.
   EXPECT_THAT(ChooseCheckpoint(dir + "/iter_0000015"),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("sha256 mismatch")));
-  EXPECT_THAT(ChooseCheckpoint(TempDir()), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(ChooseCheckpoint(testutil::MakeTempDir("ckd")),
+              StatusIs(absl::StatusCode::kNotFound));
 }
 
 TEST(CheckpointDirTest, AFailedRankLeavesLatestAndThePreviousCheckpoint) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckd");
   MT_ASSERT_OK(SaveSynthetic(dir, 5, 2, 64));
   EXPECT_THAT(SaveSynthetic(dir, 10, 2, 64, /*fail_rank_1=*/true),
               StatusIs(absl::StatusCode::kAborted, HasSubstr("rank 1: injected: disk full")));
@@ -228,7 +225,7 @@ TEST(CheckpointDirTest, AFailedRankLeavesLatestAndThePreviousCheckpoint) {
 // A real full disk: the save runs in a child whose file-size limit (RLIMIT_FSIZE) makes the
 // kernel fail the shard's write with EFBIG, as ENOSPC would.
 TEST(CheckpointDirTest, DiskFullDuringSaveKeepsThePreviousCheckpoint) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckd");
   MT_ASSERT_OK(SaveSynthetic(dir, 5, 2, 64));
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
@@ -255,10 +252,10 @@ TEST(CheckpointDirTest, DiskFullDuringSaveKeepsThePreviousCheckpoint) {
 // SIGKILL at random moments while a process saves 50 checkpoints: whenever it dies, `latest`
 // names a checkpoint that verifies.
 TEST(CheckpointDirTest, KillDuringSavesNeverLeavesABadLatest) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckd");
   // How long one save takes on this machine: the kills land within the next ~4 saves, so that
   // most rounds are cut short whatever the machine's speed.
-  const std::string probe = TempDir();
+  const std::string probe = testutil::MakeTempDir("ckd");
   const auto t0 = std::chrono::steady_clock::now();
   for (int64_t step = 1; step <= 3; ++step)
     ASSERT_TRUE(SaveSynthetic(probe, step, 2, 1 << 16).ok());
@@ -374,7 +371,7 @@ TEST(CheckpointDirTest, ShardResultsRoundTrip) {
 // Version 2: ranks with several files each. The manifest lists every file and points every
 // tensor at its own; verification covers them all; the reader assembles TP slices across them.
 TEST(CheckpointDirTest, ShardsSplitOverSeveralFilesCommitAndLoad) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckd");
   MT_ASSERT_OK(SaveSplit(dir, 10, 2, 3));
   const std::string cdir = dir + "/iter_0000010";
   EXPECT_THAT(Entries(cdir),
@@ -407,7 +404,7 @@ TEST(CheckpointDirTest, ShardsSplitOverSeveralFilesCommitAndLoad) {
 // verified, and the source restores from them (the files on disk are gone by then); a damaged
 // newest checkpoint falls back, keeping the files of the one chosen.
 TEST(CheckpointDirTest, ChooseKeepsTheVerifiedFilesAndTheSourceReadsThem) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckd");
   MT_ASSERT_OK(SaveSplit(dir, 5, 2, 2));
   MT_ASSERT_OK(SaveSplit(dir, 10, 2, 2));
   FlipOneBit(dir + "/iter_0000010/mp_rank_00_000-00001-of-00002.safetensors", 90);
@@ -463,7 +460,7 @@ TEST(CheckpointDirTest, ChooseKeepsTheVerifiedFilesAndTheSourceReadsThem) {
 // Version 1 directories (one file per rank, format_version 1, as mt wrote them before the
 // split) still load: the fixture writes one the way the version 1 writer did.
 TEST(CheckpointDirTest, ReadsAVersion1Checkpoint) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckd");
   const std::string cdir = dir + "/iter_0000007";
   ASSERT_EQ(::mkdir(cdir.c_str(), 0755), 0);
   HostTensor w = ZerosTensor(DType::kF32, {2, 4});

@@ -17,17 +17,13 @@
 #include "common/base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt::checkpoint {
 namespace {
 
 using ::mt::testing::StatusIs;
 using ::testing::HasSubstr;
-
-std::string TempDir() {
-  std::string tmpl = std::string(::testing::TempDir()) + "/fw_XXXXXX";
-  return ::mkdtemp(tmpl.data());
-}
 
 // Bytes that differ everywhere (a hash of a wrong slice would not match).
 std::string Pattern(size_t n) {
@@ -75,7 +71,7 @@ TEST(FileWriterTest, Sha256KnownAnswer) {
 // Appends larger than the writer's 4 MiB hash-then-write slices and unaligned pieces: the
 // digest Commit returns is the file's, and the file holds exactly what was appended.
 TEST(FileWriterTest, CommitDigestIsTheFilesAcrossSlices) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("fw");
   const std::string data = Pattern((9 << 20) + 123);
   MT_ASSERT_OK_AND_ASSIGN(auto w, AtomicFileWriter::Create(dir + "/f.bin"));
   MT_ASSERT_OK(w->Append(data.data(), 7));
@@ -96,7 +92,7 @@ TEST(FileWriterTest, CommitDigestIsTheFilesAcrossSlices) {
 // after Commit nothing is. Without drop_written_pages the whole file stays cached (which shows
 // that the measure sees cached pages at all).
 TEST(FileWriterTest, WrittenPagesLeaveThePageCache) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("fw");
   struct statfs fs;
   ASSERT_EQ(::statfs(dir.c_str(), &fs), 0);
   if (fs.f_type == TMPFS_MAGIC || fs.f_type == RAMFS_MAGIC) {
@@ -159,7 +155,7 @@ TEST(FileWriterTest, WrittenPagesLeaveThePageCache) {
 
 // DigestFile with `keep`: the same digest, and the bytes read are the file's.
 TEST(FileWriterTest, DigestFileKeepsWhatItHashed) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("fw");
   const std::string data = Pattern((8 << 20) + 5);  // more than one 8 MiB read
   MT_ASSERT_OK(WriteFileAtomically(dir + "/f.bin", data));
   FileBytes kept;
@@ -182,7 +178,7 @@ TEST(FileWriterTest, DigestFileKeepsWhatItHashed) {
 // hashes: the digest is the file's, the kept bytes are the file's, and the observer sees every
 // block once, in order, with the file's bytes at its offset.
 TEST(FileWriterTest, DigestFileReadAheadKeepsOrderAndBytes) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("fw");
   const std::string data = Pattern((40 << 20) + 7);  // five 8 MiB blocks and a tail
   MT_ASSERT_OK(WriteFileAtomically(dir + "/big.bin", data));
   uint64_t next = 0;

@@ -17,6 +17,7 @@
 #include "common/checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt::checkpoint {
 namespace {
@@ -24,11 +25,6 @@ namespace {
 using ::mt::testing::StatusIs;
 
 using ::testing::HasSubstr;
-
-std::string TempDir() {
-  std::string tmpl = std::string(::testing::TempDir()) + "/hf_XXXXXX";
-  return ::mkdtemp(tmpl.data());
-}
 
 constexpr int64_t kLayers = 2, kHidden = 8, kHeads = 2, kVocab = 50, kPadded = 64, kPos = 16;
 
@@ -109,10 +105,10 @@ std::map<std::string, HostTensor> WriteTinyCheckpoint(const std::string& dir) {
 }
 
 TEST(HfGpt2Test, ExportUsesHuggingFaceNamesAndLayouts) {
-  const std::string ckpt = TempDir();
+  const std::string ckpt = testutil::MakeTempDir("hf");
   auto ours = WriteTinyCheckpoint(ckpt);
   MT_ASSERT_OK_AND_ASSIGN(auto source, OpenAnySource(ckpt));
-  const std::string out = TempDir() + "/hf";
+  const std::string out = testutil::MakeTempDir("hf") + "/hf";
   MT_ASSERT_OK_AND_ASSIGN(auto files, ExportHfGpt2(*source, out, DType::kF32));
   ASSERT_EQ(files.size(), 2u);
   EXPECT_TRUE(LooksLikeHfGpt2(out));
@@ -150,12 +146,12 @@ TEST(HfGpt2Test, ExportUsesHuggingFaceNamesAndLayouts) {
 }
 
 TEST(HfGpt2Test, ExportThenImportGivesIdenticalWeights) {
-  const std::string ckpt = TempDir();
+  const std::string ckpt = testutil::MakeTempDir("hf");
   auto ours = WriteTinyCheckpoint(ckpt);
   MT_ASSERT_OK_AND_ASSIGN(auto source, OpenAnySource(ckpt));
-  const std::string hf = TempDir() + "/hf";
+  const std::string hf = testutil::MakeTempDir("hf") + "/hf";
   MT_ASSERT_OK(ExportHfGpt2(*source, hf, DType::kF32).status());
-  const std::string imported = TempDir() + "/imported";
+  const std::string imported = testutil::MakeTempDir("hf") + "/imported";
   MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, ImportHfGpt2(hf, imported));
   EXPECT_FALSE(m.has_trainer());
   EXPECT_EQ(m.model().num_layers(), kLayers);
@@ -180,10 +176,10 @@ TEST(HfGpt2Test, ExportThenImportGivesIdenticalWeights) {
 }
 
 TEST(HfGpt2Test, Bfloat16ExportAndConfigErrors) {
-  const std::string ckpt = TempDir();
+  const std::string ckpt = testutil::MakeTempDir("hf");
   WriteTinyCheckpoint(ckpt);
   MT_ASSERT_OK_AND_ASSIGN(auto source, OpenAnySource(ckpt));
-  const std::string hf = TempDir() + "/hf";
+  const std::string hf = testutil::MakeTempDir("hf") + "/hf";
   MT_ASSERT_OK(ExportHfGpt2(*source, hf, DType::kBF16).status());
   MT_ASSERT_OK_AND_ASSIGN(SafetensorsIndex index, ReadSafetensorsIndex(hf + "/model.safetensors"));
   EXPECT_EQ(index.tensors[0].dtype, DType::kBF16);

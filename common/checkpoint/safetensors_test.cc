@@ -10,6 +10,7 @@
 #include "common/base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt::checkpoint {
 namespace {
@@ -17,11 +18,6 @@ namespace {
 using ::mt::testing::StatusIs;
 
 using ::testing::HasSubstr;
-
-std::string TempDir() {
-  std::string tmpl = std::string(::testing::TempDir()) + "/st_XXXXXX";
-  return ::mkdtemp(tmpl.data());
-}
 
 int CountFiles(const std::string& dir) {
   int n = 0;
@@ -39,7 +35,7 @@ std::string WithLength(const std::string& header) {
 }
 
 TEST(SafetensorsTest, RoundTripWithMetadata) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("st");
   HostTensor a = ZerosTensor(DType::kF32, {2, 3});
   for (int i = 0; i < 6; ++i) {
     float f = 0.5f * i;
@@ -101,7 +97,7 @@ TEST(SafetensorsTest, RejectsMalformedFiles) {
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr("cover")));
   (void)size;
 
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("st");
   const std::string path = dir + "/bad.safetensors";
   MT_ASSERT_OK(WriteFileAtomically(path, WithLength("{}").substr(0, 5)));
   EXPECT_THAT(ReadSafetensorsIndex(path), StatusIs(absl::StatusCode::kDataLoss));
@@ -113,7 +109,7 @@ TEST(SafetensorsTest, RejectsMalformedFiles) {
 }
 
 TEST(SafetensorsTest, WriterRejectsBadInputAndLeavesNothing) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("st");
   HostTensor a = ZerosTensor(DType::kF32, {2});
   TensorView v = ViewOf("a", a);
   v.nbytes = 4;
@@ -128,7 +124,7 @@ TEST(SafetensorsTest, WriterRejectsBadInputAndLeavesNothing) {
 
 // The index and tensors of a whole file in memory are the file's.
 TEST(SafetensorsTest, ParsesAFileHeldInMemory) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("st");
   HostTensor a = ZerosTensor(DType::kF32, {3});
   a.data[5] = 7;
   HostTensor b = ZerosTensor(DType::kI64, {2});

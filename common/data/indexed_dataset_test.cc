@@ -1,7 +1,6 @@
 #include "common/data/indexed_dataset.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -13,9 +12,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt::data {
 namespace {
@@ -33,11 +34,6 @@ MATCHER_P(IsOkAndHolds, matcher, "is OK and holds a matching value") {
   return ::testing::ExplainMatchResult(matcher, *arg, result_listener);
 }
 
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 std::string ReadAll(const std::string& path) {
   auto s = ReadFile(path, 1ull << 30);
   EXPECT_TRUE(s.ok()) << s.status();
@@ -52,9 +48,8 @@ void WriteAll(const std::string& path, const std::string& bytes) {
 class IndexedDatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = absl::StrCat(::testing::TempDir(), "/mt_data_test_", ::getpid(), "_", info->name());
-    ASSERT_EQ(std::system(("rm -rf '" + dir_ + "' && mkdir -p '" + dir_ + "'").c_str()), 0);
+    dir_ = testutil::MakeTempDir("data_test");
+    ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override { EXPECT_EQ(std::system(("rm -rf '" + dir_ + "'").c_str()), 0); }
   std::string Prefix(absl::string_view name) const { return absl::StrCat(dir_, "/", name); }
@@ -407,14 +402,14 @@ TEST_F(IndexedDatasetTest, InterruptedWriterLeavesNothing) {
     MT_ASSERT_OK_AND_ASSIGN(auto w, IndexedDatasetWriter::Create(Prefix("i"), DType::kUInt16));
     MT_ASSERT_OK(w->AddDocument({1, 2, 3}));
     // While writing, only temporary names exist.
-    EXPECT_FALSE(Exists(Prefix("i.idx")));
-    EXPECT_FALSE(Exists(Prefix("i.bin")));
-    EXPECT_TRUE(Exists(absl::StrCat(Prefix("i.bin"), ".tmp.", ::getpid())));
+    EXPECT_FALSE(PathExists(Prefix("i.idx")));
+    EXPECT_FALSE(PathExists(Prefix("i.bin")));
+    EXPECT_TRUE(PathExists(absl::StrCat(Prefix("i.bin"), ".tmp.", ::getpid())));
   }  // destroyed without Finalize
-  EXPECT_FALSE(Exists(Prefix("i.idx")));
-  EXPECT_FALSE(Exists(Prefix("i.bin")));
-  EXPECT_FALSE(Exists(absl::StrCat(Prefix("i.bin"), ".tmp.", ::getpid())));
-  EXPECT_FALSE(Exists(absl::StrCat(Prefix("i.idx"), ".tmp.", ::getpid())));
+  EXPECT_FALSE(PathExists(Prefix("i.idx")));
+  EXPECT_FALSE(PathExists(Prefix("i.bin")));
+  EXPECT_FALSE(PathExists(absl::StrCat(Prefix("i.bin"), ".tmp.", ::getpid())));
+  EXPECT_FALSE(PathExists(absl::StrCat(Prefix("i.idx"), ".tmp.", ::getpid())));
 }
 
 TEST_F(IndexedDatasetTest, FinalizeReplacesAnOldDatasetAndAnAbandonedOneKeepsIt) {
@@ -462,7 +457,7 @@ TEST_F(IndexedDatasetTest, MergeErrors) {
   EXPECT_THAT(MergeIndexedDatasets(mixed, Prefix("out")),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        AllOf(HasSubstr("int32"), HasSubstr("uint16"), HasSubstr("same dtype"))));
-  EXPECT_FALSE(Exists(Prefix("out.idx")));
+  EXPECT_FALSE(PathExists(Prefix("out.idx")));
   const std::vector<std::string> self = {Prefix("u16")};
   EXPECT_THAT(MergeIndexedDatasets(self, Prefix("u16")),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("also an input")));

@@ -1,7 +1,6 @@
 #include "common/data/preprocess.h"
 
 #include <dirent.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -16,12 +15,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/files.h"
+#include "common/base/json.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "common/data/indexed_dataset.h"
 #include "common/tokenizer/gpt2_bpe_tokenizer.h"
 #include "common/tokenizer/random_text_for_test.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt::data {
 namespace {
@@ -35,25 +37,7 @@ using ::testing::IsEmpty;
 
 std::string AssetDir() { return MT_ASSET_DIR; }
 bool HaveAssets() {
-  struct stat st;
-  return ::stat((AssetDir() + "/gpt2-vocab.json").c_str(), &st) == 0 &&
-         ::stat((AssetDir() + "/gpt2-merges.txt").c_str(), &st) == 0;
-}
-
-// JSON string literal of UTF-8 text.
-std::string JsonQuote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      out += absl::StrFormat("\\u%04x", c);
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+  return PathExists(AssetDir() + "/gpt2-vocab.json") && PathExists(AssetDir() + "/gpt2-merges.txt");
 }
 
 std::string TextLine(const std::string& text) { return "{\"text\": " + JsonQuote(text) + "}\n"; }
@@ -106,9 +90,8 @@ class PreprocessTest : public ::testing::Test {
     if (!HaveAssets()) {
       GTEST_SKIP() << "GPT-2 BPE files not found in " << AssetDir() << "; run deploy/setup.sh";
     }
-    char tmpl[] = "/tmp/mt_preprocess_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    dir_ = testutil::MakeTempDir("preprocess_test");
+    ASSERT_FALSE(dir_.empty());
   }
   void TearDown() override {
     if (!dir_.empty()) {

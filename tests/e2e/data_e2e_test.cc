@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/base/files.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "common/tokenizer/gpt2_bpe_tokenizer.h"
 #include "common/tokenizer/json_lite.h"
@@ -40,11 +41,6 @@ const std::string kMerges = kAssets + "/gpt2-merges.txt";
 const std::string kMoby = kAssets + "/moby-dick.jsonl";
 const std::string kSotu = kAssets + "/sotu.jsonl";
 
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 std::vector<std::string> Lines(const std::string& s) {
   return absl::StrSplit(s, '\n', absl::SkipEmpty());
 }
@@ -60,7 +56,7 @@ class DataE2eTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (const std::string& f : {kVocab, kMerges, kMoby, kSotu}) {
-      if (!Exists(f)) GTEST_SKIP() << f << " is missing; run deploy/setup.sh";
+      if (!PathExists(f)) GTEST_SKIP() << f << " is missing; run deploy/setup.sh";
     }
     dir_ = testutil::MakeTempDir("data_e2e");
     ASSERT_FALSE(dir_.empty());
@@ -254,7 +250,7 @@ TEST_F(DataE2eTest, BadLinesFailWithTheirNumberOrAreSkipped) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("line 3: no field \"text\""));
   EXPECT_THAT(r.err, HasSubstr("--on-error skip"));
-  EXPECT_FALSE(Exists(prefix + "_text_document.idx"));
+  EXPECT_FALSE(PathExists(prefix + "_text_document.idx"));
   EXPECT_THAT(ListDir(dir_), ElementsAre("in.jsonl"));
 
   std::vector<std::string> args = Preprocess(input, prefix);
@@ -310,7 +306,7 @@ TEST_F(DataE2eTest, FlagsFollowMegatronAndErrorsNameTheProblem) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--partitions 2 ignored"));
   EXPECT_THAT(r.err, HasSubstr("--keep-newlines ignored"));
-  EXPECT_TRUE(Exists(prefix + "_text_document.idx"));
+  EXPECT_TRUE(PathExists(prefix + "_text_document.idx"));
   r = Mtctl({"data", "preprocess", "--input", dir_ + "/none.jsonl", "--output-prefix", prefix,
              "--vocab-file", kVocab, "--merge-file", kMerges});
   EXPECT_EQ(r.exit_code, 3);
@@ -362,8 +358,8 @@ TEST_F(DataE2eTest, SigkillMidRunLeavesNoFinalIndex) {
   auto code = p.Wait(absl::Seconds(30));
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, -SIGKILL);
-  EXPECT_FALSE(Exists(prefix + "_text_document.idx"));
-  EXPECT_FALSE(Exists(prefix + "_text_document.bin"));
+  EXPECT_FALSE(PathExists(prefix + "_text_document.idx"));
+  EXPECT_FALSE(PathExists(prefix + "_text_document.bin"));
   // Only the temporaries of the killed process are left: nothing that looks complete.
   for (const std::string& n : ListDir(dir_)) {
     if (n == "big.jsonl" || n == "mtctl.log") continue;

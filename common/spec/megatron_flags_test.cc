@@ -12,6 +12,7 @@
 #include "gmock/gmock.h"
 #include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/proto_matchers.h"
 
 namespace mt::spec {
 namespace {
@@ -19,21 +20,13 @@ namespace {
 using ::google::protobuf::util::MessageDifferencer;
 using ::mt::testing::IsOk;
 using ::mt::testing::StatusIs;
+using ::mt::testutil::EqualsProto;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
-
-MATCHER_P(EqualsProto, expected, "") {
-  std::string diff;
-  MessageDifferencer differencer;
-  differencer.ReportDifferencesToString(&diff);
-  if (differencer.Compare(expected, arg)) return true;
-  *result_listener << diff;
-  return false;
-}
 
 std::vector<std::string> Args(absl::string_view line) {
   return absl::StrSplit(line, ' ', absl::SkipEmpty());

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <set>
 #include <utility>
 
@@ -361,47 +362,53 @@ void CheckParallel(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
   }
 }
 
-void CheckTraining(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
+// training.micro_batch_size and global_batch_size, against the data-parallel size and, with the
+// interleaved schedule, the pipeline size.
+void CheckBatchSizes(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
   const mt::v1::TrainingSpec& t = s.training();
-  const mt::v1::ParallelSpec& p = s.parallel();
   c->Required("training.micro_batch_size", t.micro_batch_size(), 1, kMaxMicroBatch,
               "the samples per rank per forward pass");
   c->Range("training.global_batch_size", t.global_batch_size(), 0, kMaxGlobalBatch);
   const bool micro_ok = t.micro_batch_size() >= 1 && t.micro_batch_size() <= kMaxMicroBatch;
   const bool global_ok = t.global_batch_size() >= 1 && t.global_batch_size() <= kMaxGlobalBatch;
-  if (micro_ok && global_ok) {
-    if (dims.dp > 0 && dims.dp <= kMaxWorldSize) {
-      const int64_t step = t.micro_batch_size() * dims.dp;
-      const std::string dp_text =
-          dims.dp_explicit
-              ? StrCat("parallel.data_parallel_size (", dims.dp, ")")
-              : StrCat("the data-parallel size (", dims.dp, " = parallel.world_size / (tp*cp*pp))");
-      if (t.global_batch_size() % step != 0) {
-        c->Add(StrCat("training.global_batch_size (", t.global_batch_size(),
-                      ") must be divisible by training.micro_batch_size (", t.micro_batch_size(),
-                      ") * ", dp_text, " = ", step, "; choose a multiple of ", step, " such as ",
-                      RoundUpToMultiple(t.global_batch_size(), step)));
-      } else if (p.num_layers_per_virtual_pipeline_stage() > 0 && dims.pp > 1) {
-        const int64_t microbatches = t.global_batch_size() / step;
-        if (microbatches % dims.pp != 0) {
-          c->Add(
-              StrCat("the interleaved schedule needs the number of micro-batches "
-                     "(training.global_batch_size / (micro_batch_size * data-parallel size) "
-                     "= ",
-                     microbatches, ") to be divisible by parallel.pipeline_model_parallel_size (",
-                     dims.pp, "); choose global_batch_size such as ",
-                     RoundUpToMultiple(t.global_batch_size(), step * dims.pp)));
-        }
-      }
-    } else if (t.global_batch_size() % t.micro_batch_size() != 0) {
+  if (!micro_ok || !global_ok) return;
+  if (!(dims.dp > 0 && dims.dp <= kMaxWorldSize)) {
+    if (t.global_batch_size() % t.micro_batch_size() != 0) {
       c->Add(StrCat("training.global_batch_size (", t.global_batch_size(),
                     ") must be divisible by training.micro_batch_size (", t.micro_batch_size(),
                     "); choose a multiple of ", t.micro_batch_size(), " such as ",
                     RoundUpToMultiple(t.global_batch_size(), t.micro_batch_size())));
     }
+    return;
   }
+  const int64_t step = t.micro_batch_size() * dims.dp;
+  const std::string dp_text =
+      dims.dp_explicit
+          ? StrCat("parallel.data_parallel_size (", dims.dp, ")")
+          : StrCat("the data-parallel size (", dims.dp, " = parallel.world_size / (tp*cp*pp))");
+  if (t.global_batch_size() % step != 0) {
+    c->Add(StrCat("training.global_batch_size (", t.global_batch_size(),
+                  ") must be divisible by training.micro_batch_size (", t.micro_batch_size(),
+                  ") * ", dp_text, " = ", step, "; choose a multiple of ", step, " such as ",
+                  RoundUpToMultiple(t.global_batch_size(), step)));
+    return;
+  }
+  if (s.parallel().num_layers_per_virtual_pipeline_stage() > 0 && dims.pp > 1) {
+    const int64_t microbatches = t.global_batch_size() / step;
+    if (microbatches % dims.pp != 0) {
+      c->Add(
+          StrCat("the interleaved schedule needs the number of micro-batches "
+                 "(training.global_batch_size / (micro_batch_size * data-parallel size) "
+                 "= ",
+                 microbatches, ") to be divisible by parallel.pipeline_model_parallel_size (",
+                 dims.pp, "); choose global_batch_size such as ",
+                 RoundUpToMultiple(t.global_batch_size(), step * dims.pp)));
+    }
+  }
+}
 
-  // Length of training.
+// Exactly one of training.train_iters and train_samples.
+void CheckTrainingLength(const mt::v1::TrainingSpec& t, Checker* c) {
   c->NonNegative("training.train_iters", t.train_iters());
   c->NonNegative("training.train_samples", t.train_samples());
   const bool by_iters = t.train_iters() > 0;
@@ -413,8 +420,10 @@ void CheckTraining(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
     c->Add(StrCat("training.train_iters (", t.train_iters(), ") and training.train_samples (",
                   t.train_samples(), ") are exclusive; set exactly one"));
   }
+}
 
-  // Learning rate and its schedule.
+// The peak and the minimum learning rate.
+void CheckLearningRate(const mt::v1::TrainingSpec& t, Checker* c) {
   if (t.lr() == 0) {
     c->Add(StrCat(WithFlag("training.lr"),
                   " is required: set the peak learning rate, > 0 and <= ", FormatDouble(kMaxLr)));
@@ -428,39 +437,57 @@ void CheckTraining(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
     c->Add(StrCat("training.min_lr (", FormatDouble(t.min_lr()), ") must be <= training.lr (",
                   FormatDouble(t.lr()), ")"));
   }
+}
+
+// A schedule field of the other kind of training than the one chosen, and its counterpart.
+struct OtherKindField {
+  const char* field;
+  int64_t value;
+  const char* instead;
+};
+
+// Megatron keeps iteration- and sample-based schedules apart: with `own` (train_iters or
+// train_samples) set, the `fields` of the `other` kind must stay 0.
+void RejectOtherKind(std::initializer_list<OtherKindField> fields, absl::string_view kind,
+                     absl::string_view other, absl::string_view own, Checker* c) {
+  for (const OtherKindField& x : fields) {
+    if (x.value != 0) {
+      c->Add(StrCat("training.", x.field, " (", x.value, ") is for ", kind, " training (training.",
+                    other, "); with training.", own, " use training.", x.instead));
+    }
+  }
+}
+
+// Megatron requires the warm-up to end before the decay does; `unit` is "iters" or "samples".
+void CheckWarmupBeforeDecay(absl::string_view unit, absl::string_view noun, int64_t warmup,
+                            int64_t decay_field, int64_t train, Checker* c) {
+  if (warmup <= 0) return;
+  const int64_t decay = decay_field > 0 ? decay_field : train;
+  if (warmup >= decay) {
+    c->Add(StrCat("training.lr_warmup_", unit, " (", warmup, ") must be less than the decay ", noun,
+                  " (training.lr_decay_", unit, ", default train_", unit, ": ", decay, ")"));
+  }
+}
+
+// Warm-up and decay of the learning rate, in iterations or in samples.
+void CheckLrSchedule(const mt::v1::TrainingSpec& t, Checker* c) {
   c->NonNegative("training.lr_decay_iters", t.lr_decay_iters(), "train_iters");
   c->NonNegative("training.lr_decay_samples", t.lr_decay_samples(), "train_samples");
   c->NonNegative("training.lr_warmup_iters", t.lr_warmup_iters());
   c->NonNegative("training.lr_warmup_samples", t.lr_warmup_samples());
-  // Megatron keeps iteration- and sample-based schedules apart.
-  struct Mismatch {
-    const char* field;
-    int64_t value;
-    const char* instead;
-  };
+  const bool by_iters = t.train_iters() > 0;
+  const bool by_samples = t.train_samples() > 0;
   if (by_iters && !by_samples) {
-    for (const Mismatch& x : {Mismatch{"lr_decay_samples", t.lr_decay_samples(), "lr_decay_iters"},
-                              Mismatch{"lr_warmup_samples", t.lr_warmup_samples(),
-                                       "lr_warmup_iters or lr_warmup_fraction"}}) {
-      if (x.value != 0) {
-        c->Add(StrCat("training.", x.field, " (", x.value,
-                      ") is for sample-based training (training.train_samples); with "
-                      "training.train_iters use training.",
-                      x.instead));
-      }
-    }
+    RejectOtherKind(
+        {{"lr_decay_samples", t.lr_decay_samples(), "lr_decay_iters"},
+         {"lr_warmup_samples", t.lr_warmup_samples(), "lr_warmup_iters or lr_warmup_fraction"}},
+        "sample-based", "train_samples", "train_iters", c);
   }
   if (by_samples && !by_iters) {
-    for (const Mismatch& x : {Mismatch{"lr_decay_iters", t.lr_decay_iters(), "lr_decay_samples"},
-                              Mismatch{"lr_warmup_iters", t.lr_warmup_iters(),
-                                       "lr_warmup_samples or lr_warmup_fraction"}}) {
-      if (x.value != 0) {
-        c->Add(StrCat("training.", x.field, " (", x.value,
-                      ") is for iteration-based training (training.train_iters); with "
-                      "training.train_samples use training.",
-                      x.instead));
-      }
-    }
+    RejectOtherKind(
+        {{"lr_decay_iters", t.lr_decay_iters(), "lr_decay_samples"},
+         {"lr_warmup_iters", t.lr_warmup_iters(), "lr_warmup_samples or lr_warmup_fraction"}},
+        "iteration-based", "train_iters", "train_samples", c);
   }
   if (t.has_lr_warmup_fraction()) {
     // Megatron requires warmup steps < decay steps, so a fraction of 1 is refused too.
@@ -471,34 +498,27 @@ void CheckTraining(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
           "training.lr_warmup_samples; set one of them");
     }
   }
-  if (by_iters && !by_samples && t.lr_warmup_iters() > 0) {
-    const int64_t decay = t.lr_decay_iters() > 0 ? t.lr_decay_iters() : t.train_iters();
-    if (t.lr_warmup_iters() >= decay) {
-      c->Add(StrCat("training.lr_warmup_iters (", t.lr_warmup_iters(),
-                    ") must be less than the decay steps (training.lr_decay_iters, default "
-                    "train_iters: ",
-                    decay, ")"));
-    }
+  if (by_iters && !by_samples) {
+    CheckWarmupBeforeDecay("iters", "steps", t.lr_warmup_iters(), t.lr_decay_iters(),
+                           t.train_iters(), c);
   }
-  if (by_samples && !by_iters && t.lr_warmup_samples() > 0) {
-    const int64_t decay = t.lr_decay_samples() > 0 ? t.lr_decay_samples() : t.train_samples();
-    if (t.lr_warmup_samples() >= decay) {
-      c->Add(StrCat("training.lr_warmup_samples (", t.lr_warmup_samples(),
-                    ") must be less than the decay samples (training.lr_decay_samples, default "
-                    "train_samples: ",
-                    decay, ")"));
-    }
+  if (by_samples && !by_iters) {
+    CheckWarmupBeforeDecay("samples", "samples", t.lr_warmup_samples(), t.lr_decay_samples(),
+                           t.train_samples(), c);
   }
+}
 
-  // Optimizer.
+void CheckOptimizer(const mt::v1::TrainingSpec& t, Checker* c) {
   if (t.has_weight_decay()) c->NonNegativeNumber("training.weight_decay", t.weight_decay());
   if (t.has_adam_beta1()) c->UnitOpen("training.adam_beta1", t.adam_beta1());
   if (t.has_adam_beta2()) c->UnitOpen("training.adam_beta2", t.adam_beta2());
   if (t.has_adam_eps()) c->Positive("training.adam_eps", t.adam_eps());
   if (t.has_sgd_momentum()) c->UnitOpen("training.sgd_momentum", t.sgd_momentum());
   if (t.has_clip_grad()) c->NonNegativeNumber("training.clip_grad", t.clip_grad());
+}
 
-  // Precision and loss scaling.
+// Precision and loss scaling.
+void CheckLossScaling(const mt::v1::TrainingSpec& t, Checker* c) {
   if (t.has_loss_scale()) {
     if (t.precision() != mt::v1::PRECISION_FP16) {
       const auto* v = mt::v1::Precision_descriptor()->FindValueByNumber(t.precision());
@@ -527,13 +547,18 @@ void CheckTraining(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
   if (t.has_hysteresis() && t.hysteresis() < 1) {
     c->Add(StrCat("training.hysteresis (", t.hysteresis(), ") must be >= 1"));
   }
+}
 
-  // Activation recomputation.
+// Activation recomputation.
+void CheckRecompute(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
+  const mt::v1::TrainingSpec& t = s.training();
   c->NonNegative("training.recompute_num_layers", t.recompute_num_layers(), "1");
   if (t.recompute_granularity() == mt::v1::RECOMPUTE_GRANULARITY_FULL &&
       t.recompute_num_layers() > 0 && dims.pp >= 1 && s.model().num_layers() > 0) {
     int64_t per_stage = s.model().num_layers() / dims.pp;
-    for (int32_t n : p.pipeline_layer_split()) per_stage = std::max<int64_t>(per_stage, n);
+    for (int32_t n : s.parallel().pipeline_layer_split()) {
+      per_stage = std::max<int64_t>(per_stage, n);
+    }
     if (per_stage > 0 && t.recompute_num_layers() > per_stage) {
       c->Add(StrCat("training.recompute_num_layers (", t.recompute_num_layers(),
                     ") must be <= the layers per pipeline stage (", per_stage, ")"));
@@ -546,6 +571,16 @@ void CheckTraining(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
         "recompute_granularity: full (--recompute-granularity full) or remove "
         "recompute_method");
   }
+}
+
+void CheckTraining(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
+  CheckBatchSizes(s, dims, c);
+  CheckTrainingLength(s.training(), c);
+  CheckLearningRate(s.training(), c);
+  CheckLrSchedule(s.training(), c);
+  CheckOptimizer(s.training(), c);
+  CheckLossScaling(s.training(), c);
+  CheckRecompute(s, dims, c);
 }
 
 void CheckDataPaths(const google::protobuf::RepeatedPtrField<mt::v1::DataPath>& paths,

@@ -6,29 +6,20 @@
 #include "common/base/status_matchers.h"
 #include "common/spec/defaults.h"
 #include "gmock/gmock.h"
-#include "google/protobuf/util/message_differencer.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/proto_matchers.h"
 
 namespace mt::spec {
 namespace {
 
-using ::google::protobuf::util::MessageDifferencer;
 using ::mt::testing::IsOk;
 using ::mt::testing::StatusIs;
+using ::mt::testutil::EqualsProto;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
-
-MATCHER_P(EqualsProto, expected, "") {
-  std::string diff;
-  MessageDifferencer differencer;
-  differencer.ReportDifferencesToString(&diff);
-  if (differencer.Compare(expected, arg)) return true;
-  *result_listener << diff;
-  return false;
-}
 
 TEST(SpecYamlTest, ParsesAFullJob) {
   MT_ASSERT_OK_AND_ASSIGN(ParsedSpec parsed, ParseYamlSpec(R"(

@@ -3,11 +3,8 @@
 // policy; then every mtctl checkpoints verb, a corrupted shard, a download compared byte for
 // byte, Hugging Face export and import, deletion guards, and a job branched with
 // --from-checkpoint.
-#include <sys/stat.h>
-
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 #include <set>
 #include <string>
@@ -16,67 +13,40 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/base/files.h"
+#include "common/base/paths.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
-#include "tests/testutil/cluster.h"
+#include "tests/testutil/job_fixture.h"
 
 namespace mt {
 namespace {
 
 using ::testing::HasSubstr;
-using testutil::Cluster;
 using testutil::CommandResult;
-
-// MT_TEST_BIN_DIR may point at another build's daemons (all four binaries).
-std::string BinDir() {
-  const char* env = std::getenv("MT_TEST_BIN_DIR");
-  return env != nullptr && env[0] != '\0' ? env : std::string(MT_BINARY_DIR) + "/bin";
-}
 
 std::string JobYaml(const std::string& name, const std::string& data, int iters,
                     const std::string& checkpoint) {
-  return absl::StrCat(
-      "name: ", name, "\n",
-      "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16}\n"
-      "parallel: {tp: 1, pp: 1, dp: 1}\n",
-      "training: {micro_batch_size: 2, global_batch_size: 4, train_iters: ", iters,
-      ", lr: 3.0e-3, lr_warmup_iters: 2, seed: 7}\n", "data:\n  data_path: ", data,
-      "\n  split: \"80,20,0\"\n",
-      "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
-      "evaluation: {eval_interval: 2, eval_iters: 1}\n", "logging: {log_interval: 1}\n",
-      "checkpoint: ", checkpoint, "\n");
+  testutil::TinyJob job(name, data, iters);
+  job.dp = "1";
+  job.global_batch_size = 4;
+  job.dropout = "";
+  job.split = "80,20,0";
+  job.evaluation = "{eval_interval: 2, eval_iters: 1}";
+  job.log_interval = 1;
+  job.sections = {"checkpoint: " + checkpoint};
+  return job.Yaml();
 }
 
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
-class CatalogTest : public ::testing::Test {
+class CatalogTest : public testutil::JobFixture {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
-    data_ = testutil::WriteRepetitiveDataset(cluster_.dir(), 64, 200);
-    ASSERT_FALSE(data_.empty());
-    ASSERT_TRUE(cluster_.StartWorker("w0").ok());
-    ASSERT_TRUE(cluster_.WaitForIdleWorkers(1, absl::Seconds(30)));
+    ASSERT_NO_FATAL_FAILURE(JobFixture::SetUp());
+    StartWorkers(1);
   }
 
   CommandResult Mtctl(std::vector<std::string> args) { return cluster_.Mtctl(std::move(args)); }
-
-  std::string Submit(const std::string& yaml, const std::string& file,
-                     const std::string& from = "") {
-    const std::string path = cluster_.dir() + "/" + file;
-    EXPECT_TRUE(WriteFileAtomically(path, yaml).ok());
-    std::vector<std::string> args = {"submit"};
-    if (!from.empty()) args.insert(args.end(), {"--from-checkpoint", from});
-    args.push_back(path);
-    CommandResult r = Mtctl(args);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return std::string(absl::StripAsciiWhitespace(r.out));
-  }
 
   // `mtctl -o json checkpoints list JOB`, by step.
   std::map<int64_t, mt::v1::Checkpoint> List(const std::string& job) {
@@ -108,9 +78,6 @@ class CatalogTest : public ::testing::Test {
     EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(r.out, &c).ok()) << r.out;
     return c;
   }
-
-  Cluster cluster_{BinDir()};
-  std::string data_;
 };
 
 TEST_F(CatalogTest, CatalogVerbsRetentionAndBranching) {
@@ -148,7 +115,7 @@ TEST_F(CatalogTest, CatalogVerbsRetentionAndBranching) {
   for (const auto& [step, c] : saved) {
     const bool kept = want.count(step) > 0;
     EXPECT_EQ(c.state() != mt::v1::CHECKPOINT_STATE_DELETED, kept) << step;
-    EXPECT_EQ(Exists(c.directory()), kept) << step;
+    EXPECT_EQ(PathExists(c.directory()), kept) << step;
     EXPECT_EQ(c.is_latest(), step == 8) << step;
   }
   const mt::v1::Checkpoint latest = saved[8];
@@ -195,8 +162,8 @@ TEST_F(CatalogTest, CatalogVerbsRetentionAndBranching) {
   const std::string hf = cluster_.dir() + "/hf";
   r = Mtctl({"checkpoints", "export", latest.id(), hf, "--dtype", "float32"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_TRUE(Exists(hf + "/config.json"));
-  EXPECT_TRUE(Exists(hf + "/model.safetensors"));
+  EXPECT_TRUE(PathExists(hf + "/config.json"));
+  EXPECT_TRUE(PathExists(hf + "/model.safetensors"));
   r = Mtctl({"checkpoints", "export", latest.id(), hf});
   EXPECT_EQ(r.exit_code, 1) << r.err;  // exists
   r = Mtctl({"checkpoints", "import", hf});
@@ -214,7 +181,8 @@ TEST_F(CatalogTest, CatalogVerbsRetentionAndBranching) {
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   // The imported entry starts a job (weights only: a Hugging Face directory has no trainer
   // state, so it trains from step 1).
-  const std::string from_hf = Submit(JobYaml("from-hf", data_, 4, "{}"), "hf.yaml", imported);
+  const std::string from_hf =
+      Submit(JobYaml("from-hf", data_, 4, "{}"), "hf.yaml", {"--from-checkpoint", imported});
   ASSERT_TRUE(cluster_.WaitForState(from_hf, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5)))
       << cluster_.Log("w0.log");
   auto hf_job = cluster_.GetJob(from_hf);
@@ -238,7 +206,7 @@ TEST_F(CatalogTest, CatalogVerbsRetentionAndBranching) {
   // --- delete an old one. -------------------------------------------------------------------
   r = Mtctl({"checkpoints", "delete", six.id()});
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_FALSE(Exists(six.directory()));
+  EXPECT_FALSE(PathExists(six.directory()));
   EXPECT_EQ(Describe(six.id()).state(), mt::v1::CHECKPOINT_STATE_DELETED);
 
   // --- branch a new job from step 4: it starts there (its saves are 6 and 8). ----------------

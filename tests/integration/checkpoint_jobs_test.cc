@@ -9,58 +9,33 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "common/base/files.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testutil/cluster.h"
 #include "tests/testutil/http.h"
+#include "tests/testutil/job_fixture.h"
 
 namespace mt {
 namespace {
 
 using ::testing::IsEmpty;
-using testutil::Cluster;
-using testutil::CommandResult;
-
-const std::string kBin = std::string(MT_BINARY_DIR) + "/bin";
 
 std::string JobYaml(const std::string& name, const std::string& data, int iters,
                     const std::string& checkpoint) {
-  return absl::StrCat(
-      "name: ", name, "\n",
-      "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16,\n"
-      "        hidden_dropout: 0.1, attention_dropout: 0.1}\n"
-      "parallel: {tp: 1, pp: 1, dp: 2}\n",
-      "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: ", iters,
-      ", lr: 3.0e-3, lr_warmup_iters: 2, seed: 7}\n", "data:\n  data_path: ", data,
-      "\n  split: \"90,10,0\"\n",
-      "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
-      "evaluation: {eval_interval: 0}\n", "logging: {log_interval: 3}\n",
-      "checkpoint: ", checkpoint, "\n");
+  testutil::TinyJob job(name, data, iters);
+  job.dp = "2";
+  job.dropout = "0.1";
+  job.log_interval = 3;
+  job.sections = {"checkpoint: " + checkpoint};
+  return job.Yaml();
 }
 
-class CheckpointJobsTest : public ::testing::Test {
+class CheckpointJobsTest : public testutil::JobFixture {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
-    data_ = testutil::WriteRepetitiveDataset(cluster_.dir(), 64, 200);
-    ASSERT_FALSE(data_.empty());
+    ASSERT_NO_FATAL_FAILURE(JobFixture::SetUp());
     // The ranks' metrics stay on the workers' endpoints after the jobs end, for the checks.
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(
-          cluster_.StartWorker(absl::StrCat("w", i), "node0", {"--metrics_linger=10m"}).ok());
-    }
-    ASSERT_TRUE(cluster_.WaitForIdleWorkers(2, absl::Seconds(30)));
-  }
-
-  std::string Submit(const std::string& yaml, const std::string& file) {
-    const std::string path = cluster_.dir() + "/" + file;
-    EXPECT_TRUE(WriteFileAtomically(path, yaml).ok());
-    CommandResult r = cluster_.Mtctl({"submit", path});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return std::string(absl::StripAsciiWhitespace(r.out));
+    StartWorkers(2, {"--metrics_linger=10m"});
   }
 
   // The value of `metric` for each rank of job `id`, from every worker's /metrics, by rank.
@@ -97,9 +72,6 @@ class CheckpointJobsTest : public ::testing::Test {
     auto job = cluster_.GetJob(id);
     return job.ok() ? job->progress().loss() : std::nan("");
   }
-
-  Cluster cluster_{kBin};
-  std::string data_;
 };
 
 // A job saving every 4 steps over two DP ranks; a second job resumes from its step-8

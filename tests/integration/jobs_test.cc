@@ -6,82 +6,37 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "common/base/files.h"
 #include "common/base/status_matchers.h"
 #include "common/spec/yaml_spec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testutil/cluster.h"
+#include "tests/testutil/job_fixture.h"
 
 namespace mt {
 namespace {
 
 using ::mt::testing::StatusIs;
 using ::testing::HasSubstr;
-using testutil::Cluster;
 using testutil::CommandResult;
 
-const std::string kBin = std::string(MT_BINARY_DIR) + "/bin";
-
-// A job YAML for the tiny model; `dp` "auto" spreads it over the free workers.
+// A job of the tiny model; `dp` "auto" spreads it over the free workers.
 std::string JobYaml(const std::string& name, const std::string& data_prefix, int iters,
                     const std::string& dp = "auto", int global_batch = 8) {
-  return absl::StrCat(
-      "name: ", name, "\n",
-      "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16,\n"
-      "        hidden_dropout: 0.0, attention_dropout: 0.0}\n"
-      "parallel: {tp: 1, pp: 1, dp: ",
-      dp, "}\n", "training: {micro_batch_size: 2, global_batch_size: ", global_batch,
-      ", train_iters: ", iters, ", lr: 3.0e-3, lr_warmup_iters: 2, seed: 7}\n",
-      "data:\n  data_path: ", data_prefix, "\n  split: \"90,10,0\"\n",
-      "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
-      "evaluation: {eval_interval: 0}\n", "logging: {log_interval: 5}\n");
+  testutil::TinyJob job(name, data_prefix, iters);
+  job.dp = dp;
+  job.global_batch_size = global_batch;
+  return job.Yaml();
 }
 
-class JobsTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
-    data_ = testutil::WriteRepetitiveDataset(cluster_.dir(), 64, 200);
-    ASSERT_FALSE(data_.empty());
-  }
-
-  void StartWorkers(int n) {
-    for (int i = 0; i < n; ++i) ASSERT_TRUE(cluster_.StartWorker(absl::StrCat("w", i)).ok());
-    ASSERT_TRUE(cluster_.WaitForIdleWorkers(n, absl::Seconds(30)))
-        << cluster_.Log("coordinator.log");
-  }
-
-  std::string Submit(const std::string& yaml, const std::string& file) {
-    const std::string path = cluster_.dir() + "/" + file;
-    EXPECT_TRUE(WriteFileAtomically(path, yaml).ok());
-    CommandResult r = cluster_.Mtctl({"submit", path});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return std::string(absl::StripAsciiWhitespace(r.out));
-  }
-
-  std::string Events(const std::string& id) {
-    auto job = cluster_.GetJob(id, /*events=*/true);
-    std::string out;
-    if (!job.ok()) return out;
-    for (const auto& e : job->events()) {
-      absl::StrAppend(&out, mt::v1::JobState_Name(e.state()), ": ", e.reason(), "\n");
-    }
-    return out;
-  }
-
-  Cluster cluster_{kBin};
-  std::string data_;
-};
+class JobsTest : public testutil::JobFixture {};
 
 TEST_F(JobsTest, SubmitRunsToSuccessWithFallingLossOverTwoDataParallelRanks) {
   StartWorkers(2);
   const std::string id = Submit(JobYaml("ok", data_, 40), "ok.yaml");
   ASSERT_EQ(id, "j-1");
   ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5)))
-      << Events(id) << cluster_.Log("w0.log");
+      << EventText(id) << cluster_.Log("w0.log");
   auto job = cluster_.GetJob(id, true);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->layout().data_parallel_size(), 2);
@@ -116,7 +71,8 @@ TEST_F(JobsTest, ASecondJobThatDoesNotFitWaitsThenRuns) {
   EXPECT_EQ(jb->state(), mt::v1::JOB_STATE_PENDING);
   EXPECT_THAT(jb->reason(), HasSubstr("waiting for 2 free workers"));
   EXPECT_EQ(jb->queue_position(), 0);
-  ASSERT_TRUE(cluster_.WaitForState(b, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5))) << Events(b);
+  ASSERT_TRUE(cluster_.WaitForState(b, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5)))
+      << EventText(b);
   auto ja = cluster_.GetJob(a);
   jb = cluster_.GetJob(b);
   ASSERT_TRUE(ja.ok() && jb.ok());
@@ -129,12 +85,13 @@ TEST_F(JobsTest, ASecondJobThatDoesNotFitWaitsThenRuns) {
 TEST_F(JobsTest, CancelStopsEveryRank) {
   StartWorkers(2);
   const std::string id = Submit(JobYaml("long", data_, 100000), "long.yaml");
-  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_RUNNING, absl::Minutes(2))) << Events(id);
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_RUNNING, absl::Minutes(2)))
+      << EventText(id);
   CommandResult r = cluster_.Mtctl({"cancel", id, "enough"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("CANCELLED"));
   // Both ranks stop and both workers are free again within 10 s.
-  EXPECT_TRUE(cluster_.WaitForIdleWorkers(2, absl::Seconds(10))) << Events(id);
+  EXPECT_TRUE(cluster_.WaitForIdleWorkers(2, absl::Seconds(10))) << EventText(id);
   auto job = cluster_.GetJob(id);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->state(), mt::v1::JOB_STATE_CANCELLED);
@@ -150,7 +107,8 @@ TEST_F(JobsTest, AKilledWorkerFailsItsJobWithAReason) {
   const std::string id = Submit(JobYaml("victim", data_, 100000), "victim.yaml");
   ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_RUNNING, absl::Minutes(2)));
   cluster_.worker("w1")->Signal(SIGKILL);
-  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_FAILED, absl::Seconds(30))) << Events(id);
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_FAILED, absl::Seconds(30)))
+      << EventText(id);
   auto job = cluster_.GetJob(id);
   ASSERT_TRUE(job.ok());
   // Either the lost heartbeat or the surviving rank's broken collective tells first.
@@ -166,7 +124,7 @@ TEST_F(JobsTest, CoordinatorRestartMidJobKeepsTheJobAndItsHistory) {
   cluster_.KillCoordinator(SIGKILL);
   ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
   ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5)))
-      << Events(id) << cluster_.Log("coordinator.log");
+      << EventText(id) << cluster_.Log("coordinator.log");
   auto job = cluster_.GetJob(id, true);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->progress().step(), 60);
@@ -221,7 +179,7 @@ TEST_F(JobsTest, ACrashingTrainerLeavesItsWorkerReadyForTheNextJob) {
   const std::string bad =
       Submit(JobYaml("nodata", cluster_.dir() + "/missing", 5, "1", 2), "nodata.yaml");
   ASSERT_TRUE(cluster_.WaitForState(bad, mt::v1::JOB_STATE_FAILED, absl::Minutes(2)))
-      << Events(bad);
+      << EventText(bad);
   auto job = cluster_.GetJob(bad);
   ASSERT_TRUE(job.ok());
   EXPECT_THAT(job->reason(), HasSubstr("rank 0 on w-1 failed: exit code 1"));
@@ -230,7 +188,7 @@ TEST_F(JobsTest, ACrashingTrainerLeavesItsWorkerReadyForTheNextJob) {
   ASSERT_TRUE(cluster_.WaitForIdleWorkers(1, absl::Seconds(10)));
   const std::string good = Submit(JobYaml("next", data_, 5, "1", 2), "next.yaml");
   EXPECT_TRUE(cluster_.WaitForState(good, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(3)))
-      << Events(good);
+      << EventText(good);
 }
 
 }  // namespace

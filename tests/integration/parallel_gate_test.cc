@@ -15,19 +15,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
-#include "common/base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testutil/cluster.h"
+#include "tests/testutil/job_fixture.h"
 
 namespace mt {
 namespace {
 
-using testutil::Cluster;
 using testutil::CommandResult;
 
-const std::string kBin = std::string(MT_BINARY_DIR) + "/bin";
 constexpr int kSteps = 20;
 constexpr double kRelTol = 1e-5;
 constexpr int kWorkers = 8;
@@ -107,39 +103,12 @@ std::map<int, double> StepLosses(const std::string& log) {
   return out;
 }
 
-class ParallelGateTest : public ::testing::Test {
+class ParallelGateTest : public testutil::JobFixture {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
-    data_ = testutil::WriteRepetitiveDataset(cluster_.dir(), 64, 200);
-    ASSERT_FALSE(data_.empty());
-    for (int i = 0; i < kWorkers; ++i) {
-      ASSERT_TRUE(cluster_.StartWorker(absl::StrCat("w", i)).ok());
-    }
-    ASSERT_TRUE(cluster_.WaitForIdleWorkers(kWorkers, absl::Seconds(60)))
-        << cluster_.Log("coordinator.log");
+    ASSERT_NO_FATAL_FAILURE(JobFixture::SetUp());
+    StartWorkers(kWorkers, {}, /*node_per_worker=*/false, absl::Seconds(60));
   }
-
-  std::string Submit(const std::string& yaml, const std::string& file) {
-    const std::string path = cluster_.dir() + "/" + file;
-    EXPECT_TRUE(WriteFileAtomically(path, yaml).ok());
-    CommandResult r = cluster_.Mtctl({"submit", path});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return std::string(absl::StripAsciiWhitespace(r.out));
-  }
-
-  std::string Events(const std::string& id) {
-    auto job = cluster_.GetJob(id, /*events=*/true);
-    std::string out;
-    if (!job.ok()) return out;
-    for (const auto& e : job->events()) {
-      absl::StrAppend(&out, mt::v1::JobState_Name(e.state()), ": ", e.reason(), "\n");
-    }
-    return out;
-  }
-
-  Cluster cluster_{kBin};
-  std::string data_;
 };
 
 TEST_F(ParallelGateTest, EveryLayoutGivesTheLossesOfOneRankStepByStep) {
@@ -154,7 +123,7 @@ TEST_F(ParallelGateTest, EveryLayoutGivesTheLossesOfOneRankStepByStep) {
     const GateLayout& l = kLayouts[i];
     SCOPED_TRACE(absl::StrCat("layout ", l.name, " (tp=", l.tp, " pp=", l.pp, " dp=", l.dp, ")"));
     ASSERT_TRUE(cluster_.WaitForState(ids[i], mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(8)))
-        << Events(ids[i]);
+        << EventText(ids[i]);
     auto job = cluster_.GetJob(ids[i]);
     ASSERT_TRUE(job.ok());
     EXPECT_EQ(job->layout().tensor_model_parallel_size(), l.tp);

@@ -10,85 +10,37 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/base/files.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testutil/cluster.h"
+#include "tests/testutil/job_fixture.h"
 
 namespace mt {
 namespace {
 
 using ::testing::HasSubstr;
-using testutil::Cluster;
-using testutil::CommandResult;
 
-const std::string kBin = std::string(MT_BINARY_DIR) + "/bin";
 constexpr int kIters = 24;
 
 std::string JobYaml(const std::string& name, const std::string& data, const std::string& save,
                     int max_restarts = 3) {
-  return absl::StrCat(
-      "name: ", name, "\n",
-      "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16,\n"
-      "        hidden_dropout: 0.1, attention_dropout: 0.1}\n"
-      "parallel: {tp: 1, pp: 1, dp: 2}\n",
-      "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: ", kIters,
-      ", lr: 3.0e-3, lr_warmup_iters: 2, seed: 7}\n", "data:\n  data_path: ", data,
-      "\n  split: \"90,10,0\"\n",
-      "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
-      "evaluation: {eval_interval: 0}\n", "logging: {log_interval: 1}\n",
-      "checkpoint: {save_dir: ", save, ", save_interval: 4}\n",
-      "restart: {max_restarts: ", max_restarts, "}\n");
+  testutil::TinyJob job(name, data, kIters);
+  job.dp = "2";
+  job.dropout = "0.1";
+  job.log_interval = 1;
+  job.sections = {absl::StrCat("checkpoint: {save_dir: ", save, ", save_interval: 4}"),
+                  absl::StrCat("restart: {max_restarts: ", max_restarts, "}")};
+  return job.Yaml();
 }
 
-class RestartJobsTest : public ::testing::Test {
+class RestartJobsTest : public testutil::JobFixture {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
-    data_ = testutil::WriteRepetitiveDataset(cluster_.dir(), 64, 200);
-    ASSERT_FALSE(data_.empty());
+    ASSERT_NO_FATAL_FAILURE(JobFixture::SetUp());
     // One node per worker: a placement names the daemon to kill.
-    for (int i = 0; i < 3; ++i) {
-      const std::string name = absl::StrCat("w", i);
-      ASSERT_TRUE(cluster_.StartWorker(name, name).ok());
-    }
-    ASSERT_TRUE(cluster_.WaitForIdleWorkers(3, absl::Seconds(30)));
+    StartWorkers(3, {}, /*node_per_worker=*/true);
   }
-
-  std::string Submit(const std::string& yaml, const std::string& file) {
-    const std::string path = cluster_.dir() + "/" + file;
-    EXPECT_TRUE(WriteFileAtomically(path, yaml).ok());
-    CommandResult r = cluster_.Mtctl({"submit", path});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    return std::string(absl::StripAsciiWhitespace(r.out));
-  }
-
-  std::vector<mt::v1::JobEvent> Events(const std::string& id) {
-    auto job = cluster_.GetJob(id, /*events=*/true);
-    if (!job.ok()) return {};
-    return {job->events().begin(), job->events().end()};
-  }
-
-  std::string EventText(const std::string& id) {
-    std::string out;
-    for (const auto& e : Events(id)) {
-      absl::StrAppend(&out, e.attempt(), " ", mt::v1::JobState_Name(e.state()), ": ", e.reason(),
-                      "\n");
-    }
-    return out;
-  }
-
-  std::vector<mt::v1::JobState> States(const std::string& id) {
-    std::vector<mt::v1::JobState> states;
-    for (const auto& e : Events(id)) states.push_back(e.state());
-    return states;
-  }
-
-  Cluster cluster_{kBin};
-  std::string data_;
 };
 
 // The fault test: kill -9 of a worker daemon (its rank dies with it) at a random step.

@@ -213,7 +213,7 @@ TEST_F(CatalogTest, CatalogVerbsRetentionAndBranching) {
   const std::string save2 = cluster_.dir() + "/ckpt2";
   const std::string b =
       Submit(JobYaml("branch", data_, 8, absl::StrCat("{save_dir: ", save2, ", save_interval: 2}")),
-             "b.yaml", four.id());
+             "b.yaml", {"--from-checkpoint", four.id()});
   // While b may load it, step 4 cannot be deleted.
   r = Mtctl({"checkpoints", "delete", four.id()});
   EXPECT_EQ(r.exit_code, 1) << r.err;

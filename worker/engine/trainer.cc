@@ -20,7 +20,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/base/durations.h"
 #include "common/base/logging.h"
+#include "common/base/rng.h"
 #include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
@@ -40,17 +42,6 @@ namespace mt::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // The RNG seed of one step: a function of (seed, iteration) only, so a run's dropout masks do
 // not depend on what ran before (evaluation, a restart from a checkpoint).

@@ -51,6 +51,14 @@ TEST(DataSourcesTest, SyntheticIsDeterministicAndSplitsDiffer) {
   }
 }
 
+TEST(DataSourcesTest, SyntheticWantsTheResolvedGlobalBatch) {
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_global_batch_size(0);
+  EXPECT_THAT(SyntheticDataSources(spec).status(),
+              ::mt::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                      ::testing::HasSubstr("spec::ResolveForLayout")));
+}
+
 // A small Megatron indexed dataset on disk, through worker/data into the trainer.
 TEST(DataSourcesTest, TrainsOnIndexedDataset) {
   if (!HaveDatasetLoader()) GTEST_SKIP() << "built without worker/data";

@@ -27,6 +27,7 @@
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/resolved_spec.h"
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
 #include "worker/parallel/collectives.h"
@@ -219,8 +220,8 @@ absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.micro_batch_size ", t.micro_batch_size(), " must be >= 1"));
   }
-  plan.global_batch_size =
-      t.global_batch_size() > 0 ? t.global_batch_size() : t.micro_batch_size() * dp;
+  MT_RETURN_IF_ERROR(RequireResolvedBatch(t));
+  plan.global_batch_size = t.global_batch_size();
   if (plan.global_batch_size % (plan.micro_batch_size * dp) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.global_batch_size ", plan.global_batch_size,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/base/status_matchers.h"
+#include "common/spec/defaults.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mt/v1/job_spec.pb.h"
@@ -459,6 +460,22 @@ TEST(TrainerTest, CreateRejectsWhatItCannotRun) {
   }
   EXPECT_THAT(Trainer::Create(TinySpec(), QuietOptions(), nullptr, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("data")));
+}
+
+// The trainer reads the resolved global batch (issue 14): an unresolved one is the front end's
+// mistake, named as such, not a default derived a second time here.
+TEST(TrainerTest, CreateWantsTheResolvedGlobalBatch) {
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_global_batch_size(0);
+  EXPECT_THAT(Trainer::Create(spec, QuietOptions(), Source(4096), nullptr).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::AllOf(HasSubstr("training.global_batch_size"),
+                                        HasSubstr("spec::ResolveForLayout"))));
+  MT_ASSERT_OK(spec::ResolveForLayout(&spec, 1));
+  MT_ASSERT_OK_AND_ASSIGN(auto trainer,
+                          Trainer::Create(spec, QuietOptions(), Source(4096), nullptr));
+  EXPECT_EQ(trainer->plan().global_batch_size, 4);
+  EXPECT_EQ(trainer->plan().num_micro_batches, 1);
 }
 
 TEST(TrainerTest, BadDataIsAnErrorNotACrash) {

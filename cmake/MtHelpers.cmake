@@ -44,3 +44,6 @@ function(mt_add_test name)
   gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
                        DISCOVERY_TIMEOUT 60)
 endfunction()
+
+# mt_torch_target(target): LibTorch's include order, link order and precompiled header.
+include(MtTorch)

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/durations.h"
 #include "common/base/errors.h"
 #include "common/base/logging.h"
 #include "common/base/paths.h"
@@ -36,10 +37,6 @@ using Clock = std::chrono::steady_clock;
 
 // Files are split further than max_file_bytes to give every I/O thread one, down to this size.
 constexpr int64_t kMinParallelFileBytes = int64_t{64} << 20;
-
-double SecondsSince(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
 
 absl::Status MakeDir(const std::string& path) {
   if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {

@@ -10,15 +10,14 @@
 
 #include "common/data/indexed_dataset.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt::data::testing {
 
 // A fresh directory under the test's temporary directory.
 inline std::string MakeTempDir() {
-  std::string dir = ::testing::TempDir();
-  if (dir.empty() || dir.back() != '/') dir += '/';
-  dir += "mt_worker_data_XXXXXX";
-  if (::mkdtemp(dir.data()) == nullptr) ADD_FAILURE() << "mkdtemp " << dir;
+  std::string dir = testutil::MakeTempDir("worker_data");
+  if (dir.empty()) ADD_FAILURE() << "mkdtemp under $TMPDIR (or /tmp) failed";
   return dir;
 }
 

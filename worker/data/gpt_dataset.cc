@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
+#include "common/base/paths.h"
 #include "common/base/status_macros.h"
 #include "worker/data/index_cache.h"
 
@@ -19,11 +20,6 @@ namespace {
 
 // Bumped whenever the index math or the description changes meaning.
 constexpr int kIndexFormat = 1;
-
-std::string JoinPath(const std::string& dir, const std::string& name) {
-  if (dir.empty()) return name;
-  return dir.back() == '/' ? dir + name : absl::StrCat(dir, "/", name);
-}
 
 // Reads a cache file written for `description`, or builds the arrays with `build` and writes
 // them, under a lock on the cache file so that processes sharing the directory build it once.

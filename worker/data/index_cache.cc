@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/errors.h"
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
 
@@ -25,23 +26,6 @@ constexpr size_t kDigestBytes = 32;
 constexpr size_t kFixedHeaderBytes = 24;
 constexpr size_t kArrayEntryBytes = 16;  // element size (4) + reserved (4) + count (8)
 constexpr uint32_t kMaxArrays = 64;
-
-absl::Status ErrnoError(absl::string_view what, const std::string& path, int err) {
-  const std::string msg = absl::StrCat(what, " ", path, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT:
-      return absl::NotFoundError(msg);
-    case EACCES:
-    case EPERM:
-    case EROFS:
-      return absl::PermissionDeniedError(msg);
-    case ENOSPC:
-    case EDQUOT:
-      return absl::ResourceExhaustedError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
 
 struct DigestDeleter {
   void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
@@ -92,7 +76,7 @@ absl::Status WriteAll(int fd, const std::string& path, const void* data, size_t 
   while (n > 0) {
     const ssize_t w = ::write(fd, p, n);
     if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return ErrnoError("writing", path, w < 0 ? errno : EIO);
+    if (w <= 0) return ErrnoStatus("writing", path, w < 0 ? errno : EIO);
     p += w;
     n -= static_cast<size_t>(w);
   }
@@ -134,7 +118,7 @@ absl::Status WriteIndexCache(const std::string& path, absl::string_view descript
 
   std::string tmp = path + ".tmp.XXXXXX";
   const int fd = ::mkostemp(tmp.data(), O_CLOEXEC);
-  if (fd < 0) return ErrnoError("creating", tmp, errno);
+  if (fd < 0) return ErrnoStatus("creating", tmp, errno);
   absl::Status status = [&]() -> absl::Status {
     Sha256 sha;
     MT_RETURN_IF_ERROR(WriteAll(fd, tmp, header.data(), header.size(), &sha));
@@ -144,13 +128,13 @@ absl::Status WriteIndexCache(const std::string& path, absl::string_view descript
     const std::string digest = sha.Final();
     Sha256 unused;
     MT_RETURN_IF_ERROR(WriteAll(fd, tmp, digest.data(), digest.size(), &unused));
-    if (::fchmod(fd, 0644) != 0) return ErrnoError("chmod", tmp, errno);
-    if (::fsync(fd) != 0) return ErrnoError("fsync", tmp, errno);
+    if (::fchmod(fd, 0644) != 0) return ErrnoStatus("chmod", tmp, errno);
+    if (::fsync(fd) != 0) return ErrnoStatus("fsync", tmp, errno);
     return absl::OkStatus();
   }();
-  if (::close(fd) != 0 && status.ok()) status = ErrnoError("closing", tmp, errno);
+  if (::close(fd) != 0 && status.ok()) status = ErrnoStatus("closing", tmp, errno);
   if (status.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
-    status = ErrnoError("renaming to", path, errno);
+    status = ErrnoStatus("renaming to", path, errno);
   }
   if (!status.ok()) {
     ::unlink(tmp.c_str());
@@ -215,12 +199,12 @@ std::string IndexCacheFile::Describe(size_t i, absl::string_view what) const {
 absl::StatusOr<CacheLock> CacheLock::Acquire(const std::string& path) {
   const std::string lock_path = path + ".lock";
   const int fd = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return ErrnoError("opening", lock_path, errno);
+  if (fd < 0) return ErrnoStatus("opening", lock_path, errno);
   while (::flock(fd, LOCK_EX) != 0) {
     if (errno == EINTR) continue;
     const int err = errno;
     ::close(fd);
-    return ErrnoError("locking", lock_path, err);
+    return ErrnoStatus("locking", lock_path, err);
   }
   return CacheLock(fd);
 }
@@ -248,7 +232,7 @@ absl::Status MakeDirectories(const std::string& dir) {
   const std::string parent = Dirname(dir);
   if (parent != dir && parent != "." && parent != "/") MT_RETURN_IF_ERROR(MakeDirectories(parent));
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return ErrnoError("creating directory", dir, errno);
+    return ErrnoStatus("creating directory", dir, errno);
   }
   return absl::OkStatus();
 }

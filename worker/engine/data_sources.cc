@@ -9,6 +9,7 @@
 #include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
+#include "worker/engine/resolved_spec.h"
 
 // worker/data is linked when its target exists (a generator expression in CMakeLists.txt).
 #if defined(MT_ENGINE_WITH_DATA) && MT_ENGINE_WITH_DATA
@@ -74,6 +75,7 @@ absl::StatusOr<DataSources> DataSourcesFromSpec(const mt::v1::JobSpec& spec,
                                                 int64_t consumed_samples, int dp_rank,
                                                 int dp_size) {
 #if MT_HAVE_DATASET_LOADER
+  MT_RETURN_IF_ERROR(RequireResolvedBatch(spec.training()));
   MT_ASSIGN_OR_RETURN(data::GPTDataSetup setup, data::GPTDataSetupFromSpec(spec));
   // The trainer evaluates on the validation split only; the test split is not built (so a
   // small corpus whose test share rounds to no document still trains).
@@ -114,8 +116,8 @@ absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec, in
                                                  int dp_size, int64_t consumed_samples) {
   const mt::v1::ModelSpec& m = spec.model();
   const int64_t vocab = m.vocab_size() > 0 ? m.vocab_size() : kGpt2BpeVocabSize;
-  const int64_t global =
-      std::max<int64_t>(spec.training().global_batch_size(), spec.training().micro_batch_size());
+  MT_RETURN_IF_ERROR(RequireResolvedBatch(spec.training()));
+  const int64_t global = spec.training().global_batch_size();
   const int64_t count = std::min<int64_t>(kMaxSyntheticTokens, 8 * global * m.seq_length() + 1);
   const uint64_t seed = spec.training().has_seed() ? spec.training().seed() : spec::kDefaultSeed;
   DataSources out;

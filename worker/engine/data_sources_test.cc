@@ -9,25 +9,17 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/engine/trainer.h"
 
 namespace mt::engine {
 namespace {
 
 mt::v1::JobSpec TinySpec() {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(2);
-  m->set_hidden_size(32);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(16);
-  m->set_vocab_size(128);
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(2);
-  t->set_global_batch_size(4);
-  t->set_train_iters(6);
-  t->set_lr(1e-3);
-  t->set_seed(5);
+  testutil::TinySpecOptions o;
+  o.train_iters = 6;
+  o.seed = 5;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
   spec.mutable_evaluation()->set_eval_interval(3);
   spec.mutable_evaluation()->set_eval_iters(1);
   spec.mutable_logging()->set_log_interval(3);
@@ -49,6 +41,14 @@ TEST(DataSourcesTest, SyntheticIsDeterministicAndSplitsDiffer) {
     EXPECT_GE(t, 0);
     EXPECT_LT(t, 128);
   }
+}
+
+TEST(DataSourcesTest, SyntheticWantsTheResolvedGlobalBatch) {
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_global_batch_size(0);
+  EXPECT_THAT(SyntheticDataSources(spec).status(),
+              ::mt::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                      ::testing::HasSubstr("spec::ResolveForLayout")));
 }
 
 // A small Megatron indexed dataset on disk, through worker/data into the trainer.

@@ -30,6 +30,11 @@ constexpr int64_t kAlignElements = 64;
 
 int64_t AlignUp(int64_t n) { return (n + kAlignElements - 1) / kAlignElements * kAlignElements; }
 
+// The master weights' dtype: fp32, or fp64 for an fp64 model.
+c10::ScalarType MasterDtype(c10::ScalarType model_dtype) {
+  return model_dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
+}
+
 // The L2 norm of `t`, accumulated (and returned) in `acc`.
 torch::Tensor L2Norm(const torch::Tensor& t, c10::ScalarType acc) {
   return at::linalg_vector_norm(t, 2, at::OptionalIntArrayRef(), /*keepdim=*/false, acc);
@@ -172,20 +177,49 @@ std::vector<std::pair<int64_t, int64_t>> Intersect(
 
 }  // namespace
 
+// A trainable parameter before it has a place in the flat buffers, with what orders it.
+struct MixedPrecisionOptimizer::Candidate {
+  ParamSlot slot;
+  bool replicated = false;  // the same on every TP rank
+  bool late = false;        // OptimizerParallelConfig::late_gradient
+  int64_t index = 0;        // registration order
+};
+
+// The flat buffers' shape: the DP buckets over them, their length and the decay boundary.
+struct MixedPrecisionOptimizer::FlatLayout {
+  std::vector<parallel::GradReducer::Range> buckets;
+  int64_t total = 0;      // elements, padding included
+  int64_t decay_end = 0;  // the parameters without weight decay start here
+};
+
 absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   const parallel::ProcessGroups* groups = parallel_.groups.get();
-  const int tp_rank = groups != nullptr ? groups->tp_rank() : 0;
   const int dp_size = groups != nullptr ? groups->dp().size : 1;
   const bool shard = parallel_.use_distributed_optimizer && dp_size > 1;
+  MT_ASSIGN_OR_RETURN(std::vector<Candidate> candidates, CollectParameters(model));
+  const c10::ScalarType dtype = candidates[0].slot.param.scalar_type();
+  const c10::Device device = candidates[0].slot.param.device();
+  MT_RETURN_IF_ERROR(ChooseGradientPlacement(dtype, device, dp_size));
+  MT_ASSIGN_OR_RETURN(FlatLayout layout,
+                      LayOutFlatBuffers(std::move(candidates), dtype, device,
+                                        /*bucket_align=*/kAlignElements * (shard ? dp_size : 1)));
+  AssignSegments(layout, shard);
+  AllocateBuffers(layout.total, dtype, device);
+  const size_t num_buckets = layout.buckets.size();
+  SetUpReducer(layout, shard, device);
+  MT_RETURN_IF_ERROR(AssignModelChunks());
+  if (shard && parallel_.overlap_param_gather && parallel_.forward_part) {
+    OrderParameterGathers(num_buckets);
+  }
+  return InstallGradReadyHooks();
+}
 
-  // Unique trainable parameters (file comment: decayed first, each group in reverse
-  // registration order, TP-replicated ones last within it).
-  struct Candidate {
-    ParamSlot slot;
-    bool replicated = false;
-    bool late = false;
-    int64_t index = 0;
-  };
+// Unique trainable parameters (file comment: decayed first, each group in reverse
+// registration order, TP-replicated ones last within it).
+absl::StatusOr<std::vector<MixedPrecisionOptimizer::Candidate>>
+MixedPrecisionOptimizer::CollectParameters(torch::nn::Module& model) const {
+  const parallel::ProcessGroups* groups = parallel_.groups.get();
+  const int tp_rank = groups != nullptr ? groups->tp_rank() : 0;
   std::vector<Candidate> candidates;
   std::unordered_set<const void*> seen;
   for (const auto& item : model.named_parameters()) {
@@ -213,23 +247,26 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
                      if (a.replicated != b.replicated) return b.replicated;
                      return a.index > b.index;
                    });
-  const c10::ScalarType dtype = candidates[0].slot.param.scalar_type();
-  const c10::Device device = candidates[0].slot.param.device();
+  return candidates;
+}
+
+// Where the gradients live (file comment): sets master_is_model_, needs_conversion_ and
+// per_param_grads_, after checking that the parameters' dtype and device can be trained here.
+absl::Status MixedPrecisionOptimizer::ChooseGradientPlacement(c10::ScalarType dtype,
+                                                              c10::Device device, int dp_size) {
+  const parallel::ProcessGroups* groups = parallel_.groups.get();
   if (dtype != torch::kFloat && dtype != torch::kDouble && dtype != torch::kBFloat16 &&
       dtype != torch::kHalf) {
     return absl::InvalidArgumentError(
         absl::StrCat("unsupported parameter dtype ", c10::toString(dtype)));
   }
-  if (groups != nullptr && groups->dp().active() && groups->is_cuda() != device.is_cuda()) {
+  const bool dp_active = groups != nullptr && groups->dp().active();
+  if (dp_active && groups->is_cuda() != device.is_cuda()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the data-parallel group runs ", groups->backend(), " but the parameters are on ",
         device.str(), ": use nccl for CUDA parameters and gloo for CPU ones"));
   }
-
-  // Where the gradients live (file comment).
-  const c10::ScalarType master_dtype = dtype == torch::kDouble ? torch::kDouble : torch::kFloat;
-  master_is_model_ = dtype == master_dtype;
-  const bool dp_active = groups != nullptr && groups->dp().active();
+  master_is_model_ = dtype == MasterDtype(dtype);
   const bool fp32_grads =
       !master_is_model_ &&
       (dtype == torch::kHalf ||
@@ -241,21 +278,25 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
         "data parallelism over gloo cannot sum 16-bit gradients (gloo has no bf16): keep "
         "accumulate_grads_in_fp32 on");
   }
+  return absl::OkStatus();
+}
 
-  // Offsets and buckets. A bucket closes once it holds bucket_elements (Megatron's rule); with
-  // sharding its length is padded to a multiple of dp * 64 so that every rank's slice is
-  // equal and aligned.
+// Offsets and buckets: fills slots_, bucket_slots_, slot_bucket_ and num_parameters_. A bucket
+// closes once it holds bucket_elements (Megatron's rule); its length is padded to a multiple of
+// `bucket_align` (dp * 64 with sharding, so that every rank's slice is equal and aligned).
+absl::StatusOr<MixedPrecisionOptimizer::FlatLayout> MixedPrecisionOptimizer::LayOutFlatBuffers(
+    std::vector<Candidate> candidates, c10::ScalarType dtype, c10::Device device,
+    int64_t bucket_align) {
   const int64_t bucket_limit =
       parallel_.bucket_elements > 0 ? parallel_.bucket_elements : int64_t{40'000'000};
-  const int64_t bucket_align = kAlignElements * (shard ? dp_size : 1);
-  std::vector<parallel::GradReducer::Range> buckets;
+  FlatLayout layout;
   int64_t offset = 0;
   int64_t bucket_begin = 0;
   int64_t decay_end = -1;
   auto close_bucket = [&]() {
     if (offset == bucket_begin) return;
     offset = (offset + bucket_align - 1) / bucket_align * bucket_align;
-    buckets.push_back({bucket_begin, offset});
+    layout.buckets.push_back({bucket_begin, offset});
     bucket_begin = offset;
     bucket_slots_.emplace_back();
   };
@@ -272,16 +313,21 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
     offset = AlignUp(offset + slot.numel);
     num_parameters_ += slot.numel;
     bucket_slots_.back().push_back(slots_.size());
-    slot_bucket_.push_back(buckets.size());
+    slot_bucket_.push_back(layout.buckets.size());
     slots_.push_back(std::move(slot));
     if (offset - bucket_begin >= bucket_limit) close_bucket();
   }
   close_bucket();
   bucket_slots_.pop_back();  // the empty one close_bucket opened last
-  const int64_t total = offset;
-  if (decay_end < 0) decay_end = total;
+  layout.total = offset;
+  layout.decay_end = decay_end < 0 ? layout.total : decay_end;
+  return layout;
+}
 
-  // This rank's segments.
+// This rank's segments (and state_numel_), then the norm ranges within them.
+void MixedPrecisionOptimizer::AssignSegments(const FlatLayout& layout, bool shard) {
+  const int64_t total = layout.total;
+  const int64_t decay_end = layout.decay_end;
   if (per_param_grads_) {
     // One per parameter: the update reads each parameter's own .grad.
     for (size_t i = 0; i < slots_.size(); ++i) {
@@ -293,10 +339,12 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
     if (decay_end > 0) segments_.push_back({0, 0, decay_end, true});
     if (total > decay_end) segments_.push_back({decay_end, decay_end, total - decay_end, false});
   } else {
+    const parallel::ProcessGroups& groups = *parallel_.groups;
+    const int dp_size = groups.dp().size;
     int64_t local = 0;
-    for (const auto& b : buckets) {
+    for (const auto& b : layout.buckets) {
       const int64_t part = (b.end - b.begin) / dp_size;
-      const int64_t sb = b.begin + part * groups->dp_rank(), se = sb + part;
+      const int64_t sb = b.begin + part * groups.dp_rank(), se = sb + part;
       const int64_t cut = std::clamp(decay_end, sb, se);
       if (cut > sb) segments_.push_back({sb, local, cut - sb, true});
       local += cut - sb;
@@ -315,7 +363,12 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   }
   norm_ranges_ = Intersect(Merge(counted), segments_);
   excluded_ranges_ = Intersect(Merge(excluded), segments_);
+}
 
+// The flat model buffers (parameters and .grad become views of them), the master copy and the
+// optimizer state.
+void MixedPrecisionOptimizer::AllocateBuffers(int64_t total, c10::ScalarType dtype,
+                                              c10::Device device) {
   torch::NoGradGuard no_grad;
   const auto options = torch::TensorOptions().dtype(dtype).device(device);
   model_flat_ = torch::zeros({total}, options);
@@ -331,7 +384,7 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
           model_grad_flat_.narrow(0, slot.offset, slot.numel).view(slot.param.sizes());
     }
   }
-  const auto master_options = options.dtype(master_dtype);
+  const auto master_options = options.dtype(MasterDtype(dtype));
   if (master_is_model_) {
     master_ = model_flat_;
     master_grad_ = model_grad_flat_;
@@ -340,6 +393,7 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
     for (const Segment& s : segments_) {
       master_.narrow(0, s.local_begin, s.numel).copy_(model_flat_.narrow(0, s.flat_begin, s.numel));
     }
+    const bool fp32_grads = !needs_conversion_;  // ChooseGradientPlacement
     if (fp32_grads) master_grad_ = torch::zeros({total}, master_options);
   }
   if (config_.kind == OptimizerConfig::Kind::kAdamW) {
@@ -349,8 +403,13 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
     momentum_ = torch::zeros({state_numel_}, master_options);
   }
   step_ = torch::zeros({}, options.dtype(torch::kFloat));
+}
 
-  // Data parallelism.
+// Data parallelism: the reducer over the layout's buckets (a local one without an active DP group)
+// and the per-slot and per-bucket bookkeeping of the gradient-ready hooks.
+void MixedPrecisionOptimizer::SetUpReducer(FlatLayout& layout, bool shard, c10::Device device) {
+  const parallel::ProcessGroups* groups = parallel_.groups.get();
+  std::vector<parallel::GradReducer::Range> buckets = std::move(layout.buckets);
   const size_t num_buckets = buckets.size();
   if (groups != nullptr && groups->dp().active()) {
     reducer_ = std::make_unique<parallel::GradReducer>(groups->dp(), groups->is_cuda(), shard,
@@ -366,6 +425,10 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   bucket_pending_.assign(num_buckets, 0);
   bucket_folded_.assign(num_buckets, false);
   bucket_started_.assign(num_buckets, false);
+}
+
+// Each slot's model chunk (OptimizerParallelConfig::model_chunk), in [0, 64).
+absl::Status MixedPrecisionOptimizer::AssignModelChunks() {
   int num_chunks = 1;
   for (const ParamSlot& slot : slots_) {
     const int c = parallel_.model_chunk ? parallel_.model_chunk(slot.name) : 0;
@@ -377,31 +440,36 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
     num_chunks = std::max(num_chunks, c + 1);
   }
   chunk_armed_.assign(num_chunks, false);
-  if (shard && parallel_.overlap_param_gather && parallel_.forward_part) {
-    // Gathers start in the order the forward needs them (the same on every DP rank: the
-    // same model), so that waiting for the first parts does not wait behind the others.
-    bucket_first_part_.assign(num_buckets, std::numeric_limits<int64_t>::max());
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      const int64_t part = std::max<int64_t>(0, parallel_.forward_part(slots_[i].name));
-      int64_t& first = bucket_first_part_[slot_bucket_[i]];
-      first = std::min(first, part);
-    }
-    for (size_t b = 0; b < num_buckets; ++b) gather_order_.push_back(b);
-    std::stable_sort(gather_order_.begin(), gather_order_.end(), [this](size_t a, size_t b) {
-      return bucket_first_part_[a] < bucket_first_part_[b];
-    });
+  return absl::OkStatus();
+}
+
+// Gathers start in the order the forward needs them (the same on every DP rank: the same
+// model), so that waiting for the first parts does not wait behind the others.
+void MixedPrecisionOptimizer::OrderParameterGathers(size_t num_buckets) {
+  bucket_first_part_.assign(num_buckets, std::numeric_limits<int64_t>::max());
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    const int64_t part = std::max<int64_t>(0, parallel_.forward_part(slots_[i].name));
+    int64_t& first = bucket_first_part_[slot_bucket_[i]];
+    first = std::min(first, part);
   }
-  if (parallel_.overlap_grad_reduce && reducer_->active()) {
-    for (size_t i = 0; i < slots_.size(); ++i) {
-      std::shared_ptr<torch::autograd::Node> acc =
-          torch::autograd::impl::grad_accumulator(slots_[i].param);
-      if (acc == nullptr) {
-        return absl::InternalError(
-            absl::StrCat("parameter ", slots_[i].name, " has no gradient accumulator"));
-      }
-      hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>(this, i)));
-      grad_accumulators_.push_back(std::move(acc));
+  for (size_t b = 0; b < num_buckets; ++b) gather_order_.push_back(b);
+  std::stable_sort(gather_order_.begin(), gather_order_.end(), [this](size_t a, size_t b) {
+    return bucket_first_part_[a] < bucket_first_part_[b];
+  });
+}
+
+// overlap_grad_reduce: a GradReadyHook on every parameter's gradient accumulator.
+absl::Status MixedPrecisionOptimizer::InstallGradReadyHooks() {
+  if (!parallel_.overlap_grad_reduce || !reducer_->active()) return absl::OkStatus();
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    std::shared_ptr<torch::autograd::Node> acc =
+        torch::autograd::impl::grad_accumulator(slots_[i].param);
+    if (acc == nullptr) {
+      return absl::InternalError(
+          absl::StrCat("parameter ", slots_[i].name, " has no gradient accumulator"));
     }
+    hook_keys_.push_back(acc->add_post_hook(std::make_unique<GradReadyHook>(this, i)));
+    grad_accumulators_.push_back(std::move(acc));
   }
   return absl::OkStatus();
 }

@@ -333,7 +333,21 @@ class MixedPrecisionOptimizer {
  private:
   friend class GradReadyHook;
   MixedPrecisionOptimizer(const OptimizerConfig& config, const OptimizerParallelConfig& parallel);
+  struct Candidate;
+  struct FlatLayout;
+  // Init's steps, in order (optimizer.cc says what each fills).
   absl::Status Init(torch::nn::Module& model);
+  absl::StatusOr<std::vector<Candidate>> CollectParameters(torch::nn::Module& model) const;
+  absl::Status ChooseGradientPlacement(c10::ScalarType dtype, c10::Device device, int dp_size);
+  absl::StatusOr<FlatLayout> LayOutFlatBuffers(std::vector<Candidate> candidates,
+                                               c10::ScalarType dtype, c10::Device device,
+                                               int64_t bucket_align);
+  void AssignSegments(const FlatLayout& layout, bool shard);
+  void AllocateBuffers(int64_t total, c10::ScalarType dtype, c10::Device device);
+  void SetUpReducer(FlatLayout& layout, bool shard, c10::Device device);  // takes its buckets
+  absl::Status AssignModelChunks();
+  void OrderParameterGathers(size_t num_buckets);
+  absl::Status InstallGradReadyHooks();
   void SyncGradViews();
   void ReleaseGrads();
   // The gradients of [s.flat_begin, +s.numel): a view of the gradient buffer or, with

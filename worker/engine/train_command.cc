@@ -154,6 +154,7 @@ absl::StatusOr<mt::v1::JobSpec> LoadSpec(const TrainArgs& args) {
     return absl::InvalidArgumentError(
         absl::StrCat(args.spec_path, ": invalid job spec:\n  ", absl::StrJoin(problems, "\n  ")));
   }
+  MT_RETURN_IF_ERROR(spec::ResolveForLayout(&job, /*data_parallel_size=*/1));
   return job;
 }
 

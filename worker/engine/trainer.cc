@@ -20,11 +20,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/base/durations.h"
 #include "common/base/logging.h"
+#include "common/base/rng.h"
 #include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
 #include "worker/engine/optimizer.h"
+#include "worker/engine/resolved_spec.h"
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
 #include "worker/parallel/collectives.h"
@@ -40,17 +43,6 @@ namespace mt::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 // The RNG seed of one step: a function of (seed, iteration) only, so a run's dropout masks do
 // not depend on what ran before (evaluation, a restart from a checkpoint).
@@ -228,8 +220,8 @@ absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.micro_batch_size ", t.micro_batch_size(), " must be >= 1"));
   }
-  plan.global_batch_size =
-      t.global_batch_size() > 0 ? t.global_batch_size() : t.micro_batch_size() * dp;
+  MT_RETURN_IF_ERROR(RequireResolvedBatch(t));
+  plan.global_batch_size = t.global_batch_size();
   if (plan.global_batch_size % (plan.micro_batch_size * dp) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("training.global_batch_size ", plan.global_batch_size,

@@ -11,9 +11,11 @@
 #include <vector>
 
 #include "common/base/status_matchers.h"
+#include "common/spec/defaults.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/optimizer.h"
 #include "worker/model/gpt.h"
@@ -28,22 +30,17 @@ constexpr int64_t kSeq = 16;
 constexpr int64_t kVocab = 128;
 
 mt::v1::JobSpec TinySpec() {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(2);
-  m->set_hidden_size(32);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(kSeq);
-  m->set_vocab_size(kVocab);
-  m->set_hidden_dropout(0.0);
-  m->set_attention_dropout(0.0);
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(4);
-  t->set_global_batch_size(4);
-  t->set_train_iters(10);
-  t->set_lr(1e-3);
-  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_CONSTANT);
-  t->set_seed(1234);
+  testutil::TinySpecOptions o;
+  o.seq_length = kSeq;
+  o.vocab_size = kVocab;
+  o.micro_batch_size = 4;
+  o.global_batch_size = 4;
+  o.train_iters = 10;
+  o.lr = 1e-3;
+  o.seed = 1234;
+  o.zero_dropout = true;
+  o.constant_lr = true;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
   spec.mutable_evaluation()->set_eval_interval(0);
   spec.mutable_logging()->set_log_interval(5);
   return spec;
@@ -459,6 +456,22 @@ TEST(TrainerTest, CreateRejectsWhatItCannotRun) {
   }
   EXPECT_THAT(Trainer::Create(TinySpec(), QuietOptions(), nullptr, nullptr).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("data")));
+}
+
+// The trainer reads the resolved global batch (issue 14): an unresolved one is the front end's
+// mistake, named as such, not a default derived a second time here.
+TEST(TrainerTest, CreateWantsTheResolvedGlobalBatch) {
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_global_batch_size(0);
+  EXPECT_THAT(Trainer::Create(spec, QuietOptions(), Source(4096), nullptr).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::AllOf(HasSubstr("training.global_batch_size"),
+                                        HasSubstr("spec::ResolveForLayout"))));
+  MT_ASSERT_OK(spec::ResolveForLayout(&spec, 1));
+  MT_ASSERT_OK_AND_ASSIGN(auto trainer,
+                          Trainer::Create(spec, QuietOptions(), Source(4096), nullptr));
+  EXPECT_EQ(trainer->plan().global_batch_size, 4);
+  EXPECT_EQ(trainer->plan().num_micro_batches, 1);
 }
 
 TEST(TrainerTest, BadDataIsAnErrorNotACrash) {

@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/rng.h"
 #include "common/base/status_macros.h"
 #include "worker/kernels/cross_entropy.h"
 #include "worker/model/recompute.h"
@@ -57,20 +58,6 @@ torch::Tensor MathCausalAttention(const torch::Tensor& q, const torch::Tensor& k
   if (low_precision) probs = probs.to(q.scalar_type());
   probs = Dropout(probs, dropout_p, training);
   return torch::matmul(probs, v);
-}
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// FNV-1a: a hash that is the same on every platform and build (std::hash is not).
-uint64_t Fnv1a(const void* data, size_t size, uint64_t h = 0xCBF29CE484222325ull) {
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) h = (h ^ bytes[i]) * 0x100000001B3ull;
-  return h;
 }
 
 // Dropout of an activation that is sharded over the TP group (each rank its own mask).

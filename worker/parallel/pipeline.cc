@@ -9,16 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/durations.h"
 #include "common/base/status_macros.h"
 
 namespace mt::parallel {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Gloo matches by (peer, tag); NCCL ignores tags and matches in order, which the schedule's
 // canonical batch order makes consistent (pipeline_schedule.h).

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/rng.h"
 #include "worker/parallel/process_groups.h"
 
 namespace mt::parallel {
@@ -19,21 +20,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-// FNV-1a over bytes: the same on every platform and build.
-uint64_t Fnv1a(const void* data, size_t size) {
-  uint64_t h = 0xCBF29CE484222325ull;
-  const auto* bytes = static_cast<const unsigned char*>(data);
-  for (size_t i = 0; i < size; ++i) h = (h ^ bytes[i]) * 0x100000001B3ull;
-  return h;
-}
 
 bool Active(const GroupHandle* g) { return g != nullptr && g->active(); }
 

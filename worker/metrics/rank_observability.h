@@ -15,10 +15,10 @@
 #include "absl/status/statusor.h"
 #include "mt/v1/job_spec.pb.h"
 #include "mt/v1/worker_service.pb.h"
-#include "worker/agent/report_channel.h"
 #include "worker/engine/trainer.h"
 #include "worker/metrics/rank_telemetry.h"
 #include "worker/metrics/tensorboard_logger.h"
+#include "worker/report/report_channel.h"
 
 namespace mt::worker::metrics {
 

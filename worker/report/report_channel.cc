@@ -1,4 +1,4 @@
-#include "worker/agent/report_channel.h"
+#include "worker/report/report_channel.h"
 
 #include <unistd.h>
 

@@ -1,4 +1,4 @@
-#include "worker/agent/rank_process.h"
+#include "worker/daemon/rank_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -16,7 +16,7 @@
 #include "common/base/files.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
-#include "worker/agent/report_channel.h"
+#include "worker/report/report_channel.h"
 
 extern char** environ;
 

@@ -60,7 +60,15 @@ int ExecTrainer(int argc, char** argv) {
 
 // The flags as the agent's configuration.
 mt::worker::AgentConfig ConfigFromFlags() {
-  mt::worker::AgentConfig config = ConfigFromFlags();
+  mt::worker::AgentConfig config;
+  config.coordinator = absl::GetFlag(FLAGS_coordinator);
+  config.token_file = absl::GetFlag(FLAGS_token_file);
+  config.node = absl::GetFlag(FLAGS_node);
+  config.gpu_index = absl::GetFlag(FLAGS_gpu);
+  config.cpu_cores = absl::GetFlag(FLAGS_cpu_cores);
+  config.state_file = absl::GetFlag(FLAGS_state_file);
+  config.work_dir = absl::GetFlag(FLAGS_work_dir);
+  config.trainer_binary = absl::GetFlag(FLAGS_trainer_binary);
   return config;
 }
 

@@ -1,5 +1,5 @@
 // Everything a rank does for observability besides its progress line, in one place for the
-// rank command (worker/train/rank_command.cc):
+// service's session reporter (worker/train/pipe_reporter.cc):
 //   - telemetry for the daemon's Prometheus endpoint, over the report pipe, at least every
 //     second (rank_telemetry.h);
 //   - TensorBoard event files in logging.tensorboard_dir, written by the rank that speaks for

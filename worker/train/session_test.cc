@@ -152,19 +152,20 @@ TEST(SessionTest, ServiceReporterLogsSkippedCheckpointsAndReportsTheLoad) {
   EXPECT_GE(progress_reports, 1);
 }
 
-// A LocalExchange whose Publish fails for one step: that step's save fails on this rank.
+// A LocalExchange whose Gather fails for one step: rank 0 (the only rank) cannot commit that
+// step's save.
 class FailingExchange : public checkpoint::SaveExchange {
  public:
   explicit FailingExchange(int64_t failing_step) : failing_step_(failing_step) {}
   absl::Status Publish(int64_t step, int rank, const std::string& result) override {
-    if (step == failing_step_) {
-      failed_.Notify();
-      return absl::UnavailableError("the disk is full");
-    }
     return local_.Publish(step, rank, result);
   }
   absl::StatusOr<std::vector<std::string>> Gather(int64_t step, int world_size,
                                                   absl::Duration timeout) override {
+    if (step == failing_step_) {
+      failed_.Notify();
+      return absl::UnavailableError("the disk is full");
+    }
     return local_.Gather(step, world_size, timeout);
   }
   absl::Notification& failed() { return failed_; }

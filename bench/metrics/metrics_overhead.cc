@@ -23,11 +23,11 @@
 #include "common/metrics/metrics_server.h"
 #include "prometheus/registry.h"
 #include "tests/testutil/subprocess.h"
-#include "worker/agent/report_channel.h"
+#include "worker/daemon/worker_metrics.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/trainer.h"
 #include "worker/metrics/rank_observability.h"
-#include "worker/metrics/worker_metrics.h"
+#include "worker/report/report_channel.h"
 
 ABSL_FLAG(int, steps, 200, "Steps per side (on and off alternate).");
 ABSL_FLAG(int, hidden, 128, "Hidden size of the model.");

@@ -19,7 +19,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/registry.h"
 #include "tests/testutil/http.h"
-#include "worker/metrics/worker_metrics.h"
+#include "worker/daemon/worker_metrics.h"
 
 ABSL_FLAG(int, series, 1000, "Series on the endpoint (at least the worker's own).");
 ABSL_FLAG(int, scrapes, 300, "Scrapes to time.");

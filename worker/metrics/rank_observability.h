@@ -1,5 +1,5 @@
 // Everything a rank does for observability besides its progress line, in one place for the
-// rank command (worker/train/rank_command.cc):
+// service's session reporter (worker/train/pipe_reporter.cc):
 //   - telemetry for the daemon's Prometheus endpoint, over the report pipe, at least every
 //     second (rank_telemetry.h);
 //   - TensorBoard event files in logging.tensorboard_dir, written by the rank that speaks for
@@ -15,10 +15,10 @@
 #include "absl/status/statusor.h"
 #include "mt/v1/job_spec.pb.h"
 #include "mt/v1/worker_service.pb.h"
-#include "worker/agent/report_channel.h"
 #include "worker/engine/trainer.h"
 #include "worker/metrics/rank_telemetry.h"
 #include "worker/metrics/tensorboard_logger.h"
+#include "worker/report/report_channel.h"
 
 namespace mt::worker::metrics {
 

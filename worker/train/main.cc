@@ -1,19 +1,34 @@
-// mt-train: the trainer process. `mt-worker train ...` runs it for users, and the worker
-// daemon runs one per rank with --assignment.
+// mt-train: the trainer process (LibTorch). `mt-worker train ...` runs it for users, and the
+// worker daemon runs one per rank with --assignment. Both are thin front ends over the rank
+// session (session.h). Runs on the main thread only.
 //   mt-train --spec job.yaml [--device cuda] [--synthetic-data] ...   one device, by hand
 //   mt-train --assignment FILE                                        one rank of a job
+//   mt-train --help | --version
+#include <cstdio>
 #include <string>
 #include <vector>
 
-#include "worker/engine/train_command.h"
+#include "common/base/version.h"
 #include "worker/train/rank_command.h"
+#include "worker/train/train_command.h"
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.size() == 1 && (args[0] == "--version" || args[0] == "-version")) {
+    // The format of every binary's --version (common/cli/daemon.cc).
+    std::printf("mt %s (API %s)\n", mt::kVersion, mt::kApiVersion);
+    return 0;
+  }
+  if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
+    std::fputs(mt::train::TrainCommandUsage(), stdout);
+    std::fputs("\nmt-train --assignment FILE   one rank of a job (the worker daemon runs this)\n",
+               stdout);
+    return 0;
+  }
   for (const auto& a : args) {
     if (a == "--assignment" || a.rfind("--assignment=", 0) == 0) {
       return mt::train::RunRankCommand(args);
     }
   }
-  return mt::engine::RunTrainCommand(args);
+  return mt::train::RunTrainCommand(args);
 }

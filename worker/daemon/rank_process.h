@@ -6,8 +6,8 @@
 // Stop(grace): SIGTERM to the process group, SIGKILL after `grace` if it is still there; the
 // outcome is then STOPPED whatever the exit code.
 // Thread-safe: Stop may be called from any thread; callbacks run on internal threads.
-#ifndef MT_WORKER_AGENT_RANK_PROCESS_H_
-#define MT_WORKER_AGENT_RANK_PROCESS_H_
+#ifndef MT_WORKER_DAEMON_RANK_PROCESS_H_
+#define MT_WORKER_DAEMON_RANK_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -84,4 +84,4 @@ std::vector<std::string> TailLines(const std::string& path, int n);
 
 }  // namespace mt::worker
 
-#endif  // MT_WORKER_AGENT_RANK_PROCESS_H_
+#endif  // MT_WORKER_DAEMON_RANK_PROCESS_H_

@@ -1,4 +1,4 @@
-#include "worker/agent/rank_process.h"
+#include "worker/daemon/rank_process.h"
 
 #include <fcntl.h>
 #include <signal.h>
@@ -13,10 +13,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/errors.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
+#include "common/base/paths.h"
 #include "common/base/status_macros.h"
-#include "worker/agent/report_channel.h"
+#include "worker/report/report_channel.h"
 
 extern char** environ;
 
@@ -51,19 +53,18 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(
   p->on_report_ = std::move(on_report);
   p->on_exit_ = std::move(on_exit);
 
-  const std::string dir = absl::StrCat(options.work_dir, "/", assignment.job_id(), "-a",
-                                       assignment.attempt(), "-r", assignment.coordinates().rank());
+  const std::string dir =
+      JoinPath(options.work_dir, absl::StrCat(assignment.job_id(), "-a", assignment.attempt(), "-r",
+                                              assignment.coordinates().rank()));
   if (::mkdir(options.work_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("work dir ", options.work_dir, ": ", std::strerror(errno)));
+    return ErrnoStatus("work dir", options.work_dir, errno);
   }
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("rank dir ", dir, ": ", std::strerror(errno)));
+    return ErrnoStatus("rank dir", dir, errno);
   }
-  const std::string assignment_path = dir + "/assignment.pb";
+  const std::string assignment_path = JoinPath(dir, "assignment.pb");
   MT_RETURN_IF_ERROR(WriteFileAtomically(assignment_path, assignment.SerializeAsString()));
-  p->log_path_ = dir + "/trainer.log";
+  p->log_path_ = JoinPath(dir, "trainer.log");
 
   int pipe_fds[2];
   if (::pipe2(pipe_fds, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");

@@ -3,13 +3,15 @@
 // trainer processes (rank_process.h), forwards their progress, reports how they ended, and
 // deregisters on shutdown (stopping its ranks first).
 //
+// Rank processes run mt-train (worker/train); the daemon itself never links LibTorch.
+//
 // Connection states (one loop, agent.cc):
 //   DISCONNECTED --Register ok--> REGISTERED --Heartbeat known=false--> DISCONNECTED
 //   DISCONNECTED --Register fails--> DISCONNECTED after a backoff (0.2 s doubling to 5 s)
 //   any --Shutdown--> Deregister (best effort) and exit
 // Thread-safe: Run() on one thread, Shutdown() from any.
-#ifndef MT_WORKER_AGENT_AGENT_H_
-#define MT_WORKER_AGENT_AGENT_H_
+#ifndef MT_WORKER_DAEMON_AGENT_H_
+#define MT_WORKER_DAEMON_AGENT_H_
 
 #include <atomic>
 #include <map>
@@ -23,8 +25,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "mt/v1/worker_service.grpc.pb.h"
-#include "worker/agent/rank_observer.h"
-#include "worker/agent/rank_process.h"
+#include "worker/daemon/rank_observer.h"
+#include "worker/daemon/rank_process.h"
 
 namespace mt::worker {
 
@@ -109,9 +111,12 @@ class Agent {
   std::vector<ExitReporter> exit_threads_ ABSL_GUARDED_BY(mu_);
 };
 
+// mt-train beside this executable (the default trainer of the ranks and of `mt-worker train`).
+absl::StatusOr<std::string> TrainerBesideThisExecutable();
+
 // This machine's resources for a slot: node name, device name and memory.
 mt::v1::WorkerResources DetectResources(const AgentConfig& config);
 
 }  // namespace mt::worker
 
-#endif  // MT_WORKER_AGENT_AGENT_H_
+#endif  // MT_WORKER_DAEMON_AGENT_H_

@@ -1,4 +1,4 @@
-#include "worker/agent/agent.h"
+#include "worker/daemon/agent.h"
 
 #include <unistd.h>
 
@@ -67,6 +67,14 @@ mt::v1::WorkerResources DetectResources(const AgentConfig& config) {
   return r;
 }
 
+absl::StatusOr<std::string> TrainerBesideThisExecutable() {
+  char self[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return absl::InternalError("cannot find this executable");
+  const std::string path(self, static_cast<size_t>(n));
+  return path.substr(0, path.rfind('/')) + "/mt-train";
+}
+
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config,
                                                      RankObserver* observer) {
   MT_RETURN_IF_ERROR(config.Validate());
@@ -79,13 +87,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config,
   AgentConfig resolved = config;
   if (resolved.work_dir.empty()) resolved.work_dir = absl::StrCat("/tmp/mt-worker-", ::getpid());
   if (resolved.trainer_binary.empty()) {
-    // mt-train sits beside mt-worker.
-    char self[4096];
-    ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-    if (n <= 0) return absl::InternalError("cannot find this executable; pass --trainer-binary");
-    std::string dir(self, static_cast<size_t>(n));
-    dir = dir.substr(0, dir.rfind('/'));
-    resolved.trainer_binary = dir + "/mt-train";
+    auto beside = TrainerBesideThisExecutable();
+    if (!beside.ok()) return Annotate(beside.status(), "pass --trainer-binary");
+    resolved.trainer_binary = *std::move(beside);
   }
   if (::access(resolved.trainer_binary.c_str(), X_OK) != 0) {
     // The daemon still serves (registration, heartbeats); ranks sent here fail with this reason.

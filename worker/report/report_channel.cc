@@ -1,14 +1,14 @@
-#include "worker/agent/report_channel.h"
+#include "worker/report/report_channel.h"
 
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
-#include <cstring>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/errors.h"
 
 namespace mt::worker {
 namespace {
@@ -47,7 +47,7 @@ absl::Status ReportWriter::Write(const mt::v1::RankReport& report) {
   while (done < frame.size()) {
     ssize_t w = ::write(fd_, frame.data() + done, frame.size() - done);
     if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return absl::UnavailableError(absl::StrCat("report pipe: ", std::strerror(errno)));
+    if (w < 0) return ErrnoStatus("writing the report pipe", "", errno);
     done += static_cast<size_t>(w);
   }
   return absl::OkStatus();

@@ -1,5 +1,7 @@
-// mt-worker: the per-GPU (or per CPU slot) daemon.
+// mt-worker: the per-GPU (or per CPU slot) daemon (agent.h); flags -> AgentConfig -> Agent ->
+// Run, deregistering on SIGTERM/SIGINT. Runs on the main thread only.
 //   mt-worker --coordinator HOST:PORT [--gpu N]     serve as a worker
+//   mt-worker train ARGS                            exec mt-train ARGS (train by hand)
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,8 +17,8 @@
 #include "common/cli/daemon.h"
 #include "common/metrics/metrics_server.h"
 #include "prometheus/registry.h"
-#include "worker/agent/agent.h"
-#include "worker/metrics/worker_metrics.h"
+#include "worker/daemon/agent.h"
+#include "worker/daemon/worker_metrics.h"
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator host:port.");
 ABSL_FLAG(std::string, token_file, "", "Bearer token file for a coordinator that requires one.");
@@ -41,22 +43,33 @@ ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
 // `mt-worker train ARGS` runs the trainer (mt-train, beside this executable) in place of this
 // process: the daemon itself never loads LibTorch.
 int ExecTrainer(int argc, char** argv) {
-  char self[4096];
-  ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  if (n <= 0) {
-    std::fprintf(stderr, "mt-worker: cannot find this executable\n");
+  absl::StatusOr<std::string> path = mt::worker::TrainerBesideThisExecutable();
+  if (!path.ok()) {
+    std::fprintf(stderr, "mt-worker: %s\n", std::string(path.status().message()).c_str());
     return 1;
   }
-  std::string path(self, static_cast<size_t>(n));
-  path = path.substr(0, path.rfind('/')) + "/mt-train";
-  std::vector<char*> args = {path.data()};
+  std::vector<char*> args = {path->data()};
   for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
-  ::execv(path.c_str(), args.data());
+  ::execv(path->c_str(), args.data());
   std::fprintf(stderr,
                "mt-worker train: cannot run %s: %s (this build has no trainer without LibTorch)\n",
-               path.c_str(), std::strerror(errno));
+               path->c_str(), std::strerror(errno));
   return 1;
+}
+
+// The flags as the agent's configuration.
+mt::worker::AgentConfig ConfigFromFlags() {
+  mt::worker::AgentConfig config;
+  config.coordinator = absl::GetFlag(FLAGS_coordinator);
+  config.token_file = absl::GetFlag(FLAGS_token_file);
+  config.node = absl::GetFlag(FLAGS_node);
+  config.gpu_index = absl::GetFlag(FLAGS_gpu);
+  config.cpu_cores = absl::GetFlag(FLAGS_cpu_cores);
+  config.state_file = absl::GetFlag(FLAGS_state_file);
+  config.work_dir = absl::GetFlag(FLAGS_work_dir);
+  config.trainer_binary = absl::GetFlag(FLAGS_trainer_binary);
+  return config;
 }
 
 int main(int argc, char** argv) {
@@ -67,15 +80,7 @@ int main(int argc, char** argv) {
                       "  mt-worker --coordinator 127.0.0.1:7070 [--gpu 0]\n"
                       "  mt-worker train --spec job.yaml [--device cuda] ...   (train by hand)");
   mt::cli::BlockTerminationSignals();
-  mt::worker::AgentConfig config;
-  config.coordinator = absl::GetFlag(FLAGS_coordinator);
-  config.token_file = absl::GetFlag(FLAGS_token_file);
-  config.node = absl::GetFlag(FLAGS_node);
-  config.gpu_index = absl::GetFlag(FLAGS_gpu);
-  config.cpu_cores = absl::GetFlag(FLAGS_cpu_cores);
-  config.state_file = absl::GetFlag(FLAGS_state_file);
-  config.work_dir = absl::GetFlag(FLAGS_work_dir);
-  config.trainer_binary = absl::GetFlag(FLAGS_trainer_binary);
+  mt::worker::AgentConfig config = ConfigFromFlags();
   // Metrics: the registry and the endpoint belong to this process; the agent feeds them.
   mt::RealClock clock;
   auto registry = std::make_shared<prometheus::Registry>();

@@ -5,8 +5,8 @@
 // Wire format: repeated frames of u32 little-endian length + serialized mt.v1.RankReport;
 // a frame is at most kMaxFrameBytes. A trainer started by hand has no MT_REPORT_FD and its
 // reports go nowhere.
-#ifndef MT_WORKER_AGENT_REPORT_CHANNEL_H_
-#define MT_WORKER_AGENT_REPORT_CHANNEL_H_
+#ifndef MT_WORKER_REPORT_REPORT_CHANNEL_H_
+#define MT_WORKER_REPORT_REPORT_CHANNEL_H_
 
 #include <cstdint>
 #include <optional>
@@ -39,4 +39,4 @@ absl::StatusOr<std::optional<mt::v1::RankReport>> ReadReport(int fd);
 
 }  // namespace mt::worker
 
-#endif  // MT_WORKER_AGENT_REPORT_CHANNEL_H_
+#endif  // MT_WORKER_REPORT_REPORT_CHANNEL_H_

@@ -1,4 +1,4 @@
-#include "worker/metrics/worker_metrics.h"
+#include "worker/daemon/worker_metrics.h"
 
 #include <cmath>
 #include <memory>

@@ -9,8 +9,8 @@
 // (anything else is "other").
 //
 // Thread-safe.
-#ifndef MT_WORKER_METRICS_WORKER_METRICS_H_
-#define MT_WORKER_METRICS_WORKER_METRICS_H_
+#ifndef MT_WORKER_DAEMON_WORKER_METRICS_H_
+#define MT_WORKER_DAEMON_WORKER_METRICS_H_
 
 #include <map>
 #include <memory>
@@ -27,7 +27,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
-#include "worker/agent/rank_observer.h"
+#include "worker/daemon/rank_observer.h"
 
 namespace mt::worker::metrics {
 
@@ -98,4 +98,4 @@ class WorkerMetrics : public RankObserver {
 
 }  // namespace mt::worker::metrics
 
-#endif  // MT_WORKER_METRICS_WORKER_METRICS_H_
+#endif  // MT_WORKER_DAEMON_WORKER_METRICS_H_

@@ -1,8 +1,8 @@
-// What the daemon tells an observer about its ranks (the worker's metrics, worker/metrics):
+// What the daemon tells an observer about its ranks (its Prometheus metrics, worker_metrics.h):
 // a narrow interface so that the agent knows nothing of Prometheus. Calls come from the
 // agent's threads, concurrently: implementations are thread-safe and quick (no blocking I/O).
-#ifndef MT_WORKER_AGENT_RANK_OBSERVER_H_
-#define MT_WORKER_AGENT_RANK_OBSERVER_H_
+#ifndef MT_WORKER_DAEMON_RANK_OBSERVER_H_
+#define MT_WORKER_DAEMON_RANK_OBSERVER_H_
 
 #include "mt/v1/worker_service.pb.h"
 
@@ -23,4 +23,4 @@ class RankObserver {
 
 }  // namespace mt::worker
 
-#endif  // MT_WORKER_AGENT_RANK_OBSERVER_H_
+#endif  // MT_WORKER_DAEMON_RANK_OBSERVER_H_

@@ -1,4 +1,4 @@
-#include "worker/engine/train_command.h"
+#include "worker/train/train_command.h"
 
 #include <cstdio>
 #include <cstdlib>
@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "worker/metrics/event_file.h"
 
-namespace mt::engine {
+namespace mt::train {
 namespace {
 
 using ::testing::HasSubstr;
@@ -182,4 +182,4 @@ TEST(TrainCommandTest, Help) {
 }
 
 }  // namespace
-}  // namespace mt::engine
+}  // namespace mt::train

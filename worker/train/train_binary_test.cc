@@ -1,0 +1,30 @@
+// The built mt-train binary answers --help and --version (exit 0).
+#include <string>
+
+#include "common/base/version.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
+
+namespace mt::train {
+namespace {
+
+using ::testing::HasSubstr;
+
+TEST(TrainBinaryTest, AnswersVersion) {
+  auto r = testutil::RunCommand({MT_TRAIN_BINARY, "--version"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_THAT(r->out, HasSubstr(kVersion));
+}
+
+TEST(TrainBinaryTest, AnswersHelp) {
+  auto r = testutil::RunCommand({MT_TRAIN_BINARY, "--help"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 0) << r->err;
+  EXPECT_THAT(r->out, HasSubstr("usage: mt-worker train"));
+  EXPECT_THAT(r->out, HasSubstr("mt-train --assignment FILE"));
+}
+
+}  // namespace
+}  // namespace mt::train

@@ -31,12 +31,9 @@ ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
 ABSL_FLAG(std::string, address_file, "",
           "Write the bound host:port to this file once serving (for scripts using port 0).");
 
-int main(int argc, char** argv) {
-  mt::cli::ParseFlags(
-      argc, argv,
-      "The mt control plane: keeps jobs and workers, plans "
-      "TP/PP/DP layouts and places ranks on mt-worker daemons.\n\n"
-      "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]");
+namespace {
+
+mt::coordinator::CoordinatorConfig ConfigFromFlags() {
   mt::coordinator::CoordinatorConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
@@ -46,14 +43,29 @@ int main(int argc, char** argv) {
   config.lost_after = absl::GetFlag(FLAGS_lost_after);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  return config;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "mt-coordinator: %s\n", std::string(status.message()).c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mt::cli::ParseFlags(
+      argc, argv,
+      "The mt control plane: keeps jobs and workers, plans "
+      "TP/PP/DP layouts and places ranks on mt-worker daemons.\n\n"
+      "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]");
+  const mt::coordinator::CoordinatorConfig config = ConfigFromFlags();
+  if (absl::Status valid = config.Validate(); !valid.ok()) return Fail(valid);
 
   mt::cli::BlockTerminationSignals();
   mt::RealClock clock;
   auto server = mt::coordinator::Server::Create(config, &clock);
-  if (!server.ok()) {
-    std::fprintf(stderr, "mt-coordinator: %s\n", std::string(server.status().message()).c_str());
-    return 2;
-  }
+  if (!server.ok()) return Fail(server.status());
   mt::coordinator::Server* raw = server->get();
   mt::cli::OnTerminationSignal([raw](int sig) {
     MT_LOG(INFO) << "signal " << sig << ": draining";

@@ -20,6 +20,7 @@
 #include "common/base/errors.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
+#include "common/base/paths.h"
 #include "common/base/status_macros.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"
@@ -66,11 +67,6 @@ bool Usable(mt::v1::CheckpointState s) {
   return s == mt::v1::CHECKPOINT_STATE_COMPLETE || s == mt::v1::CHECKPOINT_STATE_VERIFIED;
 }
 
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
-}
-
 // Moves `c` to `to` when the state table allows it.
 absl::Status MoveTo(Checkpoint* c, mt::v1::CheckpointState to) {
   MT_RETURN_IF_ERROR(CheckCheckpointTransition(c->state(), to));
@@ -109,7 +105,7 @@ Checkpoint FromManifest(const mt::v1::CheckpointManifest& m, const std::string& 
 // copied them from the manifest at registration), and the manifest itself for mt ones.
 std::vector<std::string> CheckFiles(const Checkpoint& c) {
   std::vector<std::string> problems;
-  if (!Exists(c.directory())) {
+  if (!PathExists(c.directory())) {
     problems.push_back(absl::StrCat(c.directory(), ": directory is missing"));
     return problems;
   }
@@ -242,7 +238,7 @@ absl::StatusOr<Checkpoint> CheckpointCatalog::OnCheckpointReport(const mt::v1::R
   for (Checkpoint& other : all) {
     if (other.state() == mt::v1::CHECKPOINT_STATE_WRITING && other.step() < c.step() &&
         Parent(other.directory()) == save_dir &&
-        !Exists(other.directory() + "/" + checkpoint::kManifestFile)) {
+        !PathExists(other.directory() + "/" + checkpoint::kManifestFile)) {
       MT_RETURN_IF_ERROR(MoveTo(&other, mt::v1::CHECKPOINT_STATE_DELETED));
       MT_RETURN_IF_ERROR(store_->UpdateCheckpoint(other));
     }
@@ -292,7 +288,7 @@ absl::Status CheckpointCatalog::RemoveLocked(Checkpoint* c, const std::string& w
         errno != EEXIST) {
       return ErrnoStatus("removing", c->directory(), errno);
     }
-  } else if (Exists(c->directory())) {
+  } else if (PathExists(c->directory())) {
     MT_RETURN_IF_ERROR(checkpoint::RemoveTree(c->directory()));
   }
   const bool was_latest = c->is_latest();
@@ -565,11 +561,11 @@ absl::StatusOr<mt::v1::ExportCheckpointResponse> CheckpointCatalog::Export(
                                                    "': choose float32, float16 or bfloat16"));
   }
   const std::string out = Clean(request.output_dir());
-  if (Exists(out)) {
+  if (PathExists(out)) {
     return absl::AlreadyExistsError(
         absl::StrCat("output_dir ", out, " exists; give a new directory"));
   }
-  if (!Exists(Parent(out))) {
+  if (!PathExists(Parent(out))) {
     return absl::FailedPreconditionError(
         absl::StrCat("output_dir: the parent directory ", Parent(out), " does not exist"));
   }
@@ -595,12 +591,11 @@ absl::StatusOr<Checkpoint> CheckpointCatalog::Import(
   MT_RETURN_IF_ERROR(ValidateAbsolutePath(request.directory(), "directory"));
   if (!request.job_id().empty()) MT_RETURN_IF_ERROR(jobs_->GetJob(request.job_id()).status());
   const std::string dir = Clean(request.directory());
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+  if (!IsDirectory(dir)) {
     return absl::NotFoundError(absl::StrCat("directory ", dir, " does not exist"));
   }
   Checkpoint c;
-  if (Exists(absl::StrCat(dir, "/", checkpoint::kManifestFile))) {
+  if (PathExists(absl::StrCat(dir, "/", checkpoint::kManifestFile))) {
     MT_ASSIGN_OR_RETURN(mt::v1::CheckpointManifest manifest, checkpoint::ReadManifest(dir));
     const std::vector<std::string> problems = checkpoint::VerifyCheckpointFiles(dir, manifest);
     if (!problems.empty()) {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
+#include "common/base/paths.h"
 #include "common/base/status_matchers.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"
@@ -99,11 +100,6 @@ mt::v1::RankReport Report(const std::string& job_id, int rank, int64_t step,
   r.mutable_checkpoint()->set_directory(dir);
   r.mutable_checkpoint()->set_size_bytes(5000 + step);
   return r;
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return ::stat(path.c_str(), &st) == 0;
 }
 
 class CatalogTest : public ::testing::Test {
@@ -266,7 +262,7 @@ TEST_F(CatalogTest, RetentionDeletesDirectoriesAndKeepsTheRightOnes) {
     for (int64_t step = 1; step <= 8; ++step) Save(job, step, vloss[step - 1]);
     std::vector<int64_t> kept;
     for (const auto& [step, state] : StatesByStep(job)) {
-      const bool on_disk = Exists(absl::StrCat(save, "/", checkpoint::IterationDirName(step)));
+      const bool on_disk = PathExists(absl::StrCat(save, "/", checkpoint::IterationDirName(step)));
       if (state != mt::v1::CHECKPOINT_STATE_DELETED) {
         kept.push_back(step);
         EXPECT_TRUE(on_disk) << step;
@@ -319,7 +315,7 @@ TEST_F(CatalogTest, DeleteGuardsLatestAndLoadedCheckpoints) {
   job.set_state(mt::v1::JOB_STATE_SUCCEEDED);
   MT_ASSERT_OK_AND_ASSIGN(auto deleted, catalog_->Delete(c2.id()));
   EXPECT_EQ(deleted.state(), mt::v1::CHECKPOINT_STATE_DELETED);
-  EXPECT_FALSE(Exists(c2.directory()));
+  EXPECT_FALSE(PathExists(c2.directory()));
   MT_ASSERT_OK_AND_ASSIGN(int64_t latest, checkpoint::ReadLatest(save));
   EXPECT_EQ(latest, 2);
   MT_ASSERT_OK_AND_ASSIGN(auto now_latest, catalog_->Get(c1.id()));
@@ -392,9 +388,9 @@ TEST_F(CatalogTest, ImportsAnMtDirectoryOnce) {
   MT_ASSERT_OK_AND_ASSIGN(auto deleted, catalog_->Delete(c.id()));
   EXPECT_TRUE(deleted.imported());
   EXPECT_EQ(deleted.state(), mt::v1::CHECKPOINT_STATE_DELETED);
-  EXPECT_FALSE(Exists(dir + "/manifest.json"));
-  EXPECT_FALSE(Exists(dir + "/mp_rank_00_000.safetensors"));
-  EXPECT_TRUE(Exists(dir + "/notes.txt"));
+  EXPECT_FALSE(PathExists(dir + "/manifest.json"));
+  EXPECT_FALSE(PathExists(dir + "/mp_rank_00_000.safetensors"));
+  EXPECT_TRUE(PathExists(dir + "/notes.txt"));
 }
 
 // A symbolic link in a checkpoint directory does not stream a file from outside it.

@@ -22,17 +22,10 @@ namespace {
 
 using google::protobuf::util::TimeUtil;
 
-constexpr size_t kMaxKeyBytes = 256;
-constexpr size_t kMaxValueBytes = 64 << 10;
-constexpr size_t kMaxKeysPerSpace = 65536;
 constexpr size_t kMaxLogLines = 10000;
 
 google::protobuf::Timestamp ToProto(absl::Time t) {
   return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
-}
-
-std::string SpaceKey(const std::string& job_id, int attempt) {
-  return absl::StrCat(job_id, "/", attempt);
 }
 
 bool HoldsRanks(mt::v1::JobState s) {
@@ -92,41 +85,10 @@ void JobManager::Reindex(const JobEntry& entry, mt::v1::JobState from, mt::v1::J
     if (c != state_counts_.end() && --c->second <= 0) state_counts_.erase(c);
   }
   ++state_counts_[to];
-  if (from == mt::v1::JOB_STATE_PENDING) {
-    auto group = pending_.find(priority);
-    if (group != pending_.end()) {
-      std::deque<int64_t>& ids = group->second;
-      auto it = std::lower_bound(ids.begin(), ids.end(), id);
-      if (it != ids.end() && *it == id) ids.erase(it);
-      if (ids.empty()) pending_.erase(group);
-    }
-  }
-  if (to == mt::v1::JOB_STATE_PENDING) {
-    std::deque<int64_t>& ids = pending_[priority];
-    // Ids grow, so a new job goes to the back; a job queued again goes to its place.
-    if (ids.empty() || ids.back() < id) {
-      ids.push_back(id);
-    } else {
-      ids.insert(std::lower_bound(ids.begin(), ids.end(), id), id);
-    }
-  }
+  if (from == mt::v1::JOB_STATE_PENDING) scheduler_.Dequeue({priority, id});
+  if (to == mt::v1::JOB_STATE_PENDING) scheduler_.Enqueue({priority, id});
   if (HoldsRanks(from) && !HoldsRanks(to)) placed_.erase(id);
   if (!HoldsRanks(from) && HoldsRanks(to)) placed_.insert(id);
-}
-
-JobManager::JobEntry* JobManager::NextPending(const std::optional<std::pair<int, int64_t>>& after) {
-  auto group = pending_.begin();
-  if (after.has_value()) {
-    group = pending_.lower_bound(after->first);  // the first priority <= after's
-    if (group != pending_.end() && group->first == after->first) {
-      const std::deque<int64_t>& ids = group->second;
-      auto it = std::upper_bound(ids.begin(), ids.end(), after->second);
-      if (it != ids.end()) return jobs_.at(*it).get();
-      ++group;
-    }
-  }
-  if (group == pending_.end()) return nullptr;
-  return jobs_.at(group->second.front()).get();
 }
 
 absl::StatusOr<JobManager::JobEntry*> JobManager::Find(const std::string& job_id) {
@@ -167,13 +129,10 @@ absl::Status JobManager::Transition(JobEntry* entry, mt::v1::JobState to,
   entry->job = std::move(next);
   entry->last_event = event;
   ++entry->version;
-  entry->planned_version = 0;
   Reindex(*entry, from, to);
   if (options_.observer != nullptr) options_.observer->OnJobTransition(entry->job, from, to, now);
   MT_LOG(INFO) << entry->job.id() << " -> " << ShortName(to) << ": " << reason;
-  if (IsTerminal(to)) {
-    rendezvous_.erase(SpaceKey(entry->job.id(), entry->job.attempt()));
-  }
+  if (IsTerminal(to)) rendezvous_.Drop(entry->job.id(), entry->job.attempt());
   return absl::OkStatus();
 }
 
@@ -229,18 +188,7 @@ absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSp
 
 int64_t JobManager::QueuePosition(const JobEntry& entry) {
   if (entry.job.state() != mt::v1::JOB_STATE_PENDING) return -1;
-  // Jobs of higher priority, then jobs of the same priority with lower ids.
-  const int priority = entry.job.spec().priority();
-  int64_t ahead = 0;
-  for (const auto& [p, ids] : pending_) {
-    if (p < priority) break;
-    if (p > priority) {
-      ahead += static_cast<int64_t>(ids.size());
-      continue;
-    }
-    ahead += std::lower_bound(ids.begin(), ids.end(), entry.id) - ids.begin();
-  }
-  return ahead;
+  return scheduler_.QueuePosition({entry.job.spec().priority(), entry.id});
 }
 
 absl::StatusOr<mt::v1::Job> JobManager::Get(const std::string& job_id, bool include_events) {
@@ -406,118 +354,91 @@ void JobManager::Schedule() {
 
 void JobManager::ScheduleLocked() {
   if (shutdown_) return;
-  // Priority first, then FIFO by id. The capacity snapshot is taken when a job needs a plan
-  // and again whenever the registry moved on (e.g. after this pass placed a job).
-  std::optional<WorkerRegistry::Capacity> capacity;
-  std::optional<std::pair<int, int64_t>> after;
-  while (JobEntry* entry = NextPending(after)) {
-    after = std::make_pair(entry->job.spec().priority(), entry->id);
-    const uint64_t version = registry_->capacity_version();
-    if (entry->planned_version == version) {
-      // Planned at this very capacity: still unplaceable, and its reason says so already.
-      if (entry->planned_blocks) break;
-      continue;
-    }
-    if (!capacity.has_value() || capacity->version != version) {
-      capacity = registry_->SnapshotCapacity();
-    }
-    const std::vector<mt::v1::Worker>& idle = capacity->idle;
-    const int live = capacity->live;
-    absl::StatusOr<mt::v1::PlanJobResponse> plan = PlanOnWorkers(entry->job.spec(), idle);
-    if (!plan.ok()) {
-      // The spec was valid at submit; a plan error now means it can never run here.
-      (void)Transition(entry, mt::v1::JOB_STATE_FAILED,
-                       absl::StrCat("cannot be planned: ", plan.status().message()));
-      continue;
-    }
-    if (!plan->placeable()) {
-      const int needed = plan->layout().world_size();
-      std::string reason = absl::StrCat("waiting for ", needed, " free workers (", idle.size(),
-                                        " free): ", plan->reason());
-      if (entry->job.reason() != reason) {
-        entry->job.set_reason(reason);
-        (void)Persist(entry);
-      }
-      entry->planned_version = capacity->version;
-      entry->planned_blocks = needed <= live;
-      if (needed <= live) break;  // it fits the cluster: keep its place, block the rest
-      continue;                   // larger than the cluster: let smaller jobs by
-    }
-    // Place: every rank or none.
-    mt::v1::Job& job = entry->job;
-    *job.mutable_layout() = plan->layout();
-    job.clear_placement();
-    bool assigned = true;
-    std::vector<std::string> taken;
-    for (const auto& p : plan->placement()) {
-      if (!registry_->Assign(p.worker_id(), job.id(), p.coordinates().rank()).ok()) {
-        assigned = false;
-        break;
-      }
-      taken.push_back(p.worker_id());
-      *job.add_placement() = p;
-    }
-    if (!assigned) {
-      for (const auto& w : taken) registry_->Release(w, job.id());
-      job.clear_placement();
-      break;
-    }
-    entry->ranks.assign(job.placement_size(), RankState{});
-    for (int r = 0; r < job.placement_size(); ++r) {
-      entry->ranks[r].worker_id = job.placement(r).worker_id();
-    }
-    if (job.progress().total_steps() == 0) {
-      const auto& t = job.spec().training();
-      const int64_t global = t.global_batch_size() > 0 ? t.global_batch_size()
-                                                       : int64_t{t.micro_batch_size()} *
-                                                             plan->layout().data_parallel_size();
-      job.mutable_progress()->set_total_steps(t.train_iters() > 0 ? t.train_iters()
-                                                                  : t.train_samples() / global);
-    }
-    const std::string reason =
-        absl::StrCat("placed ", job.placement_size(), " ranks on ", absl::StrJoin(taken, ","));
-    if (!Transition(entry, mt::v1::JOB_STATE_SCHEDULED, reason).ok()) {
-      for (const auto& w : taken) registry_->Release(w, job.id());
-      continue;
-    }
-    const std::string spec_bytes = job.spec().SerializeAsString();
-    for (const auto& p : job.placement()) {
-      mt::v1::WorkerCommand cmd;
-      mt::v1::Assignment* a = cmd.mutable_assign();
-      a->set_job_id(job.id());
-      a->set_attempt(job.attempt());
-      *a->mutable_coordinates() = p.coordinates();
-      *a->mutable_layout() = job.layout();
-      a->set_spec(spec_bytes);
-      a->set_coordinator_address(coordinator_address_.empty() ? options_.coordinator_address
-                                                              : coordinator_address_);
-      a->set_gpu_index(p.gpu_index());
-      a->set_resume_from(job.resume_from());
-      Enqueue(p.worker_id(), std::move(cmd));
-    }
+  scheduler_.Pass(this);
+}
+
+const mt::v1::Job& JobManager::PendingJob(int64_t id) {
+  mu_.AssertHeld();
+  return jobs_.at(id)->job;
+}
+
+void JobManager::OnUnplannable(int64_t id, const absl::Status& error) {
+  mu_.AssertHeld();
+  // The spec was valid at submit; a plan error now means it can never run here.
+  (void)Transition(jobs_.at(id).get(), mt::v1::JOB_STATE_FAILED,
+                   absl::StrCat("cannot be planned: ", error.message()));
+}
+
+void JobManager::OnWaiting(int64_t id, const std::string& reason) {
+  mu_.AssertHeld();
+  JobEntry* entry = jobs_.at(id).get();
+  if (entry->job.reason() == reason) return;
+  entry->job.set_reason(reason);
+  (void)Persist(entry);
+}
+
+absl::Status JobManager::OnPlaced(int64_t id, const mt::v1::PlanJobResponse& plan) {
+  mu_.AssertHeld();
+  JobEntry* entry = jobs_.at(id).get();
+  mt::v1::Job& job = entry->job;
+  const mt::v1::Job before = job;
+  *job.mutable_layout() = plan.layout();
+  *job.mutable_placement() = plan.placement();
+  // What the layout decides is fixed now and stored with the job: ranks and the trainer read
+  // it instead of deriving it again.
+  absl::Status resolved =
+      spec::ResolveForLayout(job.mutable_spec(), job.layout().data_parallel_size());
+  if (!resolved.ok()) {
+    job = before;
+    OnUnplannable(id, resolved);
+    return resolved;
+  }
+  if (job.progress().total_steps() == 0) {
+    const mt::v1::TrainingSpec& t = job.spec().training();
+    job.mutable_progress()->set_total_steps(
+        t.train_iters() > 0 ? t.train_iters() : t.train_samples() / t.global_batch_size());
+  }
+  std::vector<std::string> workers;
+  for (const auto& p : job.placement()) workers.push_back(p.worker_id());
+  const std::string reason =
+      absl::StrCat("placed ", job.placement_size(), " ranks on ", absl::StrJoin(workers, ","));
+  if (absl::Status s = Transition(entry, mt::v1::JOB_STATE_SCHEDULED, reason); !s.ok()) {
+    job = before;
+    return s;
+  }
+  entry->ranks.assign(job.placement_size(), RankState{});
+  for (int r = 0; r < job.placement_size(); ++r) {
+    entry->ranks[r].worker_id = job.placement(r).worker_id();
+  }
+  SendAssignments(job);
+  return absl::OkStatus();
+}
+
+void JobManager::SendAssignments(const mt::v1::Job& job) {
+  const std::string spec_bytes = job.spec().SerializeAsString();
+  for (const auto& p : job.placement()) {
+    mt::v1::WorkerCommand cmd;
+    mt::v1::Assignment* a = cmd.mutable_assign();
+    a->set_job_id(job.id());
+    a->set_attempt(job.attempt());
+    *a->mutable_coordinates() = p.coordinates();
+    *a->mutable_layout() = job.layout();
+    a->set_spec(spec_bytes);
+    a->set_coordinator_address(coordinator_address_.empty() ? options_.coordinator_address
+                                                            : coordinator_address_);
+    a->set_gpu_index(p.gpu_index());
+    a->set_resume_from(job.resume_from());
+    Enqueue(p.worker_id(), std::move(cmd));
   }
 }
 
 void JobManager::Enqueue(const std::string& worker_id, mt::v1::WorkerCommand command) {
-  mailboxes_[worker_id].push_back(std::move(command));
+  mailboxes_.Push(worker_id, std::move(command));
 }
 
 std::vector<mt::v1::WorkerCommand> JobManager::TakeCommands(const std::string& worker_id,
                                                             absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
-  auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    auto it = mailboxes_.find(worker_id);
-    return shutdown_ || (it != mailboxes_.end() && !it->second.empty());
-  };
-  mu_.AwaitWithTimeout(absl::Condition(&ready), timeout);
-  std::vector<mt::v1::WorkerCommand> out;
-  auto it = mailboxes_.find(worker_id);
-  if (it != mailboxes_.end()) {
-    out.assign(std::make_move_iterator(it->second.begin()),
-               std::make_move_iterator(it->second.end()));
-    it->second.clear();
-  }
-  return out;
+  return mailboxes_.Take(worker_id, timeout);
 }
 
 void JobManager::ReleaseWorker(const std::string& worker_id, const std::string& job_id) {
@@ -652,7 +573,7 @@ void JobManager::OnWorkerLost(const std::string& worker_id) {
       break;
     }
   }
-  mailboxes_.erase(worker_id);
+  mailboxes_.Forget(worker_id);
   ScheduleLocked();
 }
 
@@ -703,83 +624,43 @@ void JobManager::OnWorkerRegistered(const mt::v1::Worker& worker,
   ScheduleLocked();
 }
 
-absl::Status JobManager::RendezvousSet(const std::string& job_id, int attempt,
-                                       const std::string& key, const std::string& value) {
-  if (key.empty() || key.size() > kMaxKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("key must be 1..", kMaxKeyBytes, " bytes"));
-  }
-  if (value.size() > kMaxValueBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("value must be at most ", kMaxValueBytes, " bytes"));
-  }
-  absl::MutexLock lock(&mu_);
+absl::Status JobManager::CheckAttemptLive(const std::string& job_id, int attempt) {
   MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
   if (IsTerminal(entry->job.state()) || entry->job.attempt() != attempt) {
     return absl::FailedPreconditionError(
         absl::StrCat(job_id, " attempt ", attempt, " is not running"));
   }
-  auto& space = rendezvous_[SpaceKey(job_id, attempt)];
-  if (space.size() >= kMaxKeysPerSpace && !space.contains(key)) {
-    return absl::ResourceExhaustedError("too many rendezvous keys for one job");
-  }
-  space[key] = value;
   return absl::OkStatus();
+}
+
+absl::Status JobManager::RendezvousSet(const std::string& job_id, int attempt,
+                                       const std::string& key, const std::string& value) {
+  MT_RETURN_IF_ERROR(RendezvousStore::CheckKey(key));
+  MT_RETURN_IF_ERROR(RendezvousStore::CheckValue(value));
+  // Under mu_, so that an attempt that just ended (and had its space dropped) cannot write.
+  absl::MutexLock lock(&mu_);
+  MT_RETURN_IF_ERROR(CheckAttemptLive(job_id, attempt));
+  return rendezvous_.Set(job_id, attempt, key, value);
 }
 
 absl::StatusOr<std::vector<std::string>> JobManager::RendezvousGet(
     const std::string& job_id, int attempt, const std::vector<std::string>& keys,
     absl::Duration timeout) {
-  if (keys.empty() || keys.size() > 4096) {
-    return absl::InvalidArgumentError("keys: give 1..4096 keys");
+  MT_RETURN_IF_ERROR(RendezvousStore::CheckKeys(keys));
+  {
+    absl::MutexLock lock(&mu_);
+    MT_RETURN_IF_ERROR(Find(job_id).status());
   }
-  absl::MutexLock lock(&mu_);
-  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
-  (void)entry;
-  const std::string space_key = SpaceKey(job_id, attempt);
-  auto all_there = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (shutdown_) return true;
-    auto it = rendezvous_.find(space_key);
-    if (it == rendezvous_.end()) return false;
-    for (const auto& k : keys) {
-      if (!it->second.contains(k)) return false;
-    }
-    return true;
-  };
-  if (!mu_.AwaitWithTimeout(absl::Condition(&all_there), timeout) || shutdown_) {
-    std::vector<std::string> missing;
-    auto it = rendezvous_.find(space_key);
-    for (const auto& k : keys) {
-      if (it == rendezvous_.end() || !it->second.contains(k)) missing.push_back(k);
-    }
-    return absl::DeadlineExceededError(absl::StrCat("rendezvous keys missing after ",
-                                                    absl::FormatDuration(timeout), ": ",
-                                                    absl::StrJoin(missing, ", ")));
-  }
-  std::vector<std::string> values;
-  const auto& space = rendezvous_[space_key];
-  for (const auto& k : keys) values.push_back(space.at(k));
-  return values;
+  // Waits on the store's own mutex: the job manager goes on meanwhile.
+  return rendezvous_.Get(job_id, attempt, keys, timeout);
 }
 
 absl::StatusOr<int64_t> JobManager::RendezvousAdd(const std::string& job_id, int attempt,
                                                   const std::string& key, int64_t delta) {
-  if (key.empty() || key.size() > kMaxKeyBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("key must be 1..", kMaxKeyBytes, " bytes"));
-  }
+  MT_RETURN_IF_ERROR(RendezvousStore::CheckKey(key));
   absl::MutexLock lock(&mu_);
-  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
-  if (IsTerminal(entry->job.state()) || entry->job.attempt() != attempt) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(job_id, " attempt ", attempt, " is not running"));
-  }
-  std::string& v = rendezvous_[SpaceKey(job_id, attempt)][key];
-  int64_t current = 0;
-  if (!v.empty() && !absl::SimpleAtoi(v, &current)) {
-    return absl::FailedPreconditionError(absl::StrCat("key ", key, " does not hold an integer"));
-  }
-  current += delta;
-  v = std::to_string(current);
-  return current;
+  MT_RETURN_IF_ERROR(CheckAttemptLive(job_id, attempt));
+  return rendezvous_.Add(job_id, attempt, key, delta);
 }
 
 // --- Automatic restart (restart_policy.h) --------------------------------------------------
@@ -856,7 +737,7 @@ void JobManager::AdvanceRestarts() {
       entry->job = before;
       continue;
     }
-    rendezvous_.erase(SpaceKey(entry->job.id(), r.attempt));
+    rendezvous_.Drop(entry->job.id(), r.attempt);
     entry->ranks.clear();
     entry->restart_cause.clear();
     ScheduleLocked();
@@ -869,8 +750,12 @@ void JobManager::SetCoordinatorAddress(const std::string& address) {
 }
 
 void JobManager::Shutdown() {
-  absl::MutexLock lock(&mu_);
-  shutdown_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    shutdown_ = true;
+  }
+  mailboxes_.Shutdown();
+  rendezvous_.Shutdown();
 }
 
 std::vector<JobManager::CheckpointDirs> JobManager::ActiveCheckpointDirs() {

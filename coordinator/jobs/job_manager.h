@@ -1,30 +1,35 @@
-// The coordinator's job control: the queue, gang scheduling, dispatch to workers, progress,
-// completion, cancellation, the rendezvous key-value space, and watchers.
+// The coordinator's job control: the owner of every job's state and of its transitions
+// (coordinator/jobs/job_state.h): submit, progress, completion, cancellation, restarts and
+// watchers. It decides what happens to a job and delegates the rest to parts of their own:
+//
+//   coordinator/scheduler/   the placement pass over the PENDING index (priority, then FIFO;
+//                            gang placement; the blocking rule; the O(log n) capacity-version
+//                            skip; queue positions). JobManager is its PlacementTarget: it
+//                            records each decision as a transition.
+//   coordinator/rendezvous/  the per-(job, attempt) key-value store of the ranks; JobManager
+//                            checks that the attempt is live and drops its space when it ends.
+//   coordinator/workers/mailboxes.h
+//                            the assign/stop commands on their way to each worker's
+//                            StreamAssignments call.
+//   coordinator/jobs/restart_policy.h
+//                            whether a failure restarts the job and from which checkpoint.
 //
 // Jobs live in memory and in the Store; every state change is written (with its event)
-// before it is visible. The state machine is coordinator/jobs/job_state.h.
+// before it is visible.
 //
-// Scheduling: PENDING jobs in order of priority (high first), then id (FIFO). A job is placed
-// whole (every rank) or not at all, on IDLE workers, by coordinator/plan.h. A job that could
-// fit on the cluster's live workers but not on the free ones blocks the jobs behind it (no
-// backfilling, so large jobs are not starved); a job larger than the whole cluster waits
-// without blocking others.
+// Spec: Submit stores the defaulted, validated spec; the first placement resolves what
+// depends on the layout (spec::ResolveForLayout: the global batch when left to DP) and stores
+// that, so the assignment and the trainer read it instead of deriving it again.
 //
-// Cost: a pass walks the PENDING jobs in order from an index (no scan of every job), and a job
-// already planned at the registry's current capacity version is not planned again (its
-// placement cannot have changed), so a pass over a blocked queue costs O(log n) whatever its
-// length. Queue positions come from the same index.
-//
-// Dispatch: each worker has a mailbox of commands (assign, stop) that its StreamAssignments
-// call drains; commands queued while no stream is open wait for the next one.
-//
-// Thread-safe: one mutex guards everything; Store writes happen under it, so the order of
-// events in the database is the order in which they happened.
+// Thread-safe. One mutex (mu_) guards the jobs, and the scheduler runs under it: every Store
+// write happens under it, so the order of events in the database is the order in which they
+// happened. The rendezvous store and the mailboxes have mutexes of their own, taken only while
+// mu_ is held or with nothing held (lock order: mu_ before theirs); waiting for rendezvous keys
+// or for commands holds neither mu_ nor blocks the job manager.
 #ifndef MT_COORDINATOR_JOBS_JOB_MANAGER_H_
 #define MT_COORDINATOR_JOBS_JOB_MANAGER_H_
 
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -41,7 +46,10 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "coordinator/jobs/job_observer.h"
+#include "coordinator/rendezvous/rendezvous_store.h"
+#include "coordinator/scheduler/scheduler.h"
 #include "coordinator/store/store.h"
+#include "coordinator/workers/mailboxes.h"
 #include "coordinator/workers/registry.h"
 #include "mt/v1/client_service.pb.h"
 #include "mt/v1/worker_service.pb.h"
@@ -59,7 +67,7 @@ struct JobManagerOptions {
   JobObserver* observer = nullptr;
 };
 
-class JobManager {
+class JobManager : private PlacementTarget {
  public:
   // Loads every job from `store`. `store`, `registry` and `clock` outlive the manager.
   static absl::StatusOr<std::unique_ptr<JobManager>> Create(Store* store, WorkerRegistry* registry,
@@ -152,38 +160,45 @@ class JobManager {
     uint64_t version = 1;
     std::optional<mt::v1::JobEvent> last_event;
     std::vector<RankState> ranks;  // for the current attempt
-    // The registry capacity version at which a pass last found this PENDING job unplaceable
-    // (0 = not since it last changed state), and whether it then blocked the jobs behind it.
-    uint64_t planned_version = 0;
-    bool planned_blocks = false;
     // While RESTARTING: the failure that started the restart, and since when.
     std::string restart_cause;
     absl::Time restart_since = absl::InfinitePast();
   };
 
   JobManager(Store* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options)
-      : store_(store), registry_(registry), clock_(clock), options_(std::move(options)) {}
+      : store_(store),
+        registry_(registry),
+        clock_(clock),
+        options_(std::move(options)),
+        scheduler_(registry) {}
 
   absl::StatusOr<JobEntry*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a job to `to` with `reason`, persisting job and event together.
   absl::Status Transition(JobEntry* entry, mt::v1::JobState to, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Persist(JobEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Keeps pending_, placed_ and state_counts_ in step with a job whose state moves from `from`
-  // to `to` (from = UNSPECIFIED for a job new to memory).
+  // Keeps the scheduler's queue, placed_ and state_counts_ in step with a job whose state moves
+  // from `from` to `to` (from = UNSPECIFIED for a job new to memory).
   void Reindex(const JobEntry& entry, mt::v1::JobState from, mt::v1::JobState to)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The PENDING job after (priority, id) in scheduling order, the first when `after` is empty;
-  // nullptr at the end.
-  JobEntry* NextPending(const std::optional<std::pair<int, int64_t>>& after)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ScheduleLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // PlacementTarget: the scheduler's decisions, recorded. Called from ScheduleLocked only, so
+  // with mu_ held (each asserts it).
+  const mt::v1::Job& PendingJob(int64_t id) override;
+  void OnUnplannable(int64_t id, const absl::Status& error) override;
+  void OnWaiting(int64_t id, const std::string& reason) override;
+  absl::Status OnPlaced(int64_t id, const mt::v1::PlanJobResponse& plan) override;
+  // The assign commands for every rank of a job just placed.
+  void SendAssignments(const mt::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Sends a stop to every rank of the job's current attempt still running and frees workers
   // whose ranks already ended.
   void StopRanks(JobEntry* entry, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of a SCHEDULED or RUNNING job failed (`cause`): RESTARTING with the other ranks
   // stopped, or FAILED (restart_policy.h DecideOnFailure). No-op in any other state.
   absl::Status FailOrRestart(JobEntry* entry, const std::string& cause)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // OK when `attempt` is the job's current one and the job has not ended.
+  absl::Status CheckAttemptLive(const std::string& job_id, int attempt)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(const std::string& worker_id, mt::v1::WorkerCommand command)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -203,18 +218,16 @@ class JobManager {
   std::string coordinator_address_ ABSL_GUARDED_BY(mu_);
   // Ordered by numeric id.
   std::map<int64_t, std::unique_ptr<JobEntry>> jobs_ ABSL_GUARDED_BY(mu_);
-  // PENDING job ids by priority (highest first), each in id order: the scheduling order.
-  // Groups are never empty.
-  std::map<int, std::deque<int64_t>, std::greater<int>> pending_ ABSL_GUARDED_BY(mu_);
+  // The PENDING jobs' order and the placement pass.
+  Scheduler scheduler_ ABSL_GUARDED_BY(mu_);
   // Jobs that hold or are stopping ranks (SCHEDULED, RUNNING, RESTARTING), by id.
   std::set<int64_t> placed_ ABSL_GUARDED_BY(mu_);
   // Jobs in each state (states with none are absent).
   std::map<mt::v1::JobState, int> state_counts_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, std::deque<mt::v1::WorkerCommand>> mailboxes_
-      ABSL_GUARDED_BY(mu_);
-  // Rendezvous space per "job_id/attempt".
-  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::string>> rendezvous_
-      ABSL_GUARDED_BY(mu_);
+  // Thread-safe on their own; pushed to and dropped from under mu_ so that they follow the
+  // jobs' order of events.
+  WorkerMailboxes mailboxes_;
+  RendezvousStore rendezvous_;
 };
 
 }  // namespace mt::coordinator

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/base/json.h"
 #include "common/base/version.h"
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/workers/registry.h"
@@ -121,22 +122,6 @@ class RpcTimerFactory : public grpc::experimental::ServerInterceptorFactoryInter
  private:
   CoordinatorMetrics* metrics_;
 };
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out.push_back('\\');
-      out.push_back(c);
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      absl::StrAppend(&out, "\\u", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad4));
-    } else {
-      out.push_back(c);
-    }
-  }
-  out.push_back('"');
-  return out;
-}
 
 }  // namespace
 
@@ -293,11 +278,11 @@ std::string ServiceDiscoveryJson(const std::vector<mt::v1::Worker>& workers) {
         {"__meta_mt_state", Lower(mt::v1::WorkerState_Name(w.state()), "WORKER_STATE_")},
         {"__meta_mt_job", w.job_id()},
         {"__meta_mt_rank", busy ? absl::StrCat(w.rank()) : ""}};
-    absl::StrAppend(&out, first ? "" : ",", "{\"targets\":[", JsonString(w.metrics_address()),
+    absl::StrAppend(&out, first ? "" : ",", "{\"targets\":[", JsonQuote(w.metrics_address()),
                     "],\"labels\":{");
     for (size_t i = 0; i < labels.size(); ++i) {
-      absl::StrAppend(&out, i ? "," : "", JsonString(labels[i].first), ":",
-                      JsonString(labels[i].second));
+      absl::StrAppend(&out, i ? "," : "", JsonQuote(labels[i].first), ":",
+                      JsonQuote(labels[i].second));
     }
     absl::StrAppend(&out, "}}");
     first = false;

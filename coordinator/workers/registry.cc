@@ -250,16 +250,35 @@ uint64_t WorkerRegistry::capacity_version() const {
   return version_;
 }
 
+namespace {
+
+// The counter of `c` that workers in state `s` add to; nullptr for none.
+int* CounterFor(WorkerCounts* c, mt::v1::WorkerState s) {
+  switch (s) {
+    case mt::v1::WORKER_STATE_IDLE:
+      return &c->idle;
+    case mt::v1::WORKER_STATE_BUSY:
+      return &c->busy;
+    case mt::v1::WORKER_STATE_DRAINING:
+      return &c->draining;
+    case mt::v1::WORKER_STATE_LOST:
+      return &c->lost;
+    case mt::v1::WORKER_STATE_GONE:
+      return &c->gone;
+    default:
+      return nullptr;
+  }
+}
+
+}  // namespace
+
 WorkerCounts WorkerRegistry::Counts() const {
-  std::map<std::string, WorkerCounts> by_node = CountsByNode();
+  static constexpr int WorkerCounts::*kFields[] = {&WorkerCounts::total, &WorkerCounts::idle,
+                                                   &WorkerCounts::busy,  &WorkerCounts::draining,
+                                                   &WorkerCounts::lost,  &WorkerCounts::gone};
   WorkerCounts c;
-  for (const auto& [node, n] : by_node) {
-    c.total += n.total;
-    c.idle += n.idle;
-    c.busy += n.busy;
-    c.draining += n.draining;
-    c.lost += n.lost;
-    c.gone += n.gone;
+  for (const auto& [node, n] : CountsByNode()) {
+    for (int WorkerCounts::*field : kFields) c.*field += n.*field;
   }
   return c;
 }
@@ -270,25 +289,7 @@ std::map<std::string, WorkerCounts> WorkerRegistry::CountsByNode() const {
   for (const auto& [id, w] : workers_) {
     WorkerCounts& c = by_node[w.resources().node()];
     ++c.total;
-    switch (w.state()) {
-      case mt::v1::WORKER_STATE_IDLE:
-        ++c.idle;
-        break;
-      case mt::v1::WORKER_STATE_BUSY:
-        ++c.busy;
-        break;
-      case mt::v1::WORKER_STATE_DRAINING:
-        ++c.draining;
-        break;
-      case mt::v1::WORKER_STATE_LOST:
-        ++c.lost;
-        break;
-      case mt::v1::WORKER_STATE_GONE:
-        ++c.gone;
-        break;
-      default:
-        break;
-    }
+    if (int* counter = CounterFor(&c, w.state()); counter != nullptr) ++*counter;
   }
   return by_node;
 }

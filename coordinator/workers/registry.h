@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "coordinator/scheduler/worker_pool.h"
 #include "mt/v1/worker_service.pb.h"
 
 namespace mt::coordinator {
@@ -35,7 +36,7 @@ struct WorkerCounts {
   int gone = 0;
 };
 
-class WorkerRegistry {
+class WorkerRegistry : public WorkerPool {
  public:
   // Limits checked at the boundary.
   static constexpr int kMaxWorkers = 100'000;
@@ -52,10 +53,10 @@ class WorkerRegistry {
   absl::StatusOr<mt::v1::Worker> Drain(const std::string& worker_id);
   absl::StatusOr<mt::v1::Worker> Get(const std::string& worker_id) const;
   // IDLE -> BUSY running `rank` of `job_id`. FAILED_PRECONDITION unless IDLE.
-  absl::Status Assign(const std::string& worker_id, const std::string& job_id, int rank);
+  absl::Status Assign(const std::string& worker_id, const std::string& job_id, int rank) override;
   // BUSY with `job_id` -> IDLE (a DRAINING worker stays DRAINING, its job cleared). A worker
   // that moved on to another job is left alone.
-  void Release(const std::string& worker_id, const std::string& job_id);
+  void Release(const std::string& worker_id, const std::string& job_id) override;
   // Workers in id order; `states` empty = every state.
   std::vector<mt::v1::Worker> List(const std::vector<mt::v1::WorkerState>& states,
                                    const std::string& node) const;
@@ -65,18 +66,13 @@ class WorkerRegistry {
   // The same counts per node (for the metrics' node label).
   std::map<std::string, WorkerCounts> CountsByNode() const;
 
-  // What the scheduler places jobs on, read under one lock: the IDLE workers in id order, the
-  // number of live (IDLE or BUSY) workers, and the capacity version they belong to.
-  struct Capacity {
-    std::vector<mt::v1::Worker> idle;
-    int live = 0;
-    uint64_t version = 0;
-  };
-  Capacity SnapshotCapacity() const;
+  // What the scheduler places jobs on (WorkerPool), read under one lock.
+  using Capacity = WorkerCapacity;
+  Capacity SnapshotCapacity() const override;
   // Changes whenever a worker's state, job or resources change (register, assign, release,
   // drain, lost, deregister); heartbeats leave it alone. Equal versions mean equal capacity,
   // so a placement computed at one version holds until the version moves. Starts at 1.
-  uint64_t capacity_version() const;
+  uint64_t capacity_version() const override;
   absl::Duration lost_after() const { return lost_after_; }
 
  private:

@@ -1,8 +1,9 @@
-// gRPC handlers of the coordinator. Each handler checks the bearer token, converts the
-// request, calls the owning component and maps its absl::Status (common/rpc). Thread-safe:
-// they hold no state of their own beyond pointers to thread-safe components.
-#ifndef MT_COORDINATOR_SERVICES_H_
-#define MT_COORDINATOR_SERVICES_H_
+// The client-facing gRPC service (mtctl): jobs, workers, plans, cluster info and the
+// checkpoint catalog. Each handler checks the bearer token, calls the owning component and maps
+// its absl::Status (common/rpc). Thread-safe: it holds no state of its own beyond pointers to
+// thread-safe components, set before serving.
+#ifndef MT_COORDINATOR_CLIENT_SERVICE_H_
+#define MT_COORDINATOR_CLIENT_SERVICE_H_
 
 #include "absl/time/time.h"
 #include "common/base/clock.h"
@@ -11,7 +12,6 @@
 #include "coordinator/jobs/job_manager.h"
 #include "coordinator/workers/registry.h"
 #include "mt/v1/client_service.grpc.pb.h"
-#include "mt/v1/worker_service.grpc.pb.h"
 
 namespace mt::coordinator {
 
@@ -84,51 +84,6 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
   CoordinatorMetrics* metrics_ = nullptr;
 };
 
-class WorkerServiceImpl final : public mt::v1::WorkerService::Service {
- public:
-  WorkerServiceImpl(const rpc::Authenticator* auth, WorkerRegistry* registry, JobManager* jobs,
-                    absl::Duration heartbeat_interval)
-      : auth_(auth), registry_(registry), jobs_(jobs), heartbeat_interval_(heartbeat_interval) {}
-
-  grpc::Status StreamAssignments(grpc::ServerContext* context,
-                                 const mt::v1::StreamAssignmentsRequest* request,
-                                 grpc::ServerWriter<mt::v1::WorkerCommand>* writer) override;
-  grpc::Status ReportProgress(grpc::ServerContext* context,
-                              grpc::ServerReader<mt::v1::RankReport>* reader,
-                              mt::v1::ReportProgressResponse* response) override;
-  grpc::Status ReportRankExit(grpc::ServerContext* context, const mt::v1::RankExitReport* request,
-                              mt::v1::RankExitResponse* response) override;
-  grpc::Status RendezvousSet(grpc::ServerContext* context,
-                             const mt::v1::RendezvousSetRequest* request,
-                             mt::v1::RendezvousSetResponse* response) override;
-  grpc::Status RendezvousGet(grpc::ServerContext* context,
-                             const mt::v1::RendezvousGetRequest* request,
-                             mt::v1::RendezvousGetResponse* response) override;
-  grpc::Status RendezvousAdd(grpc::ServerContext* context,
-                             const mt::v1::RendezvousAddRequest* request,
-                             mt::v1::RendezvousAddResponse* response) override;
-
-  grpc::Status Register(grpc::ServerContext* context, const mt::v1::RegisterRequest* request,
-                        mt::v1::RegisterResponse* response) override;
-  grpc::Status Heartbeat(grpc::ServerContext* context, const mt::v1::HeartbeatRequest* request,
-                         mt::v1::HeartbeatResponse* response) override;
-  grpc::Status Deregister(grpc::ServerContext* context, const mt::v1::DeregisterRequest* request,
-                          mt::v1::DeregisterResponse* response) override;
-
-  // Registers the saves ranks report (set once before serving; none = not registered).
-  void set_catalog(CheckpointCatalog* catalog) { catalog_ = catalog; }
-
- private:
-  // Hands a report's checkpoint to the catalog; problems are logged, never fail the stream.
-  void RegisterCheckpoint(const mt::v1::RankReport& report);
-
-  CheckpointCatalog* catalog_ = nullptr;
-  const rpc::Authenticator* auth_;
-  WorkerRegistry* registry_;
-  JobManager* jobs_;
-  absl::Duration heartbeat_interval_;
-};
-
 }  // namespace mt::coordinator
 
-#endif  // MT_COORDINATOR_SERVICES_H_
+#endif  // MT_COORDINATOR_CLIENT_SERVICE_H_

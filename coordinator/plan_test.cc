@@ -1,0 +1,200 @@
+// coordinator/plan.h, table-driven: the world a spec asks for, the automatic DP size, layouts,
+// placement on free workers (device kind, nodes, TP groups inside a node) and the memory
+// estimate against the formula written out by hand.
+#include "coordinator/plan.h"
+
+#include <string>
+#include <vector>
+
+#include "common/base/status_matchers.h"
+#include "common/spec/defaults.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mt::coordinator {
+namespace {
+
+using ::mt::testing::StatusIs;
+using ::testing::HasSubstr;
+
+struct Dims {
+  int tp = 1, pp = 1, dp = 0, world = 0;
+  int micro = 1, global = 0;
+};
+// Dims{} with the named fields set: TP, PP, DP, then world, micro and global batch.
+Dims D(int tp, int pp, int dp, int world = 0, int micro = 1, int global = 0) {
+  return Dims{tp, pp, dp, world, micro, global};
+}
+
+// A small valid spec: 2 layers, hidden 32, 2 heads, seq 16.
+mt::v1::JobSpec Spec(const Dims& d) {
+  mt::v1::JobSpec s;
+  s.set_name("plan");
+  s.mutable_model()->set_num_layers(2);
+  s.mutable_model()->set_hidden_size(32);
+  s.mutable_model()->set_num_attention_heads(2);
+  s.mutable_model()->set_seq_length(16);
+  s.mutable_parallel()->set_tensor_model_parallel_size(d.tp);
+  s.mutable_parallel()->set_pipeline_model_parallel_size(d.pp);
+  s.mutable_parallel()->set_data_parallel_size(d.dp);
+  s.mutable_parallel()->set_world_size(d.world);
+  s.mutable_training()->set_micro_batch_size(d.micro);
+  s.mutable_training()->set_global_batch_size(d.global);
+  s.mutable_training()->set_train_iters(10);
+  s.mutable_training()->set_lr(1e-3);
+  s.mutable_data()->add_data_path()->set_prefix("/data/x");
+  s.mutable_data()->mutable_tokenizer()->set_vocab_file("/v.json");
+  s.mutable_data()->mutable_tokenizer()->set_merge_file("/m.txt");
+  spec::ApplyDefaults(&s);
+  return s;
+}
+
+std::vector<mt::v1::Worker> Workers(const std::vector<std::string>& nodes, bool gpu) {
+  std::vector<mt::v1::Worker> out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    mt::v1::Worker w;
+    w.set_id("w-" + std::to_string(i + 1));
+    w.mutable_resources()->set_node(nodes[i]);
+    w.mutable_resources()->set_gpu_index(gpu ? static_cast<int>(i) : -1);
+    out.push_back(w);
+  }
+  return out;
+}
+
+TEST(PlanTest, RequestedWorld) {
+  const struct {
+    Dims dims;
+    int want;
+  } cases[] = {
+      {D(1, 1, 0, /*world=*/6), 6}, {D(2, 2, 3), 12}, {D(2, 1, 0), 0},  // dp: auto
+  };
+  for (const auto& c : cases) EXPECT_EQ(RequestedWorld(Spec(c.dims)), c.want);
+}
+
+TEST(PlanTest, AutoWorldKeepsTheGlobalBatchDivisible) {
+  const struct {
+    Dims dims;
+    int free_slots;
+    int want;
+  } cases[] = {
+      {D(1, 1, 0, 0, /*micro=*/1, /*global=*/0), 7, 7},   // no global batch: every slot
+      {D(1, 1, 0, 0, /*micro=*/2, /*global=*/12), 7, 6},  // 12 % (2*6) == 0
+      {D(1, 1, 0, 0, /*micro=*/2, /*global=*/8), 7, 4},   // 2*5, 2*6, 2*7 do not divide 8
+      {D(2, 1, 0, 0, /*micro=*/1, /*global=*/4), 7, 4},   // TP 2: DP 3 does not divide, DP 2
+      {D(4, 1, 0), 3, 0},                                 // not one replica
+  };
+  for (const auto& c : cases) {
+    EXPECT_EQ(AutoWorld(Spec(c.dims), c.free_slots), c.want)
+        << "tp " << c.dims.tp << " micro " << c.dims.micro << " global " << c.dims.global;
+  }
+}
+
+TEST(PlanTest, ComputeLayoutNamesTheMismatch) {
+  auto layout = ComputeLayout(Spec(D(2, 2, 2)), 8);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  EXPECT_EQ(layout->world_size(), 8);
+  EXPECT_EQ(layout->tensor_model_parallel_size(), 2);
+  EXPECT_EQ(layout->pipeline_model_parallel_size(), 2);
+  EXPECT_EQ(layout->data_parallel_size(), 2);
+  EXPECT_FALSE(ComputeLayout(Spec(D(2, 1, 0, /*world=*/5)), 5).ok());
+}
+
+TEST(PlanTest, PlacesTensorGroupsInsideANode) {
+  auto plan = PlanOnWorkers(Spec(D(2, 1, 2)), Workers({"b", "a", "b", "a"}, /*gpu=*/false));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->placeable()) << plan->reason();
+  ASSERT_EQ(plan->placement_size(), 4);
+  for (int r = 0; r < 4; r += 2) {
+    EXPECT_EQ(plan->placement(r).node(), plan->placement(r + 1).node()) << "rank " << r;
+    EXPECT_EQ(plan->placement(r).coordinates().tp(), 0);
+    EXPECT_EQ(plan->placement(r + 1).coordinates().tp(), 1);
+  }
+  EXPECT_GT(plan->estimated_state_bytes_per_rank(), 0);
+}
+
+TEST(PlanTest, NotPlaceableSaysWhy) {
+  auto plan = PlanOnWorkers(Spec(D(1, 1, 4)), Workers({"a", "a"}, false));
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->placeable());
+  EXPECT_FALSE(plan->reason().empty());
+  EXPECT_EQ(plan->layout().world_size(), 4);
+}
+
+TEST(PlanTest, AutoDpWithNoWorkersShowsDp1) {
+  auto plan = PlanOnWorkers(Spec(D(2, 1, 0)), {});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  EXPECT_FALSE(plan->placeable());
+  EXPECT_EQ(plan->layout().world_size(), 2);
+  ASSERT_EQ(plan->warnings_size(), 1);
+  EXPECT_THAT(plan->warnings(0), HasSubstr("showing the layout for DP=1"));
+}
+
+TEST(PlanTest, DeviceKindAndNodesPickTheWorkers) {
+  std::vector<mt::v1::Worker> workers = Workers({"a", "a"}, /*gpu=*/true);
+  for (const auto& w : Workers({"c", "c", "c"}, false)) {
+    workers.push_back(w);
+    workers.back().set_id("w-c" + w.id());
+  }
+  const struct {
+    mt::v1::DeviceKind device;
+    int dp;
+    std::string node;
+    bool placeable;
+    bool on_gpu;
+  } cases[] = {
+      {mt::v1::DEVICE_KIND_AUTO, 2, "", true, true},   // GPUs when they hold the job
+      {mt::v1::DEVICE_KIND_AUTO, 3, "", true, false},  // else CPU workers
+      {mt::v1::DEVICE_KIND_GPU, 3, "", false, true},   // GPUs or nothing
+      {mt::v1::DEVICE_KIND_CPU, 1, "", true, false},
+      {mt::v1::DEVICE_KIND_CPU, 1, "a", false, false},  // node a has no CPU workers
+  };
+  for (const auto& c : cases) {
+    mt::v1::JobSpec spec = Spec(D(1, 1, c.dp));
+    spec.mutable_resources()->set_device(c.device);
+    if (!c.node.empty()) spec.mutable_resources()->add_nodes(c.node);
+    auto plan = PlanOnWorkers(spec, workers);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    EXPECT_EQ(plan->placeable(), c.placeable) << c.device << " dp " << c.dp;
+    if (plan->placeable()) {
+      EXPECT_EQ(plan->placement(0).gpu_index() >= 0, c.on_gpu) << c.device << " dp " << c.dp;
+    }
+  }
+}
+
+TEST(PlanTest, InvalidSpecIsAnError) {
+  mt::v1::JobSpec spec = Spec(D(1, 1, 1));
+  spec.mutable_model()->set_num_attention_heads(3);  // 32 is not divisible by 3
+  EXPECT_THAT(PlanOnWorkers(spec, Workers({"a"}, false)).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(PlanTest, MemoryEstimateFollowsMegatronsAccounting) {
+  // h 32, 2 layers, ffn 4h = 128, vocab 1000 padded to 1024 (128 * TP 1), 16 positions.
+  // Per layer: 4h^2 + 4h + 2h*ffn + ffn + h + 4h = 12704. Total: 2 * 12704 + (1024 + 16) * 32
+  // + 2h = 58752 parameters.
+  constexpr int64_t kParams = 58752;
+  mt::v1::JobSpec spec = Spec(D(1, 1, 2));
+  spec.mutable_model()->set_vocab_size(1000);
+  spec.mutable_model()->set_make_vocab_size_divisible_by(128);
+  spec.mutable_model()->set_max_position_embeddings(16);
+  mt::v1::Layout layout = *ComputeLayout(spec, 2);
+  const struct {
+    mt::v1::Precision precision;
+    bool distributed;
+    int64_t want;
+  } cases[] = {
+      {mt::v1::PRECISION_FP32, false, kParams * (8 + 8)},
+      {mt::v1::PRECISION_BF16, false, kParams * (4 + 12)},
+      {mt::v1::PRECISION_FP16, true, kParams * 4 + kParams * 12 / 2},  // optimizer over DP 2
+      {mt::v1::PRECISION_FP32, true, kParams * 8 + kParams * 8 / 2},
+  };
+  for (const auto& c : cases) {
+    spec.mutable_training()->set_precision(c.precision);
+    spec.mutable_parallel()->set_use_distributed_optimizer(c.distributed);
+    EXPECT_EQ(EstimateStateBytesPerRank(spec, layout), c.want)
+        << c.precision << " distributed " << c.distributed;
+  }
+}
+
+}  // namespace
+}  // namespace mt::coordinator

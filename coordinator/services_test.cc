@@ -1,0 +1,216 @@
+// The coordinator's gRPC services through a real Server on 127.0.0.1:0 (in-process, a real
+// Store under a temp dir): auth, worker registration, submit -> placement -> the assignment
+// stream carrying the resolved spec, rendezvous, cluster info and listing.
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "common/base/clock.h"
+#include "common/rpc/auth.h"
+#include "coordinator/server.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "mt/v1/client_service.grpc.pb.h"
+#include "mt/v1/worker_service.grpc.pb.h"
+#include "tests/testutil/subprocess.h"
+
+namespace mt::coordinator {
+namespace {
+
+constexpr char kToken[] = "s3cret-token-for-the-services-test-0123456789";
+
+class ServicesTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string dir = testutil::MakeTempDir("coord_services");
+    std::ofstream(dir + "/tokens") << kToken << "\n";
+    CoordinatorConfig config;
+    config.listen_address = "127.0.0.1:0";
+    config.state_dir = dir + "/state";
+    config.auth_token_file = dir + "/tokens";
+    config.metrics_port = -1;
+    auto server = Server::Create(config, &clock_);
+    ASSERT_TRUE(server.ok()) << server.status().message();
+    server_ = std::move(*server);
+    auto channel = rpc::MakeChannel(server_->address(), kToken);
+    client_ = mt::v1::ClientService::NewStub(channel);
+    worker_ = mt::v1::WorkerService::NewStub(channel);
+  }
+  void TearDown() override {
+    if (server_ != nullptr) server_->Shutdown();
+  }
+
+  std::string Register(const std::string& node) {
+    grpc::ClientContext ctx;
+    mt::v1::RegisterRequest req;
+    req.mutable_resources()->set_node(node);
+    req.mutable_resources()->set_gpu_index(-1);
+    req.mutable_resources()->set_device_name("cpu");
+    req.mutable_resources()->set_memory_bytes(1 << 30);
+    req.mutable_resources()->set_cpu_cores(1);
+    mt::v1::RegisterResponse resp;
+    grpc::Status s = worker_->Register(&ctx, req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.worker_id();
+  }
+
+  // DP left to the scheduler, global batch left to DP.
+  static mt::v1::JobSpec AutoDpSpec() {
+    mt::v1::JobSpec s;
+    s.set_name("svc");
+    s.mutable_model()->set_num_layers(2);
+    s.mutable_model()->set_hidden_size(32);
+    s.mutable_model()->set_num_attention_heads(2);
+    s.mutable_model()->set_seq_length(16);
+    s.mutable_training()->set_micro_batch_size(2);
+    s.mutable_training()->set_train_iters(7);
+    s.mutable_training()->set_lr(1e-3);
+    s.mutable_data()->add_data_path()->set_prefix("/data/x");
+    s.mutable_data()->mutable_tokenizer()->set_vocab_file("/v.json");
+    s.mutable_data()->mutable_tokenizer()->set_merge_file("/m.txt");
+    return s;
+  }
+
+  RealClock clock_;
+  std::unique_ptr<Server> server_;
+  std::unique_ptr<mt::v1::ClientService::Stub> client_;
+  std::unique_ptr<mt::v1::WorkerService::Stub> worker_;
+};
+
+TEST_F(ServicesTest, CallsWithoutTheTokenAreRefused) {
+  auto stub = mt::v1::ClientService::NewStub(rpc::MakeChannel(server_->address(), ""));
+  grpc::ClientContext ctx;
+  mt::v1::ClusterInfo info;
+  EXPECT_EQ(stub->GetClusterInfo(&ctx, {}, &info).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+}
+
+TEST_F(ServicesTest, SubmittedJobIsPlacedWithItsResolvedSpec) {
+  const std::string w1 = Register("n0");
+  Register("n0");
+  grpc::ClientContext submit_ctx;
+  mt::v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = AutoDpSpec();
+  mt::v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(client_->SubmitJob(&submit_ctx, submit, &submitted).ok());
+
+  grpc::ClientContext get_ctx;
+  mt::v1::GetJobRequest get;
+  get.set_job_id(submitted.job().id());
+  mt::v1::Job job;
+  ASSERT_TRUE(client_->GetJob(&get_ctx, get, &job).ok());
+  EXPECT_EQ(job.state(), mt::v1::JOB_STATE_SCHEDULED) << job.reason();
+  EXPECT_EQ(job.layout().data_parallel_size(), 2);
+  EXPECT_EQ(job.spec().training().global_batch_size(), 4) << "micro 2 * DP 2, stored";
+  EXPECT_EQ(job.progress().total_steps(), 7);
+
+  grpc::ClientContext stream_ctx;
+  stream_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  mt::v1::StreamAssignmentsRequest stream_req;
+  stream_req.set_worker_id(w1);
+  auto reader = worker_->StreamAssignments(&stream_ctx, stream_req);
+  mt::v1::WorkerCommand cmd;
+  ASSERT_TRUE(reader->Read(&cmd));
+  ASSERT_TRUE(cmd.has_assign());
+  mt::v1::JobSpec assigned;
+  ASSERT_TRUE(assigned.ParseFromString(cmd.assign().spec()));
+  EXPECT_EQ(assigned.training().global_batch_size(), 4);
+  EXPECT_EQ(cmd.assign().job_id(), job.id());
+  stream_ctx.TryCancel();
+}
+
+TEST_F(ServicesTest, PlanJobLeavesTheSpecAsSubmitted) {
+  Register("n0");
+  grpc::ClientContext ctx;
+  mt::v1::PlanJobRequest req;
+  *req.mutable_spec() = AutoDpSpec();
+  mt::v1::PlanJobResponse plan;
+  ASSERT_TRUE(client_->PlanJob(&ctx, req, &plan).ok());
+  EXPECT_TRUE(plan.placeable()) << plan.reason();
+  EXPECT_EQ(plan.layout().world_size(), 1);
+}
+
+TEST_F(ServicesTest, RendezvousThroughTheWorkerService) {
+  Register("n0");
+  grpc::ClientContext submit_ctx;
+  mt::v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = AutoDpSpec();
+  mt::v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(client_->SubmitJob(&submit_ctx, submit, &submitted).ok());
+  const std::string id = submitted.job().id();
+  {
+    grpc::ClientContext ctx;
+    mt::v1::RendezvousSetRequest req;
+    req.set_job_id(id);
+    req.set_key("master");
+    req.set_value("h:1");
+    mt::v1::RendezvousSetResponse resp;
+    ASSERT_TRUE(worker_->RendezvousSet(&ctx, req, &resp).ok());
+  }
+  {
+    grpc::ClientContext ctx;
+    mt::v1::RendezvousAddRequest req;
+    req.set_job_id(id);
+    req.set_key("n");
+    req.set_delta(3);
+    mt::v1::RendezvousAddResponse resp;
+    ASSERT_TRUE(worker_->RendezvousAdd(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.value(), 3);
+  }
+  {
+    grpc::ClientContext ctx;
+    mt::v1::RendezvousGetRequest req;
+    req.set_job_id(id);
+    req.add_keys("master");
+    req.add_keys("n");
+    mt::v1::RendezvousGetResponse resp;
+    ASSERT_TRUE(worker_->RendezvousGet(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.values_size(), 2);
+    EXPECT_EQ(resp.values(0), "h:1");
+    EXPECT_EQ(resp.values(1), "3");
+  }
+  {
+    grpc::ClientContext ctx;
+    mt::v1::RendezvousSetRequest req;
+    req.set_job_id(id);
+    req.set_attempt(1);  // not the job's attempt
+    req.set_key("k");
+    mt::v1::RendezvousSetResponse resp;
+    EXPECT_EQ(worker_->RendezvousSet(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::FAILED_PRECONDITION);
+  }
+}
+
+TEST_F(ServicesTest, ClusterInfoAndWorkerPages) {
+  for (int i = 0; i < 3; ++i) Register("n" + std::to_string(i));
+  grpc::ClientContext info_ctx;
+  mt::v1::ClusterInfo info;
+  ASSERT_TRUE(client_->GetClusterInfo(&info_ctx, {}, &info).ok());
+  EXPECT_EQ(info.workers_total(), 3);
+  EXPECT_EQ(info.workers_idle(), 3);
+  EXPECT_FALSE(info.version().empty());
+
+  grpc::ClientContext list_ctx;
+  mt::v1::ListWorkersRequest req;
+  req.set_page_size(2);
+  mt::v1::ListWorkersResponse page;
+  ASSERT_TRUE(client_->ListWorkers(&list_ctx, req, &page).ok());
+  EXPECT_EQ(page.workers_size(), 2);
+  EXPECT_EQ(page.total_count(), 3);
+  EXPECT_EQ(page.next_page_token(), "2");
+
+  grpc::ClientContext bad_ctx;
+  req.set_page_size(5000);
+  EXPECT_EQ(client_->ListWorkers(&bad_ctx, req, &page).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(ServicesTest, UnknownJobIsNotFound) {
+  grpc::ClientContext ctx;
+  mt::v1::GetJobRequest req;
+  req.set_job_id("j-999");
+  mt::v1::Job job;
+  EXPECT_EQ(client_->GetJob(&ctx, req, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+}  // namespace
+}  // namespace mt::coordinator

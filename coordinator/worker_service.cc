@@ -1,0 +1,142 @@
+#include "coordinator/worker_service.h"
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/logging.h"
+#include "common/rpc/grpc_status.h"
+#include "coordinator/service_util.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace mt::coordinator {
+
+using google::protobuf::util::TimeUtil;
+
+grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
+                                         const mt::v1::RegisterRequest* request,
+                                         mt::v1::RegisterResponse* response) {
+  MT_CHECK_AUTH(context);
+  absl::StatusOr<mt::v1::Worker> w = registry_->Register(*request);
+  if (!w.ok()) return rpc::ToGrpcStatus(w.status());
+  jobs_->OnWorkerRegistered(*w, {request->running().begin(), request->running().end()});
+  response->set_worker_id(w->id());
+  *response->mutable_heartbeat_interval() =
+      TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(heartbeat_interval_));
+  *response->mutable_lost_after() =
+      TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(registry_->lost_after()));
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
+                                          const mt::v1::HeartbeatRequest* request,
+                                          mt::v1::HeartbeatResponse* response) {
+  MT_CHECK_AUTH(context);
+  absl::Status s = registry_->Heartbeat(request->worker_id());
+  if (absl::IsNotFound(s)) {
+    response->set_known(false);
+    return grpc::Status::OK;
+  }
+  if (!s.ok()) return rpc::ToGrpcStatus(s);
+  response->set_known(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::Deregister(grpc::ServerContext* context,
+                                           const mt::v1::DeregisterRequest* request,
+                                           mt::v1::DeregisterResponse* response) {
+  MT_CHECK_AUTH(context);
+  return rpc::ToGrpcStatus(registry_->Deregister(request->worker_id()));
+}
+
+grpc::Status WorkerServiceImpl::StreamAssignments(
+    grpc::ServerContext* context, const mt::v1::StreamAssignmentsRequest* request,
+    grpc::ServerWriter<mt::v1::WorkerCommand>* writer) {
+  MT_CHECK_AUTH(context);
+  if (auto w = registry_->Get(request->worker_id()); !w.ok()) {
+    return rpc::ToGrpcStatus(w.status());
+  }
+  while (!context->IsCancelled()) {
+    for (const auto& cmd : jobs_->TakeCommands(request->worker_id(), absl::Milliseconds(500))) {
+      if (!writer->Write(cmd)) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, "assignment stream closed");
+      }
+    }
+    auto w = registry_->Get(request->worker_id());
+    if (!w.ok() || w->state() == mt::v1::WORKER_STATE_LOST ||
+        w->state() == mt::v1::WORKER_STATE_GONE) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND, "worker is no longer registered");
+    }
+  }
+  return grpc::Status(grpc::StatusCode::CANCELLED, "assignment stream cancelled");
+}
+
+grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* context,
+                                               grpc::ServerReader<mt::v1::RankReport>* reader,
+                                               mt::v1::ReportProgressResponse* response) {
+  MT_CHECK_AUTH(context);
+  mt::v1::RankReport report;
+  while (reader->Read(&report)) {
+    absl::Status s = jobs_->OnRankReport(report);
+    if (!s.ok() && !absl::IsNotFound(s)) {
+      MT_LOG(WARNING) << "report from " << report.worker_id() << " ignored: " << s.message();
+    }
+    if (s.ok() && report.has_checkpoint()) RegisterCheckpoint(report);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* context,
+                                               const mt::v1::RankExitReport* request,
+                                               mt::v1::RankExitResponse* response) {
+  MT_CHECK_AUTH(context);
+  return rpc::ToGrpcStatus(jobs_->OnRankExit(*request));
+}
+
+grpc::Status WorkerServiceImpl::RendezvousSet(grpc::ServerContext* context,
+                                              const mt::v1::RendezvousSetRequest* request,
+                                              mt::v1::RendezvousSetResponse* response) {
+  MT_CHECK_AUTH(context);
+  return rpc::ToGrpcStatus(jobs_->RendezvousSet(request->job_id(), request->attempt(),
+                                                request->key(), request->value()));
+}
+
+grpc::Status WorkerServiceImpl::RendezvousGet(grpc::ServerContext* context,
+                                              const mt::v1::RendezvousGetRequest* request,
+                                              mt::v1::RendezvousGetResponse* response) {
+  MT_CHECK_AUTH(context);
+  absl::Duration timeout = absl::Nanoseconds(TimeUtil::DurationToNanoseconds(request->timeout()));
+  if (timeout <= absl::ZeroDuration()) timeout = absl::Seconds(300);
+  if (timeout > absl::Hours(1)) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "timeout must be at most 3600 s");
+  }
+  std::vector<std::string> keys(request->keys().begin(), request->keys().end());
+  auto values = jobs_->RendezvousGet(request->job_id(), request->attempt(), keys, timeout);
+  if (!values.ok()) return rpc::ToGrpcStatus(values.status());
+  for (auto& v : *values) response->add_values(std::move(v));
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerServiceImpl::RendezvousAdd(grpc::ServerContext* context,
+                                              const mt::v1::RendezvousAddRequest* request,
+                                              mt::v1::RendezvousAddResponse* response) {
+  MT_CHECK_AUTH(context);
+  auto v =
+      jobs_->RendezvousAdd(request->job_id(), request->attempt(), request->key(), request->delta());
+  if (!v.ok()) return rpc::ToGrpcStatus(v.status());
+  response->set_value(*v);
+  return grpc::Status::OK;
+}
+
+void WorkerServiceImpl::RegisterCheckpoint(const mt::v1::RankReport& report) {
+  if (catalog_ == nullptr) return;
+  absl::StatusOr<mt::v1::Checkpoint> c = catalog_->OnCheckpointReport(report);
+  if (!c.ok()) {
+    MT_LOG(WARNING) << "checkpoint report of " << report.job_id() << " rank " << report.rank()
+                    << " (" << report.checkpoint().directory()
+                    << ") not registered: " << c.status().message();
+  }
+}
+
+}  // namespace mt::coordinator

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace mt::client {

@@ -54,7 +54,7 @@ struct FakeJobPages {
 };
 
 TEST(RpcTest, ListAllAppendsEveryPageAndKeepsTheFilters) {
-  FakeJobPages fake{{"a", "b", "c", "d", "e"}};
+  FakeJobPages fake{{"a", "b", "c", "d", "e"}, 2, {}};
   mt::v1::ListJobsRequest filter;
   filter.add_states(mt::v1::JOB_STATE_RUNNING);
   absl::StatusOr<mt::v1::ListJobsResponse> all =
@@ -75,7 +75,7 @@ TEST(RpcTest, ListAllAppendsEveryPageAndKeepsTheFilters) {
 }
 
 TEST(RpcTest, ListAllOfNothingIsOnePage) {
-  FakeJobPages fake{{}};
+  FakeJobPages fake{{}, 2, {}};
   auto all = ListAll<mt::v1::ListJobsRequest, mt::v1::ListJobsResponse>(
       mt::v1::ListJobsRequest(),
       [&](const auto& request, auto* page) { return fake(request, page); });

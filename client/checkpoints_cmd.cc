@@ -17,12 +17,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/format.h"
+#include "client/rpc.h"
 #include "client/verbs.h"
 #include "common/base/files.h"
 #include "common/checkpoint/file_writer.h"
-#include "common/rpc/grpc_status.h"
-#include "google/protobuf/util/time_util.h"
-#include "mt/v1/client_service.grpc.pb.h"
 
 ABSL_FLAG(std::string, dtype, "",
           "checkpoints export: weights' data type, float32 (default), float16 or bfloat16.");
@@ -30,29 +29,9 @@ ABSL_FLAG(std::string, dtype, "",
 namespace mt::client {
 namespace {
 
-using google::protobuf::util::TimeUtil;
-
-std::string State(mt::v1::CheckpointState s) {
-  std::string name = mt::v1::CheckpointState_Name(s);
-  const std::string prefix = "CHECKPOINT_STATE_";
-  return name.rfind(prefix, 0) == 0 ? name.substr(prefix.size()) : name;
-}
-
-std::string Bytes(int64_t n) {
-  if (n >= (int64_t{1} << 30)) return absl::StrFormat("%.2f GiB", n / double(int64_t{1} << 30));
-  if (n >= (1 << 20)) return absl::StrFormat("%.1f MiB", n / double(1 << 20));
-  if (n >= (1 << 10)) return absl::StrFormat("%.1f KiB", n / double(1 << 10));
-  return absl::StrCat(n, " B");
-}
-
-std::string Loss(double v) { return std::isnan(v) ? "-" : absl::StrFormat("%.4f", v); }
-
-std::string Time(const google::protobuf::Timestamp& t) {
-  if (t.seconds() == 0 && t.nanos() == 0) return "-";
-  return absl::FormatTime("%Y-%m-%d %H:%M:%S",
-                          absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(t)),
-                          absl::LocalTimeZone());
-}
+constexpr absl::Duration kTimeout = absl::Seconds(30);
+// Verify, export and import read or write whole checkpoints on the coordinator's side.
+constexpr absl::Duration kLongTimeout = absl::Hours(1);
 
 std::string LayoutText(const mt::v1::Layout& l) {
   return absl::StrCat("tp", std::max(1, l.tensor_model_parallel_size()), " pp",
@@ -68,41 +47,22 @@ std::string Absolute(const std::string& path) {
   return absl::StrCat(buf, "/", path);
 }
 
-struct Client {
-  std::unique_ptr<mt::v1::ClientService::Stub> stub;
-  absl::Status status;
-};
-
-Client Open(const GlobalOptions& options) {
-  Client c;
-  auto channel = Connect(options);
-  if (!channel.ok()) {
-    c.status = channel.status();
-    return c;
-  }
-  c.stub = mt::v1::ClientService::NewStub(*channel);
-  return c;
-}
-
-void Deadline(grpc::ClientContext* context, int seconds) {
-  context->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(seconds));
-}
-
 absl::Status Usage(absl::string_view text) { return absl::InvalidArgumentError(text); }
 
 void PrintCheckpoint(const mt::v1::Checkpoint& c) {
   std::cout << "id:          " << c.id() << "\n"
             << "job:         " << (c.job_id().empty() ? "(imported)" : c.job_id()) << "\n"
-            << "state:       " << State(c.state()) << (c.is_latest() ? "  (latest)" : "") << "\n"
+            << "state:       " << StateName(c.state()) << (c.is_latest() ? "  (latest)" : "")
+            << "\n"
             << "step:        " << c.step() << "\n"
             << "samples:     " << c.consumed_samples() << "\n"
-            << "loss:        " << Loss(c.loss()) << "  validation " << Loss(c.validation_loss())
+            << "loss:        " << Number(c.loss()) << "  validation " << Number(c.validation_loss())
             << "\n"
             << "layout:      " << LayoutText(c.layout()) << "  world " << c.layout().world_size()
             << "\n"
             << "directory:   " << c.directory() << "\n"
-            << "size:        " << Bytes(c.size_bytes()) << "\n"
-            << "created:     " << Time(c.create_time()) << "\n"
+            << "size:        " << BinaryBytes(c.size_bytes()) << "\n"
+            << "created:     " << LocalTime(c.create_time()) << "\n"
             << "format:      "
             << (c.format_version() == 0 ? std::string("Hugging Face GPT-2")
                                         : absl::StrCat("mt-checkpoint v", c.format_version()))
@@ -111,7 +71,8 @@ void PrintCheckpoint(const mt::v1::Checkpoint& c) {
     std::cout << "loaded by:   " << absl::StrJoin(c.loading_job_ids(), ", ") << "\n";
   }
   std::vector<std::vector<std::string>> rows;
-  for (const auto& f : c.files()) rows.push_back({f.path(), Bytes(f.size_bytes()), f.sha256()});
+  for (const auto& f : c.files())
+    rows.push_back({f.path(), BinaryBytes(f.size_bytes()), f.sha256()});
   std::cout << "files:\n"
             << FormatTable({"  PATH", "SIZE", "SHA256"}, [&] {
                  for (auto& r : rows) r[0] = "  " + r[0];
@@ -121,39 +82,27 @@ void PrintCheckpoint(const mt::v1::Checkpoint& c) {
 
 int List(const std::vector<std::string>& args, const GlobalOptions& options) {
   if (args.size() > 1) return Fail(Usage("usage: mtctl checkpoints list [JOB_ID]"));
-  Client client = Open(options);
-  if (client.stub == nullptr) return Fail(client.status);
-  mt::v1::ListCheckpointsResponse all;
-  std::string token;
-  do {
-    mt::v1::ListCheckpointsRequest request;
-    if (!args.empty()) request.set_job_id(args[0]);
-    request.set_page_size(1000);
-    request.set_page_token(token);
-    mt::v1::ListCheckpointsResponse page;
-    grpc::ClientContext context;
-    Deadline(&context, 30);
-    absl::Status s = rpc::FromGrpcStatus(client.stub->ListCheckpoints(&context, request, &page));
-    if (!s.ok()) return Fail(s);
-    for (auto& c : *page.mutable_checkpoints()) *all.add_checkpoints() = std::move(c);
-    all.set_total_count(page.total_count());
-    token = page.next_page_token();
-  } while (!token.empty());
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
+  mt::v1::ListCheckpointsRequest request;
+  if (!args.empty()) request.set_job_id(args[0]);
+  auto all = ListAll(stub->get(), &Stub::ListCheckpoints, request, kTimeout);
+  if (!all.ok()) return Fail(all.status());
   if (options.output != OutputFormat::kTable) {
-    PrintStructured(all, options.output);
+    PrintStructured(*all, options.output);
     return kExitOk;
   }
   std::vector<std::vector<std::string>> rows;
-  for (const auto& c : all.checkpoints()) {
+  for (const auto& c : all->checkpoints()) {
     rows.push_back({c.id(), c.job_id().empty() ? "-" : c.job_id(), absl::StrCat(c.step()),
-                    State(c.state()) + (c.is_latest() ? "*" : ""), Loss(c.loss()),
-                    Loss(c.validation_loss()), LayoutText(c.layout()), Bytes(c.size_bytes()),
-                    Time(c.create_time()), c.directory()});
+                    StateName(c.state()) + (c.is_latest() ? "*" : ""), Number(c.loss()),
+                    Number(c.validation_loss()), LayoutText(c.layout()),
+                    BinaryBytes(c.size_bytes()), LocalTime(c.create_time()), c.directory()});
   }
   std::cout << FormatTable(
       {"ID", "JOB", "STEP", "STATE", "LOSS", "VAL LOSS", "LAYOUT", "SIZE", "CREATED", "DIRECTORY"},
       rows);
-  if (std::any_of(all.checkpoints().begin(), all.checkpoints().end(),
+  if (std::any_of(all->checkpoints().begin(), all->checkpoints().end(),
                   [](const mt::v1::Checkpoint& c) { return c.is_latest(); })) {
     std::cout << "(* = the job's latest)\n";
   }
@@ -162,14 +111,12 @@ int List(const std::vector<std::string>& args, const GlobalOptions& options) {
 
 int Describe(const std::vector<std::string>& args, const GlobalOptions& options) {
   if (args.size() != 1) return Fail(Usage("usage: mtctl checkpoints describe CHECKPOINT_ID"));
-  Client client = Open(options);
-  if (client.stub == nullptr) return Fail(client.status);
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
   mt::v1::GetCheckpointRequest request;
   request.set_checkpoint_id(args[0]);
   mt::v1::Checkpoint c;
-  grpc::ClientContext context;
-  Deadline(&context, 30);
-  absl::Status s = rpc::FromGrpcStatus(client.stub->GetCheckpoint(&context, request, &c));
+  absl::Status s = Call(stub->get(), &Stub::GetCheckpoint, request, &c, kTimeout);
   if (!s.ok()) return Fail(s);
   if (options.output != OutputFormat::kTable) {
     PrintStructured(c, options.output);
@@ -181,20 +128,18 @@ int Describe(const std::vector<std::string>& args, const GlobalOptions& options)
 
 int Verify(const std::vector<std::string>& args, const GlobalOptions& options) {
   if (args.size() != 1) return Fail(Usage("usage: mtctl checkpoints verify CHECKPOINT_ID"));
-  Client client = Open(options);
-  if (client.stub == nullptr) return Fail(client.status);
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
   mt::v1::VerifyCheckpointRequest request;
   request.set_checkpoint_id(args[0]);
   mt::v1::VerifyCheckpointResponse response;
-  grpc::ClientContext context;
-  Deadline(&context, 3600);
-  absl::Status s = rpc::FromGrpcStatus(client.stub->VerifyCheckpoint(&context, request, &response));
+  absl::Status s = Call(stub->get(), &Stub::VerifyCheckpoint, request, &response, kLongTimeout);
   if (!s.ok()) return Fail(s);
   if (options.output != OutputFormat::kTable) {
     PrintStructured(response, options.output);
   } else if (response.ok()) {
     std::cout << response.checkpoint().id() << " VERIFIED: " << response.checkpoint().files_size()
-              << " files, " << Bytes(response.checkpoint().size_bytes()) << "\n";
+              << " files, " << BinaryBytes(response.checkpoint().size_bytes()) << "\n";
   } else {
     std::cout << response.checkpoint().id() << " CORRUPT:\n";
     for (const auto& p : response.problems()) std::cout << "  " << p << "\n";
@@ -204,16 +149,14 @@ int Verify(const std::vector<std::string>& args, const GlobalOptions& options) {
 
 int Delete(const std::vector<std::string>& args, const GlobalOptions& options) {
   if (args.empty()) return Fail(Usage("usage: mtctl checkpoints delete CHECKPOINT_ID ..."));
-  Client client = Open(options);
-  if (client.stub == nullptr) return Fail(client.status);
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
   int code = kExitOk;
   for (const std::string& id : args) {
     mt::v1::DeleteCheckpointRequest request;
     request.set_checkpoint_id(id);
     mt::v1::Checkpoint c;
-    grpc::ClientContext context;
-    Deadline(&context, 300);
-    absl::Status s = rpc::FromGrpcStatus(client.stub->DeleteCheckpoint(&context, request, &c));
+    absl::Status s = Call(stub->get(), &Stub::DeleteCheckpoint, request, &c, absl::Minutes(5));
     if (!s.ok()) {
       code = Fail(s);
       continue;
@@ -221,7 +164,7 @@ int Delete(const std::vector<std::string>& args, const GlobalOptions& options) {
     if (options.output != OutputFormat::kTable) {
       PrintStructured(c, options.output);
     } else {
-      std::cout << c.id() << " " << State(c.state()) << "\n";
+      std::cout << c.id() << " " << StateName(c.state()) << "\n";
     }
   }
   return code;
@@ -275,15 +218,13 @@ int Download(const std::vector<std::string>& args, const GlobalOptions& options)
     return Fail(absl::AlreadyExistsError(
         absl::StrCat(dest, " exists; give a new directory to download into")));
   }
-  Client client = Open(options);
-  if (client.stub == nullptr) return Fail(client.status);
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
   mt::v1::Checkpoint meta;
   {
     mt::v1::GetCheckpointRequest request;
     request.set_checkpoint_id(args[0]);
-    grpc::ClientContext context;
-    Deadline(&context, 30);
-    absl::Status s = rpc::FromGrpcStatus(client.stub->GetCheckpoint(&context, request, &meta));
+    absl::Status s = Call(stub->get(), &Stub::GetCheckpoint, request, &meta, kTimeout);
     if (!s.ok()) return Fail(s);
   }
   if (absl::Status s = MakeDirs(dest); !s.ok()) return Fail(s);
@@ -291,7 +232,7 @@ int Download(const std::vector<std::string>& args, const GlobalOptions& options)
   mt::v1::DownloadCheckpointRequest request;
   request.set_checkpoint_id(args[0]);
   grpc::ClientContext context;
-  auto reader = client.stub->DownloadCheckpoint(&context, request);
+  auto reader = (*stub)->DownloadCheckpoint(&context, request);
   mt::v1::DownloadCheckpointChunk chunk;
   Incoming in;
   std::vector<std::string> problems;
@@ -306,12 +247,10 @@ int Download(const std::vector<std::string>& args, const GlobalOptions& options)
     if (!final && now - last_draw < absl::Milliseconds(tty ? 100 : 2000)) return;
     last_draw = now;
     const double f = std::min(1.0, static_cast<double>(total_received) / total);
-    const int filled = static_cast<int>(f * 30);
     const double secs = std::max(1e-3, absl::ToDoubleSeconds(now - start));
-    std::fprintf(stderr, "%s%s [%s%s] %5.1f%%  %s  %s/s%s", tty ? "\r" : "", meta.id().c_str(),
-                 std::string(filled, '#').c_str(), std::string(30 - filled, '.').c_str(), 100 * f,
-                 Bytes(total_received).c_str(), Bytes(total_received / secs).c_str(),
-                 tty && !final ? "" : "\n");
+    std::fprintf(stderr, "%s%s %s %5.1f%%  %s  %s/s%s", tty ? "\r" : "", meta.id().c_str(),
+                 Bar(f, 30).c_str(), 100 * f, BinaryBytes(total_received).c_str(),
+                 BinaryBytes(total_received / secs).c_str(), tty && !final ? "" : "\n");
   };
   absl::Status failure;
   while (failure.ok() && reader->Read(&chunk)) {
@@ -380,7 +319,7 @@ int Download(const std::vector<std::string>& args, const GlobalOptions& options)
     PrintStructured(out, options.output);
   } else {
     std::cout << "downloaded " << meta.id() << " to " << dest << ": " << files.size() << " files, "
-              << Bytes(total_received) << ", every sha256 checked\n";
+              << BinaryBytes(total_received) << ", every sha256 checked\n";
   }
   return kExitOk;
 }
@@ -390,17 +329,15 @@ int Export(const std::vector<std::string>& args, const GlobalOptions& options) {
     return Fail(Usage(
         "usage: mtctl checkpoints export CHECKPOINT_ID OUTPUT_DIR [--dtype float16|bfloat16]"));
   }
-  Client client = Open(options);
-  if (client.stub == nullptr) return Fail(client.status);
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
   mt::v1::ExportCheckpointRequest request;
   request.set_checkpoint_id(args[0]);
   request.set_output_dir(Absolute(args[1]));
   request.set_format(mt::v1::EXPORT_FORMAT_HF);
   request.set_dtype(absl::GetFlag(FLAGS_dtype));
   mt::v1::ExportCheckpointResponse response;
-  grpc::ClientContext context;
-  Deadline(&context, 3600);
-  absl::Status s = rpc::FromGrpcStatus(client.stub->ExportCheckpoint(&context, request, &response));
+  absl::Status s = Call(stub->get(), &Stub::ExportCheckpoint, request, &response, kLongTimeout);
   if (!s.ok()) return Fail(s);
   if (options.output != OutputFormat::kTable) {
     PrintStructured(response, options.output);
@@ -408,7 +345,7 @@ int Export(const std::vector<std::string>& args, const GlobalOptions& options) {
     std::cout << "exported " << args[0] << " to " << response.output_dir() << " (Hugging Face "
               << "GPT-2):\n";
     for (const auto& f : response.files()) {
-      std::cout << "  " << f.path() << "  " << Bytes(f.size_bytes()) << "\n";
+      std::cout << "  " << f.path() << "  " << BinaryBytes(f.size_bytes()) << "\n";
     }
   }
   return kExitOk;
@@ -418,15 +355,13 @@ int Import(const std::vector<std::string>& args, const GlobalOptions& options) {
   if (args.empty() || args.size() > 2) {
     return Fail(Usage("usage: mtctl checkpoints import DIRECTORY [JOB_ID]"));
   }
-  Client client = Open(options);
-  if (client.stub == nullptr) return Fail(client.status);
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
   mt::v1::ImportCheckpointRequest request;
   request.set_directory(Absolute(args[0]));
   if (args.size() == 2) request.set_job_id(args[1]);
   mt::v1::Checkpoint c;
-  grpc::ClientContext context;
-  Deadline(&context, 3600);
-  absl::Status s = rpc::FromGrpcStatus(client.stub->ImportCheckpoint(&context, request, &c));
+  absl::Status s = Call(stub->get(), &Stub::ImportCheckpoint, request, &c, kLongTimeout);
   if (!s.ok()) return Fail(s);
   if (options.output != OutputFormat::kTable) {
     PrintStructured(c, options.output);

@@ -1,16 +1,12 @@
 #include "client/common.h"
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 #include "common/rpc/auth.h"
-#include "google/protobuf/util/json_util.h"
-#include "yaml-cpp/yaml.h"
 
 ABSL_FLAG(std::string, coordinator, "",
           "Coordinator host:port (default $MT_COORDINATOR, else 127.0.0.1:7070).");
@@ -31,16 +27,7 @@ absl::StatusOr<GlobalOptions> LoadGlobalOptions() {
     const char* env = std::getenv("MT_TOKEN_FILE");
     if (env != nullptr) g.token_file = env;
   }
-  const std::string o = absl::GetFlag(FLAGS_o);
-  if (o == "table") {
-    g.output = OutputFormat::kTable;
-  } else if (o == "json") {
-    g.output = OutputFormat::kJson;
-  } else if (o == "yaml") {
-    g.output = OutputFormat::kYaml;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat("-o ", o, ": choose table, json or yaml"));
-  }
+  MT_ASSIGN_OR_RETURN(g.output, ParseOutputFormat(absl::GetFlag(FLAGS_o)));
   return g;
 }
 
@@ -88,69 +75,8 @@ int Fail(const absl::Status& status) {
   return ExitCodeFor(status);
 }
 
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions opts;
-  opts.add_whitespace = true;
-  opts.preserve_proto_field_names = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, opts);
-  return out;
-}
-
-namespace {
-// JSON is YAML: re-emit the JSON tree in block style.
-void EmitYaml(const YAML::Node& node, YAML::Emitter* out) {
-  if (node.IsMap()) {
-    *out << YAML::BeginMap;
-    for (const auto& kv : node) {
-      *out << YAML::Key << kv.first.as<std::string>() << YAML::Value;
-      EmitYaml(kv.second, out);
-    }
-    *out << YAML::EndMap;
-  } else if (node.IsSequence()) {
-    *out << YAML::BeginSeq;
-    for (const auto& item : node) EmitYaml(item, out);
-    *out << YAML::EndSeq;
-  } else if (node.IsScalar()) {
-    *out << node.as<std::string>();
-  } else {
-    *out << YAML::Null;
-  }
-}
-}  // namespace
-
-std::string ToYaml(const google::protobuf::Message& message) {
-  YAML::Node tree = YAML::Load(ToJson(message));
-  YAML::Emitter out;
-  EmitYaml(tree, &out);
-  return std::string(out.c_str()) + "\n";
-}
-
-void PrintStructured(const google::protobuf::Message& message, OutputFormat format) {
-  std::cout << (format == OutputFormat::kYaml ? ToYaml(message) : ToJson(message));
-  std::cout.flush();
-}
-
-std::string FormatTable(const std::vector<std::string>& header,
-                        const std::vector<std::vector<std::string>>& rows) {
-  std::vector<size_t> width(header.size(), 0);
-  for (size_t i = 0; i < header.size(); ++i) width[i] = header[i].size();
-  for (const auto& row : rows) {
-    for (size_t i = 0; i < row.size() && i < width.size(); ++i) {
-      width[i] = std::max(width[i], row[i].size());
-    }
-  }
-  auto line = [&](const std::vector<std::string>& cells) {
-    std::string s;
-    for (size_t i = 0; i < cells.size(); ++i) {
-      s += cells[i];
-      if (i + 1 < cells.size()) s += std::string(width[i] - cells[i].size() + 2, ' ');
-    }
-    return s + "\n";
-  };
-  std::string out = line(header);
-  for (const auto& row : rows) out += line(row);
-  return out;
+void Notice(absl::string_view message) {
+  std::fprintf(stderr, "mtctl: notice: %s\n", std::string(message).c_str());
 }
 
 }  // namespace mt::client

@@ -1,4 +1,5 @@
-// What every mtctl verb shares: the connection, output formats and exit codes.
+// What every mtctl verb shares: the global options, the connection and exit codes. The
+// printers are in output.h, number and time formats in format.h, calls in rpc.h.
 //
 // Exit codes (scripts rely on them):
 //   0 success · 1 the operation failed · 2 bad usage or invalid input · 3 not found ·
@@ -8,11 +9,11 @@
 
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "google/protobuf/message.h"
+#include "absl/strings/string_view.h"
+#include "client/output.h"
 #include "grpcpp/channel.h"
 
 namespace mt::client {
@@ -26,8 +27,6 @@ enum ExitCode {
   kExitUnauthenticated = 5,
   kExitTimeout = 6,
 };
-
-enum class OutputFormat { kTable, kJson, kYaml };
 
 // Options common to every verb, from flags and the environment.
 struct GlobalOptions {
@@ -44,16 +43,9 @@ int ExitCodeFor(const absl::Status& status);
 // Prints "mtctl: <message>" (and a hint for unreachable/unauthenticated) to stderr and
 // returns the exit code.
 int Fail(const absl::Status& status);
-
-// A message as JSON (proto3 JSON mapping, field names as in the .proto) or YAML.
-std::string ToJson(const google::protobuf::Message& message);
-std::string ToYaml(const google::protobuf::Message& message);
-// Prints a message in JSON or YAML on stdout.
-void PrintStructured(const google::protobuf::Message& message, OutputFormat format);
-
-// A plain-text table, columns padded to their widest cell.
-std::string FormatTable(const std::vector<std::string>& header,
-                        const std::vector<std::vector<std::string>>& rows);
+// Prints "mtctl: notice: <message>" to stderr: something the user should know that is not an
+// error (a flag ignored, a default chosen).
+void Notice(absl::string_view message);
 
 }  // namespace mt::client
 

@@ -6,11 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/rpc.h"
 #include "client/spec_input.h"
 #include "client/verbs.h"
-#include "common/rpc/grpc_status.h"
 #include "common/spec/yaml_spec.h"
-#include "mt/v1/client_service.grpc.pb.h"
 
 namespace mt::client {
 namespace {
@@ -28,27 +27,20 @@ std::string Groups(const google::protobuf::RepeatedPtrField<mt::v1::RankGroup>& 
   return out;
 }
 
-void PrintWarnings(const std::vector<std::string>& warnings) {
-  for (const auto& w : warnings) std::fprintf(stderr, "mtctl: notice: %s\n", w.c_str());
-}
-
 }  // namespace
 
 int RunPlan(const std::vector<std::string>& args, const GlobalOptions& options) {
   auto parsed = ReadSpecArgs(args);
   if (!parsed.ok()) return Fail(parsed.status());
-  PrintWarnings(parsed->warnings);
-  auto channel = Connect(options);
-  if (!channel.ok()) return Fail(channel.status());
-  auto stub = mt::v1::ClientService::NewStub(*channel);
+  for (const auto& w : parsed->warnings) Notice(w);
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
   mt::v1::PlanJobRequest request;
   *request.mutable_spec() = parsed->spec;
   mt::v1::PlanJobResponse plan;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  absl::Status s = rpc::FromGrpcStatus(stub->PlanJob(&context, request, &plan));
+  absl::Status s = Call(stub->get(), &Stub::PlanJob, request, &plan, absl::Seconds(30));
   if (!s.ok()) return Fail(s);
-  for (const auto& w : plan.warnings()) std::fprintf(stderr, "mtctl: notice: %s\n", w.c_str());
+  for (const auto& w : plan.warnings()) Notice(w);
   if (options.output != OutputFormat::kTable) {
     PrintStructured(plan, options.output);
     return plan.placeable() ? kExitOk : kExitFailed;
@@ -86,7 +78,7 @@ int RunPlan(const std::vector<std::string>& args, const GlobalOptions& options) 
 int RunValidate(const std::vector<std::string>& args, const GlobalOptions& options) {
   auto parsed = ReadSpecArgs(args);
   if (!parsed.ok()) return Fail(parsed.status());
-  PrintWarnings(parsed->warnings);
+  for (const auto& w : parsed->warnings) Notice(w);
   if (options.output == OutputFormat::kJson) {
     PrintStructured(parsed->spec, options.output);
   } else {

@@ -5,7 +5,6 @@
 // -o yaml, one snapshot is printed and mtctl exits.
 #include <unistd.h>
 
-#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -16,20 +15,17 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "client/format.h"
+#include "client/rpc.h"
 #include "client/verbs.h"
 #include "common/cli/daemon.h"
-#include "common/rpc/grpc_status.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "google/protobuf/util/time_util.h"
-#include "mt/v1/client_service.grpc.pb.h"
 
 ABSL_FLAG(absl::Duration, interval, absl::Seconds(2), "top: time between refreshes.");
 
 namespace mt::client {
 namespace {
-
-using google::protobuf::util::TimeUtil;
 
 struct Snapshot {
   mt::v1::ClusterInfo cluster;
@@ -38,80 +34,25 @@ struct Snapshot {
   absl::Time time;
 };
 
-std::string Short(const std::string& enum_name, const std::string& prefix) {
-  return enum_name.rfind(prefix, 0) == 0 ? enum_name.substr(prefix.size()) : enum_name;
-}
+constexpr absl::Duration kTimeout = absl::Seconds(10);
 
-std::string Value(double v, const char* fmt) {
-  if (std::isnan(v) || std::isinf(v)) return "-";
-  return absl::StrFormat(fmt, v);
-}
-
-std::string Tokens(double per_second) {
-  if (per_second <= 0) return "-";
-  if (per_second >= 1e6) return absl::StrFormat("%.2fM", per_second / 1e6);
-  if (per_second >= 1e3) return absl::StrFormat("%.1fK", per_second / 1e3);
-  return absl::StrFormat("%.0f", per_second);
-}
-
-std::string Bytes(int64_t b) {
-  if (b <= 0) return "-";
-  const double v = static_cast<double>(b);
-  if (v >= (1ull << 30)) return absl::StrFormat("%.1fG", v / (1ull << 30));
-  return absl::StrFormat("%.0fM", v / (1ull << 20));
-}
-
-std::string Eta(double seconds) {
-  if (!(seconds >= 0) || std::isinf(seconds)) return "-";
-  return absl::FormatDuration(absl::Trunc(absl::Seconds(seconds), absl::Seconds(1)));
-}
-
-absl::StatusOr<Snapshot> Fetch(mt::v1::ClientService::Stub* stub) {
+absl::StatusOr<Snapshot> Fetch(Stub* stub) {
   Snapshot s;
   s.time = absl::Now();
-  auto deadline = [](grpc::ClientContext* c) {
-    c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  };
-  {
-    grpc::ClientContext c;
-    deadline(&c);
-    absl::Status st =
-        rpc::FromGrpcStatus(stub->GetClusterInfo(&c, mt::v1::GetClusterInfoRequest(), &s.cluster));
-    if (!st.ok()) return st;
-  }
-  std::string token;
-  do {
-    mt::v1::ListJobsRequest request;
-    request.add_states(mt::v1::JOB_STATE_SCHEDULED);
-    request.add_states(mt::v1::JOB_STATE_RUNNING);
-    request.add_states(mt::v1::JOB_STATE_RESTARTING);
-    request.set_page_size(1000);
-    request.set_page_token(token);
-    mt::v1::ListJobsResponse page;
-    grpc::ClientContext c;
-    deadline(&c);
-    absl::Status st = rpc::FromGrpcStatus(stub->ListJobs(&c, request, &page));
-    if (!st.ok()) return st;
-    for (auto& j : *page.mutable_jobs()) *s.jobs.add_jobs() = std::move(j);
-    s.jobs.set_total_count(page.total_count());
-    token = page.next_page_token();
-  } while (!token.empty());
-  token.clear();
-  do {
-    mt::v1::ListWorkersRequest request;
-    request.set_page_size(1000);
-    request.set_page_token(token);
-    mt::v1::ListWorkersResponse page;
-    grpc::ClientContext c;
-    deadline(&c);
-    absl::Status st = rpc::FromGrpcStatus(stub->ListWorkers(&c, request, &page));
-    if (!st.ok()) return st;
-    for (auto& w : *page.mutable_workers()) *s.workers.add_workers() = std::move(w);
-    s.workers.set_total_count(page.total_count());
-    token = page.next_page_token();
-  } while (!token.empty());
+  MT_RETURN_IF_ERROR(
+      Call(stub, &Stub::GetClusterInfo, mt::v1::GetClusterInfoRequest(), &s.cluster, kTimeout));
+  mt::v1::ListJobsRequest active;
+  active.add_states(mt::v1::JOB_STATE_SCHEDULED);
+  active.add_states(mt::v1::JOB_STATE_RUNNING);
+  active.add_states(mt::v1::JOB_STATE_RESTARTING);
+  MT_ASSIGN_OR_RETURN(s.jobs, ListAll(stub, &Stub::ListJobs, active, kTimeout));
+  MT_ASSIGN_OR_RETURN(s.workers,
+                      ListAll(stub, &Stub::ListWorkers, mt::v1::ListWorkersRequest(), kTimeout));
   return s;
 }
+
+// Tokens per second for a column: "-" until there is a rate.
+std::string Tokens(double per_second) { return per_second <= 0 ? "-" : ScaledCount(per_second); }
 
 std::string Render(const Snapshot& s, const std::string& coordinator) {
   const mt::v1::ClusterInfo& c = s.cluster;
@@ -124,14 +65,13 @@ std::string Render(const Snapshot& s, const std::string& coordinator) {
   for (const mt::v1::Job& j : s.jobs.jobs()) {
     const mt::v1::Progress& p = j.progress();
     const bool stepped = p.step() > 0;
-    rows.push_back({j.id(), j.spec().name().substr(0, 24),
-                    Short(mt::v1::JobState_Name(j.state()), "JOB_STATE_"),
+    rows.push_back({j.id(), j.spec().name().substr(0, 24), StateName(j.state()),
                     absl::StrCat(p.step(), "/", p.total_steps()),
-                    stepped ? Value(p.loss(), "%.4f") : "-",
-                    p.validation_step() > 0 ? Value(p.validation_loss(), "%.4f") : "-",
+                    stepped ? FiniteNumber(p.loss(), "%.4f") : "-",
+                    p.validation_step() > 0 ? FiniteNumber(p.validation_loss(), "%.4f") : "-",
                     stepped ? Tokens(p.tokens_per_second()) : "-",
-                    stepped && p.mfu() > 0 ? Value(100 * p.mfu(), "%.1f%%") : "-",
-                    Bytes(p.memory_allocated_bytes()), Bytes(p.memory_peak_bytes()),
+                    stepped && p.mfu() > 0 ? FiniteNumber(100 * p.mfu(), "%.1f%%") : "-",
+                    CompactBytes(p.memory_allocated_bytes()), CompactBytes(p.memory_peak_bytes()),
                     stepped ? Eta(p.eta_seconds()) : "-"});
   }
   if (rows.empty()) {
@@ -144,17 +84,11 @@ std::string Render(const Snapshot& s, const std::string& coordinator) {
   rows.clear();
   for (const mt::v1::Worker& w : s.workers.workers()) {
     if (w.state() == mt::v1::WORKER_STATE_GONE) continue;
-    const double ago =
-        w.last_heartbeat_time().seconds() > 0
-            ? absl::ToDoubleSeconds(s.time - absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(
-                                                 w.last_heartbeat_time())))
-            : -1;
     rows.push_back({w.id(), w.resources().node(),
                     w.resources().gpu_index() < 0 ? "cpu" : absl::StrCat(w.resources().gpu_index()),
-                    Short(mt::v1::WorkerState_Name(w.state()), "WORKER_STATE_"),
-                    w.job_id().empty() ? "-" : w.job_id(),
+                    StateName(w.state()), w.job_id().empty() ? "-" : w.job_id(),
                     w.job_id().empty() ? "-" : absl::StrCat(w.rank()),
-                    ago >= 0 ? absl::StrFormat("%.1fs", ago) : "-"});
+                    SecondsAgo(w.last_heartbeat_time(), s.time)});
   }
   absl::StrAppend(
       &out, "\n",
@@ -196,11 +130,10 @@ int RunTop(const std::vector<std::string>& args, const GlobalOptions& options) {
       if (!stop->HasBeenNotified()) stop->Notify();
     });
   }
-  auto channel = Connect(options);
-  if (!channel.ok()) return Fail(channel.status());
-  auto stub = mt::v1::ClientService::NewStub(*channel);
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
   if (!live) {
-    absl::StatusOr<Snapshot> s = Fetch(stub.get());
+    absl::StatusOr<Snapshot> s = Fetch(stub->get());
     if (!s.ok()) return Fail(s.status());
     if (options.output == OutputFormat::kTable) {
       std::cout << Render(*s, options.coordinator);
@@ -211,7 +144,7 @@ int RunTop(const std::vector<std::string>& args, const GlobalOptions& options) {
   }
   std::cout << "\033[?25l\033[2J";
   while (true) {
-    absl::StatusOr<Snapshot> s = Fetch(stub.get());
+    absl::StatusOr<Snapshot> s = Fetch(stub->get());
     std::string frame =
         s.ok() ? Render(*s, options.coordinator)
                : absl::StrCat("mt top  ", options.coordinator, "\n\n", s.status().message(),

@@ -33,7 +33,7 @@ int RunDescribe(const std::vector<std::string>& args, const GlobalOptions& optio
 int RunWatch(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunLogs(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunCancel(const std::vector<std::string>& args, const GlobalOptions& options);
-// mtctl data preprocess | inspect | merge (client/data_cmd.cc).
+// mtctl data preprocess | inspect | merge (client/data/data_cmd.cc).
 int RunData(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunWorkers(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunInfo(const std::vector<std::string>& args, const GlobalOptions& options);

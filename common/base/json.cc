@@ -13,6 +13,10 @@ std::string JsonQuote(absl::string_view s) {
     if (c == '"' || c == '\\') {
       out.push_back('\\');
       out.push_back(c);
+    } else if (c == '\n' || c == '\r' || c == '\t') {
+      // The short escapes keep multi-line text readable (mtctl prints documents with them).
+      out.push_back('\\');
+      out.push_back(c == '\n' ? 'n' : c == '\r' ? 'r' : 't');
     } else if (u < 0x20) {
       absl::StrAppend(&out, "\\u", absl::Hex(u, absl::kZeroPad4));
     } else {

@@ -11,9 +11,9 @@
 namespace mt {
 
 // `s` as a JSON string literal, quotes included: '"' and '\' are escaped with a backslash,
-// the other control characters (< 0x20) as \u00XX; every other byte, UTF-8 included, is copied
-// unchanged (the caller passes UTF-8).
-//   JsonQuote("a\"b\n") == "\"a\\\"b\\u000a\""
+// newline, carriage return and tab as \n, \r, \t, the other control characters (< 0x20) as
+// \u00XX; every other byte, UTF-8 included, is copied unchanged (the caller passes UTF-8).
+//   JsonQuote("a\"b\n\x01") == "\"a\\\"b\\n\\u0001\""
 std::string JsonQuote(absl::string_view s);
 
 }  // namespace mt

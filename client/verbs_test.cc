@@ -1,0 +1,58 @@
+// mtctl's entry (verbs.h): --help and --version answer with exit 0, mistakes with exit 2.
+#include "client/verbs.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mt::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+// Runs mtctl's Main on `args` (argv[0] added); returns the exit code, stdout in *out.
+int RunMain(std::vector<std::string> args, std::string* out) {
+  args.insert(args.begin(), "mtctl");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::testing::internal::CaptureStdout();
+  const int code = Main(static_cast<int>(args.size()), argv.data());
+  *out = ::testing::internal::GetCapturedStdout();
+  return code;
+}
+
+TEST(VerbsTest, HelpListsEveryVerb) {
+  std::string out;
+  EXPECT_EQ(RunMain({"--help"}, &out), kExitOk);
+  for (const Verb& v : AllVerbs()) EXPECT_THAT(out, HasSubstr(v.name));
+  EXPECT_THAT(out, HasSubstr("Exit codes"));
+}
+
+TEST(VerbsTest, VersionExitsZero) {
+  std::string out;
+  EXPECT_EQ(RunMain({"--version"}, &out), kExitOk);
+  EXPECT_THAT(out, StartsWith("mtctl "));
+}
+
+TEST(VerbsTest, VerbHelpShowsItsUsage) {
+  std::string out;
+  EXPECT_EQ(RunMain({"cancel", "--help"}, &out), kExitOk);
+  EXPECT_THAT(out, HasSubstr("usage: mtctl cancel JOB_ID [REASON]"));
+  EXPECT_EQ(RunMain({"data", "--help"}, &out), kExitOk);
+  EXPECT_THAT(out, HasSubstr("mtctl data SUBCOMMAND"));
+}
+
+TEST(VerbsTest, NoVerbOrAnUnknownOneIsUsage) {
+  std::string out;
+  EXPECT_EQ(RunMain({}, &out), kExitUsage);
+  EXPECT_EQ(RunMain({"frobnicate"}, &out), kExitUsage);
+  EXPECT_EQ(RunMain({"data"}, &out), kExitUsage);
+  EXPECT_EQ(RunMain({"data", "frobnicate"}, &out), kExitUsage);
+}
+
+}  // namespace
+}  // namespace mt::client

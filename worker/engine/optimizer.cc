@@ -931,28 +931,34 @@ void MixedPrecisionOptimizer::AdamWUpdate(double lr, const torch::Tensor& scale,
   const torch::Tensor b1_now = torch::where(skip, torch::ones_like(keep), keep * b1).to(dt);
   const torch::Tensor b2_now = torch::where(skip, torch::ones_like(keep), keep * b2).to(dt);
   const torch::Tensor decay = (1.0 - lr * config_.weight_decay * keep).to(dt);
-  const int64_t limit = config_.chunk_elements;
+  auto update = [&](const Segment& s, torch::Tensor& g) {
+    torch::Tensor m = exp_avg_.narrow(0, s.local_begin, s.numel);
+    torch::Tensor v = exp_avg_sq_.narrow(0, s.local_begin, s.numel);
+    torch::Tensor w = MasterView(s);
+    m.mul_(b1_now).add_(g, 1.0 - b1);
+    v.mul_(b2_now).addcmul_(g, g, 1.0 - b2);
+    if (s.weight_decay && config_.weight_decay > 0.0) w.mul_(decay);
+    at::sqrt_out(g, v);
+    g.div_(sqrt_bc2).add_(config_.adam_eps);
+    // (-step_size * m) / denom, rounded as LibTorch's addcdiv_(m, denom, -step_size) rounds it
+    // (a piece-sized temporary, the fallback's only one besides the conversion chunk).
+    w.addcdiv_(m * neg_step_size, g);
+  };
+  ForEachUnscaledGradient(config_.chunk_elements, grad_scale, update);
+}
+
+void MixedPrecisionOptimizer::ForEachUnscaledGradient(
+    int64_t limit, const torch::Tensor& grad_scale,
+    const std::function<void(const Segment&, torch::Tensor&)>& update) {
   torch::Tensor temp;
   if (needs_conversion_) temp = torch::empty({std::min(limit, state_numel_)}, master_.options());
   for (const std::vector<Piece>& chunk : Chunks(limit)) {
     for (const Piece& p : chunk) {
       const Segment& s = p.segment;
-      // The gradient, unscaled and clipped, in fp32: the master gradients in place, or a
-      // converted piece of the 16-bit ones. It is scratch space afterwards.
       torch::Tensor g = GradView(s);
       if (needs_conversion_) g = temp.narrow(0, p.temp_begin, s.numel).copy_(g);
       g.mul_(grad_scale).nan_to_num_(0.0, 0.0, 0.0);
-      torch::Tensor m = exp_avg_.narrow(0, s.local_begin, s.numel);
-      torch::Tensor v = exp_avg_sq_.narrow(0, s.local_begin, s.numel);
-      torch::Tensor w = MasterView(s);
-      m.mul_(b1_now).add_(g, 1.0 - b1);
-      v.mul_(b2_now).addcmul_(g, g, 1.0 - b2);
-      if (s.weight_decay && config_.weight_decay > 0.0) w.mul_(decay);
-      at::sqrt_out(g, v);
-      g.div_(sqrt_bc2).add_(config_.adam_eps);
-      // (-step_size * m) / denom, rounded as LibTorch's addcdiv_(m, denom, -step_size) rounds
-      // it (a piece-sized temporary, the fallback's only one besides the conversion chunk).
-      w.addcdiv_(m * neg_step_size, g);
+      update(s, g);
     }
   }
 }
@@ -972,25 +978,17 @@ void MixedPrecisionOptimizer::SgdUpdate(double lr, const torch::Tensor& scale,
                                                      torch::full_like(keep, config_.sgd_momentum)))
                                .to(dt);
   const int64_t limit = needs_conversion_ ? config_.chunk_elements : 0;
-  torch::Tensor temp;
-  if (needs_conversion_) temp = torch::empty({std::min(limit, state_numel_)}, master_.options());
-  for (const std::vector<Piece>& chunk : Chunks(limit)) {
-    for (const Piece& p : chunk) {
-      const Segment& s = p.segment;
-      torch::Tensor g = GradView(s);
-      if (needs_conversion_) g = temp.narrow(0, p.temp_begin, s.numel).copy_(g);
-      g.mul_(grad_scale).nan_to_num_(0.0, 0.0, 0.0);
-      torch::Tensor w = MasterView(s);
-      if (s.weight_decay && config_.weight_decay > 0.0) g.addcmul_(w, decay);
-      if (momentum_.defined()) {
-        torch::Tensor buf = momentum_.narrow(0, s.local_begin, s.numel);
-        buf.mul_(mu).add_(g);
-        w.addcmul_(buf, neg_lr);
-      } else {
-        w.addcmul_(g, neg_lr);
-      }
+  ForEachUnscaledGradient(limit, grad_scale, [&](const Segment& s, torch::Tensor& g) {
+    torch::Tensor w = MasterView(s);
+    if (s.weight_decay && config_.weight_decay > 0.0) g.addcmul_(w, decay);
+    if (momentum_.defined()) {
+      torch::Tensor buf = momentum_.narrow(0, s.local_begin, s.numel);
+      buf.mul_(mu).add_(g);
+      w.addcmul_(buf, neg_lr);
+    } else {
+      w.addcmul_(g, neg_lr);
     }
-  }
+  });
 }
 
 }  // namespace mt::engine

@@ -373,6 +373,13 @@ class MixedPrecisionOptimizer {
     int64_t temp_begin;  // offset in the conversion temporary
   };
   std::vector<std::vector<Piece>> Chunks(int64_t limit) const;
+  // Calls `update(segment, g)` for every piece of Chunks(limit), in order, with g the piece's
+  // gradient unscaled (times `grad_scale`, non-finite values 0) in the master dtype: the master
+  // gradient itself, or a converted copy of the 16-bit one in a chunk-sized scratch buffer.
+  // g is scratch space to `update`. Shared by the unfused updates so they read the gradient
+  // the same way, op for op.
+  void ForEachUnscaledGradient(int64_t limit, const torch::Tensor& grad_scale,
+                               const std::function<void(const Segment&, torch::Tensor&)>& update);
   void AdamWUpdate(double lr, const torch::Tensor& scale, const torch::Tensor& found_inf);
   // The fused kernel; false when this LibTorch or device has none (the caller falls back).
   bool FusedAdamWUpdate(double lr, const torch::Tensor& grad_divisor,

@@ -8,6 +8,7 @@
 
 #include "common/base/status_matchers.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt {
 namespace {
@@ -16,15 +17,9 @@ using ::mt::testing::IsOk;
 using ::mt::testing::StatusIs;
 using ::testing::HasSubstr;
 
-std::string TempDir() {
-  std::string tmpl = ::testing::TempDir() + "mt_files_XXXXXX";
-  char* dir = ::mkdtemp(tmpl.data());
-  EXPECT_NE(dir, nullptr);
-  return tmpl;
-}
-
 TEST(Files, AtomicWriteReplacesAndLeavesNoTemporary) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("files");
+  ASSERT_FALSE(dir.empty());
   const std::string path = dir + "/f.txt";
   MT_ASSERT_OK(WriteFileAtomically(path, "one"));
   MT_ASSERT_OK(WriteFileAtomically(path, "two two"));
@@ -34,7 +29,8 @@ TEST(Files, AtomicWriteReplacesAndLeavesNoTemporary) {
 }
 
 TEST(Files, ReadFileEnforcesItsLimit) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("files");
+  ASSERT_FALSE(dir.empty());
   MT_ASSERT_OK(WriteFileAtomically(dir + "/big", std::string(100, 'x')));
   EXPECT_THAT(ReadFile(dir + "/big", 99),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("limit of 99")));

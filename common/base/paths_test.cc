@@ -7,6 +7,7 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt {
 namespace {
@@ -28,11 +29,11 @@ TEST(Paths, JoinPathPutsExactlyOneSlashBetween) {
 }
 
 TEST(Paths, ExistsAndIsDirectoryFollowTheFileSystem) {
-  std::string tmpl = ::testing::TempDir() + "mt_paths_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-  const std::string file = JoinPath(tmpl, "f");
-  EXPECT_TRUE(PathExists(tmpl));
-  EXPECT_TRUE(IsDirectory(tmpl));
+  const std::string dir = testutil::MakeTempDir("paths");
+  ASSERT_FALSE(dir.empty());
+  const std::string file = JoinPath(dir, "f");
+  EXPECT_TRUE(PathExists(dir));
+  EXPECT_TRUE(IsDirectory(dir));
   EXPECT_FALSE(PathExists(file));
   EXPECT_FALSE(IsDirectory(file));
   const int fd = ::open(file.c_str(), O_CREAT | O_WRONLY, 0644);
@@ -41,8 +42,8 @@ TEST(Paths, ExistsAndIsDirectoryFollowTheFileSystem) {
   EXPECT_TRUE(PathExists(file));
   EXPECT_FALSE(IsDirectory(file));
   ::unlink(file.c_str());
-  ::rmdir(tmpl.c_str());
-  EXPECT_FALSE(PathExists(tmpl));
+  ::rmdir(dir.c_str());
+  EXPECT_FALSE(PathExists(dir));
 }
 
 }  // namespace

@@ -1,7 +1,6 @@
 // A real mt-coordinator and real mt-worker daemons on loopback, driven over gRPC and mtctl.
 #include <signal.h>
 
-#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "mt/v1/client_service.grpc.pb.h"
+#include "tests/testutil/cluster.h"
 #include "tests/testutil/subprocess.h"
 
 namespace mt {
@@ -27,48 +27,29 @@ using testutil::Subprocess;
 
 const std::string kBin = std::string(MT_BINARY_DIR) + "/bin/";
 
+// A Cluster (tests/testutil/cluster.h) whose coordinator beats faster: 100 ms heartbeats, lost
+// after 1 s. Workers are named "worker-<node>-<gpu>" (their logs "<name>.log").
 class ControlPlaneTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = testutil::MakeTempDir("cp"); }
-
-  // Starts a coordinator on a free port and returns its address.
+  // Starts (or restarts, on the same port) the coordinator and returns its address.
   std::string StartCoordinator(const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {kBin + "mt-coordinator",
-                                     "--listen=127.0.0.1:0",
-                                     "--address_file=" + dir_ + "/addr",
-                                     "--state_dir=" + dir_ + "/state",
-                                     "--heartbeat_interval=100ms",
-                                     "--lost_after=1s",
-                                     "--metrics_port=0"};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    EXPECT_THAT(coordinator_.Start(argv, dir_ + "/coordinator.log"), testing::IsOk());
-    auto addr = testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20));
-    EXPECT_TRUE(addr.ok()) << addr.status() << "\n" << Log("coordinator.log");
-    address_ = addr.value_or("");
-    return address_;
+    std::vector<std::string> flags = {"--heartbeat_interval=100ms", "--lost_after=1s"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    EXPECT_THAT(cluster_.StartCoordinator(flags), testing::IsOk()) << Log("coordinator.log");
+    return cluster_.address();
   }
 
-  std::unique_ptr<Subprocess> StartWorker(const std::string& node, int gpu,
-                                          const std::vector<std::string>& extra = {}) {
-    auto w = std::make_unique<Subprocess>();
-    std::vector<std::string> argv = {kBin + "mt-worker", "--coordinator=" + address_,
-                                     "--node=" + node, absl::StrCat("--gpu=", gpu)};
-    argv.insert(argv.end(), extra.begin(), extra.end());
-    EXPECT_THAT(w->Start(argv, absl::StrCat(dir_, "/worker-", node, "-", gpu, ".log")),
-                testing::IsOk());
-    return w;
+  Subprocess* StartWorker(const std::string& node, int gpu,
+                          const std::vector<std::string>& extra = {}) {
+    const std::string name = absl::StrCat("worker-", node, "-", gpu);
+    EXPECT_THAT(cluster_.StartWorker(name, node, gpu, extra), testing::IsOk());
+    return cluster_.worker(name);
   }
 
-  std::string Log(const std::string& name) { return ReadFile(dir_ + "/" + name).value_or(""); }
+  std::string Log(const std::string& name) { return cluster_.Log(name); }
 
   absl::StatusOr<mt::v1::ListWorkersResponse> ListWorkers(const std::string& token = "") {
-    auto stub = mt::v1::ClientService::NewStub(rpc::MakeChannel(address_, token));
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    mt::v1::ListWorkersResponse resp;
-    absl::Status s = rpc::FromGrpcStatus(stub->ListWorkers(&ctx, {}, &resp));
-    if (!s.ok()) return s;
-    return resp;
+    return cluster_.ListWorkers(token);
   }
 
   int CountInState(mt::v1::WorkerState state) {
@@ -80,15 +61,10 @@ class ControlPlaneTest : public ::testing::Test {
   }
 
   CommandResult Mtctl(std::vector<std::string> args) {
-    args.insert(args.begin(), kBin + "mtctl");
-    auto r = RunCommand(args, absl::Seconds(30), {"MT_COORDINATOR=" + address_});
-    EXPECT_TRUE(r.ok()) << r.status();
-    return r.value_or(CommandResult{});
+    return cluster_.Mtctl(std::move(args), absl::Seconds(30));
   }
 
-  std::string dir_;
-  std::string address_;
-  Subprocess coordinator_;
+  testutil::Cluster cluster_{kBin};
 };
 
 TEST_F(ControlPlaneTest, WorkersRegisterHeartbeatAndAreLostWhenKilled) {
@@ -118,22 +94,14 @@ TEST_F(ControlPlaneTest, WorkersRegisterHeartbeatAndAreLostWhenKilled) {
 }
 
 TEST_F(ControlPlaneTest, WorkerReRegistersAfterCoordinatorRestart) {
-  StartCoordinator();
-  const std::string first_address = address_;
-  auto w = StartWorker("nodeb", -1, {"--state_file=" + dir_ + "/worker.id"});
+  const std::string first_address = StartCoordinator();
+  StartWorker("nodeb", -1, {"--state_file=" + cluster_.dir() + "/worker.id"});
   ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 1; },
                                 absl::Seconds(20)));
-  coordinator_.Signal(SIGTERM);
-  ASSERT_TRUE(coordinator_.Wait(absl::Seconds(10)).ok());
+  cluster_.coordinator()->Signal(SIGTERM);
+  ASSERT_TRUE(cluster_.coordinator()->Wait(absl::Seconds(10)).ok());
   // Same port again, so the worker's address still points at it.
-  ASSERT_TRUE(::unlink((dir_ + "/addr").c_str()) == 0);
-  Subprocess second;
-  ASSERT_THAT(second.Start({kBin + "mt-coordinator", "--listen=" + first_address,
-                            "--address_file=" + dir_ + "/addr", "--state_dir=" + dir_ + "/state",
-                            "--heartbeat_interval=100ms", "--lost_after=1s", "--metrics_port=0"},
-                           dir_ + "/coordinator2.log"),
-              testing::IsOk());
-  ASSERT_TRUE(testutil::WaitForFile(dir_ + "/addr", absl::Seconds(20)).ok());
+  ASSERT_EQ(StartCoordinator(), first_address);
   ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 1; },
                                 absl::Seconds(20)))
       << Log("worker-nodeb--1.log");
@@ -144,7 +112,7 @@ TEST_F(ControlPlaneTest, WorkerReRegistersAfterCoordinatorRestart) {
 }
 
 TEST_F(ControlPlaneTest, BearerTokensAreRequiredWhenConfigured) {
-  const std::string tokens = dir_ + "/tokens";
+  const std::string tokens = cluster_.dir() + "/tokens";
   ASSERT_THAT(WriteFileAtomically(tokens, "s3cret-token-0123456789\n"), testing::IsOk());
   StartCoordinator({"--auth_token_file=" + tokens});
   EXPECT_THAT(ListWorkers(), testing::StatusIs(absl::StatusCode::kUnauthenticated,
@@ -158,7 +126,7 @@ TEST_F(ControlPlaneTest, BearerTokensAreRequiredWhenConfigured) {
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 1);
   EXPECT_THAT(Log("worker-nodec-0.log"), HasSubstr("missing bearer token"));
-  auto good = StartWorker("nodec", 1, {"--token_file=" + tokens});
+  StartWorker("nodec", 1, {"--token_file=" + tokens});
   EXPECT_TRUE(testutil::WaitFor(
       [&] {
         auto r = ListWorkers("s3cret-token-0123456789");
@@ -182,7 +150,7 @@ TEST_F(ControlPlaneTest, NonLoopbackListenWithoutTokensIsRefused) {
 
 TEST_F(ControlPlaneTest, HealthServiceAnswers) {
   StartCoordinator();
-  auto channel = rpc::MakeChannel(address_, "");
+  auto channel = rpc::MakeChannel(cluster_.address(), "");
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   // grpc.health.v1.Health/Check with an empty request (service "") as a raw call.
@@ -214,7 +182,7 @@ TEST_F(ControlPlaneTest, HealthServiceAnswers) {
 // relative paths) at the API with INVALID_ARGUMENT naming the field.
 TEST_F(ControlPlaneTest, CheckpointCallsCheckTheirInput) {
   StartCoordinator();
-  auto stub = mt::v1::ClientService::NewStub(rpc::MakeChannel(address_, ""));
+  auto stub = mt::v1::ClientService::NewStub(rpc::MakeChannel(cluster_.address(), ""));
   auto deadline = [](grpc::ClientContext* ctx) {
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   };
@@ -305,10 +273,10 @@ std::vector<std::string> Args(std::vector<std::string> head, const std::vector<s
 
 TEST_F(ControlPlaneTest, MtctlPlanShowsLayoutAndPlacement) {
   StartCoordinator();
-  auto a0 = StartWorker("nodea", 0);
-  auto a1 = StartWorker("nodea", 1);
-  auto b0 = StartWorker("nodeb", 0);
-  auto b1 = StartWorker("nodeb", 1);
+  StartWorker("nodea", 0);
+  StartWorker("nodea", 1);
+  StartWorker("nodeb", 0);
+  StartWorker("nodeb", 1);
   ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 4; },
                                 absl::Seconds(20)));
   CommandResult r = Mtctl(Args({"plan", "--megatron", "--"}, kTp2Job, {"-o", "json"}));

@@ -36,6 +36,7 @@
 #include "tests/integration/dashboard_util.h"
 #include "tests/testutil/cluster.h"
 #include "tests/testutil/http.h"
+#include "tests/testutil/job_fixture.h"
 #include "worker/metrics/event_file.h"
 
 namespace mt {
@@ -43,10 +44,8 @@ namespace {
 
 using google::protobuf::Value;
 using ::testing::HasSubstr;
-using testutil::Cluster;
 using testutil::CommandResult;
 
-const std::string kBin = std::string(MT_BINARY_DIR) + "/bin";
 const std::string kSrc = MT_SOURCE_DIR;
 
 std::string FindProgram(const std::string& name) {
@@ -129,20 +128,16 @@ std::string RunOnTerminal(const std::vector<std::string>& argv, absl::Duration r
   return out;
 }
 
-class PrometheusTest : public ::testing::Test {
+// The coordinator, the dataset (data_) and two workers "w0", "w1" of JobFixture.
+class PrometheusTest : public testutil::JobFixture {
  protected:
   void SetUp() override {
     prometheus_bin_ = FindProgram("prometheus");
     promtool_bin_ = FindProgram("promtool");
     ASSERT_FALSE(prometheus_bin_.empty()) << "Debian's prometheus is needed: deploy/setup.sh";
     ASSERT_FALSE(promtool_bin_.empty()) << "promtool (package prometheus): deploy/setup.sh";
-    ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
-    for (int i = 0; i < 2; ++i) {
-      ASSERT_TRUE(
-          cluster_.StartWorker(absl::StrCat("w", i), "node0", {"--metrics_linger=1s"}).ok());
-    }
-    ASSERT_TRUE(cluster_.WaitForIdleWorkers(2, absl::Seconds(30)))
-        << cluster_.Log("coordinator.log");
+    ASSERT_NO_FATAL_FAILURE(JobFixture::SetUp());
+    ASSERT_NO_FATAL_FAILURE(StartWorkers(2, {"--metrics_linger=1s"}));
     CommandResult info = cluster_.Mtctl({"info", "-o", "json"});
     ASSERT_EQ(info.exit_code, 0) << info.err;
     auto parsed = testutil::ParseJson(info.out);
@@ -239,7 +234,6 @@ class PrometheusTest : public ::testing::Test {
     return names;
   }
 
-  Cluster cluster_{kBin};
   std::string prometheus_bin_, promtool_bin_;
   std::string coordinator_metrics_;
   std::string prometheus_address_;
@@ -248,7 +242,6 @@ class PrometheusTest : public ::testing::Test {
 
 TEST_F(PrometheusTest, EveryDashboardQueryReturnsDataFromARealRun) {
   ASSERT_NO_FATAL_FAILURE(StartPrometheus());
-  const std::string data = testutil::WriteRepetitiveDataset(cluster_.dir(), 64, 200);
   const std::string tensorboard = cluster_.dir() + "/tb";
   const std::string yaml = absl::StrCat(
       "name: observed\n",
@@ -257,15 +250,12 @@ TEST_F(PrometheusTest, EveryDashboardQueryReturnsDataFromARealRun) {
       "parallel: {tp: 2, pp: 1, dp: 1}\n",
       "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: 1000000, lr: 3.0e-3,\n"
       "           lr_warmup_iters: 2, seed: 7}\n",
-      "data:\n  data_path: ", data, "\n  split: \"90,10,0\"\n",
+      "data:\n  data_path: ", data_, "\n  split: \"90,10,0\"\n",
       "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
       "evaluation: {eval_interval: 20, eval_iters: 1}\n",
       "logging: {log_interval: 10, tensorboard_dir: ", tensorboard, "}\n");
-  const std::string spec = cluster_.dir() + "/job.yaml";
-  ASSERT_TRUE(WriteFileAtomically(spec, yaml).ok());
-  CommandResult submit = cluster_.Mtctl({"submit", spec});
-  ASSERT_EQ(submit.exit_code, 0) << submit.err;
-  const std::string job = std::string(absl::StripAsciiWhitespace(submit.out));
+  const std::string job = Submit(yaml, "job.yaml");
+  ASSERT_FALSE(job.empty());
   ASSERT_TRUE(cluster_.WaitForState(job, mt::v1::JOB_STATE_RUNNING, absl::Minutes(2)))
       << cluster_.Log("w0.log");
 
@@ -383,9 +373,9 @@ TEST_F(PrometheusTest, EveryDashboardQueryReturnsDataFromARealRun) {
 
   // On a terminal: redrawn in place (cursor home, lines cleared), cursor back after Ctrl-C.
   int top_code = -1;
-  const std::string live = RunOnTerminal(
-      {kBin + "/mtctl", "top", "--interval=200ms", "--coordinator=" + cluster_.address()},
-      absl::Seconds(2), &top_code);
+  const std::string live = RunOnTerminal({testutil::BinDir() + "/mtctl", "top", "--interval=200ms",
+                                          "--coordinator=" + cluster_.address()},
+                                         absl::Seconds(2), &top_code);
   EXPECT_EQ(top_code, 0) << live;
   size_t frames = 0;
   for (size_t at = live.find("\033[Hmt top"); at != std::string::npos;

@@ -46,10 +46,16 @@ void Cluster::KillCoordinator(int sig) {
 
 absl::Status Cluster::StartWorker(const std::string& name, const std::string& node,
                                   const std::vector<std::string>& extra_flags) {
+  return StartWorker(name, node, -1, extra_flags);
+}
+
+absl::Status Cluster::StartWorker(const std::string& name, const std::string& node, int gpu,
+                                  const std::vector<std::string>& extra_flags) {
   auto w = std::make_unique<Subprocess>();
   std::vector<std::string> argv = {bin_ + "/mt-worker", "--coordinator=" + address_,
-                                   "--node=" + node,    "--gpu=-1",
-                                   "--cpu_cores=1",     "--work_dir=" + dir_ + "/" + name};
+                                   "--node=" + node, absl::StrCat("--gpu=", gpu)};
+  if (gpu < 0) argv.push_back("--cpu_cores=1");
+  argv.push_back("--work_dir=" + dir_ + "/" + name);
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   absl::Status s = w->Start(argv, dir_ + "/" + name + ".log");
   workers_[name] = std::move(w);
@@ -91,11 +97,16 @@ absl::StatusOr<mt::v1::Job> Cluster::SubmitJob(const mt::v1::JobSpec& spec) {
   return response.job();
 }
 
-absl::StatusOr<mt::v1::ListWorkersResponse> Cluster::ListWorkers() {
+absl::StatusOr<mt::v1::ListWorkersResponse> Cluster::ListWorkers(const std::string& token) {
+  std::unique_ptr<mt::v1::ClientService::Stub> with_token;
+  if (!token.empty()) {
+    with_token = mt::v1::ClientService::NewStub(rpc::MakeChannel(address_, token));
+  }
   mt::v1::ListWorkersResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  absl::Status s = rpc::FromGrpcStatus(stub_->ListWorkers(&ctx, {}, &resp));
+  mt::v1::ClientService::Stub* stub = token.empty() ? stub_.get() : with_token.get();
+  absl::Status s = rpc::FromGrpcStatus(stub->ListWorkers(&ctx, {}, &resp));
   if (!s.ok()) return s;
   return resp;
 }

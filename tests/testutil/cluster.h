@@ -30,9 +30,13 @@ class Cluster {
   absl::Status StartCoordinator(const std::vector<std::string>& extra_flags = {});
   void KillCoordinator(int sig);
   // Starts a CPU worker daemon named `name` (its node is `node`). Its metrics endpoint is on
-  // any free port (the coordinator's service discovery names it).
+  // any free port (the coordinator's service discovery names it). Its log is `name`.log.
   absl::Status StartWorker(const std::string& name, const std::string& node = "node0",
                            const std::vector<std::string>& extra_flags = {});
+  // The same for GPU `gpu` of its node (-1: the CPU worker above).
+  absl::Status StartWorker(const std::string& name, const std::string& node, int gpu,
+                           const std::vector<std::string>& extra_flags = {});
+  Subprocess* coordinator() { return coordinator_.get(); }
   Subprocess* worker(const std::string& name) { return workers_[name].get(); }
   // Waits until `n` workers are IDLE.
   bool WaitForIdleWorkers(int n, absl::Duration timeout);
@@ -40,7 +44,8 @@ class Cluster {
   // SubmitJob over the API, as it is (no client-side path resolution).
   absl::StatusOr<mt::v1::Job> SubmitJob(const mt::v1::JobSpec& spec);
   absl::StatusOr<mt::v1::Job> GetJob(const std::string& id, bool events = false);
-  absl::StatusOr<mt::v1::ListWorkersResponse> ListWorkers();
+  // With `token`, the call carries it as its bearer token (the cluster's own calls carry none).
+  absl::StatusOr<mt::v1::ListWorkersResponse> ListWorkers(const std::string& token = "");
   // Polls until the job is in `state` (true) or a terminal state / the timeout (false).
   bool WaitForState(const std::string& id, mt::v1::JobState state, absl::Duration timeout);
   CommandResult Mtctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60));

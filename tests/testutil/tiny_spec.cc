@@ -19,8 +19,10 @@ mt::v1::JobSpec TinyGptSpec(const TinySpecOptions& o) {
   if (o.global_batch_size != 0) t->set_global_batch_size(o.global_batch_size);
   if (o.train_iters != 0) t->set_train_iters(o.train_iters);
   t->set_lr(o.lr);
+  if (o.lr_warmup_iters != 0) t->set_lr_warmup_iters(o.lr_warmup_iters);
   if (o.constant_lr) t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_CONSTANT);
-  t->set_seed(o.seed);
+  if (o.seed.has_value()) t->set_seed(*o.seed);
+  if (o.precision != mt::v1::PRECISION_UNSPECIFIED) t->set_precision(o.precision);
   return spec;
 }
 

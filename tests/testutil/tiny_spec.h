@@ -5,6 +5,7 @@
 #define MT_TESTS_TESTUTIL_TINY_SPEC_H_
 
 #include <cstdint>
+#include <optional>
 
 #include "mt/v1/job_spec.pb.h"
 
@@ -21,7 +22,9 @@ struct TinySpecOptions {
   int global_batch_size = 4;  // 0: unset (spec::ResolveForLayout sets it)
   int64_t train_iters = 0;    // 0: unset
   double lr = 1e-3;
-  uint64_t seed = 1234;
+  int64_t lr_warmup_iters = 0;          // 0: unset
+  std::optional<uint64_t> seed = 1234;  // nullopt: unset (the trainer's default)
+  mt::v1::Precision precision = mt::v1::PRECISION_UNSPECIFIED;  // UNSPECIFIED: unset
   bool zero_dropout = false;  // hidden and attention dropout 0 (deterministic losses)
   bool constant_lr = false;   // lr_decay_style constant
 };

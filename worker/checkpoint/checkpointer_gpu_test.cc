@@ -16,6 +16,8 @@
 #include "common/base/status_matchers.h"
 #include "gtest/gtest.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/subprocess.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/trainer_state.h"
 #include "worker/engine/batch_source.h"
@@ -28,21 +30,16 @@ constexpr int64_t kSeq = 32;
 constexpr int64_t kVocab = 500;
 
 mt::v1::JobSpec Spec() {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(2);
-  m->set_hidden_size(128);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(kSeq);
-  m->set_vocab_size(kVocab);
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(4);
-  t->set_global_batch_size(4);
-  t->set_train_iters(10);
-  t->set_lr(1e-3);
-  t->set_lr_warmup_iters(2);
-  t->set_seed(99);
-  t->set_precision(mt::v1::PRECISION_BF16);
+  testutil::TinySpecOptions o;
+  o.hidden_size = 128;
+  o.seq_length = kSeq;
+  o.vocab_size = kVocab;
+  o.micro_batch_size = 4;
+  o.train_iters = 10;
+  o.lr_warmup_iters = 2;
+  o.seed = 99;
+  o.precision = mt::v1::PRECISION_BF16;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
   spec.mutable_evaluation()->set_eval_interval(0);
   spec.mutable_logging()->set_log_interval(100);
   return spec;
@@ -73,8 +70,8 @@ std::map<std::string, torch::Tensor> HostState(engine::Trainer& t) {
 TEST(CheckpointerGpuTest, AsyncSaveFromTheGpuLoadsBackExactly) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const mt::v1::JobSpec spec = Spec();
-  std::string dir = std::string(::testing::TempDir()) + "/ckgpu_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string dir = testutil::MakeTempDir("ckgpu");
+  ASSERT_FALSE(dir.empty());
   auto t = MakeTrainer(spec, 0);
   ASSERT_NE(t, nullptr);
   for (int i = 0; i < 3; ++i) MT_ASSERT_OK(t->Step().status());
@@ -141,8 +138,8 @@ TEST(CheckpointerGpuTest, OverlappedSnapshotHoldsTheSavedStepWhileTrainingGoesOn
   spec.mutable_model()->set_attention_dropout(0);
   spec.mutable_training()->set_micro_batch_size(1);
   spec.mutable_training()->set_global_batch_size(1);
-  std::string dir = std::string(::testing::TempDir()) + "/ckgpu_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string dir = testutil::MakeTempDir("ckgpu");
+  ASSERT_FALSE(dir.empty());
   auto t = MakeTrainer(spec, 0);
   ASSERT_NE(t, nullptr);
   for (int i = 0; i < 2; ++i) MT_ASSERT_OK(t->Step().status());
@@ -190,8 +187,8 @@ TEST(CheckpointerGpuTest, OverlappedSnapshotHoldsTheSavedStepWhileTrainingGoesOn
 TEST(CheckpointerGpuTest, DamagedNewestFallsBackToExactlyThePreviousOnTheGpu) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const mt::v1::JobSpec spec = Spec();
-  std::string dir = std::string(::testing::TempDir()) + "/ckgpu_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::string dir = testutil::MakeTempDir("ckgpu");
+  ASSERT_FALSE(dir.empty());
   auto t = MakeTrainer(spec, 0);
   ASSERT_NE(t, nullptr);
   LocalExchange exchange;

@@ -18,6 +18,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/subprocess.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/checkpoint/trainer_state.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/optimizer.h"
@@ -33,31 +35,18 @@ using ::testing::HasSubstr;
 constexpr int64_t kSeq = 16;
 constexpr int64_t kVocab = 100;  // padded to 128
 
-std::string TempDir() {
-  std::string tmpl = std::string(::testing::TempDir()) + "/ckpt_XXXXXX";
-  return ::mkdtemp(tmpl.data());
-}
-
 mt::v1::JobSpec TinySpec(mt::v1::Precision precision = mt::v1::PRECISION_FP32) {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(2);
-  m->set_hidden_size(32);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(kSeq);
-  m->set_vocab_size(kVocab);
+  testutil::TinySpecOptions o;
+  o.seq_length = kSeq;
+  o.vocab_size = kVocab;
+  o.train_iters = 10;
+  o.lr_warmup_iters = 3;
+  o.precision = precision;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
   // Dropout on: the resumed run must draw the same masks.
-  m->set_hidden_dropout(0.1);
-  m->set_attention_dropout(0.1);
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(2);
-  t->set_global_batch_size(4);
-  t->set_train_iters(10);
-  t->set_lr(1e-3);
-  t->set_lr_warmup_iters(3);
-  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_COSINE);
-  t->set_seed(1234);
-  t->set_precision(precision);
+  spec.mutable_model()->set_hidden_dropout(0.1);
+  spec.mutable_model()->set_attention_dropout(0.1);
+  spec.mutable_training()->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_COSINE);
   spec.mutable_evaluation()->set_eval_interval(3);
   spec.mutable_evaluation()->set_eval_iters(1);
   spec.mutable_logging()->set_log_interval(100);
@@ -150,7 +139,7 @@ TEST_P(ExactResumeTest, SplitRunMatchesStraightRunBitForBit) {
   auto [losses, valid] = TrainTo(*straight, 10);
   ASSERT_EQ(losses.size(), 10u);
 
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   auto first = MakeTrainer(spec);
   auto [losses_a, valid_a] = TrainTo(*first, 5);
@@ -184,7 +173,7 @@ INSTANTIATE_TEST_SUITE_P(Precisions, ExactResumeTest,
 
 TEST(CheckpointerTest, ManifestDescribesTheState) {
   const mt::v1::JobSpec spec = TinySpec(mt::v1::PRECISION_BF16);
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   auto t = MakeTrainer(spec);
   TrainTo(*t, 3);
@@ -217,7 +206,7 @@ TEST(CheckpointerTest, ManifestDescribesTheState) {
 // Async save: the state is snapshotted at the call; training on does not change what is saved.
 TEST(CheckpointerTest, AsyncSaveWritesTheSnapshotWhileTrainingGoesOn) {
   const mt::v1::JobSpec spec = TinySpec();
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   auto t = MakeTrainer(spec);
   TrainTo(*t, 4);
@@ -252,7 +241,7 @@ TEST(CheckpointerTest, AsyncSaveWritesTheSnapshotWhileTrainingGoesOn) {
 // --finetune / --no-load-optim: weights only; iteration 0 and a fresh optimizer.
 TEST(CheckpointerTest, WeightsOnlyLoadsStartAfresh) {
   const mt::v1::JobSpec spec = TinySpec();
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   auto t = MakeTrainer(spec);
   TrainTo(*t, 3);
@@ -272,7 +261,7 @@ TEST(CheckpointerTest, WeightsOnlyLoadsStartAfresh) {
 // A checkpoint of another model shape is refused naming the tensor.
 TEST(CheckpointerTest, ShapeMismatchIsAnError) {
   const mt::v1::JobSpec spec = TinySpec();
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   auto t = MakeTrainer(spec);
   MT_ASSERT_OK(MakeCheckpointer(dir, spec, &exchange)->Save(*t, 1.0, 1.0));
@@ -292,7 +281,7 @@ TEST(CheckpointerTest, ShardSplitOverFilesResumesExactly) {
   const mt::v1::JobSpec spec = TinySpec(mt::v1::PRECISION_BF16);
   auto straight = MakeTrainer(spec);
   auto [losses, valid] = TrainTo(*straight, 8);
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   auto first = MakeTrainer(spec);
   TrainTo(*first, 4);
@@ -334,7 +323,7 @@ TEST(CheckpointerTest, ShardSplitOverFilesResumesExactly) {
 // One damaged file of a split shard: the load reports it and takes the previous checkpoint.
 TEST(CheckpointerTest, ADamagedFileOfASplitShardFallsBack) {
   const mt::v1::JobSpec spec = TinySpec();
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   auto t = MakeTrainer(spec);
   auto ckpt = MakeCheckpointer(dir, spec, &exchange, /*async=*/false, /*max_file_bytes=*/16384);
@@ -411,7 +400,7 @@ TEST(CheckpointerTest, StagedLoadRestoresEveryTensorFromTheDeviceCopyExactly) {
   const mt::v1::JobSpec spec = TinySpec(mt::v1::PRECISION_BF16);
   auto straight = MakeTrainer(spec);
   auto [losses, valid] = TrainTo(*straight, 6);
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   auto first = MakeTrainer(spec);
   TrainTo(*first, 3);
@@ -464,7 +453,7 @@ TEST(CheckpointerTest, StagedLoadRestoresEveryTensorFromTheDeviceCopyExactly) {
 // checkpoint left the choice fails before any trainer is touched.
 TEST(CheckpointerTest, DamagedLastFileOfTheNewestLoadsExactlyThePrevious) {
   const mt::v1::JobSpec spec = TinySpec(mt::v1::PRECISION_BF16);
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   auto t = MakeTrainer(spec);
   auto ckpt = MakeCheckpointer(dir, spec, &exchange, /*async=*/false, /*max_file_bytes=*/16384);
@@ -529,7 +518,7 @@ TEST(CheckpointerTest, ManifestRecordsTheLossOfANonLogStep) {
     }
   }
   ASSERT_TRUE(std::isnan(step3)) << "step 3 is not a log step: its loss was not read";
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("ckpt");
   LocalExchange exchange;
   MT_ASSERT_OK(MakeCheckpointer(dir, spec, &exchange)->Save(*lazy, step3, std::nan("")));
   MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, ReadManifest(dir + "/iter_0000003"));

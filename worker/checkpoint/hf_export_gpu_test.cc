@@ -33,6 +33,8 @@
 #include "common/checkpoint/reshard.h"
 #include "common/checkpoint/safetensors.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/subprocess.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/trainer.h"
@@ -45,30 +47,19 @@ constexpr int64_t kSeq = 32;
 constexpr int64_t kVocab = 1000;
 constexpr double kTolerance = 5e-5;  // of the largest |logit| (file comment)
 
-std::string TempDir() {
-  std::string tmpl = std::string(::testing::TempDir()) + "/hf_export_XXXXXX";
-  return ::mkdtemp(tmpl.data());
-}
-
 mt::v1::JobSpec Spec(bool untied) {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(2);
-  m->set_hidden_size(64);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(kSeq);
-  m->set_max_position_embeddings(kSeq);
-  m->set_vocab_size(kVocab);
-  m->set_hidden_dropout(0.0);
-  m->set_attention_dropout(0.0);
-  m->set_untie_embeddings_and_output_weights(untied);
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(2);
-  t->set_global_batch_size(4);
-  t->set_train_iters(5);
-  t->set_lr(1e-2);
-  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_CONSTANT);
-  t->set_seed(4321);
+  testutil::TinySpecOptions o;
+  o.hidden_size = 64;
+  o.seq_length = kSeq;
+  o.vocab_size = kVocab;
+  o.train_iters = 5;
+  o.lr = 1e-2;
+  o.seed = 4321;
+  o.zero_dropout = true;
+  o.constant_lr = true;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
+  spec.mutable_model()->set_max_position_embeddings(kSeq);
+  spec.mutable_model()->set_untie_embeddings_and_output_weights(untied);
   spec.mutable_evaluation()->set_eval_interval(0);
   spec.mutable_logging()->set_log_interval(100);
   return spec;
@@ -121,7 +112,7 @@ TEST_P(HfExportTest, TransformersGivesOurLogits) {
                           engine::Trainer::Create(spec, o, std::move(*source), nullptr));
   MT_ASSERT_OK(trainer->Train());
   ASSERT_EQ(trainer->iteration(), 5);
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("hf_export");
   LocalExchange exchange;
   CheckpointerOptions co;
   co.save_dir = JoinPath(dir, "ckpt");

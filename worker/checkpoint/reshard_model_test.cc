@@ -38,6 +38,8 @@
 #include "common/checkpoint/reshard.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/subprocess.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/trainer_state.h"
 #include "worker/engine/batch_source.h"
@@ -73,38 +75,27 @@ std::string NameOf(const Layout& l) {
                       l.distributed_optimizer ? "_distopt" : "");
 }
 
-std::string TempDir() {
-  std::string tmpl = std::string(::testing::TempDir()) + "/reshard_model_XXXXXX";
-  return ::mkdtemp(tmpl.data());
-}
-
 mt::v1::JobSpec Spec(const Layout& l, mt::v1::Precision precision, int64_t vocab) {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(4);
-  m->set_hidden_size(32);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(kSeq);
-  m->set_vocab_size(vocab);
-  m->set_make_vocab_size_divisible_by(8);
-  m->set_hidden_dropout(0.0);  // the rank threads share one default generator
-  m->set_attention_dropout(0.0);
+  testutil::TinySpecOptions o;
+  o.num_layers = 4;
+  o.seq_length = kSeq;
+  o.vocab_size = vocab;
+  o.micro_batch_size = 1;
+  o.train_iters = kSaveStep + kMoreSteps;
+  o.lr = 1e-2;
+  o.lr_warmup_iters = 2;
+  o.precision = precision;
+  o.zero_dropout = true;  // the rank threads share one default generator
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
+  spec.mutable_model()->set_make_vocab_size_divisible_by(8);
   auto* p = spec.mutable_parallel();
   p->set_tensor_model_parallel_size(l.tp);
   p->set_pipeline_model_parallel_size(l.pp);
   p->set_data_parallel_size(l.dp);
   p->set_use_distributed_optimizer(l.distributed_optimizer);
   p->set_ddp_bucket_size(4096);  // ~13 buckets: ZeRO-1 segments cut parameters apart
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(1);
-  t->set_global_batch_size(4);
-  t->set_train_iters(kSaveStep + kMoreSteps);
-  t->set_lr(1e-2);
-  t->set_lr_warmup_iters(2);
-  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_COSINE);
-  t->set_clip_grad(1.0);
-  t->set_seed(1234);
-  t->set_precision(precision);
+  spec.mutable_training()->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_COSINE);
+  spec.mutable_training()->set_clip_grad(1.0);
   spec.mutable_evaluation()->set_eval_interval(0);
   spec.mutable_logging()->set_log_interval(100);
   mt::spec::ApplyDefaults(&spec);
@@ -353,11 +344,11 @@ TEST_P(ReshardModelTest, LoadsWithTheSameLogitsAndTrainsOn) {
   const Case c = GetParam();
   const bool same_layout = c.a.tp == c.b.tp && c.a.pp == c.b.pp && c.a.dp == c.b.dp &&
                            c.a.distributed_optimizer == c.b.distributed_optimizer;
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("reshard_model");
   const RunResult a = TrainAndSave(c.a, c.precision, kVocab, dir);
   ASSERT_EQ(a.losses.size(), static_cast<size_t>(kMoreSteps));
   ASSERT_TRUE(a.logits.defined());
-  const std::string resaved = TempDir();
+  const std::string resaved = testutil::MakeTempDir("reshard_model");
   const RunResult b = LoadAndTrain(c.b, c.precision, kVocab, dir, resaved);
   EXPECT_EQ(b.iteration, kSaveStep);
   EXPECT_EQ(b.consumed, kSaveStep * 4);
@@ -424,9 +415,10 @@ TEST(ReshardModelTest, VocabPaddingChangeKeepsTheRealLogitsButNotTheLoss) {
   if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
   at::set_num_threads(1);
   constexpr int64_t kOddVocab = 100;
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("reshard_model");
   const RunResult a = TrainAndSave({1, 1, 1}, mt::v1::PRECISION_FP32, kOddVocab, dir);
-  const RunResult b = LoadAndTrain({4, 1, 1}, mt::v1::PRECISION_FP32, kOddVocab, dir, TempDir());
+  const RunResult b = LoadAndTrain({4, 1, 1}, mt::v1::PRECISION_FP32, kOddVocab, dir,
+                                   testutil::MakeTempDir("reshard_model"));
   ASSERT_TRUE(a.logits.defined() && b.logits.defined());
   ASSERT_EQ(a.logits.size(-1), kOddVocab);
   EXPECT_LE(MaxAbs(b.logits - a.logits), kLogitTol * MaxAbs(a.logits));

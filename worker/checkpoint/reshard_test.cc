@@ -20,6 +20,7 @@
 #include "common/checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 #include "worker/model/gpt_config.h"
 #include "worker/model/sharding.h"
 
@@ -31,11 +32,6 @@ constexpr int64_t kLayers = 4, kHidden = 8, kFfn = 32, kPos = 16, kVocab = 50, k
 struct Layout {
   int tp, pp, dp;
 };
-
-std::string TempDir() {
-  std::string tmpl = std::string(::testing::TempDir()) + "/reshard_XXXXXX";
-  return ::mkdtemp(tmpl.data());
-}
 
 int Split(const std::string& param) {
   switch (model::TensorParallelSplit(param)) {
@@ -126,7 +122,7 @@ HostTensor Cut(const HostTensor& full, int split, int rank, int size) {
 // Writes the checkpoint as the ranks of `a` would: one shard per (tp, pp), DP rank 0 only.
 std::string WriteCheckpoint(const Layout& a, const std::map<std::string, HostTensor>& full,
                             int64_t padded) {
-  const std::string dir = TempDir();
+  const std::string dir = testutil::MakeTempDir("reshard");
   const std::string partial = JoinPath(dir, PartialDirName(7, 0));
   EXPECT_EQ(::mkdir(partial.c_str(), 0755), 0);
   std::vector<ShardResult> results;

@@ -8,6 +8,7 @@
 #include "common/base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 #include "worker/data/data_test_util.h"
 
 namespace mt::data {
@@ -186,7 +187,8 @@ TEST(DataLoaderTest, RejectsBadOptions) {
 }
 
 TEST(DataLoaderTest, LoadsRealGptSamples) {
-  const std::string dir = testing::MakeTempDir();
+  const std::string dir = testutil::MakeTempDir("worker_data");
+  ASSERT_FALSE(dir.empty());
   std::vector<int32_t> lengths(50);
   for (int i = 0; i < 50; ++i) lengths[i] = 10 + (i * 13) % 37;
   testing::WriteDataset(dir + "/c", lengths);

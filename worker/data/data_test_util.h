@@ -1,8 +1,7 @@
-// Test helpers for worker/data: temporary directories and small indexed datasets on disk.
+// Test helpers for worker/data: small indexed datasets on disk (temporary directories:
+// testutil::MakeTempDir).
 #ifndef MT_WORKER_DATA_DATA_TEST_UTIL_H_
 #define MT_WORKER_DATA_DATA_TEST_UTIL_H_
-
-#include <stdlib.h>
 
 #include <cstdint>
 #include <string>
@@ -10,16 +9,8 @@
 
 #include "common/data/indexed_dataset.h"
 #include "gtest/gtest.h"
-#include "tests/testutil/subprocess.h"
 
 namespace mt::data::testing {
-
-// A fresh directory under the test's temporary directory.
-inline std::string MakeTempDir() {
-  std::string dir = testutil::MakeTempDir("worker_data");
-  if (dir.empty()) ADD_FAILURE() << "mkdtemp under $TMPDIR (or /tmp) failed";
-  return dir;
-}
 
 // The token at position `pos` of document `doc`: both can be read back from it.
 inline int32_t TokenOf(int64_t doc, int64_t pos, DType dtype = DType::kInt32) {

@@ -14,6 +14,7 @@
 #include "common/base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 #include "worker/data/data_test_util.h"
 
 namespace mt::data {
@@ -22,7 +23,6 @@ namespace {
 using ::mt::testing::StatusIs;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
-using testing::MakeTempDir;
 using testing::TokenOf;
 using testing::WriteDataset;
 
@@ -36,7 +36,8 @@ std::vector<int32_t> Lengths(int n, uint32_t seed, int max_len = 60) {
 class GPTDatasetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = MakeTempDir();
+    dir_ = testutil::MakeTempDir("worker_data");
+    ASSERT_FALSE(dir_.empty());
     prefix_ = dir_ + "/corpus";
     lengths_ = Lengths(80, 1);
     WriteDataset(prefix_, lengths_);
@@ -267,7 +268,8 @@ TEST_F(GPTDatasetTest, RejectsBadOptions) {
 // documents [0, 30) of lengths 5 + (7 i mod 11), seq_length 16, 50 samples, seed 1234: three
 // epochs, the last shuffled separately. Tokens are doc * 10000 + position.
 TEST(GPTDatasetMegatronTest, SamplesEqualMegatrons) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = testutil::MakeTempDir("worker_data");
+  ASSERT_FALSE(dir.empty());
   std::vector<int32_t> lengths(40);
   for (int i = 0; i < 40; ++i) lengths[i] = 5 + (i * 7) % 11;
   WriteDataset(dir + "/golden", lengths);
@@ -352,7 +354,8 @@ TEST(BlendedDatasetTest, FailsWhenADatasetIsTooSmall) {
 }
 
 TEST(BlendedDatasetTest, CachesItsIndices) {
-  const std::string dir = MakeTempDir();
+  const std::string dir = testutil::MakeTempDir("worker_data");
+  ASSERT_FALSE(dir.empty());
   std::vector<std::shared_ptr<const SampleDataset>> parts = {
       std::make_shared<FixedDataset>(0, 700), std::make_shared<FixedDataset>(1, 700)};
   BlendedDatasetOptions o;
@@ -372,7 +375,8 @@ TEST(BlendedDatasetTest, CachesItsIndices) {
 class BuildGPTDatasetsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = MakeTempDir();
+    dir_ = testutil::MakeTempDir("worker_data");
+    ASSERT_FALSE(dir_.empty());
     a_ = dir_ + "/a";
     b_ = dir_ + "/b";
     WriteDataset(a_, Lengths(100, 2));

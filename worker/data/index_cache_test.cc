@@ -12,6 +12,7 @@
 #include "common/base/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 #include "worker/data/data_test_util.h"
 
 namespace mt::data {
@@ -23,7 +24,10 @@ using ::testing::HasSubstr;
 
 class IndexCacheTest : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = testing::MakeTempDir(); }
+  void SetUp() override {
+    dir_ = testutil::MakeTempDir("worker_data");
+    ASSERT_FALSE(dir_.empty());
+  }
   std::string Path(const std::string& name) const { return dir_ + "/" + name; }
 
   void WriteSample(const std::string& path) {

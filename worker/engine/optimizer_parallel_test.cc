@@ -14,14 +14,11 @@
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <vector>
 
 #include "common/base/status_matchers.h"
-#include "common/layout/job_layout.h"
-#include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/optimizer.h"
@@ -30,6 +27,7 @@
 #include "worker/model/sharding.h"
 #include "worker/parallel/dist.h"
 #include "worker/parallel/process_groups.h"
+#include "worker/parallel/rank_threads_testing.h"
 
 namespace mt::engine {
 namespace {
@@ -47,57 +45,33 @@ std::mutex& RngMutex() {
   return mu;
 }
 
-mt::v1::Layout LayoutOf(int tp, int pp, int dp) {
-  mt::v1::JobSpec spec;
-  spec.mutable_model()->set_num_layers(4);
-  spec.mutable_parallel()->set_tensor_model_parallel_size(tp);
-  spec.mutable_parallel()->set_pipeline_model_parallel_size(pp);
-  spec.mutable_parallel()->set_data_parallel_size(dp);
-  spec.mutable_training()->set_micro_batch_size(1);
-  spec.mutable_training()->set_global_batch_size(dp);
-  mt::spec::ApplyDefaults(&spec);
-  auto layout = mt::layout::JobLayout(spec, tp * pp * dp);
-  EXPECT_TRUE(layout.ok()) << layout.status();
-  return *layout;
-}
+using parallel::testing::LayoutOf;
 
-// Runs fn(rank, groups) on one thread per rank of `layout`, Gloo over one HashStore.
+// Runs fn(rank, groups) on one thread per rank of `layout`, Gloo over one HashStore
+// (parallel/rank_threads_testing.h); a rank whose groups or fn failed fails the test.
 void RunRanks(const mt::v1::Layout& layout,
               const std::function<void(int, std::shared_ptr<ProcessGroups>)>& fn) {
-  const int world = layout.world_size();
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto groups =
-          ProcessGroups::Create(layout, rank, store, "gloo", std::chrono::milliseconds(120000));
-      ASSERT_TRUE(groups.ok()) << groups.status();
-      fn(rank, *groups);
-    });
+  for (const std::string& e :
+       parallel::testing::RunRanks(layout, fn, "gloo", std::chrono::milliseconds(120000))) {
+    EXPECT_EQ(e, "");
   }
-  for (auto& t : threads) t.join();
 }
 
 mt::v1::JobSpec TinySpec() {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(2);
-  m->set_hidden_size(32);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(kSeq);
-  m->set_vocab_size(kVocab);
-  m->set_hidden_dropout(0.0);
-  m->set_attention_dropout(0.0);
+  testutil::TinySpecOptions o;
+  o.seq_length = kSeq;
+  o.vocab_size = kVocab;
+  o.global_batch_size = 8;
+  o.lr = 3e-3;
+  o.seed = 99;
+  o.zero_dropout = true;
+  o.constant_lr = true;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
   auto* t = spec.mutable_training();
-  t->set_micro_batch_size(2);
-  t->set_global_batch_size(8);
-  t->set_lr(3e-3);
-  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_CONSTANT);
   // As in trainer_test's accumulation test: eps 1e-6 keeps Adam's update Lipschitz in the
   // gradient, so summation-order noise is not amplified at near-zero gradients.
   t->set_adam_eps(1e-6);
   t->set_clip_grad(0.5);  // clipping acts on some steps
-  t->set_seed(99);
   spec.mutable_evaluation()->set_eval_interval(0);
   spec.mutable_logging()->set_log_interval(1000);
   // ~30K parameters: about 15 buckets, so buckets start during backward one by one.

@@ -27,6 +27,7 @@
 #include "common/layout/job_layout.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/trainer.h"
@@ -57,15 +58,15 @@ struct Config {
 };
 
 mt::v1::JobSpec Spec(const Config& c) {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(kLayers);
-  m->set_hidden_size(32);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(kSeq);
-  m->set_vocab_size(kVocab);
-  m->set_hidden_dropout(0.0);
-  m->set_attention_dropout(0.0);
+  testutil::TinySpecOptions o;
+  o.num_layers = kLayers;
+  o.seq_length = kSeq;
+  o.vocab_size = kVocab;
+  o.global_batch_size = 2 * c.micro_batches * c.dp;
+  o.train_iters = kSteps;
+  o.seed = 5;
+  o.zero_dropout = true;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
   auto* p = spec.mutable_parallel();
   p->set_tensor_model_parallel_size(c.tp);
   p->set_pipeline_model_parallel_size(c.pp);
@@ -74,12 +75,6 @@ mt::v1::JobSpec Spec(const Config& c) {
   p->set_use_distributed_optimizer(c.distributed_optimizer);
   p->set_overlap_grad_reduce(c.overlap_grad_reduce);
   p->set_ddp_bucket_size(10000);  // several gradient buckets
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(2);
-  t->set_global_batch_size(2 * c.micro_batches * c.dp);
-  t->set_train_iters(kSteps);
-  t->set_lr(1e-3);
-  t->set_seed(5);
   spec.mutable_evaluation()->set_eval_interval(0);
   spec.mutable_logging()->set_log_interval(1);
   mt::spec::ApplyDefaults(&spec);

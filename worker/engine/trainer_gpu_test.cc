@@ -11,6 +11,7 @@
 #include "common/base/status_matchers.h"
 #include "gtest/gtest.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/trainer.h"
@@ -23,20 +24,18 @@ namespace {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
 mt::v1::JobSpec SmallSpec(mt::v1::Precision precision) {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(4);
-  m->set_hidden_size(256);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(256);
-  m->set_vocab_size(50257);
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(4);
-  t->set_global_batch_size(8);
-  t->set_train_iters(30);
-  t->set_lr(1e-3);
-  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_CONSTANT);
-  t->set_precision(precision);
+  testutil::TinySpecOptions o;
+  o.num_layers = 4;
+  o.hidden_size = 256;
+  o.seq_length = 256;
+  o.vocab_size = 50257;
+  o.micro_batch_size = 4;
+  o.global_batch_size = 8;
+  o.train_iters = 30;
+  o.seed = std::nullopt;
+  o.precision = precision;
+  o.constant_lr = true;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
   spec.mutable_evaluation()->set_eval_interval(0);
   spec.mutable_logging()->set_log_interval(10);
   return spec;

@@ -9,15 +9,15 @@
 
 #include <cmath>
 #include <memory>
+#include <stdexcept>
 #include <string>
-#include <thread>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/layout/job_layout.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/optimizer.h"
@@ -25,6 +25,7 @@
 #include "worker/model/gpt.h"
 #include "worker/parallel/dist.h"
 #include "worker/parallel/process_groups.h"
+#include "worker/parallel/rank_threads_testing.h"
 
 namespace mt::engine {
 namespace {
@@ -35,34 +36,31 @@ constexpr int kSteps = 5;
 constexpr double kRelTol = 1e-5;
 
 mt::v1::JobSpec Spec(int pp, int layers_per_virtual_stage, bool overlap) {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(4);
-  m->set_hidden_size(32);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(kSeq);
-  m->set_vocab_size(kVocab);
-  m->set_hidden_dropout(0.0);
-  m->set_attention_dropout(0.0);
+  testutil::TinySpecOptions o;
+  o.num_layers = 4;
+  o.seq_length = kSeq;
+  o.vocab_size = kVocab;
+  o.global_batch_size = 8;  // 4 micro-batches
+  o.train_iters = kSteps;
+  o.lr = 1e-2;  // large enough that clip_grad 1.0 clips the first steps
+  o.zero_dropout = true;
+  o.constant_lr = true;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
   auto* p = spec.mutable_parallel();
   p->set_pipeline_model_parallel_size(pp);
   p->set_data_parallel_size(1);
   p->set_num_layers_per_virtual_pipeline_stage(layers_per_virtual_stage);
   p->set_overlap_p2p_comm(overlap);
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(2);
-  t->set_global_batch_size(8);  // 4 micro-batches
-  t->set_train_iters(kSteps);
-  t->set_lr(1e-2);  // large enough that clip_grad 1.0 clips the first steps
-  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_CONSTANT);
-  t->set_clip_grad(1.0);
-  t->set_seed(1234);
+  spec.mutable_training()->set_clip_grad(1.0);
   spec.mutable_evaluation()->set_eval_interval(0);
   spec.mutable_evaluation()->set_eval_iters(2);
   spec.mutable_logging()->set_log_interval(1);
   mt::spec::ApplyDefaults(&spec);  // as a job's ranks get it
   return spec;
 }
+
+// A rank thread's failure, for parallel::testing::RunRanks to report as that rank's error.
+void Fail(const absl::Status& s) { throw std::runtime_error(s.ToString()); }
 
 std::unique_ptr<BatchSource> Source(uint64_t seed) {
   auto s = TokenSequenceSource::Create(SyntheticTokens(8192, kVocab, seed), kSeq);
@@ -121,42 +119,33 @@ TEST_P(TrainerPipelineTest, StagesGiveTheOneStageLossesAndNorms) {
   const mt::v1::JobSpec spec = Spec(c.pp, c.layers_per_virtual_stage, c.overlap);
   auto layout = mt::layout::JobLayout(spec, c.pp);
   ASSERT_TRUE(layout.ok()) << layout.status();
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::string> errors(c.pp);
   std::vector<RunResult> got(c.pp);
   std::vector<torch::Tensor> tied(c.pp);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < c.pp; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto fail = [&](const absl::Status& s) { errors[rank] = s.ToString(); };
-      auto groups = parallel::ProcessGroups::Create(*layout, rank, store, "gloo",
-                                                    std::chrono::milliseconds(60000));
-      if (!groups.ok()) return fail(groups.status());
-      auto collectives = parallel::MakeCollectives(*groups, 1 << 20);
-      TrainerOptions o = Quiet();
-      o.groups = *groups;
-      o.collectives = collectives.get();
-      auto t = Trainer::Create(spec, o, Source(7), Source(8));
-      if (!t.ok()) return fail(t.status());
-      for (int i = 0; i < kSteps; ++i) {
-        auto m = (*t)->Step();
-        if (!m.ok()) return fail(m.status());
-        got[rank].losses.push_back(m->loss);
-        got[rank].norms.push_back(m->grad_norm);
-      }
-      auto e = (*t)->Evaluate();
-      if (!e.ok()) return fail(e.status());
-      got[rank].eval_loss = e->loss;
-      // The tied word embedding: the first stage's and the last stage's copy.
-      for (const auto& p : (*t)->optimizer().slots()) {
-        if (p.name == "embedding.word_embeddings.weight" ||
-            p.name == model::GptModel::kSharedOutputWeightName) {
-          tied[rank] = p.param.detach().clone();
+  const std::vector<std::string> errors = parallel::testing::RunRanks(
+      *layout, [&](int rank, std::shared_ptr<parallel::ProcessGroups> groups) {
+        auto collectives = parallel::MakeCollectives(groups, 1 << 20);
+        TrainerOptions o = Quiet();
+        o.groups = groups;
+        o.collectives = collectives.get();
+        auto t = Trainer::Create(spec, o, Source(7), Source(8));
+        if (!t.ok()) return Fail(t.status());
+        for (int i = 0; i < kSteps; ++i) {
+          auto m = (*t)->Step();
+          if (!m.ok()) return Fail(m.status());
+          got[rank].losses.push_back(m->loss);
+          got[rank].norms.push_back(m->grad_norm);
         }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+        auto e = (*t)->Evaluate();
+        if (!e.ok()) return Fail(e.status());
+        got[rank].eval_loss = e->loss;
+        // The tied word embedding: the first stage's and the last stage's copy.
+        for (const auto& p : (*t)->optimizer().slots()) {
+          if (p.name == "embedding.word_embeddings.weight" ||
+              p.name == model::GptModel::kSharedOutputWeightName) {
+            tied[rank] = p.param.detach().clone();
+          }
+        }
+      });
   for (int r = 0; r < c.pp; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
   for (int r = 0; r < c.pp; ++r) {
     ASSERT_EQ(got[r].losses.size(), static_cast<size_t>(kSteps));
@@ -215,36 +204,27 @@ PipelineDpRun RunPipelineDp(int layers_per_virtual_stage, bool overlap_grad_redu
   auto layout = mt::layout::JobLayout(spec, kWorld);
   EXPECT_TRUE(layout.ok()) << layout.status();
   if (!layout.ok()) return run;
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::string> errors(kWorld);
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < kWorld; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto fail = [&](const absl::Status& s) { errors[rank] = s.ToString(); };
-      auto groups = parallel::ProcessGroups::Create(*layout, rank, store, "gloo",
-                                                    std::chrono::milliseconds(60000));
-      if (!groups.ok()) return fail(groups.status());
-      auto collectives = parallel::MakeCollectives(*groups, 1 << 20);
-      TrainerOptions o = Quiet();
-      o.groups = *groups;
-      o.collectives = collectives.get();
-      // Every stage of a pipeline reads its DP rank's slice of the same samples.
-      auto t = Trainer::Create(
-          spec, o, std::make_unique<DataParallelSlice>(Source(7), (*groups)->dp_rank(), kDp),
-          nullptr);
-      if (!t.ok()) return fail(t.status());
-      run.buckets[rank] = (*t)->optimizer().buckets().size();
-      for (int i = 0; i < kSteps; ++i) {
-        auto m = (*t)->Step();
-        if (!m.ok()) return fail(m.status());
-        run.losses[rank].push_back(m->loss);
-        run.norms[rank].push_back(m->grad_norm);
-        run.started_in_backward[rank].push_back((*t)->optimizer().buckets_started_in_backward());
-        run.gather_waits[rank].push_back((*t)->optimizer().last_gather_waits());
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = parallel::testing::RunRanks(
+      *layout, [&](int rank, std::shared_ptr<parallel::ProcessGroups> groups) {
+        auto collectives = parallel::MakeCollectives(groups, 1 << 20);
+        TrainerOptions o = Quiet();
+        o.groups = groups;
+        o.collectives = collectives.get();
+        // Every stage of a pipeline reads its DP rank's slice of the same samples.
+        auto t = Trainer::Create(
+            spec, o, std::make_unique<DataParallelSlice>(Source(7), groups->dp_rank(), kDp),
+            nullptr);
+        if (!t.ok()) return Fail(t.status());
+        run.buckets[rank] = (*t)->optimizer().buckets().size();
+        for (int i = 0; i < kSteps; ++i) {
+          auto m = (*t)->Step();
+          if (!m.ok()) return Fail(m.status());
+          run.losses[rank].push_back(m->loss);
+          run.norms[rank].push_back(m->grad_norm);
+          run.started_in_backward[rank].push_back((*t)->optimizer().buckets_started_in_backward());
+          run.gather_waits[rank].push_back((*t)->optimizer().last_gather_waits());
+        }
+      });
   for (int r = 0; r < kWorld; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   return run;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "mt/v1/job_spec.pb.h"
+#include "tests/testutil/tiny_spec.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/trainer.h"
 #include "worker/model/gpt.h"
@@ -27,23 +28,18 @@ constexpr int64_t kVocab = 256;  // a multiple of 128 * 2: TP 1 and 2 pad it ali
 constexpr int kSteps = 5;
 
 mt::v1::JobSpec Spec(int tp, bool sequence_parallel) {
-  mt::v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_num_layers(2);
-  m->set_hidden_size(64);
-  m->set_num_attention_heads(4);
-  m->set_seq_length(kSeq);
-  m->set_vocab_size(kVocab);
-  m->set_hidden_dropout(0.0);
-  m->set_attention_dropout(0.0);
-  auto* t = spec.mutable_training();
-  t->set_micro_batch_size(2);
-  t->set_global_batch_size(4);  // two micro-batches: gradients accumulate
-  t->set_train_iters(kSteps);
-  t->set_lr(3e-3);
-  t->set_lr_decay_style(mt::v1::LR_DECAY_STYLE_CONSTANT);
-  t->set_clip_grad(0.0);
-  t->set_seed(77);
+  testutil::TinySpecOptions o;
+  o.hidden_size = 64;
+  o.seq_length = kSeq;
+  o.vocab_size = kVocab;
+  o.global_batch_size = 4;  // two micro-batches: gradients accumulate
+  o.train_iters = kSteps;
+  o.lr = 3e-3;
+  o.seed = 77;
+  o.zero_dropout = true;
+  o.constant_lr = true;
+  mt::v1::JobSpec spec = testutil::TinyGptSpec(o);
+  spec.mutable_training()->set_clip_grad(0.0);
   spec.mutable_parallel()->set_tensor_model_parallel_size(tp);
   spec.mutable_parallel()->set_sequence_parallel(sequence_parallel);
   spec.mutable_evaluation()->set_eval_interval(0);

@@ -6,31 +6,16 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <thread>
-#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "common/base/status_matchers.h"
-#include "common/layout/job_layout.h"
-#include "common/spec/defaults.h"
 #include "worker/parallel/dist.h"
+#include "worker/parallel/rank_threads_testing.h"
 
 namespace mt::parallel {
 namespace {
-
-mt::v1::Layout LayoutOf(int tp, int pp, int dp) {
-  mt::v1::JobSpec spec;
-  spec.mutable_model()->set_num_layers(4);
-  spec.mutable_parallel()->set_tensor_model_parallel_size(tp);
-  spec.mutable_parallel()->set_pipeline_model_parallel_size(pp);
-  spec.mutable_parallel()->set_data_parallel_size(dp);
-  spec.mutable_training()->set_micro_batch_size(1);
-  spec.mutable_training()->set_global_batch_size(dp);
-  mt::spec::ApplyDefaults(&spec);
-  auto layout = mt::layout::JobLayout(spec, tp * pp * dp);
-  EXPECT_TRUE(layout.ok()) << layout.status();
-  return *layout;
-}
 
 // Sum of (global rank + 1) over the group, all-reduced: equals the sum over its ranks.
 double GroupSum(const GroupHandle& h, int rank) {
@@ -53,47 +38,34 @@ class ProcessGroupsTest : public ::testing::TestWithParam<std::tuple<int, int, i
 TEST_P(ProcessGroupsTest, GroupsMatchTheLayoutAndReduceOverTheirRanks) {
   if (!HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
   const auto [tp, pp, dp] = GetParam();
-  const mt::v1::Layout layout = LayoutOf(tp, pp, dp);
-  const int world = layout.world_size();
-  auto store = c10::make_intrusive<c10d::HashStore>();
-  std::vector<std::thread> threads;
-  std::vector<std::string> errors(world);
-  for (int rank = 0; rank < world; ++rank) {
-    threads.emplace_back([&, rank] {
-      auto groups =
-          ProcessGroups::Create(layout, rank, store, "gloo", std::chrono::milliseconds(60000));
-      if (!groups.ok()) {
-        errors[rank] = groups.status().ToString();
-        return;
-      }
-      const ProcessGroups& g = **groups;
-      EXPECT_EQ(g.tp().size, tp);
-      EXPECT_EQ(g.pp().size, pp);
-      EXPECT_EQ(g.dp().size, dp);
-      EXPECT_EQ(g.model_parallel().size, tp * pp);
-      // Megatron's order tp-cp-dp-pp: rank = tp + tp_size * (dp + dp_size * pp).
-      EXPECT_EQ(g.tp_rank(), rank % tp);
-      EXPECT_EQ(g.dp_rank(), (rank / tp) % dp);
-      EXPECT_EQ(g.pp_rank(), rank / (tp * dp));
-      EXPECT_EQ(g.embedding().member(), g.is_first_stage() || g.is_last_stage());
-      for (const GroupHandle* h : {&g.world(), &g.tp(), &g.pp(), &g.dp(), &g.model_parallel()}) {
-        EXPECT_DOUBLE_EQ(GroupSum(*h, rank), Expected(*h)) << h->name << " rank " << rank;
-      }
-      if (g.embedding().member()) {
-        EXPECT_DOUBLE_EQ(GroupSum(g.embedding(), rank), Expected(g.embedding()));
-      }
-      auto collectives = MakeCollectives(*groups, 1 << 20);
-      EXPECT_EQ(collectives->dp_size(), dp);
-      EXPECT_EQ(collectives->dp_rank(), g.dp_rank());
-      auto mean = collectives->AverageScalar(rank);
-      ASSERT_TRUE(mean.ok()) << mean.status();
-      double want = 0;
-      for (int r : g.dp().ranks) want += r;
-      EXPECT_DOUBLE_EQ(*mean, want / dp);
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  const std::vector<std::string> errors = testing::RunRanks(
+      testing::LayoutOf(tp, pp, dp), [&](int rank, std::shared_ptr<ProcessGroups> groups) {
+        const ProcessGroups& g = *groups;
+        EXPECT_EQ(g.tp().size, tp);
+        EXPECT_EQ(g.pp().size, pp);
+        EXPECT_EQ(g.dp().size, dp);
+        EXPECT_EQ(g.model_parallel().size, tp * pp);
+        // Megatron's order tp-cp-dp-pp: rank = tp + tp_size * (dp + dp_size * pp).
+        EXPECT_EQ(g.tp_rank(), rank % tp);
+        EXPECT_EQ(g.dp_rank(), (rank / tp) % dp);
+        EXPECT_EQ(g.pp_rank(), rank / (tp * dp));
+        EXPECT_EQ(g.embedding().member(), g.is_first_stage() || g.is_last_stage());
+        for (const GroupHandle* h : {&g.world(), &g.tp(), &g.pp(), &g.dp(), &g.model_parallel()}) {
+          EXPECT_DOUBLE_EQ(GroupSum(*h, rank), Expected(*h)) << h->name << " rank " << rank;
+        }
+        if (g.embedding().member()) {
+          EXPECT_DOUBLE_EQ(GroupSum(g.embedding(), rank), Expected(g.embedding()));
+        }
+        auto collectives = MakeCollectives(groups, 1 << 20);
+        EXPECT_EQ(collectives->dp_size(), dp);
+        EXPECT_EQ(collectives->dp_rank(), g.dp_rank());
+        auto mean = collectives->AverageScalar(rank);
+        ASSERT_TRUE(mean.ok()) << mean.status();
+        double want = 0;
+        for (int r : g.dp().ranks) want += r;
+        EXPECT_DOUBLE_EQ(*mean, want / dp);
+      });
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, ProcessGroupsTest,

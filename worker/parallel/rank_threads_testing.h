@@ -35,21 +35,22 @@ inline mt::v1::Layout LayoutOf(int tp, int pp, int dp, int num_layers = 4) {
 }
 
 // Runs fn(rank, groups) on one thread per rank and joins them; `backend` "gloo" (CPU) or
-// "nccl" (rank r's tensors on cuda:r). Returns one string per rank:
+// "nccl" (rank r's tensors on cuda:r), `timeout` the groups' collective timeout. Returns one
+// string per rank:
 // empty when its groups were built and fn returned, else what went wrong (a failed group
 // creation, or an exception fn threw). Assertions inside fn report through gtest as usual.
 inline std::vector<std::string> RunRanks(
     const mt::v1::Layout& layout,
     const std::function<void(int rank, std::shared_ptr<ProcessGroups> groups)>& fn,
-    const std::string& backend = "gloo") {
+    const std::string& backend = "gloo",
+    std::chrono::milliseconds timeout = std::chrono::milliseconds(60000)) {
   const int world = layout.world_size();
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
-      auto groups =
-          ProcessGroups::Create(layout, rank, store, backend, std::chrono::milliseconds(60000));
+      auto groups = ProcessGroups::Create(layout, rank, store, backend, timeout);
       if (!groups.ok()) {
         errors[rank] = groups.status().ToString();
         return;

@@ -9,6 +9,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 #include "worker/metrics/event_file.h"
 
 namespace mt::train {
@@ -60,8 +61,8 @@ TEST(TrainCommandTest, TrainsOnSyntheticData) {
 
 TEST(TrainCommandTest, TensorBoardDirGetsMegatronsScalars) {
   const std::string spec = WriteSpec("tiny_tb.yaml", kTinyYaml);
-  std::string dir = ::testing::TempDir() + "/train_command_tb_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir.data()), nullptr);  // a fresh directory: one run's file only
+  const std::string dir = testutil::MakeTempDir("train_command_tb");
+  ASSERT_FALSE(dir.empty());  // a fresh directory: one run's file only
   ::testing::internal::CaptureStderr();
   const int rc = RunTrainCommand(
       {"--spec", spec, "--synthetic-data", "--train-iters=3", "--tensorboard-dir", dir});

@@ -29,6 +29,8 @@ class Cluster {
   // on any free port (GetClusterInfo's metrics_url names it).
   absl::Status StartCoordinator(const std::vector<std::string>& extra_flags = {});
   void KillCoordinator(int sig);
+  // The coordinator's process (e.g. to SIGSTOP it), null before StartCoordinator.
+  Subprocess* coordinator() { return coordinator_.get(); }
   // Starts a CPU worker daemon named `name` (its node is `node`). Its metrics endpoint is on
   // any free port (the coordinator's service discovery names it). Its log is `name`.log.
   absl::Status StartWorker(const std::string& name, const std::string& node = "node0",

@@ -52,7 +52,8 @@
 namespace mt::checkpoint {
 
 // How the ranks of a save tell rank 0 what they wrote. Implementations: LocalExchange (one
-// process; tests with one thread per rank) and the job's rendezvous (worker/train).
+// process; tests with one thread per rank) and StoreExchange (the job's own store,
+// store_exchange.h).
 // Thread-safe.
 class SaveExchange {
  public:

@@ -130,7 +130,10 @@ absl::Status Agent::RegisterOnce() {
   mt::v1::RegisterResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  MT_RETURN_IF_ERROR(rpc::FromGrpcStatus(stub_->Register(&context, request, &response)));
+  if (!Track(&context, /*at_shutdown=*/true)) return absl::CancelledError("shutting down");
+  const grpc::Status registered = stub_->Register(&context, request, &response);
+  Untrack(&context);
+  MT_RETURN_IF_ERROR(rpc::FromGrpcStatus(registered));
   {
     absl::MutexLock lock(&mu_);
     worker_id_ = response.worker_id();
@@ -201,7 +204,14 @@ absl::Status Agent::Run() {
     mt::v1::HeartbeatResponse response;
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    if (!Track(&context, /*at_shutdown=*/true)) break;
     absl::Status s = rpc::FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
+    Untrack(&context);
+    if (stop_.HasBeenNotified()) break;
+    if (s.ok()) {
+      absl::MutexLock lock(&report_mu_);
+      FlushUndelivered();  // what the coordinator missed while it was away
+    }
     if (!s.ok() || !response.known()) {
       if (!s.ok()) {
         MT_LOG(WARNING) << "heartbeat failed: " << s.message();
@@ -217,12 +227,27 @@ absl::Status Agent::Run() {
   // Ranks first (they may still report), then say goodbye.
   if (!stop_.HasBeenNotified()) Shutdown();
   StopAllRanks(absl::Seconds(10));
+  Goodbye(registered);
+  return result;
+}
+
+void Agent::Goodbye(bool registered) {
+  absl::Notification done;
+  std::thread deadline([this, &done] {
+    if (done.WaitForNotificationWithTimeout(kGoodbye)) return;
+    MT_LOG(WARNING) << "the coordinator did not answer within " << absl::FormatDuration(kGoodbye)
+                    << ": leaving without its goodbye";
+    give_up_.store(true);
+    absl::MutexLock lock(&mu_);
+    for (auto& [context, at_shutdown] : calls_) context->TryCancel();
+    if (report_call_ != nullptr) report_call_->TryCancel();
+  });
   if (registered) {
     mt::v1::DeregisterRequest request;
     request.set_worker_id(worker_id());
     mt::v1::DeregisterResponse response;
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
     absl::Status s = rpc::FromGrpcStatus(stub_->Deregister(&context, request, &response));
     if (!s.ok()) MT_LOG(WARNING) << "deregistering: " << s.message();
   }
@@ -235,12 +260,31 @@ absl::Status Agent::Run() {
   for (auto& e : exits) e.thread.join();
   {
     absl::MutexLock lock(&report_mu_);
-    if (report_writer_ != nullptr) {
+    if (report_writer_ != nullptr && !give_up_.load()) {
       report_writer_->WritesDone();
       (void)report_writer_->Finish();
     }
+    if (!undelivered_.empty()) {
+      MT_LOG(WARNING) << undelivered_.size()
+                      << " save/load reports never reached the coordinator (its catalog misses "
+                         "them until the checkpoints are imported)";
+    }
   }
-  return result;
+  done.Notify();
+  deadline.join();
+  MT_LOG(INFO) << "stopped";
+}
+
+bool Agent::Track(grpc::ClientContext* context, bool at_shutdown) {
+  absl::MutexLock lock(&mu_);
+  if (give_up_.load() || (at_shutdown && stop_.HasBeenNotified())) return false;
+  calls_[context] = at_shutdown;
+  return true;
+}
+
+void Agent::Untrack(grpc::ClientContext* context) {
+  absl::MutexLock lock(&mu_);
+  calls_.erase(context);
 }
 
 void Agent::AssignmentLoop() {
@@ -256,6 +300,7 @@ void Agent::AssignmentLoop() {
     grpc::ClientContext context;
     {
       absl::MutexLock lock(&mu_);
+      if (stop_.HasBeenNotified()) break;  // Shutdown came before the context was there
       assign_context_ = &context;
     }
     mt::v1::StreamAssignmentsRequest request;
@@ -328,18 +373,49 @@ void Agent::ForwardReport(const mt::v1::RankReport& report) {
       !report.has_checkpoint_load()) {
     return;
   }
+  bool registered;
+  {
+    absl::MutexLock lock(&mu_);
+    registered = registered_;
+  }
   absl::MutexLock lock(&report_mu_);
-  for (int attempt = 0; attempt < 2; ++attempt) {
+  if (registered && FlushUndelivered() && WriteReport(report)) return;
+  // Saves and loads are the coordinator's catalog: kept until it is back. Progress is best
+  // effort; the next report supersedes it.
+  if (!report.has_checkpoint() && !report.has_checkpoint_load()) return;
+  if (undelivered_.size() >= kMaxUndelivered) {
+    MT_LOG(WARNING) << "dropping an undelivered report of " << undelivered_.front().job_id()
+                    << " (more than " << kMaxUndelivered << " kept)";
+    undelivered_.pop_front();
+  }
+  undelivered_.push_back(report);
+}
+
+bool Agent::FlushUndelivered() {
+  while (!undelivered_.empty()) {
+    if (!WriteReport(undelivered_.front())) return false;
+    undelivered_.pop_front();
+  }
+  return true;
+}
+
+bool Agent::WriteReport(const mt::v1::RankReport& report) {
+  for (int attempt = 0; attempt < 2 && !give_up_.load(); ++attempt) {
     if (report_writer_ == nullptr) {
-      report_context_ = std::make_unique<grpc::ClientContext>();
+      auto context = std::make_unique<grpc::ClientContext>();
+      {
+        absl::MutexLock lock(&mu_);  // the goodbye's deadline cancels it
+        report_call_ = context.get();
+      }
+      report_context_ = std::move(context);
       report_response_ = std::make_unique<mt::v1::ReportProgressResponse>();
       report_writer_ = stub_->ReportProgress(report_context_.get(), report_response_.get());
     }
-    if (report_writer_->Write(report)) return;
+    if (report_writer_->Write(report)) return true;
     (void)report_writer_->Finish();
     report_writer_.reset();
   }
-  // Progress is best effort; the next report tries again.
+  return false;
 }
 
 void Agent::ReportExit(const mt::v1::RankExitReport& report) {
@@ -359,13 +435,17 @@ void Agent::ReportExit(const mt::v1::RankExitReport& report) {
       mt::v1::RankExitResponse response;
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      if (!Track(&context, /*at_shutdown=*/false)) return;  // the goodbye's deadline passed
       absl::Status s = rpc::FromGrpcStatus(stub_->ReportRankExit(&context, report, &response));
+      Untrack(&context);
       if (s.ok() || absl::IsNotFound(s) || absl::IsInvalidArgument(s)) return;
-      if (stop_.WaitForNotificationWithTimeout(backoff) &&
-          absl::Now() > give_up - absl::Minutes(9)) {
-        return;  // shutting down: one minute of retries is enough
+      // Shutting down: retried quickly until the goodbye's deadline.
+      if (stop_.HasBeenNotified()) backoff = absl::Milliseconds(200);
+      if (!stop_.WaitForNotificationWithTimeout(backoff)) {
+        backoff = std::min(backoff * 2, absl::Seconds(5));
+      } else {
+        absl::SleepFor(backoff);
       }
-      backoff = std::min(backoff * 2, absl::Seconds(5));
     }
   });
   exit_threads_.push_back({std::move(t), std::move(done)});
@@ -414,6 +494,9 @@ void Agent::Shutdown() {
   absl::MutexLock lock(&mu_);  // serialises concurrent calls; Notify may run once
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (assign_context_ != nullptr) assign_context_->TryCancel();
+  for (auto& [context, at_shutdown] : calls_) {
+    if (at_shutdown) context->TryCancel();  // a register or heartbeat in flight
+  }
 }
 
 }  // namespace mt::worker

@@ -9,11 +9,18 @@
 //   DISCONNECTED --Register ok--> REGISTERED --Heartbeat known=false--> DISCONNECTED
 //   DISCONNECTED --Register fails--> DISCONNECTED after a backoff (0.2 s doubling to 5 s)
 //   any --Shutdown--> Deregister (best effort) and exit
+// Shutdown is bounded whether or not the coordinator answers: calls in flight are cancelled,
+// the ranks get their grace to stop (and save), then the goodbye (deregistration, exit
+// reports, the report stream's end) gets at most kGoodbye.
+// Reports of saves and loads (the coordinator's catalog) that cannot be delivered (the
+// coordinator is away) are kept, up to kMaxUndelivered, and sent once it is back; progress is
+// best effort (the next report supersedes it).
 // Thread-safe: Run() on one thread, Shutdown() from any.
 #ifndef MT_WORKER_DAEMON_AGENT_H_
 #define MT_WORKER_DAEMON_AGENT_H_
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <string>
@@ -56,6 +63,9 @@ struct AgentConfig {
 
 class Agent {
  public:
+  static constexpr absl::Duration kGoodbye = absl::Seconds(2);
+  static constexpr size_t kMaxUndelivered = 1024;
+
   // `observer` (optional, outlives the agent) hears of every rank's start, reports and end.
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentConfig& config,
                                                        RankObserver* observer = nullptr);
@@ -76,10 +86,20 @@ class Agent {
   void AssignmentLoop();
   void Handle(const mt::v1::WorkerCommand& command);
   void ForwardReport(const mt::v1::RankReport& report);
+  // Writes to the report stream, reopening it once. False when the coordinator is away.
+  bool WriteReport(const mt::v1::RankReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(report_mu_);
+  // Sends the kept reports, oldest first; true when none is left.
+  bool FlushUndelivered() ABSL_EXCLUSIVE_LOCKS_REQUIRED(report_mu_);
+  // Registers a call's context for cancellation (by Shutdown when `at_shutdown`, else at the
+  // goodbye's deadline); false (nothing registered) when that moment has passed.
+  bool Track(grpc::ClientContext* context, bool at_shutdown);
+  void Untrack(grpc::ClientContext* context);
   void ReportExit(const mt::v1::RankExitReport& report);
   // Destroys the processes of ranks that have ended.
   void Reap();
   void StopAllRanks(absl::Duration grace);
+  // Deregistration, exit reports and the report stream's end, bounded by kGoodbye.
+  void Goodbye(bool registered);
 
   static std::string Key(const std::string& job_id, int attempt) {
     return job_id + "/" + std::to_string(attempt);
@@ -95,6 +115,12 @@ class Agent {
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* assign_context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // Calls in flight (Register, Heartbeat, exit reports, the report stream), cancelled by
+  // Shutdown (register and heartbeat) or at the goodbye's deadline (the rest).
+  // The value: whether Shutdown cancels it (register, heartbeat) or only the goodbye's deadline.
+  std::map<grpc::ClientContext*, bool> calls_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* report_call_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::atomic<bool> give_up_{false};  // the goodbye's deadline has passed
   std::map<std::string, std::unique_ptr<RankProcess>> ranks_ ABSL_GUARDED_BY(mu_);
   // The open ReportProgress stream, reopened when it breaks.
   absl::Mutex report_mu_;
@@ -102,6 +128,7 @@ class Agent {
   std::unique_ptr<mt::v1::ReportProgressResponse> report_response_ ABSL_GUARDED_BY(report_mu_);
   std::unique_ptr<grpc::ClientWriter<mt::v1::RankReport>> report_writer_
       ABSL_GUARDED_BY(report_mu_);
+  std::deque<mt::v1::RankReport> undelivered_ ABSL_GUARDED_BY(report_mu_);
   std::thread assignment_thread_;
   // Threads delivering exit reports (with retries); joined by Reap once done.
   struct ExitReporter {

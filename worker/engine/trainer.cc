@@ -1023,7 +1023,8 @@ absl::Status Trainer::RestoreProgress(int64_t iteration, int64_t consumed_sample
 }
 
 absl::Status Trainer::Train(const std::function<bool(const StepMetrics&)>& on_step,
-                            const std::function<void(const EvalMetrics&)>& on_eval) {
+                            const std::function<void(const EvalMetrics&)>& on_eval,
+                            const std::function<bool()>& after_step) {
   const bool evaluate =
       valid_data_ != nullptr && plan_.eval_interval > 0 && plan_.eval_iterations > 0;
   int64_t last_eval = -1;
@@ -1037,6 +1038,7 @@ absl::Status Trainer::Train(const std::function<bool(const StepMetrics&)>& on_st
     MT_ASSIGN_OR_RETURN(StepMetrics m, Step());
     if (on_step && !on_step(m)) return absl::OkStatus();
     if (evaluate && iteration_ % plan_.eval_interval == 0) MT_RETURN_IF_ERROR(run_eval());
+    if (after_step && !after_step()) return absl::OkStatus();
   }
   if (evaluate && last_eval != iteration_) MT_RETURN_IF_ERROR(run_eval());
   return absl::OkStatus();

@@ -194,9 +194,13 @@ class Trainer {
   absl::StatusOr<EvalMetrics> Evaluate();
   // Steps until train_iterations, evaluating every eval_interval steps and after the last
   // one. `on_step` / `on_eval` (optional) see every result; on_step returning false stops the
-  // run early (cancellation) with OK.
+  // run early (cancellation) with OK. `after_step` (optional) runs once a step's evaluation,
+  // if one is due, is done: the place for a save, so that a checkpoint of an evaluation step
+  // holds the validation position after that evaluation (a resumed run then evaluates on the
+  // same batches as an undisturbed one); returning false stops the run with OK.
   absl::Status Train(const std::function<bool(const StepMetrics&)>& on_step = {},
-                     const std::function<void(const EvalMetrics&)>& on_eval = {});
+                     const std::function<void(const EvalMetrics&)>& on_eval = {},
+                     const std::function<bool()>& after_step = {});
 
   int64_t iteration() const { return iteration_; }
   int64_t consumed_samples() const { return consumed_samples_; }

@@ -66,6 +66,17 @@ class ProcessGroupCollectives : public Collectives {
   const bool backend_is_cuda_;
 };
 
+// A client of the TCPStore at host:port.
+c10::intrusive_ptr<c10d::Store> ConnectStore(const std::string& host, int port, int world,
+                                             std::chrono::milliseconds timeout) {
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(port);
+  o.isServer = false;
+  o.numWorkers = world;
+  o.timeout = timeout;
+  return c10::make_intrusive<c10d::TCPStore>(host, o);
+}
+
 }  // namespace
 
 bool HasBackend(const std::string& backend) {
@@ -113,6 +124,7 @@ absl::StatusOr<Distributed> InitDistributed(const mt::v1::Layout& layout, int ra
       MT_RETURN_IF_ERROR(rendezvous->Set("c10d_store", address));
       MT_LOG(INFO) << "rank 0 serves the collective store at " << address;
       store = tcp;
+      out.save_store = ConnectStore(AdvertiseHost(), tcp->getPort(), world, timeout);
     } else {
       MT_ASSIGN_OR_RETURN(auto values, rendezvous->Get({"c10d_store"}, options.timeout));
       const std::string& address = values[0];
@@ -121,12 +133,8 @@ absl::StatusOr<Distributed> InitDistributed(const mt::v1::Layout& layout, int ra
       if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
         return absl::DataLossError(absl::StrCat("bad store address '", address, "'"));
       }
-      c10d::TCPStoreOptions o;
-      o.port = static_cast<uint16_t>(port);
-      o.isServer = false;
-      o.numWorkers = world;
-      o.timeout = timeout;
-      store = c10::make_intrusive<c10d::TCPStore>(address.substr(0, colon), o);
+      store = ConnectStore(address.substr(0, colon), port, world, timeout);
+      out.save_store = ConnectStore(address.substr(0, colon), port, world, timeout);
     }
   } catch (const c10::Error& e) {
     return absl::UnavailableError(absl::StrCat("collective store: ", e.what_without_backtrace()));

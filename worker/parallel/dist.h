@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -34,6 +35,10 @@ class ProcessGroups;  // process_groups.h (c10d; LibTorch translation units only
 struct Distributed {
   std::shared_ptr<ProcessGroups> groups;     // every group of this rank
   std::unique_ptr<Collectives> collectives;  // the DP view the trainer uses
+  // A connection of its own to the job's store (rank 0's TCPStore), for the checkpoint's save
+  // exchange (checkpoint/store_exchange.h), which waits on a background thread: a save needs
+  // the ranks of the job only, never the coordinator. Null for a world of one.
+  c10::intrusive_ptr<c10d::Store> save_store;
 };
 
 // Builds the groups and the collectives the training step uses. With a world of one it

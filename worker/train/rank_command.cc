@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "common/spec/defaults.h"
 #include "mt/v1/worker_service.pb.h"
 #include "worker/checkpoint/checkpointer.h"
+#include "worker/checkpoint/store_exchange.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
 #include "worker/parallel/collectives.h"
@@ -44,27 +46,6 @@ int Fail(const absl::Status& status, absl::string_view what) {
   std::fflush(stderr);
   return 1;
 }
-
-// The ranks of a save report to rank 0 through the job's rendezvous key-value space.
-class RendezvousExchange : public checkpoint::SaveExchange {
- public:
-  explicit RendezvousExchange(parallel::RendezvousClient* rendezvous) : rendezvous_(rendezvous) {}
-  absl::Status Publish(int64_t step, int rank, const std::string& result) override {
-    return rendezvous_->Set(Key(step, rank), result);
-  }
-  absl::StatusOr<std::vector<std::string>> Gather(int64_t step, int world_size,
-                                                  absl::Duration timeout) override {
-    std::vector<std::string> keys;
-    for (int r = 0; r < world_size; ++r) keys.push_back(Key(step, r));
-    return rendezvous_->Get(keys, timeout);
-  }
-
- private:
-  static std::string Key(int64_t step, int rank) {
-    return absl::StrCat("checkpoint/", step, "/", rank);
-  }
-  parallel::RendezvousClient* rendezvous_;
-};
 
 // The assignment file named by --assignment; empty after a usage message.
 std::string AssignmentPath(const std::vector<std::string>& args) {
@@ -216,8 +197,13 @@ int RunRankCommand(const std::vector<std::string>& args) {
   }
 
   SessionConfig config = RankSessionConfig(spec, assignment, *distributed);
-  RendezvousExchange exchange(&rendezvous);
-  if (layout.world_size() > 1) config.exchange = &exchange;
+  // The ranks of a save meet in the job's own store, never the coordinator's (which may be
+  // away while the job trains).
+  std::optional<checkpoint::StoreExchange> exchange;
+  if (distributed->save_store) {
+    exchange.emplace(distributed->save_store);
+    config.exchange = &*exchange;
+  }
   const SessionResult result = RunSession(config, reporter);
   if (!result.status.ok())
     return Fail(result.status, StageLabel(result.failed_at, result.load_dir));

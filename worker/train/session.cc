@@ -166,13 +166,17 @@ class Session {
           result_.tokens += m.tokens;
           reporter_.OnStep(m, *trainer_);
           TakeSaves();
-          if (save_interval > 0 && m.iteration % save_interval == 0) Save();
-          return save_status_.ok() && KeepGoing();
+          return true;
         },
         [&](const engine::EvalMetrics& e) {
           result_.last_eval = e;
           result_.evaluated = true;
           reporter_.OnEval(e, trainer_->consumed_samples());
+        },
+        // After the step's evaluation: its checkpoint resumes validation where it stands.
+        [&] {
+          if (save_interval > 0 && trainer_->iteration() % save_interval == 0) Save();
+          return save_status_.ok() && KeepGoing();
         });
     reporter_.OnTrainingEnded(*trainer_);
     Check(status, SessionStage::kTraining);

@@ -6,9 +6,10 @@
 //   2. this rank's data loaders at the checkpoint's data position
 //   3. build the trainer and restore the checkpoint
 //   4. the checkpointer (checkpoint.save_dir), its host buffer for async saves
-//   5. train: progress and evaluations to the reporter, a save every save_interval steps, stop
-//      between steps when `stop_signal` says so (every rank at the same step: the ranks agree
-//      over the world's collectives)
+//   5. train: progress and evaluations to the reporter, a save every save_interval steps (after
+//      the evaluation of the same step, so that a resumed run validates on the same batches as
+//      an undisturbed one), stop between steps when `stop_signal` says so (every rank at the
+//      same step: the ranks agree over the world's collectives)
 //   6. save the last step (or where the run stopped), wait for the saves in flight
 //
 // A failed save, sync or async, always ends the session with that failure: a later save's

@@ -228,6 +228,66 @@ TEST(SessionTest, StopSignalStopsAndSavesWhereTheRunStopped) {
   EXPECT_THAT(reporter.saved, ElementsAre(2));
 }
 
+// Save and evaluation intervals that coincide (4), 12 steps: a run resumed from a checkpoint of
+// an evaluation step ends with the undisturbed run's validation loss, bit for bit. The save
+// used to run before the step's evaluation: the checkpoint held the validation position before
+// it, and the resumed run evaluated on other batches.
+mt::v1::JobSpec CoincidingIntervalsSpec(const std::string& save_dir) {
+  mt::v1::JobSpec spec = TinySpec(12);
+  spec.mutable_evaluation()->set_eval_interval(4);
+  spec.mutable_evaluation()->set_eval_iters(2);
+  spec.mutable_checkpoint()->set_save_dir(save_dir);
+  spec.mutable_checkpoint()->set_save_interval(4);
+  return spec;
+}
+
+double UndisturbedValidationLoss() {
+  FakeSessionReporter reporter;
+  const SessionResult r = RunSession(
+      TinyConfig(CoincidingIntervalsSpec(testutil::MakeTempDir("session") + "/ckpt")), reporter);
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_TRUE(r.evaluated);
+  EXPECT_EQ(r.iteration, 12);
+  return r.last_eval.loss;
+}
+
+// The run stops (SIGTERM) after `stop_after` steps; the next one resumes from `resume_from`
+// (a checkpoint directory, or the save directory: its latest) and trains to the end.
+double ResumedValidationLoss(int stop_after, const std::string& resume_from) {
+  const std::string dir = testutil::MakeTempDir("session") + "/ckpt";
+  const mt::v1::JobSpec spec = CoincidingIntervalsSpec(dir);
+  {
+    SessionConfig config = TinyConfig(spec);
+    FakeSessionReporter reporter;
+    config.stop_signal = [&reporter, stop_after] {
+      return static_cast<int>(reporter.steps.size()) >= stop_after ? 15 : 0;
+    };
+    const SessionResult r = RunSession(config, reporter);
+    EXPECT_TRUE(r.status.ok()) << r.status;
+    EXPECT_EQ(r.iteration, stop_after);
+  }
+  SessionConfig config = TinyConfig(spec);
+  config.load_path = dir + resume_from;
+  FakeSessionReporter reporter;
+  const SessionResult r = RunSession(config, reporter);
+  EXPECT_TRUE(r.status.ok()) << r.status;
+  EXPECT_EQ(reporter.chosen_step, 8);
+  EXPECT_EQ(r.iteration, 12);
+  return r.last_eval.loss;
+}
+
+TEST(SessionTest, ValidationResumesExactlyFromASaveOnAnEvaluationStep) {
+  const double undisturbed = UndisturbedValidationLoss();
+  // Killed after the interval save of step 8 (the run went on to step 9): resumed from iter_8.
+  EXPECT_EQ(ResumedValidationLoss(9, "/iter_0000008"), undisturbed);
+}
+
+TEST(SessionTest, ValidationResumesExactlyAfterAStopOnAnEvaluationStep) {
+  const double undisturbed = UndisturbedValidationLoss();
+  // Stopped at step 8: its evaluation runs before the save, as it would have undisturbed.
+  EXPECT_EQ(ResumedValidationLoss(8, ""), undisturbed);
+}
+
 TEST(SessionTest, FailuresSayWhere) {
   {
     SessionConfig config = TinyConfig(TinySpec(2));

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/net/address.h"
 #include "worker/parallel/process_groups.h"
 
 namespace mt::parallel {
@@ -66,6 +67,72 @@ class ProcessGroupCollectives : public Collectives {
   const bool backend_is_cuda_;
 };
 
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// Rank 0: serves the store on a free port (of MT_RANK_PORT_RANGE when given) and publishes
+// advertise_host:port in the rendezvous.
+absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ServeStore(int world, const DistOptions& options,
+                                                           RendezvousClient* rendezvous) {
+  const net::PortRange& range = options.network.store_ports;
+  const int first = range.empty() ? 0 : range.first;
+  const int last = range.empty() ? 0 : range.last;
+  std::string last_error;
+  for (int port = first; port <= last; ++port) {
+    try {
+      c10d::TCPStoreOptions o;
+      o.port = static_cast<uint16_t>(port);  // 0 = any free port
+      o.isServer = true;
+      o.numWorkers = world;
+      o.waitWorkers = false;
+      o.timeout = Millis(options.timeout);
+      auto tcp = c10::make_intrusive<c10d::TCPStore>(options.network.advertise_host, o);
+      const std::string address = net::JoinHostPort(options.network.advertise_host, tcp->getPort());
+      MT_RETURN_IF_ERROR(rendezvous->Set("c10d_store", address));
+      MT_LOG(INFO) << "rank 0 serves the collective store at " << address;
+      return c10::intrusive_ptr<c10d::Store>(tcp);
+    } catch (const c10::Error& e) {
+      last_error = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      last_error = e.what();
+    }
+  }
+  return absl::UnavailableError(
+      range.empty()
+          ? absl::StrCat("rank 0 cannot serve the collective store: ", last_error)
+          : absl::StrCat("rank 0 cannot serve the collective store on any port of ", range.first,
+                         "-", range.last, " (--rank-port-range): ", last_error));
+}
+
+// Any other rank: connects to the store rank 0 published, failing within connect_timeout with
+// the rank, the address and the port when it cannot be reached.
+absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(int rank, int world,
+                                                             const DistOptions& options,
+                                                             RendezvousClient* rendezvous) {
+  MT_ASSIGN_OR_RETURN(auto values, rendezvous->Get({"c10d_store"}, options.timeout));
+  absl::StatusOr<net::HostPort> address = net::ParseHostPort(values[0], "the store address");
+  if (!address.ok()) return absl::DataLossError(std::string(address.status().message()));
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(address->port);
+    o.isServer = false;
+    o.numWorkers = world;
+    o.timeout = Millis(std::min(options.timeout, options.connect_timeout));
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(address->host, o);
+    tcp->setTimeout(Millis(options.timeout));
+    return c10::intrusive_ptr<c10d::Store>(tcp);
+  } catch (const std::exception& e) {
+    const c10::Error* c10 = dynamic_cast<const c10::Error*>(&e);
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", rank, " cannot reach rank 0's collective store at ", address->host, " port ",
+        address->port, " within ", absl::FormatDuration(options.connect_timeout),
+        " (is that address reachable from this host? mt-worker --interface and "
+        "--advertise-address choose it): ",
+        c10 != nullptr ? c10->what_without_backtrace() : e.what()));
+  }
+}
+
 }  // namespace
 
 bool HasBackend(const std::string& backend) {
@@ -100,42 +167,13 @@ absl::StatusOr<Distributed> InitDistributed(const mt::v1::Layout& layout, int ra
   }
   const auto timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout));
   c10::intrusive_ptr<c10d::Store> store;
-  try {
-    if (rank == 0) {
-      c10d::TCPStoreOptions o;
-      o.port = 0;  // any free port; published below
-      o.isServer = true;
-      o.numWorkers = world;
-      o.waitWorkers = false;
-      o.timeout = timeout;
-      auto tcp = c10::make_intrusive<c10d::TCPStore>(AdvertiseHost(), o);
-      const std::string address = absl::StrCat(AdvertiseHost(), ":", tcp->getPort());
-      MT_RETURN_IF_ERROR(rendezvous->Set("c10d_store", address));
-      MT_LOG(INFO) << "rank 0 serves the collective store at " << address;
-      store = tcp;
-    } else {
-      MT_ASSIGN_OR_RETURN(auto values, rendezvous->Get({"c10d_store"}, options.timeout));
-      const std::string& address = values[0];
-      const size_t colon = address.rfind(':');
-      int port = 0;
-      if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
-        return absl::DataLossError(absl::StrCat("bad store address '", address, "'"));
-      }
-      c10d::TCPStoreOptions o;
-      o.port = static_cast<uint16_t>(port);
-      o.isServer = false;
-      o.numWorkers = world;
-      o.timeout = timeout;
-      store = c10::make_intrusive<c10d::TCPStore>(address.substr(0, colon), o);
-    }
-  } catch (const c10::Error& e) {
-    return absl::UnavailableError(absl::StrCat("collective store: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("collective store: ", e.what()));
+  if (rank == 0) {
+    MT_ASSIGN_OR_RETURN(store, ServeStore(world, options, rendezvous));
+  } else {
+    MT_ASSIGN_OR_RETURN(store, ConnectStore(rank, world, options, rendezvous));
   }
-
-  MT_ASSIGN_OR_RETURN(out.groups,
-                      ProcessGroups::Create(layout, rank, store, options.backend, timeout));
+  MT_ASSIGN_OR_RETURN(out.groups, ProcessGroups::Create(layout, rank, store, options.backend,
+                                                        timeout, options.network));
   out.collectives = MakeCollectives(out.groups, options.bucket_elements);
   return out;
 }

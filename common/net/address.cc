@@ -61,8 +61,8 @@ absl::StatusOr<Cidr> ParseCidr(absl::string_view text) {
   if (!absl::SimpleAtoi(text.substr(slash + 1), &length) || length < 0 ||
       length > base->size() * 8 || text.substr(slash + 1).empty() ||
       !std::isdigit(static_cast<unsigned char>(text[slash + 1]))) {
-    return absl::InvalidArgumentError(absl::StrCat("'", text, "': the prefix length must be 0..",
-                                                   base->size() * 8));
+    return absl::InvalidArgumentError(
+        absl::StrCat("'", text, "': the prefix length must be 0..", base->size() * 8));
   }
   out.prefix_length = length;
   return out;
@@ -120,12 +120,13 @@ absl::StatusOr<PortRange> ParsePortRange(absl::string_view text, absl::string_vi
   const absl::string_view b = dash == absl::string_view::npos ? a : text.substr(dash + 1);
   PortRange r;
   const auto port = [](absl::string_view s, int* v) {
-    return !s.empty() && std::isdigit(static_cast<unsigned char>(s[0])) &&
-           absl::SimpleAtoi(s, v) && *v >= 1 && *v <= 65535;
+    return !s.empty() && std::isdigit(static_cast<unsigned char>(s[0])) && absl::SimpleAtoi(s, v) &&
+           *v >= 1 && *v <= 65535;
   };
   if (!port(a, &r.first) || !port(b, &r.last) || r.first > r.last) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, " '", text, "' must be FIRST-LAST with 1 <= FIRST <= LAST <= 65535, e.g. 29500-29600"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, " '", text,
+                     "' must be FIRST-LAST with 1 <= FIRST <= LAST <= 65535, e.g. 29500-29600"));
   }
   return r;
 }

@@ -57,8 +57,8 @@ TEST(CidrTest, ParsesPrefixesAndSingleHosts) {
   EXPECT_EQ(v6.prefix_length, 64);
   MT_ASSERT_OK_AND_ASSIGN(Cidr v6host, ParseCidr("fd00::1"));
   EXPECT_EQ(v6host.prefix_length, 128);
-  for (const char* bad : {"10.77.0.0/33", "10.77.0.0/-1", "10.77.0.0/", "10.77.0.0/x",
-                          "fd00::/129", "eth0", "/24", "10.77.0.0/+8"}) {
+  for (const char* bad : {"10.77.0.0/33", "10.77.0.0/-1", "10.77.0.0/", "10.77.0.0/x", "fd00::/129",
+                          "eth0", "/24", "10.77.0.0/+8"}) {
     EXPECT_FALSE(ParseCidr(bad).ok()) << bad;
   }
 }
@@ -69,16 +69,26 @@ TEST(CidrTest, ContainsEveryBoundary) {
     const char* ip;
     bool in;
   } cases[] = {
-      {"10.77.0.0/24", "10.77.0.0", true},    {"10.77.0.0/24", "10.77.0.255", true},
-      {"10.77.0.0/24", "10.77.1.0", false},   {"10.77.0.0/24", "10.76.255.255", false},
-      {"10.77.0.0/23", "10.77.1.9", true},    {"10.77.0.0/25", "10.77.0.128", false},
-      {"10.77.0.0/25", "10.77.0.127", true},  {"0.0.0.0/0", "192.168.1.1", true},
-      {"10.77.0.2", "10.77.0.2", true},       {"10.77.0.2", "10.77.0.3", false},
-      {"10.77.0.9/24", "10.77.0.1", true},    {"fd00::/64", "fd00::1234", true},
-      {"fd00::/64", "fd00:0:0:1::1", false},  {"fd00::/8", "fdff::1", true},
-      {"fd00::/7", "fc00::1", true},          {"fd00::/64", "10.77.0.1", false},
-      {"10.77.0.0/24", "::ffff:10.77.0.1", false}, {"::/0", "fe80::1", true},
-      {"fd00::1/128", "fd00::1", true},       {"fd00::1/128", "fd00::2", false},
+      {"10.77.0.0/24", "10.77.0.0", true},
+      {"10.77.0.0/24", "10.77.0.255", true},
+      {"10.77.0.0/24", "10.77.1.0", false},
+      {"10.77.0.0/24", "10.76.255.255", false},
+      {"10.77.0.0/23", "10.77.1.9", true},
+      {"10.77.0.0/25", "10.77.0.128", false},
+      {"10.77.0.0/25", "10.77.0.127", true},
+      {"0.0.0.0/0", "192.168.1.1", true},
+      {"10.77.0.2", "10.77.0.2", true},
+      {"10.77.0.2", "10.77.0.3", false},
+      {"10.77.0.9/24", "10.77.0.1", true},
+      {"fd00::/64", "fd00::1234", true},
+      {"fd00::/64", "fd00:0:0:1::1", false},
+      {"fd00::/8", "fdff::1", true},
+      {"fd00::/7", "fc00::1", true},
+      {"fd00::/64", "10.77.0.1", false},
+      {"10.77.0.0/24", "::ffff:10.77.0.1", false},
+      {"::/0", "fe80::1", true},
+      {"fd00::1/128", "fd00::1", true},
+      {"fd00::1/128", "fd00::2", false},
   };
   for (const auto& c : cases) {
     MT_ASSERT_OK_AND_ASSIGN(Cidr cidr, ParseCidr(c.cidr));
@@ -101,9 +111,9 @@ TEST(HostPortTest, ParsesNamesIpv4AndBracketedIpv6) {
 }
 
 TEST(HostPortTest, RejectsWithTheFieldAndAnExample) {
-  for (const char* bad : {"", "10.0.0.1", ":7070", "h:", "h:65536", "h:-1", "h:+1", "h:x",
-                          "fd00::1:7070", "[fd00::1]", "[fd00::1]7070", "[fd00::1:7070",
-                          "[nothost]:1"}) {
+  for (const char* bad :
+       {"", "10.0.0.1", ":7070", "h:", "h:65536", "h:-1", "h:+1", "h:x", "fd00::1:7070",
+        "[fd00::1]", "[fd00::1]7070", "[fd00::1:7070", "[nothost]:1"}) {
     absl::StatusOr<HostPort> r = ParseHostPort(bad, "--coordinator");
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_THAT(r.status().message(), HasSubstr("--coordinator")) << bad;
@@ -144,9 +154,9 @@ std::vector<InterfaceAddress> Machine() {
   const auto i = [](const char* name, const char* ip, bool up, bool lo) {
     return InterfaceAddress{name, Ip(ip), up, lo};
   };
-  return {i("lo", "127.0.0.1", true, true),       i("eth0", "192.168.1.5", true, false),
-          i("eth1", "10.77.0.2", true, false),    i("eth1", "fe80::2", true, false),
-          i("eth1", "fd00::2", true, false),      i("eth2", "10.88.0.2", false, false),
+  return {i("lo", "127.0.0.1", true, true),    i("eth0", "192.168.1.5", true, false),
+          i("eth1", "10.77.0.2", true, false), i("eth1", "fe80::2", true, false),
+          i("eth1", "fd00::2", true, false),   i("eth2", "10.88.0.2", false, false),
           i("lo", "::1", true, true)};
 }
 
@@ -172,12 +182,15 @@ TEST(ChooseInterfaceTest, DefaultWithoutARouteOrAHolderSaysWhatToDo) {
 }
 
 TEST(ChooseInterfaceTest, ByCidrOrAddress) {
-  MT_ASSERT_OK_AND_ASSIGN(InterfaceAddress c, ChooseInterface(Machine(), "10.77.0.0/24", std::nullopt));
+  MT_ASSERT_OK_AND_ASSIGN(InterfaceAddress c,
+                          ChooseInterface(Machine(), "10.77.0.0/24", std::nullopt));
   EXPECT_EQ(c.name, "eth1");
   EXPECT_EQ(c.address.ToString(), "10.77.0.2");
-  MT_ASSERT_OK_AND_ASSIGN(InterfaceAddress v6, ChooseInterface(Machine(), "fd00::/64", std::nullopt));
+  MT_ASSERT_OK_AND_ASSIGN(InterfaceAddress v6,
+                          ChooseInterface(Machine(), "fd00::/64", std::nullopt));
   EXPECT_EQ(v6.address.ToString(), "fd00::2");
-  MT_ASSERT_OK_AND_ASSIGN(InterfaceAddress one, ChooseInterface(Machine(), "192.168.1.5", std::nullopt));
+  MT_ASSERT_OK_AND_ASSIGN(InterfaceAddress one,
+                          ChooseInterface(Machine(), "192.168.1.5", std::nullopt));
   EXPECT_EQ(one.name, "eth0");
   // eth2 is down: its block has no usable interface.
   absl::StatusOr<InterfaceAddress> down = ChooseInterface(Machine(), "10.88.0.0/16", std::nullopt);
@@ -197,7 +210,7 @@ TEST(ChooseInterfaceTest, ByNamePrefersTheRouteFamilyAndNeverLinkLocal) {
   std::vector<InterfaceAddress> only_link_local = {{"eth5", Ip("fe80::5"), true, false},
                                                    {"eth5", Ip("fd00::5"), true, false}};
   MT_ASSERT_OK_AND_ASSIGN(InterfaceAddress global,
-                       ChooseInterface(only_link_local, "eth5", Ip("fd00::1")));
+                          ChooseInterface(only_link_local, "eth5", Ip("fd00::1")));
   EXPECT_EQ(global.address.ToString(), "fd00::5");
   absl::StatusOr<InterfaceAddress> missing = ChooseInterface(Machine(), "eth9", std::nullopt);
   ASSERT_FALSE(missing.ok());
@@ -208,8 +221,8 @@ TEST(ChooseInterfaceTest, ByNamePrefersTheRouteFamilyAndNeverLinkLocal) {
 
 TEST(DescribeInterfacesTest, ListsNamesAndAddresses) {
   EXPECT_EQ(DescribeInterfaces({}), "none");
-  EXPECT_EQ(DescribeInterfaces({{"lo", Ip("127.0.0.1"), true, true},
-                                {"eth0", Ip("10.0.0.1"), false, false}}),
+  EXPECT_EQ(DescribeInterfaces(
+                {{"lo", Ip("127.0.0.1"), true, true}, {"eth0", Ip("10.0.0.1"), false, false}}),
             "lo 127.0.0.1, eth0 10.0.0.1 (down)");
 }
 

@@ -53,7 +53,8 @@ TEST(ChooseNetworkTest, BadFlagsNameTheFlag) {
   EXPECT_THAT(ChooseNetwork("127.0.0.1", "", "").status().message(), HasSubstr("--coordinator"));
   EXPECT_THAT(ChooseNetwork("127.0.0.1:7070", "no-such-if0", "").status().message(),
               HasSubstr("--interface no-such-if0"));
-  MT_ASSERT_OK_AND_ASSIGN(NetworkChoice by_cidr, ChooseNetwork("127.0.0.1:7070", "127.0.0.0/8", ""));
+  MT_ASSERT_OK_AND_ASSIGN(NetworkChoice by_cidr,
+                          ChooseNetwork("127.0.0.1:7070", "127.0.0.0/8", ""));
   EXPECT_EQ(by_cidr.local_address, "127.0.0.1");
 }
 

@@ -48,8 +48,8 @@ std::string JobYaml(const std::string& name, int tp, int dp, const std::string& 
       "        hidden_dropout: 0.0, attention_dropout: 0.0, make_vocab_size_divisible_by: ",
       256 / tp, "}\nparallel: {tp: ", tp, ", pp: 1, dp: ", dp, "}\n",
       "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: ", kSteps,
-      ", lr: 3.0e-3, lr_warmup_iters: 2, clip_grad: 1.0, seed: 7}\n",
-      "data:\n  data_path: ", data, "\n  split: \"90,10,0\"\n",
+      ", lr: 3.0e-3, lr_warmup_iters: 2, clip_grad: 1.0, seed: 7}\n", "data:\n  data_path: ", data,
+      "\n  split: \"90,10,0\"\n",
       "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
       "evaluation: {eval_interval: 0}\nlogging: {log_interval: 1}\n");
 }
@@ -63,17 +63,19 @@ class MultinodeTest : public ::testing::Test {
     bin_ = testutil::BinDir();
     dir_ = testutil::MakeTempDir("multinode");
     token_file_ = dir_ + "/token";
-    ASSERT_TRUE(testutil::RunCommand({"/bin/sh", "-c", "echo multinode-rig-secret-0123456789 > " + token_file_}).ok());
-    coordinator_address_ = NetnsRig::Address(kCoordinatorNode) + ":7070";
-    ASSERT_TRUE(coordinator_
-                    .Start(rig_->In(kCoordinatorNode,
-                                    {bin_ + "/mt-coordinator", "--listen=" + coordinator_address_,
-                                     "--auth_token_file=" + token_file_,
-                                     "--state_dir=" + dir_ + "/state",
-                                     "--heartbeat_interval=200ms", "--lost_after=2s",
-                                     "--stop_grace_seconds=5", "--metrics_port=-1"}),
-                           dir_ + "/coordinator.log")
+    ASSERT_TRUE(testutil::RunCommand(
+                    {"/bin/sh", "-c", "echo multinode-rig-secret-0123456789 > " + token_file_})
                     .ok());
+    coordinator_address_ = NetnsRig::Address(kCoordinatorNode) + ":7070";
+    ASSERT_TRUE(
+        coordinator_
+            .Start(rig_->In(kCoordinatorNode,
+                            {bin_ + "/mt-coordinator", "--listen=" + coordinator_address_,
+                             "--auth_token_file=" + token_file_, "--state_dir=" + dir_ + "/state",
+                             "--heartbeat_interval=200ms", "--lost_after=2s",
+                             "--stop_grace_seconds=5", "--metrics_port=-1"}),
+                   dir_ + "/coordinator.log")
+            .ok());
     for (int n = 0; n < kWorkerNodes; ++n) {
       for (int w = 0; w < kWorkersPerNode; ++w) ASSERT_NO_FATAL_FAILURE(StartWorker(n, w));
     }
@@ -89,15 +91,15 @@ class MultinodeTest : public ::testing::Test {
     const std::string name = WorkerName(n, w);
     auto& p = workers_[name];
     p = std::make_unique<testutil::Subprocess>();
-    ASSERT_TRUE(p->Start(rig_->In(kFirstWorkerNode + n,
-                                  {bin_ + "/mt-worker", "--coordinator=" + coordinator_address_,
-                                   "--token_file=" + token_file_, "--node=" + NodeName(n),
-                                   "--gpu=-1", "--cpu_cores=1", "--metrics_port=-1",
-                                   "--rank_port_range=29500-29600",
-                                   "--state_file=" + dir_ + "/" + name + ".id",
-                                   "--work_dir=" + dir_ + "/" + name}),
-                         dir_ + "/" + name + ".log")
-                    .ok());
+    ASSERT_TRUE(
+        p->Start(rig_->In(kFirstWorkerNode + n,
+                          {bin_ + "/mt-worker", "--coordinator=" + coordinator_address_,
+                           "--token_file=" + token_file_, "--node=" + NodeName(n), "--gpu=-1",
+                           "--cpu_cores=1", "--metrics_port=-1", "--rank_port_range=29500-29600",
+                           "--state_file=" + dir_ + "/" + name + ".id",
+                           "--work_dir=" + dir_ + "/" + name}),
+                 dir_ + "/" + name + ".log")
+            .ok());
   }
 
   CommandResult Mtctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60)) {
@@ -138,9 +140,9 @@ class MultinodeTest : public ::testing::Test {
 
   std::string Submit(const std::string& yaml, const std::string& file) {
     const std::string path = dir_ + "/" + file;
-    EXPECT_TRUE(testutil::RunCommand({"/bin/sh", "-c", "cat > " + path + " <<'EOF'\n" + yaml +
-                                      "EOF\n"})
-                    .ok());
+    EXPECT_TRUE(
+        testutil::RunCommand({"/bin/sh", "-c", "cat > " + path + " <<'EOF'\n" + yaml + "EOF\n"})
+            .ok());
     const CommandResult r = Mtctl({"submit", path, "-o", "json"});
     EXPECT_EQ(r.exit_code, 0) << r.err;
     mt::v1::Job job;
@@ -154,8 +156,8 @@ class MultinodeTest : public ::testing::Test {
   }
 
   std::string Log(const std::string& name) {
-    absl::StatusOr<CommandResult> r = testutil::RunCommand({"/usr/bin/tail", "-n", "30",
-                                                            dir_ + "/" + name + ".log"});
+    absl::StatusOr<CommandResult> r =
+        testutil::RunCommand({"/usr/bin/tail", "-n", "30", dir_ + "/" + name + ".log"});
     return r.ok() ? "\n--- " + name + ":\n" + r->out : "";
   }
 

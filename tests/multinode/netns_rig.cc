@@ -30,8 +30,8 @@ absl::StatusOr<NetnsRig> NetnsRig::Create(int nodes) {
   rig.hub_ = prefix + "hub";
   if (absl::Status s = Ip({"netns", "add", rig.hub_}); !s.ok()) {
     rig.hub_.clear();
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot create network namespaces (needs root and iproute2): ", s.message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create network namespaces (needs root and iproute2): ", s.message()));
   }
   const auto hub = [&](std::vector<std::string> args) {
     args.insert(args.begin(), {"-n", rig.hub_});
@@ -45,8 +45,8 @@ absl::StatusOr<NetnsRig> NetnsRig::Create(int nodes) {
     rig.namespaces_.push_back(ns);
     const std::string port = absl::StrCat("v", i);
     for (const std::vector<std::string>& step : std::vector<std::vector<std::string>>{
-             {"-n", rig.hub_, "link", "add", port, "type", "veth", "peer", "name", "eth0",
-              "netns", ns},
+             {"-n", rig.hub_, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns",
+              ns},
              {"-n", rig.hub_, "link", "set", port, "master", "br0", "up"},
              {"-n", ns, "addr", "add", Address(i) + "/24", "dev", "eth0"},
              {"-n", ns, "link", "set", "eth0", "up"},

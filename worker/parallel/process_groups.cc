@@ -176,14 +176,14 @@ absl::StatusOr<std::shared_ptr<ProcessGroups>> ProcessGroups::Create(
       h->group = g->world_.group;
       continue;
     }
-    auto group = MakeGroup(backend, c10::make_intrusive<c10d::PrefixStore>(h->name, store),
-                           h->rank, h->size, timeout, network);
+    auto group = MakeGroup(backend, c10::make_intrusive<c10d::PrefixStore>(h->name, store), h->rank,
+                           h->size, timeout, network);
     if (!group.ok()) {
       // Which rank, which group: the cause names the address and port it could not reach.
-      return absl::Status(group.status().code(),
-                          absl::StrCat("rank ", rank, " in ", h->name, " group [",
-                                       absl::StrJoin(h->ranks, ","), "]: ",
-                                       group.status().message()));
+      return absl::Status(
+          group.status().code(),
+          absl::StrCat("rank ", rank, " in ", h->name, " group [", absl::StrJoin(h->ranks, ","),
+                       "]: ", group.status().message()));
     }
     h->group = *std::move(group);
   }

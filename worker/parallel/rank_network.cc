@@ -19,9 +19,9 @@ absl::StatusOr<RankNetwork> RankNetworkFromEnvironment(
     if (!target.ok()) return target.status();
     absl::StatusOr<net::IpAddress> source = net::SourceAddressToward(target->host, target->port);
     if (!source.ok()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "no address to advertise to the other ranks: ", source.status().message(),
-          "; set MT_ADVERTISE_HOST (mt-worker --advertise-address)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("no address to advertise to the other ranks: ", source.status().message(),
+                       "; set MT_ADVERTISE_HOST (mt-worker --advertise-address)"));
     }
     out.advertise_host = source->ToString();
   }

@@ -1,6 +1,5 @@
 #include "worker/parallel/rendezvous_client.h"
 
-
 #include <cstdlib>
 #include <utility>
 

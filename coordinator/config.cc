@@ -1,6 +1,7 @@
 #include "coordinator/config.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/net/address.h"
 #include "common/rpc/auth.h"
 
 namespace mt::coordinator {
@@ -14,6 +15,12 @@ absl::Status CoordinatorConfig::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat(
         "--listen ", listen_address,
         " is not a loopback address; listening beyond this machine requires --auth-token-file"));
+  }
+  if (!advertise_address.empty() && (advertise_address.find_first_of(" /") != std::string::npos ||
+                                     advertise_address.front() == ':')) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--advertise-address '", advertise_address,
+        "' must be host or host:port (an IPv6 address in brackets), e.g. 10.77.0.1:7070"));
   }
   if (state_dir.empty()) {
     return absl::InvalidArgumentError(
@@ -34,6 +41,22 @@ absl::Status CoordinatorConfig::Validate() const {
         "--metrics-port ", metrics_port, " must be -1 (off), 0 (any free port) or 1..65535"));
   }
   return absl::OkStatus();
+}
+
+std::string AdvertisedAddress(const CoordinatorConfig& config, int bound_port,
+                              const std::string& host_name) {
+  if (const std::string& a = config.advertise_address; !a.empty()) {
+    if (net::ParseHostPort(a, "").ok()) return a;
+    absl::string_view host = a;
+    if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+      host = host.substr(1, host.size() - 2);
+    }
+    return net::JoinHostPort(host, bound_port);
+  }
+  absl::StatusOr<net::HostPort> listen = net::ParseHostPort(config.listen_address, "--listen");
+  std::string host = listen.ok() ? listen->host : "";
+  if (host.empty() || host == "0.0.0.0" || host == "::") host = host_name;
+  return net::JoinHostPort(host, bound_port);
 }
 
 }  // namespace mt::coordinator

@@ -12,6 +12,9 @@ namespace mt::coordinator {
 struct CoordinatorConfig {
   // host:port for gRPC. Loopback by default; anything else needs auth_token_file.
   std::string listen_address = "127.0.0.1:7070";
+  // host[:port] workers and ranks dial (NAT, containers); empty = the listen address (a
+  // wildcard listen address: this host's name). No port = the bound port.
+  std::string advertise_address;
   // Directory of the SQLite database (jobs, events, workers). Required.
   std::string state_dir;
   // Seconds a cancelled or stopped rank gets between SIGTERM and SIGKILL.
@@ -29,6 +32,12 @@ struct CoordinatorConfig {
   // Every field checked; errors name the flag and the fix.
   absl::Status Validate() const;
 };
+
+// The host:port workers and ranks are told to dial: --advertise-address (the bound port added
+// when it has none), else the listen address with the bound port, a wildcard host (0.0.0.0,
+// [::]) replaced by `host_name`. IPv6 hosts come bracketed.
+std::string AdvertisedAddress(const CoordinatorConfig& config, int bound_port,
+                              const std::string& host_name);
 
 }  // namespace mt::coordinator
 

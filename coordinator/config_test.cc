@@ -51,3 +51,38 @@ TEST(CoordinatorConfig, TimingLimits) {
 
 }  // namespace
 }  // namespace mt::coordinator
+
+namespace mt::coordinator {
+namespace {
+
+TEST(CoordinatorConfig, AdvertiseAddressIsChecked) {
+  CoordinatorConfig c = Valid();
+  c.advertise_address = "10.0.0.1/24";
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--advertise-address")));
+  c.advertise_address = "coord.example:7070";
+  EXPECT_THAT(c.Validate(), IsOk());
+}
+
+TEST(AdvertisedAddressTest, FlagThenListenThenHostName) {
+  CoordinatorConfig c = Valid();
+  c.listen_address = "10.77.0.1:0";
+  EXPECT_EQ(AdvertisedAddress(c, 41000, "node1"), "10.77.0.1:41000");
+  c.listen_address = "0.0.0.0:7070";
+  EXPECT_EQ(AdvertisedAddress(c, 7070, "node1"), "node1:7070");
+  c.listen_address = "[::]:7070";
+  EXPECT_EQ(AdvertisedAddress(c, 7070, "node1"), "node1:7070");
+  c.listen_address = "[fd00::1]:7070";
+  EXPECT_EQ(AdvertisedAddress(c, 7070, "node1"), "[fd00::1]:7070");
+  c.advertise_address = "203.0.113.9";
+  EXPECT_EQ(AdvertisedAddress(c, 7070, "node1"), "203.0.113.9:7070");
+  c.advertise_address = "203.0.113.9:17070";
+  EXPECT_EQ(AdvertisedAddress(c, 7070, "node1"), "203.0.113.9:17070");
+  c.advertise_address = "[fd00::9]";
+  EXPECT_EQ(AdvertisedAddress(c, 7070, "node1"), "[fd00::9]:7070");
+  c.advertise_address = "fd00::9";
+  EXPECT_EQ(AdvertisedAddress(c, 7070, "node1"), "[fd00::9]:7070");
+}
+
+}  // namespace
+}  // namespace mt::coordinator

@@ -13,6 +13,9 @@
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to serve gRPC on (port 0 = any free port). Non-loopback addresses "
           "require --auth-token-file.");
+ABSL_FLAG(std::string, advertise_address, "",
+          "host[:port] that workers and ranks dial, when it differs from --listen (NAT, "
+          "containers, a wildcard listen address). No port = the port bound.");
 ABSL_FLAG(std::string, state_dir, "",
           "Directory for the coordinator's SQLite database (jobs, events). Required.");
 ABSL_FLAG(int, stop_grace_seconds, 10,
@@ -36,6 +39,7 @@ namespace {
 mt::coordinator::CoordinatorConfig ConfigFromFlags() {
   mt::coordinator::CoordinatorConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
+  config.advertise_address = absl::GetFlag(FLAGS_advertise_address);
   config.state_dir = absl::GetFlag(FLAGS_state_dir);
   config.stop_grace_seconds = absl::GetFlag(FLAGS_stop_grace_seconds);
   config.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);

@@ -74,13 +74,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   }
   const size_t colon = config.listen_address.rfind(':');
   s->address_ = absl::StrCat(config.listen_address.substr(0, colon), ":", bound_port);
-  // Ranks on other nodes cannot dial a wildcard address: advertise the host name instead.
-  std::string host = config.listen_address.substr(0, colon);
-  if (host == "0.0.0.0" || host == "[::]" || host.empty()) {
-    char name[256] = {0};
-    host = ::gethostname(name, sizeof(name) - 1) == 0 && name[0] ? name : "localhost";
-  }
-  s->jobs_->SetCoordinatorAddress(absl::StrCat(host, ":", bound_port));
+  char name[256] = {0};
+  const std::string host_name =
+      ::gethostname(name, sizeof(name) - 1) == 0 && name[0] ? name : "localhost";
+  s->jobs_->SetCoordinatorAddress(AdvertisedAddress(config, bound_port, host_name));
+  MT_LOG(INFO) << "workers and ranks are told to dial "
+               << AdvertisedAddress(config, bound_port, host_name);
   if (s->metrics_ != nullptr) {
     metrics::MetricsServerOptions options;
     options.host = config.metrics_host;

@@ -18,11 +18,13 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/job_fixture.h"
+#include "tests/testutil/step_losses.h"
 
 namespace mt {
 namespace {
 
 using testutil::CommandResult;
+using testutil::StepLosses;
 
 constexpr int kSteps = 20;
 constexpr double kRelTol = 1e-5;
@@ -80,27 +82,6 @@ std::string JobYaml(const GateLayout& l, const std::string& data_prefix) {
       "data:\n  data_path: ", data_prefix, "\n  split: \"90,10,0\"\n",
       "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
       "evaluation: {eval_interval: 0}\n", "logging: {log_interval: 1}\n");
-}
-
-// "step 3/20 | loss 1.034567E+01 | ..." -> {3: 10.34567}.
-std::map<int, double> StepLosses(const std::string& log) {
-  std::map<int, double> out;
-  for (absl::string_view line : absl::StrSplit(log, '\n')) {
-    const size_t at = line.find("step ");
-    if (at == absl::string_view::npos) continue;
-    absl::string_view rest = line.substr(at + 5);
-    const size_t slash = rest.find('/');
-    const size_t bar = rest.find(" | loss ");
-    if (slash == absl::string_view::npos || bar == absl::string_view::npos) continue;
-    int step = 0;
-    double loss = 0;
-    absl::string_view value = rest.substr(bar + 8);
-    value = value.substr(0, value.find(' '));
-    if (absl::SimpleAtoi(rest.substr(0, slash), &step) && absl::SimpleAtod(value, &loss)) {
-      out[step] = loss;
-    }
-  }
-  return out;
 }
 
 class ParallelGateTest : public testutil::JobFixture {

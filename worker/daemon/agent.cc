@@ -346,6 +346,8 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
   if (resources_.gpu_index() < 0) {
     options.extra_env.push_back(absl::StrCat("MT_CPU_THREADS=", resources_.cpu_cores()));
   }
+  options.extra_env.insert(options.extra_env.end(), config_.rank_environment.begin(),
+                           config_.rank_environment.end());
   if (observer_ != nullptr) observer_->OnRankStarted(a);
   auto process = RankProcess::Start(
       a, worker_id(), options, [this](const mt::v1::RankReport& r) { ForwardReport(r); },

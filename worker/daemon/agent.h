@@ -57,6 +57,9 @@ struct AgentConfig {
   // host:port of this daemon's Prometheus endpoint, told to the coordinator for its service
   // discovery; empty = metrics off.
   std::string metrics_address;
+  // NAME=VALUE added to every rank's environment: the network choice (common/net/interfaces.h:
+  // MT_ADVERTISE_HOST, MT_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, MT_RANK_PORT_RANGE, ...).
+  std::vector<std::string> rank_environment;
 
   absl::Status Validate() const;
 };

@@ -1,6 +1,7 @@
 // mt-worker: the per-GPU (or per CPU slot) daemon (agent.h); flags -> AgentConfig -> Agent ->
 // Run, deregistering on SIGTERM/SIGINT. Runs on the main thread only.
-//   mt-worker --coordinator HOST:PORT [--gpu N]     serve as a worker
+//   mt-worker --coordinator HOST:PORT [--gpu N] [--interface IF|CIDR]
+//             [--advertise-address ADDR] [--rank-port-range FIRST-LAST]     serve as a worker
 //   mt-worker train ARGS                            exec mt-train ARGS (train by hand)
 #include <unistd.h>
 
@@ -10,12 +11,15 @@
 #include <string>
 #include <vector>
 
+extern char** environ;
+
 #include "absl/flags/flag.h"
 #include "common/base/clock.h"
 #include "common/base/logging.h"
 #include "common/base/version.h"
 #include "common/cli/daemon.h"
 #include "common/metrics/metrics_server.h"
+#include "common/net/interfaces.h"
 #include "prometheus/registry.h"
 #include "worker/daemon/agent.h"
 #include "worker/daemon/worker_metrics.h"
@@ -39,6 +43,17 @@ ABSL_FLAG(absl::Duration, metrics_linger, absl::Seconds(30),
           "scraped) before they are dropped.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine.");
+ABSL_FLAG(std::string, interface, "",
+          "Network interface the ranks use to talk to other hosts: a name (eth0) or a CIDR "
+          "block (10.77.0.0/24, fd00::/64). Default: the interface of the route to the "
+          "coordinator. Passed to Gloo and, unless already set, as NCCL_SOCKET_IFNAME and "
+          "GLOO_SOCKET_IFNAME.");
+ABSL_FLAG(std::string, advertise_address, "",
+          "Address other hosts reach this worker's ranks at (NAT, containers). Default: the "
+          "address of --interface.");
+ABSL_FLAG(std::string, rank_port_range, "",
+          "Ports the ranks' collective store may listen on, FIRST-LAST (e.g. 29500-29600, for "
+          "firewalls). Default: any free port.");
 
 // `mt-worker train ARGS` runs the trainer (mt-train, beside this executable) in place of this
 // process: the daemon itself never loads LibTorch.
@@ -72,6 +87,21 @@ mt::worker::AgentConfig ConfigFromFlags() {
   return config;
 }
 
+// Chooses the interface and the advertised address of this worker's ranks (their environment).
+absl::StatusOr<std::vector<std::string>> RankNetwork(const std::string& coordinator) {
+  absl::StatusOr<mt::net::PortRange> ports =
+      mt::net::ParsePortRange(absl::GetFlag(FLAGS_rank_port_range), "--rank-port-range");
+  if (!ports.ok()) return ports.status();
+  absl::StatusOr<mt::net::NetworkChoice> choice = mt::net::ChooseNetwork(
+      coordinator, absl::GetFlag(FLAGS_interface), absl::GetFlag(FLAGS_advertise_address));
+  if (!choice.ok()) return choice.status();
+  MT_LOG(INFO) << "ranks use interface " << choice->interface << " (" << choice->local_address
+               << "), advertised as " << choice->advertise_address;
+  std::vector<std::string> environment;
+  for (char** e = environ; *e != nullptr; ++e) environment.emplace_back(*e);
+  return mt::net::RankNetworkEnvironment(*choice, *ports, environment);
+}
+
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "train") == 0) return ExecTrainer(argc, argv);
   mt::cli::ParseFlags(argc, argv,
@@ -81,6 +111,12 @@ int main(int argc, char** argv) {
                       "  mt-worker train --spec job.yaml [--device cuda] ...   (train by hand)");
   mt::cli::BlockTerminationSignals();
   mt::worker::AgentConfig config = ConfigFromFlags();
+  absl::StatusOr<std::vector<std::string>> network = RankNetwork(config.coordinator);
+  if (!network.ok()) {
+    std::fprintf(stderr, "mt-worker: %s\n", std::string(network.status().message()).c_str());
+    return 2;
+  }
+  config.rank_environment = *std::move(network);
   // Metrics: the registry and the endpoint belong to this process; the agent feeds them.
   mt::RealClock clock;
   auto registry = std::make_shared<prometheus::Registry>();

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/net/address.h"
 #include "worker/parallel/process_groups.h"
 
 namespace mt::parallel {
@@ -66,15 +67,76 @@ class ProcessGroupCollectives : public Collectives {
   const bool backend_is_cuda_;
 };
 
-// A client of the TCPStore at host:port.
-c10::intrusive_ptr<c10d::Store> ConnectStore(const std::string& host, int port, int world,
-                                             std::chrono::milliseconds timeout) {
-  c10d::TCPStoreOptions o;
-  o.port = static_cast<uint16_t>(port);
-  o.isServer = false;
-  o.numWorkers = world;
-  o.timeout = timeout;
-  return c10::make_intrusive<c10d::TCPStore>(host, o);
+std::chrono::milliseconds Millis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// Rank 0: serves the store on a free port (of MT_RANK_PORT_RANGE when given) and publishes
+// advertise_host:port in the rendezvous.
+absl::StatusOr<c10::intrusive_ptr<c10d::TCPStore>> ServeStore(int world, const DistOptions& options,
+                                                              RendezvousClient* rendezvous) {
+  const net::PortRange& range = options.network.store_ports;
+  const int first = range.empty() ? 0 : range.first;
+  const int last = range.empty() ? 0 : range.last;
+  std::string last_error;
+  for (int port = first; port <= last; ++port) {
+    try {
+      c10d::TCPStoreOptions o;
+      o.port = static_cast<uint16_t>(port);  // 0 = any free port
+      o.isServer = true;
+      o.numWorkers = world;
+      o.waitWorkers = false;
+      o.timeout = Millis(options.timeout);
+      auto tcp = c10::make_intrusive<c10d::TCPStore>(options.network.advertise_host, o);
+      const std::string address = net::JoinHostPort(options.network.advertise_host, tcp->getPort());
+      MT_RETURN_IF_ERROR(rendezvous->Set("c10d_store", address));
+      MT_LOG(INFO) << "rank 0 serves the collective store at " << address;
+      return tcp;
+    } catch (const c10::Error& e) {
+      last_error = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      last_error = e.what();
+    }
+  }
+  return absl::UnavailableError(
+      range.empty()
+          ? absl::StrCat("rank 0 cannot serve the collective store: ", last_error)
+          : absl::StrCat("rank 0 cannot serve the collective store on any port of ", range.first,
+                         "-", range.last, " (--rank-port-range): ", last_error));
+}
+
+// The store address rank 0 published.
+absl::StatusOr<net::HostPort> PublishedStoreAddress(const DistOptions& options,
+                                                    RendezvousClient* rendezvous) {
+  MT_ASSIGN_OR_RETURN(auto values, rendezvous->Get({"c10d_store"}, options.timeout));
+  absl::StatusOr<net::HostPort> address = net::ParseHostPort(values[0], "the store address");
+  if (!address.ok()) return absl::DataLossError(std::string(address.status().message()));
+  return *address;
+}
+
+// A client connection to the store at `address`, failing within connect_timeout with the rank,
+// the address and the port when it cannot be reached.
+absl::StatusOr<c10::intrusive_ptr<c10d::Store>> ConnectStore(int rank, int world,
+                                                             const DistOptions& options,
+                                                             const net::HostPort& address) {
+  try {
+    c10d::TCPStoreOptions o;
+    o.port = static_cast<uint16_t>(address.port);
+    o.isServer = false;
+    o.numWorkers = world;
+    o.timeout = Millis(std::min(options.timeout, options.connect_timeout));
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(address.host, o);
+    tcp->setTimeout(Millis(options.timeout));
+    return c10::intrusive_ptr<c10d::Store>(tcp);
+  } catch (const std::exception& e) {
+    const c10::Error* c10 = dynamic_cast<const c10::Error*>(&e);
+    return absl::UnavailableError(absl::StrCat(
+        "rank ", rank, " cannot reach rank 0's collective store at ", address.host, " port ",
+        address.port, " within ", absl::FormatDuration(options.connect_timeout),
+        " (is that address reachable from this host? mt-worker --interface and "
+        "--advertise-address choose it): ",
+        c10 != nullptr ? c10->what_without_backtrace() : e.what()));
+  }
 }
 
 }  // namespace
@@ -111,39 +173,21 @@ absl::StatusOr<Distributed> InitDistributed(const mt::v1::Layout& layout, int ra
   }
   const auto timeout = std::chrono::milliseconds(absl::ToInt64Milliseconds(options.timeout));
   c10::intrusive_ptr<c10d::Store> store;
-  try {
-    if (rank == 0) {
-      c10d::TCPStoreOptions o;
-      o.port = 0;  // any free port; published below
-      o.isServer = true;
-      o.numWorkers = world;
-      o.waitWorkers = false;
-      o.timeout = timeout;
-      auto tcp = c10::make_intrusive<c10d::TCPStore>(AdvertiseHost(), o);
-      const std::string address = absl::StrCat(AdvertiseHost(), ":", tcp->getPort());
-      MT_RETURN_IF_ERROR(rendezvous->Set("c10d_store", address));
-      MT_LOG(INFO) << "rank 0 serves the collective store at " << address;
-      store = tcp;
-      out.save_store = ConnectStore(AdvertiseHost(), tcp->getPort(), world, timeout);
-    } else {
-      MT_ASSIGN_OR_RETURN(auto values, rendezvous->Get({"c10d_store"}, options.timeout));
-      const std::string& address = values[0];
-      const size_t colon = address.rfind(':');
-      int port = 0;
-      if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port)) {
-        return absl::DataLossError(absl::StrCat("bad store address '", address, "'"));
-      }
-      store = ConnectStore(address.substr(0, colon), port, world, timeout);
-      out.save_store = ConnectStore(address.substr(0, colon), port, world, timeout);
-    }
-  } catch (const c10::Error& e) {
-    return absl::UnavailableError(absl::StrCat("collective store: ", e.what_without_backtrace()));
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("collective store: ", e.what()));
+  // Saves meet in the same store over a connection of their own (checkpoint/store_exchange.h),
+  // so that an async save waiting on a background thread never blocks the training thread's
+  // use of the store.
+  if (rank == 0) {
+    MT_ASSIGN_OR_RETURN(auto served, ServeStore(world, options, rendezvous));
+    store = served;
+    const net::HostPort self{options.network.advertise_host, served->getPort()};
+    MT_ASSIGN_OR_RETURN(out.save_store, ConnectStore(rank, world, options, self));
+  } else {
+    MT_ASSIGN_OR_RETURN(const net::HostPort address, PublishedStoreAddress(options, rendezvous));
+    MT_ASSIGN_OR_RETURN(store, ConnectStore(rank, world, options, address));
+    MT_ASSIGN_OR_RETURN(out.save_store, ConnectStore(rank, world, options, address));
   }
-
-  MT_ASSIGN_OR_RETURN(out.groups,
-                      ProcessGroups::Create(layout, rank, store, options.backend, timeout));
+  MT_ASSIGN_OR_RETURN(out.groups, ProcessGroups::Create(layout, rank, store, options.backend,
+                                                        timeout, options.network));
   out.collectives = MakeCollectives(out.groups, options.bucket_elements);
   return out;
 }

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "mt/v1/job.pb.h"
 #include "worker/parallel/collectives.h"
+#include "worker/parallel/rank_network.h"
 #include "worker/parallel/rendezvous_client.h"
 
 namespace mt::parallel {
@@ -27,6 +28,11 @@ struct DistOptions {
   absl::Duration timeout = absl::Minutes(10);
   // Gradient bucket size in elements (ParallelSpec.ddp_bucket_size).
   int64_t bucket_elements = 40'000'000;
+  // Addresses, interfaces and ports (rank_network.h; the worker's choice).
+  RankNetwork network;
+  // How long a rank tries to reach rank 0's store before it fails naming the address: an
+  // unreachable address fails in seconds, not after `timeout`.
+  absl::Duration connect_timeout = absl::Seconds(30);
 };
 
 class ProcessGroups;  // process_groups.h (c10d; LibTorch translation units only)

@@ -24,13 +24,24 @@ namespace {
 absl::StatusOr<c10::intrusive_ptr<Group>> MakeGroup(const std::string& backend,
                                                     c10::intrusive_ptr<c10d::Store> store,
                                                     int group_rank, int group_size,
-                                                    std::chrono::milliseconds timeout) {
+                                                    std::chrono::milliseconds timeout,
+                                                    const RankNetwork& network) {
   try {
     if (backend == "gloo") {
 #if MT_HAVE_GLOO
       auto opts = c10d::ProcessGroupGloo::Options::create();
       opts->timeout = timeout;
-      opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      // Bound where the worker chose (never the host name's address, which may be loopback).
+      for (const std::string& name : network.gloo_interfaces) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(name));
+      }
+      if (opts->devices.empty() && !network.gloo_address.empty()) {
+        opts->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForHostname(network.gloo_address));
+      }
+      if (opts->devices.empty()) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+      }
       return c10::make_intrusive<c10d::ProcessGroupGloo>(store, group_rank, group_size, opts);
 #else
       return absl::FailedPreconditionError(
@@ -128,7 +139,7 @@ void ProcessGroups::AttachCommStats() {
 
 absl::StatusOr<std::shared_ptr<ProcessGroups>> ProcessGroups::Create(
     const mt::v1::Layout& layout, int rank, c10::intrusive_ptr<c10d::Store> store,
-    const std::string& backend, std::chrono::milliseconds timeout) {
+    const std::string& backend, std::chrono::milliseconds timeout, const RankNetwork& network) {
   const int world = layout.world_size();
   if (world < 1 || rank < 0 || rank >= world) {
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " outside world ", world));
@@ -165,9 +176,16 @@ absl::StatusOr<std::shared_ptr<ProcessGroups>> ProcessGroups::Create(
       h->group = g->world_.group;
       continue;
     }
-    MT_ASSIGN_OR_RETURN(h->group,
-                        MakeGroup(backend, c10::make_intrusive<c10d::PrefixStore>(h->name, store),
-                                  h->rank, h->size, timeout));
+    auto group = MakeGroup(backend, c10::make_intrusive<c10d::PrefixStore>(h->name, store), h->rank,
+                           h->size, timeout, network);
+    if (!group.ok()) {
+      // Which rank, which group: the cause names the address and port it could not reach.
+      return absl::Status(
+          group.status().code(),
+          absl::StrCat("rank ", rank, " in ", h->name, " group [", absl::StrJoin(h->ranks, ","),
+                       "]: ", group.status().message()));
+    }
+    h->group = *std::move(group);
   }
   g->AttachCommStats();
   MT_LOG(INFO) << "rank " << rank << " joined world " << world << " (" << backend << "): tp ["

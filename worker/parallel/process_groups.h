@@ -28,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "mt/v1/job.pb.h"
 #include "worker/parallel/comm_stats.h"
+#include "worker/parallel/rank_network.h"
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #else
@@ -76,9 +77,11 @@ class ProcessGroups {
  public:
   // Creates every group this rank is a member of. `backend` is "gloo" or "nccl". All ranks of
   // the layout must call it concurrently with the same layout and store.
+  // `network` says where Gloo binds (rank_network.h; default: Gloo's default device).
   static absl::StatusOr<std::shared_ptr<ProcessGroups>> Create(
       const mt::v1::Layout& layout, int rank, c10::intrusive_ptr<c10d::Store> store,
-      const std::string& backend, std::chrono::milliseconds timeout);
+      const std::string& backend, std::chrono::milliseconds timeout,
+      const RankNetwork& network = {});
   // A world of one: every group has size 1 and no c10d object.
   static std::shared_ptr<ProcessGroups> Single(const std::string& backend = "gloo");
 

@@ -1,10 +1,5 @@
 #include "worker/parallel/rendezvous_client.h"
 
-#include <arpa/inet.h>
-#include <ifaddrs.h>
-#include <net/if.h>
-#include <netinet/in.h>
-
 #include <cstdlib>
 #include <utility>
 
@@ -62,25 +57,6 @@ absl::StatusOr<int64_t> RendezvousClient::Add(const std::string& key, int64_t de
   absl::Status s = rpc::FromGrpcStatus(stub_->RendezvousAdd(&context, request, &response));
   if (!s.ok()) return s;
   return response.value();
-}
-
-std::string AdvertiseHost() {
-  if (const char* v = std::getenv("MT_ADVERTISE_HOST"); v != nullptr && v[0] != '\0') return v;
-  ifaddrs* list = nullptr;
-  std::string found = "127.0.0.1";
-  if (::getifaddrs(&list) != 0) return found;
-  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
-    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
-    if ((a->ifa_flags & IFF_UP) == 0 || (a->ifa_flags & IFF_LOOPBACK) != 0) continue;
-    char buf[INET_ADDRSTRLEN];
-    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
-    if (::inet_ntop(AF_INET, &in->sin_addr, buf, sizeof(buf)) != nullptr) {
-      found = buf;
-      break;
-    }
-  }
-  ::freeifaddrs(list);
-  return found;
 }
 
 }  // namespace mt::parallel

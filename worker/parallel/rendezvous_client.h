@@ -32,10 +32,6 @@ class RendezvousClient {
   const int attempt_;
 };
 
-// An address other nodes can reach this host at: $MT_ADVERTISE_HOST when set, else the first
-// non-loopback IPv4 address of an interface that is up, else 127.0.0.1.
-std::string AdvertiseHost();
-
 }  // namespace mt::parallel
 
 #endif  // MT_WORKER_PARALLEL_RENDEZVOUS_CLIENT_H_

@@ -188,6 +188,10 @@ int RunRankCommand(const std::vector<std::string>& args) {
   dist.backend = gpu ? "nccl" : "gloo";
   if (spec.parallel().ddp_bucket_size() > 0)
     dist.bucket_elements = spec.parallel().ddp_bucket_size();
+  auto network = parallel::RankNetworkFromEnvironment(
+      [](const char* name) { return std::getenv(name); }, assignment.coordinator_address());
+  if (!network.ok()) return Fail(network.status(), "the rank's network");
+  dist.network = *std::move(network);
   auto distributed = parallel::InitDistributed(layout, rank, &rendezvous, dist);
   if (!distributed.ok()) return Fail(distributed.status(), "joining the process groups");
   // An older coordinator's assignment may leave the global batch open (idempotent otherwise).

@@ -15,6 +15,12 @@ absl::Status CoordinatorConfig::Validate() const {
         "--listen ", listen_address,
         " is not a loopback address; listening beyond this machine requires --auth-token-file"));
   }
+  if (!rpc::IsLoopbackAddress(listen_address) && allowed_roots.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", listen_address,
+        " is not a loopback address; listening beyond this machine requires --allowed-root DIR "
+        "(repeatable): the directories that jobs, imports and exports may use"));
+  }
   if (state_dir.empty()) {
     return absl::InvalidArgumentError(
         "--state-dir is required: the directory where the coordinator keeps its database");

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/auth.h"
@@ -37,6 +38,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->config_ = config;
   s->clock_ = clock;
   s->auth_ = std::make_unique<rpc::Authenticator>(std::move(tokens));
+  MT_ASSIGN_OR_RETURN(s->allowed_roots_, AllowedRoots::Create(config.allowed_roots));
   MT_ASSIGN_OR_RETURN(s->store_, Store::Open(config.state_dir));
   s->registry_ = std::make_unique<WorkerRegistry>(clock, config.lost_after);
   s->start_time_ = clock->Now();
@@ -55,6 +57,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(
       s->auth_.get(), s->registry_.get(), s->jobs_.get(), config.heartbeat_interval);
   s->client_service_->set_metrics(s->metrics_.get());
+  s->client_service_->set_allowed_roots(s->allowed_roots_);
   MT_RETURN_IF_ERROR(s->StartCatalog());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -92,14 +95,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->sweeper_ = std::thread([raw = s.get()] { raw->SweepLoop(); });
   s->restarter_ = std::thread([raw = s.get()] { raw->RestartLoop(); });
   MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
-               << (s->auth_->enabled() ? " (bearer tokens required)" : "");
+               << (s->auth_->enabled() ? " (bearer tokens required)" : "")
+               << (s->allowed_roots_.enabled()
+                       ? absl::StrCat(", paths confined to ",
+                                      absl::StrJoin(s->allowed_roots_.roots(), ", "))
+                       : "");
   return s;
 }
 
 absl::Status Server::StartCatalog() {
   checkpoint_jobs_ = std::make_unique<JobManagerCheckpointJobs>(jobs_.get());
   MT_ASSIGN_OR_RETURN(catalog_,
-                      CheckpointCatalog::Create(store_.get(), checkpoint_jobs_.get(), clock_));
+                      CheckpointCatalog::Create(store_.get(), checkpoint_jobs_.get(), clock_,
+                                                allowed_roots_));
   client_service_->set_catalog(catalog_.get());
   worker_service_->set_catalog(catalog_.get());
   return absl::OkStatus();

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/base/confine.h"
 #include "mt/v1/worker_service.grpc.pb.h"
 #include "worker/daemon/rank_observer.h"
 #include "worker/daemon/rank_process.h"
@@ -50,6 +51,10 @@ struct AgentConfig {
   // host:port of this daemon's Prometheus endpoint, told to the coordinator for its service
   // discovery; empty = metrics off.
   std::string metrics_address;
+  // --allowed-root (repeatable): every path of an assigned rank's spec, and its resume_from,
+  // must resolve into one of these (assignment_paths.h); a rank whose paths do not is not
+  // started and is reported FAILED with the reason. Empty = not confined.
+  std::vector<std::string> allowed_roots;
 
   absl::Status Validate() const;
 };
@@ -87,6 +92,7 @@ class Agent {
 
   const AgentConfig config_;
   const mt::v1::WorkerResources resources_;
+  AllowedRoots allowed_roots_;  // set by Create, then read only
   RankObserver* const observer_;
   std::unique_ptr<mt::v1::WorkerService::Stub> stub_;
   absl::Notification stop_;

@@ -34,11 +34,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
     if (!read.ok()) return Annotate(read.status(), "--auth-token-file");
     tokens = *std::move(read);
   }
+  MT_ASSIGN_OR_RETURN(AllowedRoots roots, AllowedRoots::Create(config.allowed_roots));
   std::unique_ptr<Server> s(new Server());
+  s->allowed_roots_ = std::move(roots);
   s->config_ = config;
   s->clock_ = clock;
   s->auth_ = std::make_unique<rpc::Authenticator>(std::move(tokens));
-  MT_ASSIGN_OR_RETURN(s->allowed_roots_, AllowedRoots::Create(config.allowed_roots));
   MT_ASSIGN_OR_RETURN(s->store_, Store::Open(config.state_dir));
   s->registry_ = std::make_unique<WorkerRegistry>(clock, config.lost_after);
   s->start_time_ = clock->Now();
@@ -105,9 +106,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
 
 absl::Status Server::StartCatalog() {
   checkpoint_jobs_ = std::make_unique<JobManagerCheckpointJobs>(jobs_.get());
-  MT_ASSIGN_OR_RETURN(catalog_,
-                      CheckpointCatalog::Create(store_.get(), checkpoint_jobs_.get(), clock_,
-                                                allowed_roots_));
+  MT_ASSIGN_OR_RETURN(catalog_, CheckpointCatalog::Create(store_.get(), checkpoint_jobs_.get(),
+                                                          clock_, allowed_roots_));
   client_service_->set_catalog(catalog_.get());
   worker_service_->set_catalog(catalog_.get());
   return absl::OkStatus();
@@ -146,9 +146,12 @@ void Server::Wait() { server_->Wait(); }
 void Server::Shutdown() {
   if (shutdown_called_.exchange(true)) return;
   stopping_.Notify();
-  jobs_->Shutdown();  // wakes streams and waiters so that they return
+  // A Create that failed part way destroys a server without some of these.
+  if (jobs_ != nullptr) jobs_->Shutdown();  // wakes streams and waiters so that they return
   // Give in-flight calls a moment, then cancel what is still open (e.g. streams).
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
 }
 
 }  // namespace mt::coordinator

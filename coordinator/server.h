@@ -13,9 +13,9 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "common/base/confine.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/clock.h"
+#include "common/base/confine.h"
 #include "coordinator/config.h"
 #include "grpcpp/server.h"
 

@@ -41,8 +41,8 @@ absl::StatusOr<std::string> ResolvePath(absl::string_view path) {
         absl::StrCat("path ", Quoted(path), " is not absolute; give an absolute path"));
   }
   if (path.size() > kMaxPathBytes || absl::StrContains(path, absl::string_view("\0", 1))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "path ", Quoted(path.substr(0, 64)), " is over 4096 bytes or contains a NUL byte"));
+    return absl::InvalidArgumentError(absl::StrCat("path ", Quoted(path.substr(0, 64)),
+                                                   " is over 4096 bytes or contains a NUL byte"));
   }
   std::deque<std::string> todo;
   PushFront(path, &todo);
@@ -121,8 +121,8 @@ absl::StatusOr<AllowedRoots> AllowedRoots::Create(const std::vector<std::string>
   for (const std::string& root : roots) {
     absl::StatusOr<std::string> r = ResolvePath(root);
     if (!r.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, " ", Quoted(root), ": ",
-                                                     r.status().message()));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", Quoted(root), ": ", r.status().message()));
     }
     if (!IsDirectory(*r)) {
       return absl::InvalidArgumentError(absl::StrCat(

@@ -60,11 +60,11 @@ TEST(ResolvePath, RefusesRelativeEmptyAndNul) {
 TEST(ResolvePath, FollowsLinksAbsoluteRelativeChainedAndDangling) {
   const std::string d = TempDir();
   MakeDir(d + "/real");
-  Link(d + "/real", d + "/abs");             // absolute target
-  Link("real", d + "/rel");                  // relative target
-  Link("abs", d + "/chain");                 // a link to a link
+  Link(d + "/real", d + "/abs");              // absolute target
+  Link("real", d + "/rel");                   // relative target
+  Link("abs", d + "/chain");                  // a link to a link
   Link("/etc/mt-dangling-xyz", d + "/dang");  // dangling, absolute
-  Link("../up", d + "/real/parent");         // relative with ".."
+  Link("../up", d + "/real/parent");          // relative with ".."
   EXPECT_EQ(*ResolvePath(d + "/abs/f"), d + "/real/f");
   EXPECT_EQ(*ResolvePath(d + "/rel/f"), d + "/real/f");
   EXPECT_EQ(*ResolvePath(d + "/chain/f/"), d + "/real/f");
@@ -132,10 +132,10 @@ TEST(AllowedRoots, ChecksResolvedPaths) {
   MakeDir(d + "/data");
   MakeDir(d + "/data2");
   MakeDir(d + "/out");
-  Link(d + "/out", d + "/data/escape");                 // points out of the root
-  Link(d + "/out/new", d + "/data/dangling");           // dangling, out of the root
-  Link(d + "/data/sub", d + "/out/in");                 // from outside into the root
-  Link(d + "/data", d + "/data-link");                  // the root by another name
+  Link(d + "/out", d + "/data/escape");        // points out of the root
+  Link(d + "/out/new", d + "/data/dangling");  // dangling, out of the root
+  Link(d + "/data/sub", d + "/out/in");        // from outside into the root
+  Link(d + "/data", d + "/data-link");         // the root by another name
   MT_ASSERT_OK_AND_ASSIGN(AllowedRoots roots, AllowedRoots::Create({d + "/data-link/"}));
   ASSERT_EQ(roots.roots().size(), 1u);
   EXPECT_EQ(roots.roots()[0], d + "/data");  // kept resolved, trailing slash gone
@@ -149,13 +149,12 @@ TEST(AllowedRoots, ChecksResolvedPaths) {
   EXPECT_THAT(roots.Check(d + "/data2/x", "checkpoint.save_dir"),
               StatusIs(absl::StatusCode::kPermissionDenied,
                        HasSubstr("checkpoint.save_dir: '" + d + "/data2/x' is outside")));
-  EXPECT_THAT(roots.Check(d + "/data/escape/x", "f"),
-              StatusIs(absl::StatusCode::kPermissionDenied,
-                       HasSubstr("resolves to '" + d + "/out/x'")));
+  EXPECT_THAT(
+      roots.Check(d + "/data/escape/x", "f"),
+      StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("resolves to '" + d + "/out/x'")));
   EXPECT_THAT(roots.Check(d + "/data/dangling", "f"),
               StatusIs(absl::StatusCode::kPermissionDenied));
-  EXPECT_THAT(roots.Check(d + "/data/../out", "f"),
-              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(roots.Check(d + "/data/../out", "f"), StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(roots.Check(d + "/data/x/../../../../root", "f"),
               StatusIs(absl::StatusCode::kPermissionDenied));
   EXPECT_THAT(roots.Check("/root/.ssh", "f"), StatusIs(absl::StatusCode::kPermissionDenied));

@@ -209,9 +209,9 @@ absl::Status CheckConfigAgainstWeights(const std::string& dir, const mt::v1::Man
   for (const Mapping& map : Mappings(m)) {
     const SafetensorsEntry* e = FindTheirs(index, map.theirs);
     if (e == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          weights, " lacks ", map.theirs, ", which config.json (n_layer ", m.num_layers(),
-          ") implies"));
+      return absl::InvalidArgumentError(absl::StrCat(weights, " lacks ", map.theirs,
+                                                     ", which config.json (n_layer ",
+                                                     m.num_layers(), ") implies"));
     }
     const std::vector<int64_t> want = TheirShape(map.theirs, m);
     if (e->shape != want ||
@@ -228,9 +228,8 @@ absl::Status CheckConfigAgainstWeights(const std::string& dir, const mt::v1::Man
     if (!absl::ConsumePrefix(&name, "h.")) continue;
     const size_t dot = name.find('.');
     if (absl::SimpleAtoi(name.substr(0, dot), &layer) && layer >= m.num_layers()) {
-      return absl::InvalidArgumentError(absl::StrCat(weights, " holds layer ", layer,
-                                                     " but config.json says n_layer ",
-                                                     m.num_layers()));
+      return absl::InvalidArgumentError(absl::StrCat(
+          weights, " holds layer ", layer, " but config.json says n_layer ", m.num_layers()));
     }
   }
   return absl::OkStatus();

@@ -56,14 +56,14 @@ std::string WriteHfDir(int64_t layers = kLayers) {
       const bool w = std::string(wb) == "weight";
       shapes.push_back({p + "ln_1." + wb, {h}});
       shapes.push_back({p + "ln_2." + wb, {h}});
-      shapes.push_back({p + "attn.c_attn." + wb, w ? std::vector<int64_t>{h, 3 * h}
-                                                   : std::vector<int64_t>{3 * h}});
-      shapes.push_back({p + "attn.c_proj." + wb, w ? std::vector<int64_t>{h, h}
-                                                   : std::vector<int64_t>{h}});
-      shapes.push_back({p + "mlp.c_fc." + wb, w ? std::vector<int64_t>{h, f}
-                                                : std::vector<int64_t>{f}});
-      shapes.push_back({p + "mlp.c_proj." + wb, w ? std::vector<int64_t>{f, h}
-                                                  : std::vector<int64_t>{h}});
+      shapes.push_back({p + "attn.c_attn." + wb,
+                        w ? std::vector<int64_t>{h, 3 * h} : std::vector<int64_t>{3 * h}});
+      shapes.push_back(
+          {p + "attn.c_proj." + wb, w ? std::vector<int64_t>{h, h} : std::vector<int64_t>{h}});
+      shapes.push_back(
+          {p + "mlp.c_fc." + wb, w ? std::vector<int64_t>{h, f} : std::vector<int64_t>{f}});
+      shapes.push_back(
+          {p + "mlp.c_proj." + wb, w ? std::vector<int64_t>{f, h} : std::vector<int64_t>{h}});
     }
   }
   shapes.push_back({"transformer.ln_f.weight", {h}});
@@ -167,8 +167,8 @@ TEST(HfGpt2HostileTest, AHugeLayerCountIsRefusedByTheSizeCheckWithoutAllocating)
   // Few layers but huge ones: refused by the bytes the file holds.
   WriteConfig(dir, Config(1, 1 << 20, kVocab));
   EXPECT_THAT(OpenHfGpt2Source(dir), StatusIs(absl::StatusCode::kInvalidArgument,
-                                               HasSubstr("bytes of data: the config does not "
-                                                         "describe these weights")));
+                                              HasSubstr("bytes of data: the config does not "
+                                                        "describe these weights")));
   EXPECT_LT(PeakRssBytes() - before, int64_t{32} << 20);
 }
 

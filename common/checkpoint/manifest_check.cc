@@ -23,11 +23,11 @@ std::string Dims(const google::protobuf::RepeatedField<int64_t>& dims) {
 std::string CheckTensorFields(const mt::v1::ManifestTensor& t) {
   const int rank = t.shape_size();
   if (t.full_shape_size() != rank) {
-    return absl::StrCat("tensor ", t.name(), ": full_shape ", Dims(t.full_shape()),
-                        " and shape ", Dims(t.shape()), " differ in rank");
+    return absl::StrCat("tensor ", t.name(), ": full_shape ", Dims(t.full_shape()), " and shape ",
+                        Dims(t.shape()), " differ in rank");
   }
-  if (t.split_dim() < -1 || t.split_dim() >= rank || t.tp_size() < 0 ||
-      t.tp_rank() < 0 || t.tp_rank() >= std::max(1, t.tp_size())) {
+  if (t.split_dim() < -1 || t.split_dim() >= rank || t.tp_size() < 0 || t.tp_rank() < 0 ||
+      t.tp_rank() >= std::max(1, t.tp_size())) {
     return absl::StrCat("tensor ", t.name(), ": split_dim ", t.split_dim(), ", tp_rank ",
                         t.tp_rank(), ", tp_size ", t.tp_size(), " do not fit its shape ",
                         Dims(t.shape()));

@@ -71,11 +71,12 @@ TEST(ManifestCheckTest, ShapeOrDtypeContradictingTheShardIsReported) {
   f.manifest.mutable_tensors(0)->set_shape(0, 40);
   f.manifest.mutable_tensors(0)->set_full_shape(0, 80);
   f.manifest.mutable_tensors(1)->set_dtype("F32");
-  EXPECT_THAT(CheckManifestTensors(f.dir, f.manifest),
-              ElementsAre("tensor model.a: the manifest says F32[40, 2], mp_rank_01_000.safetensors "
-                          "holds F32[4, 2]",
-                          "tensor model.b: the manifest says F32[3], mp_rank_01_000.safetensors "
-                          "holds BF16[3]"));
+  EXPECT_THAT(
+      CheckManifestTensors(f.dir, f.manifest),
+      ElementsAre("tensor model.a: the manifest says F32[40, 2], mp_rank_01_000.safetensors "
+                  "holds F32[4, 2]",
+                  "tensor model.b: the manifest says F32[3], mp_rank_01_000.safetensors "
+                  "holds BF16[3]"));
 }
 
 TEST(ManifestCheckTest, FullShapeMustFollowFromSplitAndTp) {

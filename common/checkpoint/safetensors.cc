@@ -214,7 +214,8 @@ absl::StatusOr<uint64_t> HeaderLength(const unsigned char* len_bytes, uint64_t s
   if (len > kMaxHeaderBytes || len > size - 8) {
     // The length itself is the file's first bytes: not echoed (a file that is no safetensors
     // must not leak through the error).
-    return DataLoss(absl::StrCat(path, ": the header length (first 8 bytes) does not fit the file (",
+    return DataLoss(absl::StrCat(path,
+                                 ": the header length (first 8 bytes) does not fit the file (",
                                  size, " bytes); not a safetensors file?"));
   }
   return len;

@@ -17,8 +17,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/base/errors.h"
 #include "common/base/confine.h"
+#include "common/base/errors.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
 #include "common/base/paths.h"
@@ -150,7 +150,8 @@ absl::StatusOr<std::unique_ptr<CheckpointCatalog>> CheckpointCatalog::Create(Sto
   if (store == nullptr || jobs == nullptr || clock == nullptr) {
     return absl::InvalidArgumentError("CheckpointCatalog needs a store, jobs and a clock");
   }
-  return std::unique_ptr<CheckpointCatalog>(new CheckpointCatalog(store, jobs, clock, std::move(roots)));
+  return std::unique_ptr<CheckpointCatalog>(
+      new CheckpointCatalog(store, jobs, clock, std::move(roots)));
 }
 
 void CheckpointCatalog::Fill(Checkpoint* c,

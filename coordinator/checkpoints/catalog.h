@@ -24,8 +24,8 @@
 // Every path a client gives is checked here (INVALID_ARGUMENT naming the field): absolute, no
 // ".." component, no NUL; and, with allowed roots, resolved into one of them (PERMISSION_DENIED).
 // An import refuses files that lead outside its directory (symbolic links) and an mt manifest
-// whose tensors contradict its shards' headers. Entries with format_version 0 are Hugging Face directories (no mt
-// manifest; config.json + model.safetensors are their files).
+// whose tensors contradict its shards' headers. Entries with format_version 0 are Hugging Face
+// directories (no mt manifest; config.json + model.safetensors are their files).
 //
 // Thread-safe: one mutex serializes changes to entries; hashing (Verify) and streaming
 // (Download) run outside it.

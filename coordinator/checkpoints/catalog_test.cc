@@ -72,8 +72,11 @@ std::string WriteCheckpoint(const std::string& save_dir, const std::string& job_
   const std::string shard = checkpoint::ShardFileName(0, 0);
   if (real_shard) {
     const std::string bytes = FileBytes(step);
-    checkpoint::TensorView v{"model.w", checkpoint::DType::kU8,
-                             {static_cast<int64_t>(bytes.size())}, bytes.data(), bytes.size()};
+    checkpoint::TensorView v{"model.w",
+                             checkpoint::DType::kU8,
+                             {static_cast<int64_t>(bytes.size())},
+                             bytes.data(),
+                             bytes.size()};
     EXPECT_TRUE(checkpoint::WriteSafetensors(dir + "/" + shard, {v}, {}).ok());
   } else {
     EXPECT_TRUE(WriteFileAtomically(dir + "/" + shard, FileBytes(step)).ok());

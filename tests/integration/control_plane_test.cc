@@ -183,8 +183,7 @@ TEST_F(ControlPlaneTest, NonLoopbackListenWithoutTokensIsRefused) {
 TEST_F(ControlPlaneTest, NonLoopbackListenWithoutAllowedRootsIsRefused) {
   const std::string dir = dir_;
   const std::string tokens = dir + "/tokens";
-  ASSERT_THAT(WriteFileAtomically(tokens, "0123456789abcdef0123456789abcdef\n"),
-              testing::IsOk());
+  ASSERT_THAT(WriteFileAtomically(tokens, "0123456789abcdef0123456789abcdef\n"), testing::IsOk());
   auto r = RunCommand({kBin + "mt-coordinator", "--listen=0.0.0.0:0", "--state_dir=" + dir,
                        "--auth_token_file=" + tokens, "--metrics_port=-1"});
   ASSERT_TRUE(r.ok());
@@ -196,6 +195,14 @@ TEST_F(ControlPlaneTest, NonLoopbackListenWithoutAllowedRootsIsRefused) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 2);
   EXPECT_THAT(r->err, HasSubstr("--allowed-root '" + dir + "/nope' is not an existing directory"));
+  // A server that fails part way through its start-up exits with the reason (it crashed while
+  // tearing down what it had not built yet).
+  ASSERT_THAT(WriteFileAtomically(dir + "/file", "x"), testing::IsOk());
+  r = RunCommand({kBin + "mt-coordinator", "--listen=127.0.0.1:0",
+                  "--state_dir=" + dir + "/file/state", "--metrics_port=-1"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("--state-dir"));
 }
 
 TEST_F(ControlPlaneTest, HealthServiceAnswers) {

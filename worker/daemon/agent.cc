@@ -308,11 +308,11 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
   // This daemon's own check of the paths, right before the rank starts.
   const absl::Status allowed = CheckAssignmentPaths(a, allowed_roots_);
   absl::StatusOr<std::unique_ptr<RankProcess>> process =
-      allowed.ok() ? RankProcess::Start(
-                         a, worker_id(), options,
-                         [this](const mt::v1::RankReport& r) { ForwardReport(r); },
-                         [this](const mt::v1::RankExitReport& r) { ReportExit(r); })
-                   : absl::StatusOr<std::unique_ptr<RankProcess>>(allowed);
+      allowed.ok()
+          ? RankProcess::Start(
+                a, worker_id(), options, [this](const mt::v1::RankReport& r) { ForwardReport(r); },
+                [this](const mt::v1::RankExitReport& r) { ReportExit(r); })
+          : absl::StatusOr<std::unique_ptr<RankProcess>>(allowed);
   if (!process.ok()) {
     mt::v1::RankExitReport report;
     report.set_worker_id(worker_id());

@@ -8,8 +8,7 @@
 
 namespace mt::worker {
 
-absl::Status CheckAssignmentPaths(const mt::v1::Assignment& assignment,
-                                  const AllowedRoots& roots) {
+absl::Status CheckAssignmentPaths(const mt::v1::Assignment& assignment, const AllowedRoots& roots) {
   if (!roots.enabled()) return absl::OkStatus();
   mt::v1::JobSpec spec;
   if (!spec.ParseFromString(assignment.spec())) {
@@ -20,9 +19,9 @@ absl::Status CheckAssignmentPaths(const mt::v1::Assignment& assignment,
   if (!assignment.resume_from().empty()) {
     absl::Status resume = roots.Check(assignment.resume_from(), "resume_from");
     if (!resume.ok()) {
-      return absl::Status(resume.code(),
-                          paths.ok() ? resume.message()
-                                     : absl::StrCat(paths.message(), "\n", resume.message()));
+      return absl::Status(
+          resume.code(),
+          paths.ok() ? resume.message() : absl::StrCat(paths.message(), "\n", resume.message()));
     }
   }
   return paths;

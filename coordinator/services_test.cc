@@ -24,6 +24,23 @@ namespace {
 
 constexpr char kToken[] = "s3cret-token-for-the-services-test-0123456789";
 
+// DP left to the scheduler, global batch left to DP.
+mt::v1::JobSpec AutoDpSpec() {
+  mt::v1::JobSpec s;
+  s.set_name("svc");
+  s.mutable_model()->set_num_layers(2);
+  s.mutable_model()->set_hidden_size(32);
+  s.mutable_model()->set_num_attention_heads(2);
+  s.mutable_model()->set_seq_length(16);
+  s.mutable_training()->set_micro_batch_size(2);
+  s.mutable_training()->set_train_iters(7);
+  s.mutable_training()->set_lr(1e-3);
+  s.mutable_data()->add_data_path()->set_prefix("/data/x");
+  s.mutable_data()->mutable_tokenizer()->set_vocab_file("/v.json");
+  s.mutable_data()->mutable_tokenizer()->set_merge_file("/m.txt");
+  return s;
+}
+
 class ServicesTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -57,23 +74,6 @@ class ServicesTest : public ::testing::Test {
     grpc::Status s = worker_->Register(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp.worker_id();
-  }
-
-  // DP left to the scheduler, global batch left to DP.
-  static mt::v1::JobSpec AutoDpSpec() {
-    mt::v1::JobSpec s;
-    s.set_name("svc");
-    s.mutable_model()->set_num_layers(2);
-    s.mutable_model()->set_hidden_size(32);
-    s.mutable_model()->set_num_attention_heads(2);
-    s.mutable_model()->set_seq_length(16);
-    s.mutable_training()->set_micro_batch_size(2);
-    s.mutable_training()->set_train_iters(7);
-    s.mutable_training()->set_lr(1e-3);
-    s.mutable_data()->add_data_path()->set_prefix("/data/x");
-    s.mutable_data()->mutable_tokenizer()->set_vocab_file("/v.json");
-    s.mutable_data()->mutable_tokenizer()->set_merge_file("/m.txt");
-    return s;
   }
 
   RealClock clock_;
@@ -239,15 +239,8 @@ TEST(ConfinedSubmitTest, PathsOutsideTheAllowedRootsAreRefused) {
 
   mt::v1::SubmitJobRequest submit;
   mt::v1::JobSpec& s = *submit.mutable_spec();
-  s.set_name("confined");
-  s.mutable_model()->set_num_layers(2);
-  s.mutable_model()->set_hidden_size(32);
-  s.mutable_model()->set_num_attention_heads(2);
-  s.mutable_model()->set_seq_length(16);
-  s.mutable_training()->set_micro_batch_size(2);
-  s.mutable_training()->set_train_iters(7);
-  s.mutable_training()->set_lr(1e-3);
-  s.mutable_data()->add_data_path()->set_prefix(root + "/x");
+  s = AutoDpSpec();
+  s.mutable_data()->mutable_data_path(0)->set_prefix(root + "/x");
   s.mutable_data()->mutable_tokenizer()->set_vocab_file(root + "/v.json");
   s.mutable_data()->mutable_tokenizer()->set_merge_file(root + "/m.txt");
   s.mutable_checkpoint()->set_save_dir("/root/ck");

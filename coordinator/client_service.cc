@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/version.h"
 #include "common/rpc/grpc_status.h"
+#include "common/spec/validate.h"
 #include "coordinator/metrics/coordinator_metrics.h"
 #include "coordinator/plan.h"
 #include "coordinator/service_util.h"
@@ -105,6 +106,9 @@ grpc::Status ClientServiceImpl::SubmitJob(grpc::ServerContext* context,
                                           const mt::v1::SubmitJobRequest* request,
                                           mt::v1::SubmitJobResponse* response) {
   MT_CHECK_AUTH(context);
+  if (absl::Status s = spec::CheckPathsConfined(request->spec(), allowed_roots_); !s.ok()) {
+    return rpc::ToGrpcStatus(s);
+  }
   return Reply(jobs_->Submit(request->spec(), request->request_id()), response);
 }
 

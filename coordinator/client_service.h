@@ -7,6 +7,7 @@
 
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "common/base/confine.h"
 #include "common/rpc/auth.h"
 #include "coordinator/checkpoints/catalog.h"
 #include "coordinator/jobs/job_manager.h"
@@ -73,6 +74,9 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
 
   // Where GetClusterInfo finds the metrics URLs (optional; set before serving).
   void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
+  // The roots every path of a submitted spec must resolve into (none = not confined; set
+  // before serving).
+  void set_allowed_roots(AllowedRoots roots) { allowed_roots_ = std::move(roots); }
 
  private:
   CheckpointCatalog* catalog_ = nullptr;
@@ -82,6 +86,7 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
   const Clock* clock_;
   absl::Time start_time_;
   CoordinatorMetrics* metrics_ = nullptr;
+  AllowedRoots allowed_roots_;
 };
 
 }  // namespace mt::coordinator

@@ -22,6 +22,12 @@ absl::Status CoordinatorConfig::Validate() const {
         "--advertise-address '", advertise_address,
         "' must be host or host:port (an IPv6 address in brackets), e.g. 10.77.0.1:7070"));
   }
+  if (!rpc::IsLoopbackAddress(listen_address) && allowed_roots.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", listen_address,
+        " is not a loopback address; listening beyond this machine requires --allowed-root DIR "
+        "(repeatable): the directories that jobs, imports and exports may use"));
+  }
   if (state_dir.empty()) {
     return absl::InvalidArgumentError(
         "--state-dir is required: the directory where the coordinator keeps its database");

@@ -3,6 +3,7 @@
 #define MT_COORDINATOR_CONFIG_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -28,6 +29,10 @@ struct CoordinatorConfig {
   // free port. The binary's flag defaults to 9400.
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
+  // --allowed-root (repeatable): the directories that every path of a job (data, tokenizer,
+  // save, load, TensorBoard) and of an import or export must resolve into
+  // (common/base/confine.h). Empty = no confinement, allowed only on loopback.
+  std::vector<std::string> allowed_roots;
 
   // Every field checked; errors name the flag and the fix.
   absl::Status Validate() const;

@@ -31,6 +31,19 @@ TEST(CoordinatorConfig, NonLoopbackNeedsTokens) {
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
                                      HasSubstr("requires --auth-token-file")));
   c.auth_token_file = "/etc/mt/tokens";
+  c.allowed_roots = {"/data"};
+  EXPECT_THAT(c.Validate(), IsOk());
+}
+
+TEST(CoordinatorConfig, NonLoopbackNeedsAllowedRoots) {
+  CoordinatorConfig c = Valid();
+  c.listen_address = "0.0.0.0:7070";
+  c.auth_token_file = "/etc/mt/tokens";
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("requires --allowed-root DIR")));
+  c.allowed_roots = {"/data", "/shared"};
+  EXPECT_THAT(c.Validate(), IsOk());
+  c = Valid();  // loopback: confinement is optional
   EXPECT_THAT(c.Validate(), IsOk());
 }
 

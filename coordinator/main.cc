@@ -1,6 +1,7 @@
 // mt-coordinator: flags -> CoordinatorConfig -> Validate -> Server::Create -> serve -> drain.
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/time/time.h"
@@ -8,6 +9,7 @@
 #include "common/base/files.h"
 #include "common/base/logging.h"
 #include "common/cli/daemon.h"
+#include "common/cli/repeated_flag.h"
 #include "coordinator/server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
@@ -31,12 +33,16 @@ ABSL_FLAG(int, metrics_port, 9400,
           "workers' endpoints). 0 = any free port, -1 = off.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine.");
+ABSL_FLAG(std::vector<std::string>, allowed_root, {},
+          "Directory that every path of a job (data, tokenizer, save, load, TensorBoard) and of "
+          "a checkpoint import or export must lie in, symbolic links resolved; repeatable or "
+          "comma-separated. Required when --listen is not a loopback address.");
 ABSL_FLAG(std::string, address_file, "",
           "Write the bound host:port to this file once serving (for scripts using port 0).");
 
 namespace {
 
-mt::coordinator::CoordinatorConfig ConfigFromFlags() {
+mt::coordinator::CoordinatorConfig ConfigFromFlags(int argc, char** argv) {
   mt::coordinator::CoordinatorConfig config;
   config.listen_address = absl::GetFlag(FLAGS_listen);
   config.advertise_address = absl::GetFlag(FLAGS_advertise_address);
@@ -47,6 +53,7 @@ mt::coordinator::CoordinatorConfig ConfigFromFlags() {
   config.lost_after = absl::GetFlag(FLAGS_lost_after);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  config.allowed_roots = mt::cli::RepeatedFlagValues(argc, argv, "allowed_root");
   return config;
 }
 
@@ -62,8 +69,9 @@ int main(int argc, char** argv) {
       argc, argv,
       "The mt control plane: keeps jobs and workers, plans "
       "TP/PP/DP layouts and places ranks on mt-worker daemons.\n\n"
-      "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]");
-  const mt::coordinator::CoordinatorConfig config = ConfigFromFlags();
+      "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]\n"
+      "                 [--allowed-root DIR]...");
+  const mt::coordinator::CoordinatorConfig config = ConfigFromFlags(argc, argv);
   if (absl::Status valid = config.Validate(); !valid.ok()) return Fail(valid);
 
   mt::cli::BlockTerminationSignals();

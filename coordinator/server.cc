@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/auth.h"
@@ -33,7 +34,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
     if (!read.ok()) return Annotate(read.status(), "--auth-token-file");
     tokens = *std::move(read);
   }
+  MT_ASSIGN_OR_RETURN(AllowedRoots roots, AllowedRoots::Create(config.allowed_roots));
   std::unique_ptr<Server> s(new Server());
+  s->allowed_roots_ = std::move(roots);
   s->config_ = config;
   s->clock_ = clock;
   s->auth_ = std::make_unique<rpc::Authenticator>(std::move(tokens));
@@ -55,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(
       s->auth_.get(), s->registry_.get(), s->jobs_.get(), config.heartbeat_interval);
   s->client_service_->set_metrics(s->metrics_.get());
+  s->client_service_->set_allowed_roots(s->allowed_roots_);
   MT_RETURN_IF_ERROR(s->StartCatalog());
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -91,14 +95,18 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->sweeper_ = std::thread([raw = s.get()] { raw->SweepLoop(); });
   s->restarter_ = std::thread([raw = s.get()] { raw->RestartLoop(); });
   MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
-               << (s->auth_->enabled() ? " (bearer tokens required)" : "");
+               << (s->auth_->enabled() ? " (bearer tokens required)" : "")
+               << (s->allowed_roots_.enabled()
+                       ? absl::StrCat(", paths confined to ",
+                                      absl::StrJoin(s->allowed_roots_.roots(), ", "))
+                       : "");
   return s;
 }
 
 absl::Status Server::StartCatalog() {
   checkpoint_jobs_ = std::make_unique<JobManagerCheckpointJobs>(jobs_.get());
-  MT_ASSIGN_OR_RETURN(catalog_,
-                      CheckpointCatalog::Create(store_.get(), checkpoint_jobs_.get(), clock_));
+  MT_ASSIGN_OR_RETURN(catalog_, CheckpointCatalog::Create(store_.get(), checkpoint_jobs_.get(),
+                                                          clock_, allowed_roots_));
   client_service_->set_catalog(catalog_.get());
   worker_service_->set_catalog(catalog_.get());
   return absl::OkStatus();
@@ -137,9 +145,12 @@ void Server::Wait() { server_->Wait(); }
 void Server::Shutdown() {
   if (shutdown_called_.exchange(true)) return;
   stopping_.Notify();
-  jobs_->Shutdown();  // wakes streams and waiters so that they return
+  // A Create that failed part way destroys a server without some of these.
+  if (jobs_ != nullptr) jobs_->Shutdown();  // wakes streams and waiters so that they return
   // Give in-flight calls a moment, then cancel what is still open (e.g. streams).
-  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (server_ != nullptr) {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
 }
 
 }  // namespace mt::coordinator

@@ -15,6 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/clock.h"
+#include "common/base/confine.h"
 #include "coordinator/config.h"
 #include "grpcpp/server.h"
 
@@ -63,6 +64,7 @@ class Server {
   absl::Time start_time_;
   std::unique_ptr<rpc::Authenticator> auth_;
   std::unique_ptr<Store> store_;
+  AllowedRoots allowed_roots_;
   std::unique_ptr<WorkerRegistry> registry_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<JobManagerCheckpointJobs> checkpoint_jobs_;

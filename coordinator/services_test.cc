@@ -1,6 +1,10 @@
 // The coordinator's gRPC services through a real Server on 127.0.0.1:0 (in-process, a real
 // Store under a temp dir): auth, worker registration, submit -> placement -> the assignment
 // stream carrying the resolved spec, rendezvous, cluster info and listing.
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <fstream>
 #include <memory>
 #include <string>
@@ -8,6 +12,7 @@
 #include "common/base/clock.h"
 #include "common/rpc/auth.h"
 #include "coordinator/server.h"
+#include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "mt/v1/client_service.grpc.pb.h"
@@ -18,6 +23,23 @@ namespace mt::coordinator {
 namespace {
 
 constexpr char kToken[] = "s3cret-token-for-the-services-test-0123456789";
+
+// DP left to the scheduler, global batch left to DP.
+mt::v1::JobSpec AutoDpSpec() {
+  mt::v1::JobSpec s;
+  s.set_name("svc");
+  s.mutable_model()->set_num_layers(2);
+  s.mutable_model()->set_hidden_size(32);
+  s.mutable_model()->set_num_attention_heads(2);
+  s.mutable_model()->set_seq_length(16);
+  s.mutable_training()->set_micro_batch_size(2);
+  s.mutable_training()->set_train_iters(7);
+  s.mutable_training()->set_lr(1e-3);
+  s.mutable_data()->add_data_path()->set_prefix("/data/x");
+  s.mutable_data()->mutable_tokenizer()->set_vocab_file("/v.json");
+  s.mutable_data()->mutable_tokenizer()->set_merge_file("/m.txt");
+  return s;
+}
 
 class ServicesTest : public ::testing::Test {
  protected:
@@ -52,23 +74,6 @@ class ServicesTest : public ::testing::Test {
     grpc::Status s = worker_->Register(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp.worker_id();
-  }
-
-  // DP left to the scheduler, global batch left to DP.
-  static mt::v1::JobSpec AutoDpSpec() {
-    mt::v1::JobSpec s;
-    s.set_name("svc");
-    s.mutable_model()->set_num_layers(2);
-    s.mutable_model()->set_hidden_size(32);
-    s.mutable_model()->set_num_attention_heads(2);
-    s.mutable_model()->set_seq_length(16);
-    s.mutable_training()->set_micro_batch_size(2);
-    s.mutable_training()->set_train_iters(7);
-    s.mutable_training()->set_lr(1e-3);
-    s.mutable_data()->add_data_path()->set_prefix("/data/x");
-    s.mutable_data()->mutable_tokenizer()->set_vocab_file("/v.json");
-    s.mutable_data()->mutable_tokenizer()->set_merge_file("/m.txt");
-    return s;
   }
 
   RealClock clock_;
@@ -210,6 +215,55 @@ TEST_F(ServicesTest, UnknownJobIsNotFound) {
   req.set_job_id("j-999");
   mt::v1::Job job;
   EXPECT_EQ(client_->GetJob(&ctx, req, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Issue #20: with --allowed-root, a spec whose paths resolve outside the roots is refused at
+// SubmitJob, naming each field; paths inside are accepted.
+TEST(ConfinedSubmitTest, PathsOutsideTheAllowedRootsAreRefused) {
+  char real[4096];
+  const std::string tmp = testutil::MakeTempDir("coord_confined");
+  ASSERT_NE(::realpath(tmp.c_str(), real), nullptr);
+  const std::string dir = real;
+  const std::string root = dir + "/data";
+  ASSERT_EQ(::mkdir(root.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink("/var/tmp", (root + "/tb").c_str()), 0);
+  CoordinatorConfig config;
+  config.listen_address = "127.0.0.1:0";
+  config.state_dir = dir + "/state";
+  config.metrics_port = -1;
+  config.allowed_roots = {root};
+  RealClock clock;
+  auto server = Server::Create(config, &clock);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  auto client = mt::v1::ClientService::NewStub(rpc::MakeChannel((*server)->address(), ""));
+
+  mt::v1::SubmitJobRequest submit;
+  mt::v1::JobSpec& s = *submit.mutable_spec();
+  s = AutoDpSpec();
+  s.mutable_data()->mutable_data_path(0)->set_prefix(root + "/x");
+  s.mutable_data()->mutable_tokenizer()->set_vocab_file(root + "/v.json");
+  s.mutable_data()->mutable_tokenizer()->set_merge_file(root + "/m.txt");
+  s.mutable_checkpoint()->set_save_dir("/root/ck");
+  s.mutable_logging()->set_tensorboard_dir(root + "/tb/run");
+  {
+    grpc::ClientContext ctx;
+    mt::v1::SubmitJobResponse resp;
+    const grpc::Status st = client->SubmitJob(&ctx, submit, &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+    EXPECT_THAT(st.error_message(),
+                ::testing::AllOf(::testing::HasSubstr("checkpoint.save_dir: '/root/ck' is outside"),
+                                 ::testing::HasSubstr("logging.tensorboard_dir: '" + root +
+                                                      "/tb/run' (it resolves to '/var/tmp/run')")));
+  }
+  s.mutable_checkpoint()->set_save_dir(root + "/ck");
+  s.mutable_logging()->set_tensorboard_dir(root + "/runs");
+  {
+    grpc::ClientContext ctx;
+    mt::v1::SubmitJobResponse resp;
+    const grpc::Status st = client->SubmitJob(&ctx, submit, &resp);
+    EXPECT_TRUE(st.ok()) << st.error_message();
+  }
+  (*server)->Shutdown();
 }
 
 }  // namespace

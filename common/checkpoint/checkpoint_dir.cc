@@ -123,7 +123,7 @@ absl::StatusOr<mt::v1::CheckpointManifest> ReadManifest(const std::string& dir) 
   auto s = google::protobuf::util::JsonStringToMessage(text, &m, options);
   if (!s.ok()) {
     return absl::DataLossError(
-        absl::StrCat(path, ": not a checkpoint manifest: ", s.message().ToString()));
+        absl::StrCat(path, ": not a checkpoint manifest (not JSON of mt.v1.CheckpointManifest)"));
   }
   if (m.format() != kFormatName) {
     return absl::DataLossError(

@@ -11,6 +11,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "common/base/confine.h"
 #include "common/base/errors.h"
 #include "common/base/files.h"
 #include "common/base/paths.h"
@@ -152,6 +154,87 @@ absl::StatusOr<int64_t> ConfigInt(const google::protobuf::Struct& config, const 
   return static_cast<int64_t>(v);
 }
 
+// `theirs` in the index; some exports (GPT2Model rather than GPT2LMHeadModel) drop the
+// "transformer." prefix. nullptr when absent.
+const SafetensorsEntry* FindTheirs(const SafetensorsIndex& index, const std::string& theirs) {
+  const SafetensorsEntry* e = index.Find(theirs);
+  if (e == nullptr && absl::StartsWith(theirs, "transformer.")) e = index.Find(theirs.substr(12));
+  return e;
+}
+
+// The shape Hugging Face stores `theirs` in for model `m` (Conv1D weights are [in, out]).
+std::vector<int64_t> TheirShape(const std::string& theirs, const mt::v1::ManifestModel& m) {
+  const int64_t h = m.hidden_size();
+  const int64_t f = m.ffn_hidden_size();
+  const auto ends = [&theirs](absl::string_view s) { return absl::EndsWith(theirs, s); };
+  if (ends("wte.weight") || ends("lm_head.weight")) return {m.vocab_size(), h};
+  if (ends("wpe.weight")) return {m.max_position_embeddings(), h};
+  if (ends("attn.c_attn.weight")) return {h, 3 * h};
+  if (ends("attn.c_attn.bias")) return {3 * h};
+  if (ends("attn.c_proj.weight")) return {h, h};
+  if (ends("mlp.c_fc.weight")) return {h, f};
+  if (ends("mlp.c_fc.bias")) return {f};
+  if (ends("mlp.c_proj.weight")) return {f, h};
+  return {h};  // layer norms, the remaining biases
+}
+
+// Parameters the config describes, as a double (no overflow for any config that parsed).
+double ClaimedParameters(const mt::v1::ManifestModel& m) {
+  const double h = m.hidden_size(), f = m.ffn_hidden_size(), v = m.vocab_size();
+  const double per_layer = 4 * h + (3 * h * h + 3 * h) + (h * h + h) + (h * f + f) + (f * h + h);
+  return v * h * (m.untie_embeddings_and_output_weights() ? 2 : 1) +
+         static_cast<double>(m.max_position_embeddings()) * h +
+         static_cast<double>(m.num_layers()) * per_layer + 2 * h;
+}
+
+// The config against the weights, before anything is allocated for it: first what the file
+// can hold at all (tensor count, bytes at 2 bytes a parameter, the smallest float type), then
+// every tensor's presence, dtype and shape, and no layers beyond the config's.
+absl::Status CheckConfigAgainstWeights(const std::string& dir, const mt::v1::ManifestModel& m,
+                                       const SafetensorsIndex& index) {
+  constexpr int kTensorsPerLayer = 12;
+  const std::string weights = JoinPath(dir, kWeightsFile);
+  if (m.num_layers() > static_cast<int64_t>(index.tensors.size()) / kTensorsPerLayer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        dir, "/config.json: n_layer ", m.num_layers(), " needs ", kTensorsPerLayer,
+        " tensors a layer; ", weights, " holds ", index.tensors.size(), " tensors in all"));
+  }
+  const double data_bytes = static_cast<double>(index.file_size - index.data_start);
+  if (2 * ClaimedParameters(m) > data_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s/config.json describes %.0f parameters (at least %.0f bytes); %s holds %.0f bytes of "
+        "data: the config does not describe these weights",
+        dir, ClaimedParameters(m), 2 * ClaimedParameters(m), weights, data_bytes));
+  }
+  for (const Mapping& map : Mappings(m)) {
+    const SafetensorsEntry* e = FindTheirs(index, map.theirs);
+    if (e == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(weights, " lacks ", map.theirs,
+                                                     ", which config.json (n_layer ",
+                                                     m.num_layers(), ") implies"));
+    }
+    const std::vector<int64_t> want = TheirShape(map.theirs, m);
+    if (e->shape != want ||
+        (e->dtype != DType::kF32 && e->dtype != DType::kF16 && e->dtype != DType::kBF16)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          weights, ": ", map.theirs, " is ", DTypeName(e->dtype), ShapeString(e->shape),
+          "; config.json implies a float tensor of shape ", ShapeString(want)));
+    }
+  }
+  for (const SafetensorsEntry& e : index.tensors) {
+    absl::string_view name = e.name;
+    absl::ConsumePrefix(&name, "transformer.");
+    int64_t layer = -1;
+    if (!absl::ConsumePrefix(&name, "h.")) continue;
+    const size_t dot = name.find('.');
+    if (absl::SimpleAtoi(name.substr(0, dot), &layer) && layer >= m.num_layers()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          weights, " holds layer ", layer, " but config.json says n_layer ", m.num_layers()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 class HfSource : public TensorSource {
  public:
   HfSource(std::string dir, mt::v1::CheckpointManifest manifest, SafetensorsIndex index)
@@ -173,12 +256,8 @@ class HfSource : public TensorSource {
       return absl::NotFoundError(absl::StrCat(dir_, " (Hugging Face GPT-2) has no ", name));
     }
     const std::string path = JoinPath(dir_, kWeightsFile);
-    std::string theirs = it->second.theirs;
-    const SafetensorsEntry* e = index_.Find(theirs);
-    if (e == nullptr && absl::StartsWith(theirs, "transformer.")) {
-      // Some exports (GPT2Model rather than GPT2LMHeadModel) drop the "transformer." prefix.
-      e = index_.Find(theirs.substr(12));
-    }
+    const std::string& theirs = it->second.theirs;
+    const SafetensorsEntry* e = FindTheirs(index_, theirs);
     if (e == nullptr) {
       return absl::NotFoundError(absl::StrCat(path, " lacks ", theirs, " (for our ", name, ")"));
     }
@@ -203,23 +282,28 @@ bool LooksLikeHfGpt2(const std::string& dir) {
 }
 
 absl::StatusOr<std::unique_ptr<TensorSource>> OpenHfGpt2Source(const std::string& dir) {
+  // Both files must be the directory's own: a link to some other file of this machine would
+  // have us read it (and describe it in errors).
+  MT_RETURN_IF_ERROR(CheckStaysInside(dir, kConfigFile, "Hugging Face directory"));
+  MT_RETURN_IF_ERROR(CheckStaysInside(dir, kWeightsFile, "Hugging Face directory"));
   MT_ASSIGN_OR_RETURN(std::string text, ReadFile(JoinPath(dir, kConfigFile), 16 << 20));
   google::protobuf::Struct config;
   if (auto s = google::protobuf::util::JsonStringToMessage(text, &config); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(dir, "/config.json is not JSON: ", s.message().ToString()));
+    // The parser's message quotes the file: not echoed.
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json is not a JSON object"));
   }
   auto type = config.fields().find("model_type");
   if (type != config.fields().end() && type->second.string_value() != "gpt2") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        dir, "/config.json: model_type \"", type->second.string_value(), "\"; only gpt2 imports"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir, "/config.json: model_type is not \"gpt2\"; only gpt2 imports"));
   }
   auto act = config.fields().find("activation_function");
   if (act != config.fields().end() && act->second.string_value() != "gelu_new" &&
       act->second.string_value() != "gelu_pytorch_tanh") {
-    return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json: activation_function \"",
-                                                   act->second.string_value(),
-                                                   "\"; mt's GPT uses the tanh GELU (gelu_new)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(dir,
+                     "/config.json: activation_function is neither \"gelu_new\" nor "
+                     "\"gelu_pytorch_tanh\"; mt's GPT uses the tanh GELU"));
   }
   mt::v1::CheckpointManifest manifest;
   manifest.set_format(kFormatName);
@@ -262,6 +346,7 @@ absl::StatusOr<std::unique_ptr<TensorSource>> OpenHfGpt2Source(const std::string
   layout->set_data_parallel_size(1);
   layout->set_context_parallel_size(1);
   MT_ASSIGN_OR_RETURN(SafetensorsIndex index, ReadSafetensorsIndex(JoinPath(dir, kWeightsFile)));
+  MT_RETURN_IF_ERROR(CheckConfigAgainstWeights(dir, *m, index));
   manifest.set_validation_loss(std::nan(""));
   return std::unique_ptr<TensorSource>(new HfSource(dir, std::move(manifest), std::move(index)));
 }

@@ -130,7 +130,8 @@ absl::StatusOr<SafetensorsIndex> ParseSafetensorsHeader(absl::string_view header
   auto parsed = google::protobuf::util::JsonStringToMessage(
       google::protobuf::StringPiece(header.data(), header.size()), &root, options);
   if (!parsed.ok()) {
-    return DataLoss(absl::StrCat("the header is not a JSON object: ", parsed.message().ToString()));
+    // The parser's message quotes the input: never echo a file's bytes (it may not be one).
+    return DataLoss("the header is not a JSON object");
   }
   SafetensorsIndex index;
   index.data_start = 8 + header.size();
@@ -211,8 +212,11 @@ absl::StatusOr<uint64_t> HeaderLength(const unsigned char* len_bytes, uint64_t s
   uint64_t len = 0;
   for (int i = 7; i >= 0; --i) len = (len << 8) | len_bytes[i];
   if (len > kMaxHeaderBytes || len > size - 8) {
-    return DataLoss(
-        absl::StrCat(path, ": header length ", len, " does not fit the file (", size, " bytes)"));
+    // The length itself is the file's first bytes: not echoed (a file that is no safetensors
+    // must not leak through the error).
+    return DataLoss(absl::StrCat(path,
+                                 ": the header length (first 8 bytes) does not fit the file (",
+                                 size, " bytes); not a safetensors file?"));
   }
   return len;
 }

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/confine.h"
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
 #include "common/spec/megatron_flags.h"
@@ -827,6 +828,29 @@ absl::Status ValidateSubmittedPaths(const mt::v1::JobSpec& spec) {
   const std::vector<std::string> problems = ListSubmittedPathProblems(spec);
   if (problems.empty()) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrJoin(problems, "\n"));
+}
+
+absl::Status CheckPathsConfined(const mt::v1::JobSpec& spec, const AllowedRoots& roots) {
+  if (!roots.enabled()) return absl::OkStatus();
+  std::vector<std::string> problems;
+  absl::StatusCode code = absl::StatusCode::kPermissionDenied;
+  ForEachPathField(spec, "", [&](const std::string& at, const std::string& value) {
+    // A data prefix names two files, either of which may be a link of its own.
+    std::vector<std::string> paths = {value};
+    if (absl::EndsWith(at, ".prefix")) {
+      paths.push_back(value + ".bin");
+      paths.push_back(value + ".idx");
+    }
+    for (const std::string& p : paths) {
+      if (absl::Status s = roots.Check(p, at); !s.ok()) {
+        if (s.code() != absl::StatusCode::kPermissionDenied) code = s.code();
+        problems.push_back(std::string(s.message()));
+        break;
+      }
+    }
+  });
+  if (problems.empty()) return absl::OkStatus();
+  return absl::Status(code, absl::StrJoin(problems, "\n"));
 }
 
 std::vector<std::string> ListSpecProblems(const mt::v1::JobSpec& spec) {

@@ -1,5 +1,6 @@
 // The one validator of mt.v1.JobSpec, shared by every front end (YAML, Megatron-LM flags, the
-// gRPC API) and by the coordinator. Thread-compatible free functions; no state, no I/O.
+// gRPC API) and by the coordinator. Thread-compatible free functions; no state, no I/O (but
+// CheckPathsConfined, which resolves paths on the file system).
 #ifndef MT_COMMON_SPEC_VALIDATE_H_
 #define MT_COMMON_SPEC_VALIDATE_H_
 
@@ -8,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "common/base/confine.h"
 #include "mt/v1/job_spec.pb.h"
 
 namespace mt::spec {
@@ -55,6 +57,14 @@ absl::Status ResolveRelativePaths(mt::v1::JobSpec* spec, absl::string_view base_
 // path, naming the field and the normalized path to give instead.
 std::vector<std::string> ListSubmittedPathProblems(const mt::v1::JobSpec& spec);
 absl::Status ValidateSubmittedPaths(const mt::v1::JobSpec& spec);
+
+// Every path field (as above) resolved (common/base/confine.h: links followed, '..' after them)
+// and checked against `roots`; OK when `roots` is empty. PERMISSION_DENIED listing each path
+// outside the roots, one per line, naming the field, where it resolves and the roots (a data
+// prefix is checked with its .bin and .idx files). The
+// coordinator checks at SubmitJob and each worker again before a rank starts. Reads the file
+// system (lstat, readlink), unlike the rest of this file.
+absl::Status CheckPathsConfined(const mt::v1::JobSpec& spec, const AllowedRoots& roots);
 
 }  // namespace mt::spec
 

@@ -1,5 +1,10 @@
 #include "common/spec/validate.h"
 
+#include <limits.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <functional>
 #include <string>
 
@@ -726,6 +731,45 @@ TEST(SpecSubmittedPathsTest, RejectsRelativeAndUnnormalizedPathsNamingFieldAndFi
   ok.mutable_data()->add_data_path()->set_prefix("/data/a");
   ok.mutable_checkpoint()->set_save_dir("/ck/x");
   EXPECT_THAT(ValidateSubmittedPaths(ok), IsOk());
+}
+
+TEST(SpecConfinedPathsTest, EveryPathFieldIsCheckedAfterResolvingLinks) {
+  std::string tmpl = ::testing::TempDir() + "mt_spec_confine_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  char real[PATH_MAX];
+  ASSERT_NE(::realpath(tmpl.c_str(), real), nullptr);
+  const std::string d = real;
+  ASSERT_EQ(::mkdir((d + "/data").c_str(), 0755), 0);
+  ASSERT_EQ(::symlink("/var/tmp", (d + "/data/tb").c_str()), 0);
+  ASSERT_EQ(::symlink("/etc/shadow", (d + "/data/corpus_text_document.bin").c_str()), 0);
+  MT_ASSERT_OK_AND_ASSIGN(AllowedRoots roots, AllowedRoots::Create({d + "/data"}));
+
+  mt::v1::JobSpec ok;
+  ok.mutable_data()->add_data_path()->set_prefix(d + "/data/other_text_document");
+  ok.mutable_data()->mutable_tokenizer()->set_vocab_file(d + "/data/vocab.json");
+  ok.mutable_checkpoint()->set_save_dir(d + "/data/ck");
+  ok.mutable_logging()->set_tensorboard_dir(d + "/data/runs");
+  EXPECT_THAT(CheckPathsConfined(ok, roots), IsOk());
+  EXPECT_THAT(CheckPathsConfined(ok, AllowedRoots()), IsOk());
+
+  mt::v1::JobSpec bad = ok;
+  bad.mutable_checkpoint()->set_save_dir("/root/ck");
+  bad.mutable_checkpoint()->set_load_dir(d + "/data2/ck");
+  bad.mutable_logging()->set_tensorboard_dir(d + "/data/tb/run1");
+  bad.mutable_data()->mutable_data_path(0)->set_prefix(d + "/data/corpus_text_document");
+  bad.mutable_data()->set_data_cache_path(d + "/data/../cache");
+  const absl::Status s = CheckPathsConfined(bad, roots);
+  EXPECT_THAT(s, StatusIs(absl::StatusCode::kPermissionDenied));
+  const std::vector<std::string> lines = absl::StrSplit(s.message(), '\n');
+  EXPECT_THAT(lines, SizeIs(5)) << s.message();
+  EXPECT_THAT(s.message(), HasSubstr("checkpoint.save_dir: '/root/ck' is outside"));
+  EXPECT_THAT(s.message(), HasSubstr("checkpoint.load_dir: '" + d + "/data2/ck' is outside"));
+  EXPECT_THAT(s.message(), HasSubstr("logging.tensorboard_dir: '" + d +
+                                     "/data/tb/run1' (it resolves to '/var/tmp/run1')"));
+  EXPECT_THAT(s.message(), HasSubstr("data.data_path[0].prefix: '" + d +
+                                     "/data/corpus_text_document.bin' (it resolves to "
+                                     "'/etc/shadow')"));
+  EXPECT_THAT(s.message(), HasSubstr("data.data_cache_path:"));
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/base/confine.h"
 #include "common/base/errors.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
@@ -25,6 +26,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"
 #include "common/checkpoint/hf_gpt2.h"
+#include "common/checkpoint/manifest_check.h"
 #include "common/checkpoint/reshard.h"
 #include "coordinator/checkpoints/checkpoint_state.h"
 #include "coordinator/checkpoints/retention.h"
@@ -143,11 +145,13 @@ absl::Status ValidateAbsolutePath(const std::string& path, const std::string& fi
 
 absl::StatusOr<std::unique_ptr<CheckpointCatalog>> CheckpointCatalog::Create(Store* store,
                                                                              CheckpointJobs* jobs,
-                                                                             const Clock* clock) {
+                                                                             const Clock* clock,
+                                                                             AllowedRoots roots) {
   if (store == nullptr || jobs == nullptr || clock == nullptr) {
     return absl::InvalidArgumentError("CheckpointCatalog needs a store, jobs and a clock");
   }
-  return std::unique_ptr<CheckpointCatalog>(new CheckpointCatalog(store, jobs, clock));
+  return std::unique_ptr<CheckpointCatalog>(
+      new CheckpointCatalog(store, jobs, clock, std::move(roots)));
 }
 
 void CheckpointCatalog::Fill(Checkpoint* c,
@@ -551,6 +555,7 @@ absl::StatusOr<mt::v1::ExportCheckpointResponse> CheckpointCatalog::Export(
         absl::StrCat("format ", static_cast<int>(request.format()), " is not known; use HF"));
   }
   MT_RETURN_IF_ERROR(ValidateAbsolutePath(request.output_dir(), "output_dir"));
+  MT_RETURN_IF_ERROR(roots_.Check(request.output_dir(), "output_dir"));
   checkpoint::DType dtype = checkpoint::DType::kF32;
   if (request.dtype() == "float16") {
     dtype = checkpoint::DType::kF16;
@@ -589,6 +594,7 @@ absl::StatusOr<mt::v1::ExportCheckpointResponse> CheckpointCatalog::Export(
 absl::StatusOr<Checkpoint> CheckpointCatalog::Import(
     const mt::v1::ImportCheckpointRequest& request) {
   MT_RETURN_IF_ERROR(ValidateAbsolutePath(request.directory(), "directory"));
+  MT_RETURN_IF_ERROR(roots_.Check(request.directory(), "directory"));
   if (!request.job_id().empty()) MT_RETURN_IF_ERROR(jobs_->GetJob(request.job_id()).status());
   const std::string dir = Clean(request.directory());
   if (!IsDirectory(dir)) {
@@ -596,8 +602,13 @@ absl::StatusOr<Checkpoint> CheckpointCatalog::Import(
   }
   Checkpoint c;
   if (PathExists(absl::StrCat(dir, "/", checkpoint::kManifestFile))) {
+    MT_RETURN_IF_ERROR(CheckStaysInside(dir, checkpoint::kManifestFile, "directory"));
     MT_ASSIGN_OR_RETURN(mt::v1::CheckpointManifest manifest, checkpoint::ReadManifest(dir));
-    const std::vector<std::string> problems = checkpoint::VerifyCheckpointFiles(dir, manifest);
+    // The files first (no link out of the directory), then their hashes, then the tensors
+    // the manifest describes against the shards' own headers.
+    std::vector<std::string> problems = checkpoint::CheckManifestFilesInside(dir, manifest);
+    if (problems.empty()) problems = checkpoint::VerifyCheckpointFiles(dir, manifest);
+    if (problems.empty()) problems = checkpoint::CheckManifestTensors(dir, manifest);
     if (!problems.empty()) {
       return absl::FailedPreconditionError(
           absl::StrCat(dir, " does not verify: ", absl::StrJoin(problems, "; ")));

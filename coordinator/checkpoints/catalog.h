@@ -22,8 +22,10 @@
 // Downloads send only regular files inside the checkpoint directory (no symbolic links out).
 //
 // Every path a client gives is checked here (INVALID_ARGUMENT naming the field): absolute, no
-// ".." component, no NUL. Entries with format_version 0 are Hugging Face directories (no mt
-// manifest; config.json + model.safetensors are their files).
+// ".." component, no NUL; and, with allowed roots, resolved into one of them (PERMISSION_DENIED).
+// An import refuses files that lead outside its directory (symbolic links) and an mt manifest
+// whose tensors contradict its shards' headers. Entries with format_version 0 are Hugging Face
+// directories (no mt manifest; config.json + model.safetensors are their files).
 //
 // Thread-safe: one mutex serializes changes to entries; hashing (Verify) and streaming
 // (Download) run outside it.
@@ -39,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/base/clock.h"
+#include "common/base/confine.h"
 #include "coordinator/store/store.h"
 #include "mt/v1/client_service.pb.h"
 #include "mt/v1/worker_service.pb.h"
@@ -67,10 +70,12 @@ absl::Status ValidateAbsolutePath(const std::string& path, const std::string& fi
 
 class CheckpointCatalog {
  public:
-  // `store`, `jobs` and `clock` outlive the catalog.
+  // `store`, `jobs` and `clock` outlive the catalog. Import and export directories must
+  // resolve into `roots` (none = anywhere).
   static absl::StatusOr<std::unique_ptr<CheckpointCatalog>> Create(Store* store,
                                                                    CheckpointJobs* jobs,
-                                                                   const Clock* clock);
+                                                                   const Clock* clock,
+                                                                   AllowedRoots roots = {});
 
   // A rank reported a finished save (report.checkpoint set). Registers or completes the entry,
   // updates `latest`, then runs the job's retention policy. Returns the entry.
@@ -90,8 +95,8 @@ class CheckpointCatalog {
   absl::StatusOr<mt::v1::Checkpoint> Import(const mt::v1::ImportCheckpointRequest& request);
 
  private:
-  CheckpointCatalog(Store* store, CheckpointJobs* jobs, const Clock* clock)
-      : store_(store), jobs_(jobs), clock_(clock) {}
+  CheckpointCatalog(Store* store, CheckpointJobs* jobs, const Clock* clock, AllowedRoots roots)
+      : store_(store), jobs_(jobs), clock_(clock), roots_(std::move(roots)) {}
 
   // loading_job_ids from the active jobs.
   void Fill(mt::v1::Checkpoint* c, const std::vector<CheckpointJobs::Active>& active) const;
@@ -107,6 +112,7 @@ class CheckpointCatalog {
   Store* const store_;
   CheckpointJobs* const jobs_;
   const Clock* const clock_;
+  const AllowedRoots roots_;
   absl::Mutex mu_;
 };
 

@@ -14,6 +14,7 @@
 #include "common/base/status_matchers.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"
+#include "common/checkpoint/safetensors.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
@@ -61,13 +62,25 @@ std::string FileBytes(int64_t step) { return std::string(5000 + step, static_cas
 
 // A committed checkpoint the way rank 0 leaves it: iter_<step>/ with a shard, manifest.json,
 // then `latest`.
+// With `real_shard`, the shard is a safetensors file of one U8 tensor that the manifest lists
+// (what an import checks); otherwise FileBytes(step).
 std::string WriteCheckpoint(const std::string& save_dir, const std::string& job_id, int64_t step,
-                            double validation_loss, bool commit = true) {
+                            double validation_loss, bool commit = true, bool real_shard = false) {
   ::mkdir(save_dir.c_str(), 0755);
   const std::string dir = absl::StrCat(save_dir, "/", checkpoint::IterationDirName(step));
   ::mkdir(dir.c_str(), 0755);
   const std::string shard = checkpoint::ShardFileName(0, 0);
-  EXPECT_TRUE(WriteFileAtomically(dir + "/" + shard, FileBytes(step)).ok());
+  if (real_shard) {
+    const std::string bytes = FileBytes(step);
+    checkpoint::TensorView v{"model.w",
+                             checkpoint::DType::kU8,
+                             {static_cast<int64_t>(bytes.size())},
+                             bytes.data(),
+                             bytes.size()};
+    EXPECT_TRUE(checkpoint::WriteSafetensors(dir + "/" + shard, {v}, {}).ok());
+  } else {
+    EXPECT_TRUE(WriteFileAtomically(dir + "/" + shard, FileBytes(step)).ok());
+  }
   if (!commit) return dir;
   auto digest = checkpoint::DigestFile(dir + "/" + shard);
   EXPECT_TRUE(digest.ok());
@@ -86,6 +99,16 @@ std::string WriteCheckpoint(const std::string& save_dir, const std::string& job_
   f->set_size_bytes(digest->size);
   f->set_sha256(digest->sha256);
   *m.mutable_create_time() = TimeUtil::SecondsToTimestamp(1000 + step);
+  if (real_shard) {
+    mt::v1::ManifestTensor* t = m.add_tensors();
+    t->set_name("model.w");
+    t->set_file(shard);
+    t->set_dtype("U8");
+    t->add_shape(5000 + step);
+    t->add_full_shape(5000 + step);
+    t->set_split_dim(-1);
+    t->set_tp_size(1);
+  }
   EXPECT_TRUE(checkpoint::WriteManifest(dir, m).ok());
   EXPECT_TRUE(checkpoint::WriteLatest(save_dir, step).ok());
   return dir;
@@ -364,7 +387,7 @@ TEST_F(CatalogTest, DownloadStreamsEveryFileWithItsChecksum) {
 }
 
 TEST_F(CatalogTest, ImportsAnMtDirectoryOnce) {
-  const std::string dir = WriteCheckpoint(dir_ + "/elsewhere", "j-9", 5, 1.5);
+  const std::string dir = WriteCheckpoint(dir_ + "/elsewhere", "j-9", 5, 1.5, true, true);
   mt::v1::ImportCheckpointRequest req;
   req.set_directory(dir + "/");
   MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint c, catalog_->Import(req));
@@ -478,6 +501,77 @@ TEST_F(CatalogTest, RejectsTraversalAndBadNames) {
   ex.set_dtype("");
   ex.set_output_dir(dir_ + "/no/such/parent");
   EXPECT_THAT(catalog_->Export(ex), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// Issue #20: a manifest whose tensors contradict the shard, or files linked out of the
+// directory, never import as VERIFIED.
+TEST_F(CatalogTest, ImportRefusesAManifestThatContradictsItsShards) {
+  const std::string dir = WriteCheckpoint(dir_ + "/lying", "j-9", 5, 1.5, true, true);
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, checkpoint::ReadManifest(dir));
+  m.mutable_tensors(0)->set_shape(0, 1 << 30);
+  m.mutable_tensors(0)->set_full_shape(0, 1 << 30);
+  ASSERT_TRUE(checkpoint::WriteManifest(dir, m).ok());
+  mt::v1::ImportCheckpointRequest req;
+  req.set_directory(dir);
+  EXPECT_THAT(catalog_->Import(req),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("tensor model.w: the manifest says U8[1073741824], "
+                                 "mp_rank_00_000.safetensors holds U8[5005]")));
+  mt::v1::ListCheckpointsRequest list;
+  MT_ASSERT_OK_AND_ASSIGN(auto listed, catalog_->List(list));
+  EXPECT_THAT(listed.checkpoints(), IsEmpty());
+}
+
+TEST_F(CatalogTest, ImportRefusesFilesLinkedOutOfTheDirectory) {
+  const std::string dir = WriteCheckpoint(dir_ + "/linked", "j-9", 5, 1.5, true, true);
+  const std::string outside = dir_ + "/outside-shard.safetensors";
+  ASSERT_EQ(::rename((dir + "/mp_rank_00_000.safetensors").c_str(), outside.c_str()), 0);
+  ASSERT_EQ(::symlink(outside.c_str(), (dir + "/mp_rank_00_000.safetensors").c_str()), 0);
+  mt::v1::ImportCheckpointRequest req;
+  req.set_directory(dir);
+  EXPECT_THAT(catalog_->Import(req),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("leads outside")));
+  const std::string dir2 = WriteCheckpoint(dir_ + "/linked2", "j-9", 6, 1.5, true, true);
+  const std::string manifest = dir_ + "/outside-manifest.json";
+  ASSERT_EQ(::rename((dir2 + "/manifest.json").c_str(), manifest.c_str()), 0);
+  ASSERT_EQ(::symlink(manifest.c_str(), (dir2 + "/manifest.json").c_str()), 0);
+  req.set_directory(dir2);
+  EXPECT_THAT(catalog_->Import(req),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("manifest.json")));
+}
+
+TEST_F(CatalogTest, ImportAndExportStayInsideTheAllowedRoots) {
+  const std::string allowed = dir_ + "/allowed";
+  const std::string outside = dir_ + "/outside";
+  ASSERT_EQ(::mkdir(allowed.c_str(), 0755), 0);
+  ASSERT_EQ(::mkdir(outside.c_str(), 0755), 0);
+  ASSERT_EQ(::symlink(outside.c_str(), (allowed + "/escape").c_str()), 0);
+  MT_ASSERT_OK_AND_ASSIGN(AllowedRoots roots, AllowedRoots::Create({allowed}));
+  MT_ASSERT_OK_AND_ASSIGN(catalog_,
+                          CheckpointCatalog::Create(store_.get(), &jobs_, &clock_, roots));
+  const std::string out_dir = WriteCheckpoint(outside, "j-9", 5, 1.5, true, true);
+  const std::string in_dir = WriteCheckpoint(allowed + "/ck", "j-9", 6, 1.5, true, true);
+  mt::v1::ImportCheckpointRequest im;
+  im.set_directory(out_dir);
+  EXPECT_THAT(catalog_->Import(im),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       HasSubstr("directory: '" + out_dir + "' is outside the allowed roots")));
+  im.set_directory(allowed + "/escape/iter_0000005");
+  EXPECT_THAT(catalog_->Import(im), StatusIs(absl::StatusCode::kPermissionDenied,
+                                             HasSubstr("resolves to '" + out_dir + "'")));
+  im.set_directory(in_dir);
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint c, catalog_->Import(im));
+  for (const std::string& target :
+       {std::string("/var/tmp/mt-export-test"), std::string("/root/mt-export-test"),
+        outside + "/hf", allowed + "/escape/hf", allowed + "2/hf"}) {
+    mt::v1::ExportCheckpointRequest ex;
+    ex.set_checkpoint_id(c.id());
+    ex.set_output_dir(target);
+    EXPECT_THAT(catalog_->Export(ex),
+                StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("output_dir")))
+        << target;
+    EXPECT_FALSE(PathExists(target)) << target;
+  }
 }
 
 }  // namespace

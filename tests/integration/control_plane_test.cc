@@ -148,6 +148,31 @@ TEST_F(ControlPlaneTest, NonLoopbackListenWithoutTokensIsRefused) {
   EXPECT_THAT(r->err, HasSubstr("requires --auth-token-file"));
 }
 
+TEST_F(ControlPlaneTest, NonLoopbackListenWithoutAllowedRootsIsRefused) {
+  const std::string dir = dir_;
+  const std::string tokens = dir + "/tokens";
+  ASSERT_THAT(WriteFileAtomically(tokens, "0123456789abcdef0123456789abcdef\n"), testing::IsOk());
+  auto r = RunCommand({kBin + "mt-coordinator", "--listen=0.0.0.0:0", "--state_dir=" + dir,
+                       "--auth_token_file=" + tokens, "--metrics_port=-1"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("requires --allowed-root DIR"));
+  // A root that does not exist is a startup error naming it (the flag is repeatable).
+  r = RunCommand({kBin + "mt-coordinator", "--listen=127.0.0.1:0", "--state_dir=" + dir,
+                  "--metrics_port=-1", "--allowed-root=" + dir, "--allowed-root", dir + "/nope"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("--allowed-root '" + dir + "/nope' is not an existing directory"));
+  // A server that fails part way through its start-up exits with the reason (it crashed while
+  // tearing down what it had not built yet).
+  ASSERT_THAT(WriteFileAtomically(dir + "/file", "x"), testing::IsOk());
+  r = RunCommand({kBin + "mt-coordinator", "--listen=127.0.0.1:0",
+                  "--state_dir=" + dir + "/file/state", "--metrics_port=-1"});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->exit_code, 2);
+  EXPECT_THAT(r->err, HasSubstr("--state-dir"));
+}
+
 TEST_F(ControlPlaneTest, HealthServiceAnswers) {
   StartCoordinator();
   auto channel = rpc::MakeChannel(cluster_.address(), "");

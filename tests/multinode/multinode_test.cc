@@ -50,8 +50,9 @@ std::string JobYaml(const std::string& name, int tp, int dp, const std::string& 
       "training: {micro_batch_size: 2, global_batch_size: 8, train_iters: ", kSteps,
       ", lr: 3.0e-3, lr_warmup_iters: 2, clip_grad: 1.0, seed: 7}\n", "data:\n  data_path: ", data,
       "\n  split: \"90,10,0\"\n",
-      "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
-      "evaluation: {eval_interval: 0}\nlogging: {log_interval: 1}\n");
+      // Unused (the data is token ids), but under the coordinator's --allowed-root.
+      "  tokenizer: {vocab_file: ", data, "-unused-vocab.json, merge_file: ", data,
+      "-unused-merges.txt}\n", "evaluation: {eval_interval: 0}\nlogging: {log_interval: 1}\n");
 }
 
 class MultinodeTest : public ::testing::Test {
@@ -71,9 +72,9 @@ class MultinodeTest : public ::testing::Test {
         coordinator_
             .Start(rig_->In(kCoordinatorNode,
                             {bin_ + "/mt-coordinator", "--listen=" + coordinator_address_,
-                             "--auth_token_file=" + token_file_, "--state_dir=" + dir_ + "/state",
-                             "--heartbeat_interval=200ms", "--lost_after=2s",
-                             "--stop_grace_seconds=5", "--metrics_port=-1"}),
+                             "--auth_token_file=" + token_file_, "--allowed_root=" + dir_,
+                             "--state_dir=" + dir_ + "/state", "--heartbeat_interval=200ms",
+                             "--lost_after=2s", "--stop_grace_seconds=5", "--metrics_port=-1"}),
                    dir_ + "/coordinator.log")
             .ok());
     for (int n = 0; n < kWorkerNodes; ++n) {

@@ -16,6 +16,7 @@
 #include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
 #include "google/protobuf/util/time_util.h"
+#include "worker/daemon/assignment_paths.h"
 
 namespace mt::worker {
 namespace {
@@ -97,7 +98,9 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config,
                     << " is missing or not executable (a build without LibTorch has none; pass "
                        "--trainer-binary): ranks assigned here will fail";
   }
+  MT_ASSIGN_OR_RETURN(AllowedRoots roots, AllowedRoots::Create(config.allowed_roots));
   std::unique_ptr<Agent> agent(new Agent(resolved, DetectResources(resolved), token, observer));
+  agent->allowed_roots_ = std::move(roots);
   if (!config.state_file.empty()) {
     // A previous run's id lets the coordinator recognise this daemon after a restart.
     if (auto id = ReadFile(config.state_file, 4096); id.ok()) {
@@ -349,9 +352,14 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
   options.extra_env.insert(options.extra_env.end(), config_.rank_environment.begin(),
                            config_.rank_environment.end());
   if (observer_ != nullptr) observer_->OnRankStarted(a);
-  auto process = RankProcess::Start(
-      a, worker_id(), options, [this](const mt::v1::RankReport& r) { ForwardReport(r); },
-      [this](const mt::v1::RankExitReport& r) { ReportExit(r); });
+  // This daemon's own check of the paths, right before the rank starts.
+  const absl::Status allowed = CheckAssignmentPaths(a, allowed_roots_);
+  absl::StatusOr<std::unique_ptr<RankProcess>> process =
+      allowed.ok()
+          ? RankProcess::Start(
+                a, worker_id(), options, [this](const mt::v1::RankReport& r) { ForwardReport(r); },
+                [this](const mt::v1::RankExitReport& r) { ReportExit(r); })
+          : absl::StatusOr<std::unique_ptr<RankProcess>>(allowed);
   if (!process.ok()) {
     mt::v1::RankExitReport report;
     report.set_worker_id(worker_id());

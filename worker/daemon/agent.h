@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/base/confine.h"
 #include "mt/v1/worker_service.grpc.pb.h"
 #include "worker/daemon/rank_observer.h"
 #include "worker/daemon/rank_process.h"
@@ -60,6 +61,10 @@ struct AgentConfig {
   // NAME=VALUE added to every rank's environment: the network choice (common/net/interfaces.h:
   // MT_ADVERTISE_HOST, MT_SOCKET_IFNAME, NCCL_SOCKET_IFNAME, MT_RANK_PORT_RANGE, ...).
   std::vector<std::string> rank_environment;
+  // --allowed-root (repeatable): every path of an assigned rank's spec, and its resume_from,
+  // must resolve into one of these (assignment_paths.h); a rank whose paths do not is not
+  // started and is reported FAILED with the reason. Empty = not confined.
+  std::vector<std::string> allowed_roots;
 
   absl::Status Validate() const;
 };
@@ -110,6 +115,7 @@ class Agent {
 
   const AgentConfig config_;
   const mt::v1::WorkerResources resources_;
+  AllowedRoots allowed_roots_;  // set by Create, then read only
   RankObserver* const observer_;
   std::unique_ptr<mt::v1::WorkerService::Stub> stub_;
   absl::Notification stop_;

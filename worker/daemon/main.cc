@@ -18,6 +18,7 @@ extern char** environ;
 #include "common/base/logging.h"
 #include "common/base/version.h"
 #include "common/cli/daemon.h"
+#include "common/cli/repeated_flag.h"
 #include "common/metrics/metrics_server.h"
 #include "common/net/interfaces.h"
 #include "prometheus/registry.h"
@@ -41,6 +42,10 @@ ABSL_FLAG(int, metrics_port, 0,
 ABSL_FLAG(absl::Duration, metrics_linger, absl::Seconds(30),
           "How long an ended rank's series stay on /metrics (so that the last values are "
           "scraped) before they are dropped.");
+ABSL_FLAG(std::vector<std::string>, allowed_root, {},
+          "Directory that every path of an assigned rank (data, tokenizer, save, load, "
+          "TensorBoard, resume) must lie in, symbolic links resolved; repeatable or "
+          "comma-separated. A rank with a path outside is not started. Default: not confined.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine.");
 ABSL_FLAG(std::string, interface, "",
@@ -74,7 +79,7 @@ int ExecTrainer(int argc, char** argv) {
 }
 
 // The flags as the agent's configuration.
-mt::worker::AgentConfig ConfigFromFlags() {
+mt::worker::AgentConfig ConfigFromFlags(int argc, char** argv) {
   mt::worker::AgentConfig config;
   config.coordinator = absl::GetFlag(FLAGS_coordinator);
   config.token_file = absl::GetFlag(FLAGS_token_file);
@@ -84,6 +89,7 @@ mt::worker::AgentConfig ConfigFromFlags() {
   config.state_file = absl::GetFlag(FLAGS_state_file);
   config.work_dir = absl::GetFlag(FLAGS_work_dir);
   config.trainer_binary = absl::GetFlag(FLAGS_trainer_binary);
+  config.allowed_roots = mt::cli::RepeatedFlagValues(argc, argv, "allowed_root");
   return config;
 }
 
@@ -110,7 +116,7 @@ int main(int argc, char** argv) {
                       "  mt-worker --coordinator 127.0.0.1:7070 [--gpu 0]\n"
                       "  mt-worker train --spec job.yaml [--device cuda] ...   (train by hand)");
   mt::cli::BlockTerminationSignals();
-  mt::worker::AgentConfig config = ConfigFromFlags();
+  mt::worker::AgentConfig config = ConfigFromFlags(argc, argv);
   absl::StatusOr<std::vector<std::string>> network = RankNetwork(config.coordinator);
   if (!network.ok()) {
     std::fprintf(stderr, "mt-worker: %s\n", std::string(network.status().message()).c_str());

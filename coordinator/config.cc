@@ -1,6 +1,7 @@
 #include "coordinator/config.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/rpc/auth.h"
 
 namespace mt::coordinator {
@@ -15,6 +16,7 @@ absl::Status CoordinatorConfig::Validate() const {
         "--listen ", listen_address,
         " is not a loopback address; listening beyond this machine requires --auth-token-file"));
   }
+  MT_RETURN_IF_ERROR(ValidateSecurity());
   if (state_dir.empty()) {
     return absl::InvalidArgumentError(
         "--state-dir is required: the directory where the coordinator keeps its database");
@@ -34,6 +36,33 @@ absl::Status CoordinatorConfig::Validate() const {
         "--metrics-port ", metrics_port, " must be -1 (off), 0 (any free port) or 1..65535"));
   }
   return absl::OkStatus();
+}
+
+absl::Status CoordinatorConfig::ValidateSecurity() const {
+  MT_RETURN_IF_ERROR(rpc::ValidateServerTls(tls));
+  if (!rpc::IsLoopbackAddress(listen_address) && !tls.enabled() && !insecure_allow_plaintext) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", listen_address,
+        " is not a loopback address; bearer tokens would cross the network in clear text: "
+        "give --tls-cert and --tls-key (docs/security.md), or --insecure-allow-plaintext on a "
+        "network you trust"));
+  }
+  if (reflection != "auto" && reflection != "on" && reflection != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reflection '", reflection, "' must be auto, on or off"));
+  }
+  if (metrics_port >= 0 && !metrics_public &&
+      !rpc::IsLoopbackAddress(absl::StrCat(metrics_host, ":0"))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-host ", metrics_host,
+                     " is not a loopback address and /metrics and /sd answer without a token: add "
+                     "--metrics-public to serve them to the network anyway"));
+  }
+  return absl::OkStatus();
+}
+
+bool CoordinatorConfig::ReflectionEnabled() const {
+  return reflection == "on" || (reflection == "auto" && rpc::IsLoopbackAddress(listen_address));
 }
 
 }  // namespace mt::coordinator

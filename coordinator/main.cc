@@ -12,13 +12,25 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to serve gRPC on (port 0 = any free port). Non-loopback addresses "
-          "require --auth-token-file.");
+          "require --auth-token-file and --tls-cert/--tls-key (or --insecure-allow-plaintext).");
 ABSL_FLAG(std::string, state_dir, "",
           "Directory for the coordinator's SQLite database (jobs, events). Required.");
 ABSL_FLAG(int, stop_grace_seconds, 10,
           "Seconds a cancelled rank gets between SIGTERM and SIGKILL.");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "File of accepted bearer tokens, one per line; clients send one with every call.");
+          "File of accepted bearer tokens, one 'ROLE NAME TOKEN' per line (roles admin, submit, "
+          "read, worker; a bare TOKEN is admin). See docs/security.md.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require every client (workers, mtctl) to present a certificate it "
+          "signed (mutual TLS).");
+ABSL_FLAG(bool, insecure_allow_plaintext, false,
+          "Listen off loopback without TLS: bearer tokens then cross the network in clear text.");
+ABSL_FLAG(std::string, reflection, "auto",
+          "gRPC server reflection (grpcurl): auto = only when --listen is loopback, on, off.");
+ABSL_FLAG(bool, metrics_public, false,
+          "Allow a non-loopback --metrics-host: /metrics and /sd answer without a token.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often workers are told to heartbeat.");
 ABSL_FLAG(absl::Duration, lost_after, absl::Seconds(10),
@@ -27,7 +39,8 @@ ABSL_FLAG(int, metrics_port, 9400,
           "Port of the Prometheus endpoint: /metrics, and /sd (HTTP service discovery of the "
           "workers' endpoints). 0 = any free port, -1 = off.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
-          "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine.");
+          "Address the Prometheus endpoint binds; 0.0.0.0 (with --metrics-public) for a "
+          "Prometheus on another machine.");
 ABSL_FLAG(std::string, address_file, "",
           "Write the bound host:port to this file once serving (for scripts using port 0).");
 
@@ -43,6 +56,11 @@ mt::coordinator::CoordinatorConfig ConfigFromFlags() {
   config.lost_after = absl::GetFlag(FLAGS_lost_after);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  config.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                absl::GetFlag(FLAGS_tls_client_ca)};
+  config.insecure_allow_plaintext = absl::GetFlag(FLAGS_insecure_allow_plaintext);
+  config.reflection = absl::GetFlag(FLAGS_reflection);
+  config.metrics_public = absl::GetFlag(FLAGS_metrics_public);
   return config;
 }
 
@@ -58,7 +76,8 @@ int main(int argc, char** argv) {
       argc, argv,
       "The mt control plane: keeps jobs and workers, plans "
       "TP/PP/DP layouts and places ranks on mt-worker daemons.\n\n"
-      "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]");
+      "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]\n"
+      "                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]");
   const mt::coordinator::CoordinatorConfig config = ConfigFromFlags();
   if (absl::Status valid = config.Validate(); !valid.ok()) return Fail(valid);
 

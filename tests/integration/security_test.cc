@@ -112,10 +112,10 @@ TEST_F(SecurityTest, TlsVerifiesTheServerAndRolesLimitTokens) {
   // Roles: a read token cannot delete checkpoints or cancel (exit 5, PERMISSION_DENIED naming
   // the role), nor can a submit token delete; a worker token cannot use the client service at
   // all; admin passes the role check (and finds no such checkpoint: exit 3).
-  r = Mtctl({"checkpoints", "delete", "ck-1", viewer, "--tls_ca=" + certs_.ca});
+  r = Mtctl({"checkpoints", "delete", "c-1", viewer, "--tls_ca=" + certs_.ca});
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_THAT(r.err, HasSubstr("DeleteCheckpoint needs the admin role"));
-  r = Mtctl({"checkpoints", "delete", "ck-1", "--token_file=" + TokenFile("alice"),
+  r = Mtctl({"checkpoints", "delete", "c-1", "--token_file=" + TokenFile("alice"),
              "--tls_ca=" + certs_.ca});
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_THAT(r.err, HasSubstr("token 'alice' has role submit"));
@@ -125,7 +125,7 @@ TEST_F(SecurityTest, TlsVerifiesTheServerAndRolesLimitTokens) {
   r = Mtctl({"workers", "--token_file=" + TokenFile("worker"), "--tls_ca=" + certs_.ca});
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_THAT(r.err, HasSubstr("has role worker"));
-  r = Mtctl({"checkpoints", "delete", "ck-1", "--token_file=" + TokenFile("root"),
+  r = Mtctl({"checkpoints", "delete", "c-1", "--token_file=" + TokenFile("root"),
              "--tls_ca=" + certs_.ca});
   EXPECT_EQ(r.exit_code, 3) << r.err;
   worker.Signal(SIGTERM);

@@ -248,14 +248,6 @@ grpc::Status Authenticator::Check(const grpc::ServerContext& context, absl::stri
   return grpc::Status::OK;
 }
 
-Caller Authenticator::Identify(const grpc::ServerContext& context) const {
-  Caller caller;
-  if (tokens_.empty()) return caller;
-  grpc::Status ignored;
-  if (const TokenEntry* entry = Find(context, &ignored); entry != nullptr) caller.entry = *entry;
-  return caller;
-}
-
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token,
                                            std::shared_ptr<grpc::ChannelCredentials> credentials) {
   grpc::ChannelArguments args;

@@ -12,7 +12,6 @@
 #define MT_COMMON_RPC_AUTH_H_
 
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -55,15 +54,6 @@ absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path);
 // Whether `address` (host:port) listens on loopback only: 127.0.0.0/8, [::1] or localhost.
 bool IsLoopbackAddress(absl::string_view address);
 
-// Who made a call: the entry of the token it carried (none when authentication is off).
-struct Caller {
-  std::optional<TokenEntry> entry;
-  // True when the caller may do anything (no authentication, or an admin token).
-  bool admin() const { return !entry.has_value() || entry->role == Role::kAdmin; }
-  // The recorded identity: the entry's name, or "" without authentication.
-  std::string name() const { return entry.has_value() ? entry->name : ""; }
-};
-
 // Checks the bearer token of a call and its role. With no tokens configured every call is
 // accepted (the daemon then listens on loopback only). The standard health-checking service
 // stays open, as load balancers expect. Thread-safe (immutable).
@@ -74,8 +64,6 @@ class Authenticator {
   // OK, UNAUTHENTICATED saying what is missing, or PERMISSION_DENIED naming the role needed.
   grpc::Status Check(const grpc::ServerContext& context, absl::string_view method,
                      Access access) const;
-  // The caller of an authenticated call (Check passed), for ownership checks.
-  Caller Identify(const grpc::ServerContext& context) const;
 
  private:
   const TokenEntry* Find(const grpc::ServerContext& context, grpc::Status* error) const;

@@ -147,18 +147,19 @@ TEST(RpcRoles, EveryRoleAgainstEveryRpc) {
 TEST(RpcRoles, AllowsMatrix) {
   using rpc::Access;
   using rpc::Role;
-  EXPECT_TRUE(rpc::Allows(Role::kAdmin, Access::kWorker));
-  EXPECT_TRUE(rpc::Allows(Role::kAdmin, Access::kAdmin));
-  EXPECT_TRUE(rpc::Allows(Role::kSubmit, Access::kRead));
-  EXPECT_TRUE(rpc::Allows(Role::kSubmit, Access::kSubmit));
-  EXPECT_FALSE(rpc::Allows(Role::kSubmit, Access::kAdmin));
-  EXPECT_FALSE(rpc::Allows(Role::kSubmit, Access::kWorker));
-  EXPECT_TRUE(rpc::Allows(Role::kRead, Access::kRead));
-  EXPECT_FALSE(rpc::Allows(Role::kRead, Access::kSubmit));
-  EXPECT_FALSE(rpc::Allows(Role::kRead, Access::kWorker));
-  EXPECT_TRUE(rpc::Allows(Role::kWorker, Access::kWorker));
-  EXPECT_FALSE(rpc::Allows(Role::kWorker, Access::kRead));
-  EXPECT_FALSE(rpc::Allows(Role::kWorker, Access::kSubmit));
+  // Rows: admin, submit, read, worker; columns: read, submit, admin, worker.
+  const Role roles[] = {Role::kAdmin, Role::kSubmit, Role::kRead, Role::kWorker};
+  const Access accesses[] = {Access::kRead, Access::kSubmit, Access::kAdmin, Access::kWorker};
+  const bool want[4][4] = {{true, true, true, true},
+                           {true, true, false, false},
+                           {true, false, false, false},
+                           {false, false, false, true}};
+  for (int r = 0; r < 4; ++r) {
+    for (int a = 0; a < 4; ++a) {
+      EXPECT_EQ(rpc::Allows(roles[r], accesses[a]), want[r][a])
+          << rpc::RoleName(roles[r]) << " on " << rpc::AccessName(accesses[a]);
+    }
+  }
 }
 
 }  // namespace

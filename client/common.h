@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "client/output.h"
+#include "common/rpc/tls.h"
 #include "grpcpp/channel.h"
 
 namespace mt::client {
@@ -32,10 +33,18 @@ enum ExitCode {
 struct GlobalOptions {
   std::string coordinator;  // --coordinator, else $MT_COORDINATOR, else 127.0.0.1:7070
   std::string token_file;   // --token-file, else $MT_TOKEN_FILE
+  // --tls-ca (else $MT_TLS_CA), --tls-cert/--tls-key (else $MT_TLS_CERT/$MT_TLS_KEY).
+  rpc::ClientTlsFiles tls;
+  // --insecure-allow-plaintext: send the token off loopback without TLS.
+  bool insecure_allow_plaintext = false;
   OutputFormat output = OutputFormat::kTable;
 };
 
 absl::StatusOr<GlobalOptions> LoadGlobalOptions();
+// Whether `arg` is one of the connection flags above (--coordinator, --token-file, --tls-*,
+// --insecure-allow-plaintext, either spelling); *takes_value when its value is the next
+// argument.
+bool IsConnectionFlag(absl::string_view arg, bool* takes_value);
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(const GlobalOptions& options);
 
 // Maps a status to the exit code above.

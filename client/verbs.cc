@@ -92,7 +92,9 @@ namespace {
 
 const char kGlobalHelp[] =
     "Global flags: --coordinator HOST:PORT (or $MT_COORDINATOR), --token-file FILE (or\n"
-    "$MT_TOKEN_FILE), -o table|json|yaml. Results go to stdout, errors and notices to stderr.\n"
+    "$MT_TOKEN_FILE), --tls-ca FILE (or $MT_TLS_CA; --tls-cert/--tls-key for mutual TLS),\n"
+    "--insecure-allow-plaintext, -o table|json|yaml.\n"
+    "Results go to stdout, errors and notices to stderr.\n"
     "Exit codes: 0 ok, 1 failed, 2 bad usage or invalid input, 3 not found,\n"
     "4 coordinator unreachable, 5 not authenticated, 6 timed out.\n";
 
@@ -125,11 +127,10 @@ int Main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--version") == 0) {
       std::cout << "mtctl " << kVersion << " (API " << kApiVersion << ")\n";
       return kExitOk;
-    } else if (verb == nullptr &&
+    } else if (bool takes_value = false;
+               verb == nullptr &&
                (std::strcmp(argv[i], "-o") == 0 || std::strcmp(argv[i], "--o") == 0 ||
-                std::strcmp(argv[i], "--coordinator") == 0 ||
-                std::strcmp(argv[i], "--token-file") == 0 ||
-                std::strcmp(argv[i], "--token_file") == 0)) {
+                (IsConnectionFlag(argv[i], &takes_value) && takes_value))) {
       ++i;  // a global flag's value, not the verb
     } else if (argv[i][0] != '-' && verb == nullptr) {
       verb = FindVerb(argv[i]);

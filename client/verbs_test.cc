@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "client/common.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -52,6 +53,25 @@ TEST(VerbsTest, NoVerbOrAnUnknownOneIsUsage) {
   EXPECT_EQ(RunMain({"frobnicate"}, &out), kExitUsage);
   EXPECT_EQ(RunMain({"data"}, &out), kExitUsage);
   EXPECT_EQ(RunMain({"data", "frobnicate"}, &out), kExitUsage);
+}
+
+TEST(Verbs, ConnectionFlagsAreKnownInEveryForm) {
+  bool takes_value = false;
+  for (const char* flag : {"--coordinator", "--token-file", "--token_file", "--tls-ca", "--tls_ca",
+                           "--tls-cert", "--tls_cert", "--tls-key", "--tls_key"}) {
+    EXPECT_TRUE(IsConnectionFlag(flag, &takes_value)) << flag;
+    EXPECT_TRUE(takes_value) << flag;
+    EXPECT_TRUE(IsConnectionFlag(std::string(flag) + "=x", &takes_value)) << flag;
+    EXPECT_FALSE(takes_value) << flag;
+  }
+  EXPECT_TRUE(IsConnectionFlag("--insecure-allow-plaintext", &takes_value));
+  EXPECT_FALSE(takes_value);
+  EXPECT_FALSE(IsConnectionFlag("--tls-cafile", &takes_value));
+  EXPECT_FALSE(IsConnectionFlag("-o", &takes_value));
+  EXPECT_FALSE(IsConnectionFlag("tls-ca", &takes_value));
+  // A connection flag's value before the verb is not taken for the verb.
+  std::string out;
+  EXPECT_EQ(RunMain({"--tls-ca", "frobnicate", "--help"}, &out), kExitOk);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "coordinator/config.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/net/address.h"
 #include "common/rpc/auth.h"
 
@@ -28,6 +29,7 @@ absl::Status CoordinatorConfig::Validate() const {
         " is not a loopback address; listening beyond this machine requires --allowed-root DIR "
         "(repeatable): the directories that jobs, imports and exports may use"));
   }
+  MT_RETURN_IF_ERROR(ValidateSecurity());
   if (state_dir.empty()) {
     return absl::InvalidArgumentError(
         "--state-dir is required: the directory where the coordinator keeps its database");
@@ -63,6 +65,33 @@ std::string AdvertisedAddress(const CoordinatorConfig& config, int bound_port,
   std::string host = listen.ok() ? listen->host : "";
   if (host.empty() || host == "0.0.0.0" || host == "::") host = host_name;
   return net::JoinHostPort(host, bound_port);
+}
+
+absl::Status CoordinatorConfig::ValidateSecurity() const {
+  MT_RETURN_IF_ERROR(rpc::ValidateServerTls(tls));
+  if (!rpc::IsLoopbackAddress(listen_address) && !tls.enabled() && !insecure_allow_plaintext) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--listen ", listen_address,
+        " is not a loopback address; bearer tokens would cross the network in clear text: "
+        "give --tls-cert and --tls-key (docs/security.md), or --insecure-allow-plaintext on a "
+        "network you trust"));
+  }
+  if (reflection != "auto" && reflection != "on" && reflection != "off") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--reflection '", reflection, "' must be auto, on or off"));
+  }
+  if (metrics_port >= 0 && !metrics_public &&
+      !rpc::IsLoopbackAddress(absl::StrCat(metrics_host, ":0"))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics-host ", metrics_host,
+                     " is not a loopback address and /metrics and /sd answer without a token: add "
+                     "--metrics-public to serve them to the network anyway"));
+  }
+  return absl::OkStatus();
+}
+
+bool CoordinatorConfig::ReflectionEnabled() const {
+  return reflection == "on" || (reflection == "auto" && rpc::IsLoopbackAddress(listen_address));
 }
 
 }  // namespace mt::coordinator

@@ -7,11 +7,13 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "common/rpc/tls.h"
 
 namespace mt::coordinator {
 
 struct CoordinatorConfig {
-  // host:port for gRPC. Loopback by default; anything else needs auth_token_file.
+  // host:port for gRPC. Loopback by default; anything else needs auth_token_file and TLS
+  // (or insecure_allow_plaintext).
   std::string listen_address = "127.0.0.1:7070";
   // host[:port] workers and ranks dial (NAT, containers); empty = the listen address (a
   // wildcard listen address: this host's name). No port = the bound port.
@@ -20,8 +22,17 @@ struct CoordinatorConfig {
   std::string state_dir;
   // Seconds a cancelled or stopped rank gets between SIGTERM and SIGKILL.
   int stop_grace_seconds = 10;
-  // File of accepted bearer tokens (common/rpc/auth.h); empty = no authentication.
+  // File of accepted bearer tokens and their roles (common/rpc/auth.h); empty = no
+  // authentication.
   std::string auth_token_file;
+  // TLS on the gRPC port (--tls-cert/--tls-key, mutual with --tls-client-ca).
+  rpc::ServerTlsFiles tls;
+  // Lets a non-loopback listen address go without TLS (tokens then travel in clear text).
+  bool insecure_allow_plaintext = false;
+  // gRPC server reflection (grpcurl): "auto" = only when listening on loopback, "on", "off".
+  std::string reflection = "auto";
+  // Lets the metrics endpoint (unauthenticated /metrics and /sd) bind off loopback.
+  bool metrics_public = false;
   // How often workers heartbeat, and the silence after which a worker is LOST.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lost_after = absl::Seconds(10);
@@ -36,6 +47,12 @@ struct CoordinatorConfig {
 
   // Every field checked; errors name the flag and the fix.
   absl::Status Validate() const;
+  // Whether the reflection service is registered (see `reflection`).
+  bool ReflectionEnabled() const;
+
+ private:
+  // TLS, plaintext, reflection and the metrics endpoint's exposure.
+  absl::Status ValidateSecurity() const;
 };
 
 // The host:port workers and ranks are told to dial: --advertise-address (the bound port added

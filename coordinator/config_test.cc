@@ -32,18 +32,50 @@ TEST(CoordinatorConfig, NonLoopbackNeedsTokens) {
                                      HasSubstr("requires --auth-token-file")));
   c.auth_token_file = "/etc/mt/tokens";
   c.allowed_roots = {"/data"};
+  // Tokens alone would cross the network in clear text: TLS, or an explicit opt-out.
+  EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                     HasSubstr("give --tls-cert and --tls-key")));
+  c.insecure_allow_plaintext = true;
   EXPECT_THAT(c.Validate(), IsOk());
+  c.insecure_allow_plaintext = false;
+  c.tls = {"/etc/mt/server.pem", "/etc/mt/server.key", ""};
+  EXPECT_THAT(c.Validate(), IsOk());
+  EXPECT_FALSE(c.ReflectionEnabled());
+  c.tls.key.clear();
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--tls-cert and --tls-key")));
 }
 
 TEST(CoordinatorConfig, NonLoopbackNeedsAllowedRoots) {
   CoordinatorConfig c = Valid();
   c.listen_address = "0.0.0.0:7070";
   c.auth_token_file = "/etc/mt/tokens";
+  c.insecure_allow_plaintext = true;
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument,
                                      HasSubstr("requires --allowed-root DIR")));
   c.allowed_roots = {"/data", "/shared"};
   EXPECT_THAT(c.Validate(), IsOk());
   c = Valid();  // loopback: confinement is optional
+  EXPECT_THAT(c.Validate(), IsOk());
+}
+
+TEST(CoordinatorConfig, ReflectionAndMetricsExposure) {
+  CoordinatorConfig c = Valid();
+  EXPECT_TRUE(c.ReflectionEnabled());  // loopback: grpcurl works out of the box
+  c.reflection = "off";
+  EXPECT_FALSE(c.ReflectionEnabled());
+  c.reflection = "maybe";
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--reflection")));
+  c = Valid();
+  c.metrics_port = 9400;
+  c.metrics_host = "0.0.0.0";
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--metrics-public")));
+  c.metrics_public = true;
+  EXPECT_THAT(c.Validate(), IsOk());
+  c.metrics_public = false;
+  c.metrics_port = -1;  // off: nothing exposed
   EXPECT_THAT(c.Validate(), IsOk());
 }
 

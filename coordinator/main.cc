@@ -14,7 +14,7 @@
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:7070",
           "host:port to serve gRPC on (port 0 = any free port). Non-loopback addresses "
-          "require --auth-token-file.");
+          "require --auth-token-file and --tls-cert/--tls-key (or --insecure-allow-plaintext).");
 ABSL_FLAG(std::string, advertise_address, "",
           "host[:port] that workers and ranks dial, when it differs from --listen (NAT, "
           "containers, a wildcard listen address). No port = the port bound.");
@@ -23,7 +23,19 @@ ABSL_FLAG(std::string, state_dir, "",
 ABSL_FLAG(int, stop_grace_seconds, 10,
           "Seconds a cancelled rank gets between SIGTERM and SIGKILL.");
 ABSL_FLAG(std::string, auth_token_file, "",
-          "File of accepted bearer tokens, one per line; clients send one with every call.");
+          "File of accepted bearer tokens, one 'ROLE NAME TOKEN' per line (roles admin, submit, "
+          "read, worker; a bare TOKEN is admin). See docs/security.md.");
+ABSL_FLAG(std::string, tls_cert, "", "PEM certificate chain: serve gRPC over TLS.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA bundle: require every client (workers, mtctl) to present a certificate it "
+          "signed (mutual TLS).");
+ABSL_FLAG(bool, insecure_allow_plaintext, false,
+          "Listen off loopback without TLS: bearer tokens then cross the network in clear text.");
+ABSL_FLAG(std::string, reflection, "auto",
+          "gRPC server reflection (grpcurl): auto = only when --listen is loopback, on, off.");
+ABSL_FLAG(bool, metrics_public, false,
+          "Allow a non-loopback --metrics-host: /metrics and /sd answer without a token.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often workers are told to heartbeat.");
 ABSL_FLAG(absl::Duration, lost_after, absl::Seconds(10),
@@ -32,7 +44,8 @@ ABSL_FLAG(int, metrics_port, 9400,
           "Port of the Prometheus endpoint: /metrics, and /sd (HTTP service discovery of the "
           "workers' endpoints). 0 = any free port, -1 = off.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
-          "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine.");
+          "Address the Prometheus endpoint binds; 0.0.0.0 (with --metrics-public) for a "
+          "Prometheus on another machine.");
 ABSL_FLAG(std::vector<std::string>, allowed_root, {},
           "Directory that every path of a job (data, tokenizer, save, load, TensorBoard) and of "
           "a checkpoint import or export must lie in, symbolic links resolved; repeatable or "
@@ -54,6 +67,11 @@ mt::coordinator::CoordinatorConfig ConfigFromFlags(int argc, char** argv) {
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   config.allowed_roots = mt::cli::RepeatedFlagValues(argc, argv, "allowed_root");
+  config.tls = {absl::GetFlag(FLAGS_tls_cert), absl::GetFlag(FLAGS_tls_key),
+                absl::GetFlag(FLAGS_tls_client_ca)};
+  config.insecure_allow_plaintext = absl::GetFlag(FLAGS_insecure_allow_plaintext);
+  config.reflection = absl::GetFlag(FLAGS_reflection);
+  config.metrics_public = absl::GetFlag(FLAGS_metrics_public);
   return config;
 }
 
@@ -70,7 +88,8 @@ int main(int argc, char** argv) {
       "The mt control plane: keeps jobs and workers, plans "
       "TP/PP/DP layouts and places ranks on mt-worker daemons.\n\n"
       "  mt-coordinator --state-dir DIR [--listen 127.0.0.1:7070] [--auth-token-file FILE]\n"
-      "                 [--allowed-root DIR]...");
+      "                 [--allowed-root DIR]...\n"
+      "                 [--tls-cert FILE --tls-key FILE [--tls-client-ca FILE]]");
   const mt::coordinator::CoordinatorConfig config = ConfigFromFlags(argc, argv);
   if (absl::Status valid = config.Validate(); !valid.ok()) return Fail(valid);
 

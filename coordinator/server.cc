@@ -11,6 +11,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/rpc/auth.h"
+#include "common/rpc/tls.h"
 #include "coordinator/checkpoints/catalog.h"
 #include "coordinator/checkpoints/job_lookup.h"
 #include "coordinator/client_service.h"
@@ -28,13 +29,15 @@ namespace mt::coordinator {
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& config,
                                                        const Clock* clock) {
   MT_RETURN_IF_ERROR(config.Validate());
-  std::vector<std::string> tokens;
+  std::vector<rpc::TokenEntry> tokens;
   if (!config.auth_token_file.empty()) {
-    auto read = rpc::ReadTokenFile(config.auth_token_file);
+    auto read = rpc::ReadTokenTable(config.auth_token_file);
     if (!read.ok()) return Annotate(read.status(), "--auth-token-file");
     tokens = *std::move(read);
   }
   MT_ASSIGN_OR_RETURN(AllowedRoots roots, AllowedRoots::Create(config.allowed_roots));
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                      rpc::MakeServerCredentials(config.tls));
   std::unique_ptr<Server> s(new Server());
   s->allowed_roots_ = std::move(roots);
   s->config_ = config;
@@ -60,10 +63,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->client_service_->set_metrics(s->metrics_.get());
   s->client_service_->set_allowed_roots(s->allowed_roots_);
   MT_RETURN_IF_ERROR(s->StartCatalog());
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  if (config.ReflectionEnabled()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int bound_port = 0;
-  builder.AddListeningPort(config.listen_address, grpc::InsecureServerCredentials(), &bound_port);
+  builder.AddListeningPort(config.listen_address, credentials, &bound_port);
   builder.RegisterService(s->client_service_.get());
   builder.RegisterService(s->worker_service_.get());
   builder.SetMaxReceiveMessageSize(16 << 20);
@@ -95,6 +98,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->sweeper_ = std::thread([raw = s.get()] { raw->SweepLoop(); });
   s->restarter_ = std::thread([raw = s.get()] { raw->RestartLoop(); });
   MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
+               << (config.tls.enabled() ? " over TLS" : "")
+               << (config.tls.client_ca.empty() ? "" : " (client certificates required)")
                << (s->auth_->enabled() ? " (bearer tokens required)" : "")
                << (s->allowed_roots_.enabled()
                        ? absl::StrCat(", paths confined to ",

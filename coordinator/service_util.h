@@ -1,6 +1,6 @@
-// What the client and worker gRPC services share: the bearer-token check at the top of every
-// handler and the mapping of a component's StatusOr answer onto the response message.
-// Stateless; thread-safe.
+// What the client and worker gRPC services share: the token and role check at the top of every
+// handler (the role each method needs is in rpc_roles.h) and the mapping of a component's StatusOr
+// answer onto the response message. Stateless; thread-safe.
 #ifndef MT_COORDINATOR_SERVICE_UTIL_H_
 #define MT_COORDINATOR_SERVICE_UTIL_H_
 
@@ -8,15 +8,19 @@
 
 #include "absl/status/statusor.h"
 #include "common/rpc/grpc_status.h"
+#include "coordinator/rpc_roles.h"
 #include "grpcpp/support/status.h"
 
 // Returns the authenticator's refusal from the enclosing handler. A macro because it must
-// return from the handler itself; `auth_` is the service's rpc::Authenticator*.
-#define MT_CHECK_AUTH(context)                                                    \
-  do {                                                                            \
-    if (grpc::Status auth_status = auth_->Check(*(context)); !auth_status.ok()) { \
-      return auth_status;                                                         \
-    }                                                                             \
+// return from the handler itself, and because the handler's own name (__func__, the RPC's
+// name) is the key of the role table; `auth_` is the service's rpc::Authenticator*.
+#define MT_CHECK_AUTH(context)                                                               \
+  do {                                                                                       \
+    if (grpc::Status auth_status =                                                           \
+            auth_->Check(*(context), __func__, ::mt::coordinator::RequiredAccess(__func__)); \
+        !auth_status.ok()) {                                                                 \
+      return auth_status;                                                                    \
+    }                                                                                        \
   } while (false)
 
 namespace mt::coordinator {

@@ -25,7 +25,10 @@ packages=(
   libre2-dev libc-ares-dev libgtest-dev libgmock-dev googletest
   libtorch-dev libgloo-dev libopenblas0-pthread
   prometheus
+  openssl
 )
+# openssl: the command line that tests/testutil/certs.cc (mt_security_test) makes test
+# certificates with, and that docs/security.md's set-up uses.
 # libopenblas0-pthread: LibTorch's CPU matmuls go through libblas.so.3; Debian's default is the
 # reference BLAS, several times slower than OpenBLAS, which takes over the alternative.
 missing=()

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <iostream>
 
-#include "absl/strings/match.h"
 #include "client/common.h"
 #include "client/data/data_verbs.h"
 #include "client/data/flags.h"
@@ -34,12 +33,8 @@ int RunData(const std::vector<std::string>& args, const GlobalOptions& /*options
     const std::string& a = args[i];
     if (a == "--help" || a == "-h" || a == "-help") break;
     if (!IsFlag(a)) break;
-    if (a == "--coordinator" || a == "--token-file" || a == "--token_file") {
-      ++i;  // connection flags mean nothing for local data work
-      continue;
-    }
-    if (absl::StartsWith(a, "--coordinator=") || absl::StartsWith(a, "--token-file=") ||
-        absl::StartsWith(a, "--token_file=")) {
+    if (bool takes_value = false; IsConnectionFlag(a, &takes_value)) {
+      if (takes_value) ++i;  // connection flags mean nothing for local data work
       continue;
     }
     // The rest (-o FORMAT, or a mistake) is for the subcommand to accept or reject.

@@ -1,9 +1,13 @@
-// Bearer-token authentication shared by the daemons and their clients.
+// Bearer-token authentication and role-based authorisation shared by the daemons and their
+// clients.
 //
-// A token file holds one token per line (blank lines and '#' comments ignored); any listed
-// token is accepted. Clients send "authorization: Bearer <token>" metadata on every call.
-// The coordinator checks it at the top of every handler (Authenticator::Check); TLS and roles
-// can be layered on later without changing this contract.
+// Token file (docs/security.md): one entry per line, blank lines and '#' comments ignored:
+//   ROLE NAME TOKEN    e.g. "submit alice 3f9a..."; NAME is who the coordinator records
+//   ROLE TOKEN         the name is then the role itself
+//   TOKEN              (the format before roles) = "admin admin TOKEN"
+// ROLE is one of admin, submit, read, worker. Clients send the first entry's token as
+// "authorization: Bearer <token>" on every call. The coordinator checks it at the top of every
+// handler against the role the method needs (Authenticator::Check).
 #ifndef MT_COMMON_RPC_AUTH_H_
 #define MT_COMMON_RPC_AUTH_H_
 
@@ -18,28 +22,59 @@
 
 namespace mt::rpc {
 
-// Reads the tokens of a token file. Each token is 16..512 printable ASCII characters.
+// What a token may do. Ordered by nothing: use Allows().
+enum class Role { kAdmin, kSubmit, kRead, kWorker };
+
+// What a method needs (coordinator/rpc_roles.h holds the table of every method).
+enum class Access {
+  kRead,    // read, submit, admin
+  kSubmit,  // submit, admin
+  kAdmin,   // admin only
+  kWorker,  // worker, admin (the worker service)
+};
+
+absl::string_view RoleName(Role role);
+absl::StatusOr<Role> ParseRole(absl::string_view name);
+absl::string_view AccessName(Access access);
+// Whether a token of `role` may call a method that needs `access`.
+bool Allows(Role role, Access access);
+
+struct TokenEntry {
+  Role role = Role::kAdmin;
+  std::string name;
+  std::string token;
+};
+
+// Reads a token file (format above). Each token is 16..512 printable ASCII characters; names
+// are 1..64 of [A-Za-z0-9._@-]; a token may appear once.
+absl::StatusOr<std::vector<TokenEntry>> ReadTokenTable(const std::string& path);
+// The tokens of a token file, in order (what clients send: the first).
 absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path);
 
 // Whether `address` (host:port) listens on loopback only: 127.0.0.0/8, [::1] or localhost.
 bool IsLoopbackAddress(absl::string_view address);
 
-// Checks the bearer token of a call. With no tokens configured every call is accepted (the
-// daemon then listens on loopback only). The standard health-checking and reflection services
-// stay open, as load balancers and grpcurl expect. Thread-safe (immutable).
+// Checks the bearer token of a call and its role. With no tokens configured every call is
+// accepted (the daemon then listens on loopback only). The standard health-checking service
+// stays open, as load balancers expect. Thread-safe (immutable).
 class Authenticator {
  public:
-  explicit Authenticator(std::vector<std::string> tokens) : tokens_(std::move(tokens)) {}
+  explicit Authenticator(std::vector<TokenEntry> tokens) : tokens_(std::move(tokens)) {}
   bool enabled() const { return !tokens_.empty(); }
-  // OK, or UNAUTHENTICATED saying what is missing.
-  grpc::Status Check(const grpc::ServerContext& context) const;
+  // OK, UNAUTHENTICATED saying what is missing, or PERMISSION_DENIED naming the role needed.
+  grpc::Status Check(const grpc::ServerContext& context, absl::string_view method,
+                     Access access) const;
 
  private:
-  std::vector<std::string> tokens_;
+  const TokenEntry* Find(const grpc::ServerContext& context, grpc::Status* error) const;
+  std::vector<TokenEntry> tokens_;
 };
 
-// Channel to `address`, sending `token` as a bearer token when it is not empty.
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token);
+// Channel to `address` over `credentials` (nullptr = plaintext), sending `token` as a bearer
+// token when it is not empty.
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address, const std::string& token,
+    std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);
 
 }  // namespace mt::rpc
 

@@ -3,7 +3,9 @@
 #include "common/base/files.h"
 #include "common/base/status_matchers.h"
 #include "common/rpc/auth.h"
+#include "common/rpc/dial.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/tls.h"
 #include "gtest/gtest.h"
 
 namespace mt::rpc {
@@ -48,6 +50,89 @@ TEST(Auth, TokenFile) {
   MT_ASSERT_OK(WriteFileAtomically(path, "# nothing\n"));
   EXPECT_THAT(ReadTokenFile(path),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("holds no token")));
+}
+
+TEST(Auth, TokenTableWithRolesAndNames) {
+  const std::string path = ::testing::TempDir() + "/roles";
+  MT_ASSERT_OK(WriteFileAtomically(path,
+                                   "# bare = admin\n0123456789abcdef0123\n"
+                                   "submit alice aaaaaaaaaaaaaaaaaaaa\n"
+                                   "read bbbbbbbbbbbbbbbbbbbb\n"
+                                   "worker  node-7   cccccccccccccccccccc  \n"));
+  MT_ASSERT_OK_AND_ASSIGN(auto table, ReadTokenTable(path));
+  ASSERT_EQ(table.size(), 4u);
+  EXPECT_EQ(table[0].role, Role::kAdmin);
+  EXPECT_EQ(table[0].name, "admin");
+  EXPECT_EQ(table[1].role, Role::kSubmit);
+  EXPECT_EQ(table[1].name, "alice");
+  EXPECT_EQ(table[1].token, "aaaaaaaaaaaaaaaaaaaa");
+  EXPECT_EQ(table[2].role, Role::kRead);
+  EXPECT_EQ(table[2].name, "read");
+  EXPECT_EQ(table[3].role, Role::kWorker);
+  EXPECT_EQ(table[3].name, "node-7");
+  EXPECT_EQ(table[3].token, "cccccccccccccccccccc");
+  // What clients send: the first token, whatever the line's form.
+  MT_ASSERT_OK_AND_ASSIGN(auto tokens, ReadTokenFile(path));
+  EXPECT_EQ(tokens.front(), "0123456789abcdef0123");
+}
+
+TEST(Auth, TokenTableErrorsNameTheLine) {
+  const std::string path = ::testing::TempDir() + "/bad_roles";
+  MT_ASSERT_OK(WriteFileAtomically(path, "# x\nroot aaaaaaaaaaaaaaaaaaaa\n"));
+  EXPECT_THAT(ReadTokenTable(path),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(":2: unknown role 'root'")));
+  MT_ASSERT_OK(WriteFileAtomically(path, "submit a b aaaaaaaaaaaaaaaaaaaa\n"));
+  EXPECT_THAT(ReadTokenTable(path),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(":1: expected 'ROLE NAME")));
+  MT_ASSERT_OK(WriteFileAtomically(path, "submit al/ice aaaaaaaaaaaaaaaaaaaa\n"));
+  EXPECT_THAT(ReadTokenTable(path),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("may hold letters")));
+  MT_ASSERT_OK(
+      WriteFileAtomically(path, "read aaaaaaaaaaaaaaaaaaaa\nsubmit aaaaaaaaaaaaaaaaaaaa\n"));
+  EXPECT_THAT(ReadTokenTable(path), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr(":2: this token is listed twice")));
+  MT_ASSERT_OK(WriteFileAtomically(path, "read short\n"));
+  EXPECT_THAT(ReadTokenTable(path), StatusIs(absl::StatusCode::kInvalidArgument,
+                                             HasSubstr(":1: a token must be 16..512")));
+}
+
+TEST(Tls, FlagCombinations) {
+  EXPECT_THAT(ValidateServerTls({"c.pem", "", ""}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--tls-key")));
+  EXPECT_THAT(ValidateServerTls({"", "", "ca.pem"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--tls-client-ca needs")));
+  MT_EXPECT_OK(ValidateServerTls({"c.pem", "k.pem", "ca.pem"}));
+  EXPECT_THAT(ValidateClientTls({"", "c.pem", "k.pem"}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--tls-cert needs --tls-ca")));
+  MT_EXPECT_OK(ValidateClientTls({"ca.pem", "", ""}));
+  const std::string not_pem = ::testing::TempDir() + "/not.pem";
+  MT_ASSERT_OK(WriteFileAtomically(not_pem, "hello"));
+  EXPECT_THAT(MakeChannelCredentials({not_pem, "", ""}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--tls-ca")));
+  EXPECT_THAT(MakeServerCredentials({"/no/such.pem", "/no/such.key", ""}).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("--tls-cert")));
+}
+
+TEST(Tls, TokensStayOffPlaintextBeyondLoopback) {
+  EXPECT_THAT(CheckTokenTransport("10.0.0.1:7070", true, false, false),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--tls-ca")));
+  MT_EXPECT_OK(CheckTokenTransport("10.0.0.1:7070", true, true, false));
+  MT_EXPECT_OK(CheckTokenTransport("10.0.0.1:7070", true, false, true));
+  MT_EXPECT_OK(CheckTokenTransport("127.0.0.1:7070", true, false, false));
+  MT_EXPECT_OK(CheckTokenTransport("10.0.0.1:7070", false, false, false));
+  // Dial applies the rule before any connection.
+  const std::string tokens = ::testing::TempDir() + "/dial_tokens";
+  MT_ASSERT_OK(WriteFileAtomically(tokens, "submit bob aaaaaaaaaaaaaaaaaaaa\n"));
+  EXPECT_THAT(Dial({"10.0.0.1:7070", tokens, {}, false}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("refusing")));
+  MT_EXPECT_OK(Dial({"127.0.0.1:7070", tokens, {}, false}).status());
+}
+
+TEST(Tls, EnvironmentRoundTrip) {
+  const ClientTlsFiles files{"/a/ca.pem", "/a/c.pem", "/a/k.pem"};
+  EXPECT_THAT(ClientTlsEnvironment(files),
+              ElementsAre("MT_TLS_CA=/a/ca.pem", "MT_TLS_CERT=/a/c.pem", "MT_TLS_KEY=/a/k.pem"));
+  EXPECT_TRUE(ClientTlsEnvironment({}).empty());
 }
 
 }  // namespace

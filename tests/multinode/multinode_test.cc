@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "mt/v1/job.pb.h"
 #include "tests/multinode/netns_rig.h"
+#include "tests/testutil/certs.h"
 #include "tests/testutil/cluster.h"
 #include "tests/testutil/job_fixture.h"
 #include "tests/testutil/step_losses.h"
@@ -67,12 +68,19 @@ class MultinodeTest : public ::testing::Test {
     ASSERT_TRUE(testutil::RunCommand(
                     {"/bin/sh", "-c", "echo multinode-rig-secret-0123456789 > " + token_file_})
                     .ok());
+    // TLS as an operator runs it off loopback (docs/security.md): tokens never cross the
+    // bridge in clear text, and the ranks' rendezvous goes over TLS too.
+    absl::StatusOr<testutil::TestCerts> certs =
+        testutil::MakeTestCerts(dir_, {NetnsRig::Address(kCoordinatorNode)});
+    ASSERT_TRUE(certs.ok()) << certs.status();
+    certs_ = *std::move(certs);
     coordinator_address_ = NetnsRig::Address(kCoordinatorNode) + ":7070";
     ASSERT_TRUE(
         coordinator_
             .Start(rig_->In(kCoordinatorNode,
                             {bin_ + "/mt-coordinator", "--listen=" + coordinator_address_,
                              "--auth_token_file=" + token_file_, "--allowed_root=" + dir_,
+                             "--tls_cert=" + certs_.server_cert, "--tls_key=" + certs_.server_key,
                              "--state_dir=" + dir_ + "/state", "--heartbeat_interval=200ms",
                              "--lost_after=2s", "--stop_grace_seconds=5", "--metrics_port=-1"}),
                    dir_ + "/coordinator.log")
@@ -92,20 +100,20 @@ class MultinodeTest : public ::testing::Test {
     const std::string name = WorkerName(n, w);
     auto& p = workers_[name];
     p = std::make_unique<testutil::Subprocess>();
-    ASSERT_TRUE(
-        p->Start(rig_->In(kFirstWorkerNode + n,
-                          {bin_ + "/mt-worker", "--coordinator=" + coordinator_address_,
-                           "--token_file=" + token_file_, "--node=" + NodeName(n), "--gpu=-1",
-                           "--cpu_cores=1", "--metrics_port=-1", "--rank_port_range=29500-29600",
-                           "--state_file=" + dir_ + "/" + name + ".id",
-                           "--work_dir=" + dir_ + "/" + name}),
-                 dir_ + "/" + name + ".log")
-            .ok());
+    ASSERT_TRUE(p->Start(rig_->In(kFirstWorkerNode + n,
+                                  {bin_ + "/mt-worker", "--coordinator=" + coordinator_address_,
+                                   "--token_file=" + token_file_, "--tls_ca=" + certs_.ca,
+                                   "--node=" + NodeName(n), "--gpu=-1", "--cpu_cores=1",
+                                   "--metrics_port=-1", "--rank_port_range=29500-29600",
+                                   "--state_file=" + dir_ + "/" + name + ".id",
+                                   "--work_dir=" + dir_ + "/" + name}),
+                         dir_ + "/" + name + ".log")
+                    .ok());
   }
 
   CommandResult Mtctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60)) {
     args.insert(args.begin(), {bin_ + "/mtctl", "--coordinator=" + coordinator_address_,
-                               "--token_file=" + token_file_});
+                               "--token_file=" + token_file_, "--tls_ca=" + certs_.ca});
     absl::StatusOr<CommandResult> r = testutil::RunCommand(rig_->In(kClientNode, args), timeout);
     return r.ok() ? *r : CommandResult{-1, "", std::string(r.status().message())};
   }
@@ -164,6 +172,7 @@ class MultinodeTest : public ::testing::Test {
 
   std::unique_ptr<NetnsRig> rig_;
   std::string bin_, dir_, token_file_, coordinator_address_;
+  testutil::TestCerts certs_;
   testutil::Subprocess coordinator_;
   std::map<std::string, std::unique_ptr<testutil::Subprocess>> workers_;
 };

@@ -13,7 +13,7 @@
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/base/version.h"
-#include "common/rpc/auth.h"
+#include "common/rpc/dial.h"
 #include "common/rpc/grpc_status.h"
 #include "google/protobuf/util/time_util.h"
 #include "worker/daemon/assignment_paths.h"
@@ -79,12 +79,9 @@ absl::StatusOr<std::string> TrainerBesideThisExecutable() {
 absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config,
                                                      RankObserver* observer) {
   MT_RETURN_IF_ERROR(config.Validate());
-  std::string token;
-  if (!config.token_file.empty()) {
-    auto tokens = rpc::ReadTokenFile(config.token_file);
-    if (!tokens.ok()) return Annotate(tokens.status(), "--token-file");
-    token = tokens->front();
-  }
+  MT_ASSIGN_OR_RETURN(std::shared_ptr<grpc::Channel> channel,
+                      rpc::Dial({config.coordinator, config.token_file, config.tls,
+                                 config.insecure_allow_plaintext}));
   AgentConfig resolved = config;
   if (resolved.work_dir.empty()) resolved.work_dir = absl::StrCat("/tmp/mt-worker-", ::getpid());
   if (resolved.trainer_binary.empty()) {
@@ -99,7 +96,8 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config,
                        "--trainer-binary): ranks assigned here will fail";
   }
   MT_ASSIGN_OR_RETURN(AllowedRoots roots, AllowedRoots::Create(config.allowed_roots));
-  std::unique_ptr<Agent> agent(new Agent(resolved, DetectResources(resolved), token, observer));
+  std::unique_ptr<Agent> agent(
+      new Agent(resolved, DetectResources(resolved), std::move(channel), observer));
   agent->allowed_roots_ = std::move(roots);
   if (!config.state_file.empty()) {
     // A previous run's id lets the coordinator recognise this daemon after a restart.
@@ -111,12 +109,12 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config,
   return agent;
 }
 
-Agent::Agent(AgentConfig config, mt::v1::WorkerResources resources, std::string token,
-             RankObserver* observer)
+Agent::Agent(AgentConfig config, mt::v1::WorkerResources resources,
+             std::shared_ptr<grpc::Channel> channel, RankObserver* observer)
     : config_(std::move(config)),
       resources_(std::move(resources)),
       observer_(observer),
-      stub_(mt::v1::WorkerService::NewStub(rpc::MakeChannel(config_.coordinator, token))) {}
+      stub_(mt::v1::WorkerService::NewStub(std::move(channel))) {}
 
 std::string Agent::worker_id() const {
   absl::MutexLock lock(&mu_);
@@ -345,6 +343,9 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
   options.work_dir = config_.work_dir;
   if (!config_.token_file.empty())
     options.extra_env.push_back("MT_TOKEN_FILE=" + config_.token_file);
+  for (std::string& env : rpc::ClientTlsEnvironment(config_.tls)) {
+    options.extra_env.push_back(std::move(env));
+  }
   // A CPU rank computes with the cores of its slot, no more: several slots share a machine.
   if (resources_.gpu_index() < 0) {
     options.extra_env.push_back(absl::StrCat("MT_CPU_THREADS=", resources_.cpu_cores()));

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/base/confine.h"
+#include "common/rpc/tls.h"
 #include "mt/v1/worker_service.grpc.pb.h"
 #include "worker/daemon/rank_observer.h"
 #include "worker/daemon/rank_process.h"
@@ -43,6 +44,11 @@ struct AgentConfig {
   std::string coordinator = "127.0.0.1:7070";
   // Bearer token file (first token is sent); empty = none.
   std::string token_file;
+  // TLS to the coordinator (--tls-ca; --tls-cert/--tls-key for mutual TLS), handed on to the
+  // ranks through MT_TLS_* (common/rpc/tls.h).
+  rpc::ClientTlsFiles tls;
+  // Send the token to a non-loopback coordinator without TLS.
+  bool insecure_allow_plaintext = false;
   // Node name; empty = this host's name.
   std::string node;
   // GPU index this daemon serves; -1 = a CPU slot.
@@ -87,8 +93,8 @@ class Agent {
   std::vector<mt::v1::RunningRank> Running() const;
 
  private:
-  Agent(AgentConfig config, mt::v1::WorkerResources resources, std::string token,
-        RankObserver* observer);
+  Agent(AgentConfig config, mt::v1::WorkerResources resources,
+        std::shared_ptr<grpc::Channel> channel, RankObserver* observer);
   absl::Status RegisterOnce();
   // Keeps one StreamAssignments call open while registered and acts on what arrives.
   void AssignmentLoop();

@@ -27,6 +27,14 @@ extern char** environ;
 
 ABSL_FLAG(std::string, coordinator, "127.0.0.1:7070", "Coordinator host:port.");
 ABSL_FLAG(std::string, token_file, "", "Bearer token file for a coordinator that requires one.");
+ABSL_FLAG(std::string, tls_ca, "",
+          "PEM CA bundle that the coordinator's certificate must chain to: connect over TLS "
+          "(the ranks too).");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate for a coordinator that requires one (mutual TLS).");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls-cert.");
+ABSL_FLAG(bool, insecure_allow_plaintext, false,
+          "Send the bearer token to a non-loopback coordinator without TLS.");
 ABSL_FLAG(std::string, node, "", "Node name (default: this host's name).");
 ABSL_FLAG(int, gpu, -1, "GPU index this daemon serves; -1 = a CPU slot.");
 ABSL_FLAG(int, cpu_cores, 0, "CPU cores a rank may use (0 = all).");
@@ -83,6 +91,9 @@ mt::worker::AgentConfig ConfigFromFlags(int argc, char** argv) {
   mt::worker::AgentConfig config;
   config.coordinator = absl::GetFlag(FLAGS_coordinator);
   config.token_file = absl::GetFlag(FLAGS_token_file);
+  config.tls = {absl::GetFlag(FLAGS_tls_ca), absl::GetFlag(FLAGS_tls_cert),
+                absl::GetFlag(FLAGS_tls_key)};
+  config.insecure_allow_plaintext = absl::GetFlag(FLAGS_insecure_allow_plaintext);
   config.node = absl::GetFlag(FLAGS_node);
   config.gpu_index = absl::GetFlag(FLAGS_gpu);
   config.cpu_cores = absl::GetFlag(FLAGS_cpu_cores);

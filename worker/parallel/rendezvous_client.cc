@@ -3,7 +3,6 @@
 #include <cstdlib>
 #include <utility>
 
-#include "common/rpc/auth.h"
 #include "common/rpc/grpc_status.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -11,9 +10,9 @@ namespace mt::parallel {
 
 using google::protobuf::util::TimeUtil;
 
-RendezvousClient::RendezvousClient(const std::string& coordinator_address, const std::string& token,
-                                   std::string job_id, int attempt)
-    : stub_(mt::v1::WorkerService::NewStub(rpc::MakeChannel(coordinator_address, token))),
+RendezvousClient::RendezvousClient(std::shared_ptr<grpc::Channel> channel, std::string job_id,
+                                   int attempt)
+    : stub_(mt::v1::WorkerService::NewStub(std::move(channel))),
       job_id_(std::move(job_id)),
       attempt_(attempt) {}
 

@@ -11,15 +11,15 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "grpcpp/channel.h"
 #include "mt/v1/worker_service.grpc.pb.h"
 
 namespace mt::parallel {
 
 class RendezvousClient {
  public:
-  // token: bearer token for a coordinator that requires one ("" = none).
-  RendezvousClient(const std::string& coordinator_address, const std::string& token,
-                   std::string job_id, int attempt);
+  // `channel` to the coordinator (common/rpc/dial.h: token and TLS).
+  RendezvousClient(std::shared_ptr<grpc::Channel> channel, std::string job_id, int attempt);
 
   absl::Status Set(const std::string& key, const std::string& value);
   absl::StatusOr<std::vector<std::string>> Get(const std::vector<std::string>& keys,

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
-#include "common/rpc/auth.h"
+#include "common/rpc/dial.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/worker_service.pb.h"
 #include "worker/checkpoint/checkpointer.h"
@@ -171,14 +171,17 @@ int RunRankCommand(const std::vector<std::string>& args) {
   PipeReporter reporter(worker::ReportWriter::FromEnvironment(), spec, assignment);
   reporter.Phase(mt::v1::RANK_PHASE_STARTING);
 
-  std::string token;
-  if (const char* tf = std::getenv("MT_TOKEN_FILE"); tf != nullptr && tf[0] != '\0') {
-    auto tokens = rpc::ReadTokenFile(tf);
-    if (!tokens.ok()) return Fail(tokens.status(), "MT_TOKEN_FILE");
-    token = tokens->front();
-  }
-  parallel::RendezvousClient rendezvous(assignment.coordinator_address(), token,
-                                        assignment.job_id(), assignment.attempt());
+  // The daemon's token file and TLS files (MT_TOKEN_FILE, MT_TLS_*); it already checked that
+  // the token does not travel in plaintext off loopback.
+  rpc::DialOptions dial;
+  dial.address = assignment.coordinator_address();
+  if (const char* tf = std::getenv("MT_TOKEN_FILE"); tf != nullptr) dial.token_file = tf;
+  dial.tls = rpc::ClientTlsFromEnvironment();
+  dial.insecure_allow_plaintext = true;
+  auto channel = rpc::Dial(dial);
+  if (!channel.ok()) return Fail(channel.status(), "MT_TOKEN_FILE / MT_TLS_*");
+  parallel::RendezvousClient rendezvous(*std::move(channel), assignment.job_id(),
+                                        assignment.attempt());
   const bool gpu = assignment.gpu_index() >= 0;
   if (const char* threads = std::getenv("MT_CPU_THREADS"); !gpu && threads != nullptr) {
     const int n = std::atoi(threads);

@@ -1,0 +1,49 @@
+#include "coordinator/rpc_roles.h"
+
+namespace mt::coordinator {
+
+const std::vector<std::pair<absl::string_view, rpc::Access>>& RpcAccessTable() {
+  using rpc::Access;
+  static const auto* const kTable = new std::vector<std::pair<absl::string_view, Access>>{
+      // ClientService: reading the cluster's state.
+      {"GetJob", Access::kRead},
+      {"ListJobs", Access::kRead},
+      {"WatchJob", Access::kRead},
+      {"GetJobLogs", Access::kRead},
+      {"PlanJob", Access::kRead},
+      {"ListWorkers", Access::kRead},
+      {"GetClusterInfo", Access::kRead},
+      {"ListCheckpoints", Access::kRead},
+      {"GetCheckpoint", Access::kRead},
+      // Running jobs (a submit token only cancels its own).
+      {"SubmitJob", Access::kSubmit},
+      {"CancelJob", Access::kSubmit},
+      {"VerifyCheckpoint", Access::kSubmit},
+      {"DownloadCheckpoint", Access::kSubmit},
+      // The operator's: the cluster, and the coordinator's own file system.
+      {"DrainWorker", Access::kAdmin},
+      {"DeleteCheckpoint", Access::kAdmin},
+      {"ExportCheckpoint", Access::kAdmin},
+      {"ImportCheckpoint", Access::kAdmin},
+      // WorkerService: workers and their ranks.
+      {"Register", Access::kWorker},
+      {"Heartbeat", Access::kWorker},
+      {"StreamAssignments", Access::kWorker},
+      {"ReportProgress", Access::kWorker},
+      {"ReportRankExit", Access::kWorker},
+      {"RendezvousSet", Access::kWorker},
+      {"RendezvousGet", Access::kWorker},
+      {"RendezvousAdd", Access::kWorker},
+      {"Deregister", Access::kWorker},
+  };
+  return *kTable;
+}
+
+rpc::Access RequiredAccess(absl::string_view method) {
+  for (const auto& [name, access] : RpcAccessTable()) {
+    if (name == method) return access;
+  }
+  return rpc::Access::kAdmin;
+}
+
+}  // namespace mt::coordinator

@@ -25,6 +25,7 @@ packages=(
   libre2-dev libc-ares-dev libgtest-dev libgmock-dev googletest
   libtorch-dev libgloo-dev libopenblas0-pthread
   prometheus
+  clang-16 libclang-rt-16-dev
 )
 # libopenblas0-pthread: LibTorch's CPU matmuls go through libblas.so.3; Debian's default is the
 # reference BLAS, several times slower than OpenBLAS, which takes over the alternative.

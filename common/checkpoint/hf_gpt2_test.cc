@@ -194,9 +194,9 @@ TEST(HfGpt2Test, Bfloat16ExportAndConfigErrors) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n_layer")));
 }
 
-// Found by tests/fuzz/hf_config_fuzzer: sizes in config.json were trusted before the weights
-// were looked at (n_layer 50000000 built 600 million name mappings; the QKV row order had 3 *
-// n_embd entries whatever the tensor held).
+// Issue 20 §4, on the path tests/fuzz/hf_config_fuzzer drives: sizes in config.json were trusted
+// before the weights were looked at (n_layer 50000000 built 600 million name mappings; the QKV row
+// order had 3 * n_embd entries whatever the tensor held).
 TEST(HfGpt2Test, ConfigSizesAreCheckedAgainstTheWeightsBeforeAllocating) {
   const std::string ckpt = testutil::MakeTempDir("hf");
   WriteTinyCheckpoint(ckpt);

@@ -11,6 +11,7 @@
 //
 // Paths a request names (save/load/TensorBoard dirs, import/export/report directories) are
 // moved under the scratch directory, ".." defused, so no input touches files outside it.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstddef>

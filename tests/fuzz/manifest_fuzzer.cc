@@ -1,6 +1,8 @@
 // Fuzz target: the checkpoint manifest (common/checkpoint/checkpoint_dir): manifest.json read
 // from a scratch checkpoint directory, then verified against that directory (its files.path
 // entries must never lead outside it) and written back.
+#include <sys/stat.h>
+
 #include <cstddef>
 #include <cstdint>
 

@@ -45,7 +45,7 @@ run_one() {  # target -> exit status of libFuzzer; a summary line on stdout
   local rc=0
   # New inputs go to the work corpus (first directory); the committed seeds are only read.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
-    "$build/tests/fuzz/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    "$build/bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -max_len=65536 -print_final_stats=1 -artifact_prefix="$findings/" \
     "$work" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   local execs

@@ -26,6 +26,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread
   prometheus
   openssl
+  clang-16 libclang-rt-16-dev
 )
 # openssl: the command line that tests/testutil/certs.cc (mt_security_test) makes test
 # certificates with, and that docs/security.md's set-up uses.

@@ -128,6 +128,12 @@ absl::StatusOr<HostTensor> FromTheirs(const Mapping& map, HostTensor t,
       if (t.shape.size() == 2) {
         MT_ASSIGN_OR_RETURN(t, Transpose2D(t));
       }
+      // Checked before the row order (3 * hidden entries) is built from the config's size.
+      if (t.shape.empty() || t.shape[0] != 3 * m.hidden_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            map.theirs, " has ", t.shape.empty() ? 0 : t.shape[0],
+            " QKV rows; config.json's n_embd ", m.hidden_size(), " needs ", 3 * m.hidden_size()));
+      }
       return PermuteRows(t, Inverse(QkvOrderToTheirs(m.num_attention_heads(), HeadDim(m))));
     }
   }
@@ -339,13 +345,20 @@ absl::StatusOr<std::unique_ptr<TensorSource>> OpenHfGpt2Source(const std::string
     tied = t->second.kind_case() != google::protobuf::Value::kBoolValue || t->second.bool_value();
   }
   m->set_untie_embeddings_and_output_weights(!tied);
+  MT_ASSIGN_OR_RETURN(SafetensorsIndex index, ReadSafetensorsIndex(JoinPath(dir, kWeightsFile)));
+  // The weights bound the config: no mapping is built for layers the file cannot hold.
+  const std::string last = absl::StrCat("h.", layers - 1, ".ln_1.weight");
+  if (index.Find("transformer." + last) == nullptr && index.Find(last) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(dir, "/config.json: n_layer ", layers, " but ",
+                                                   kWeightsFile, " has no layer ", layers - 1,
+                                                   " (transformer.", last, ")"));
+  }
   mt::v1::Layout* layout = manifest.mutable_layout();
   layout->set_world_size(1);
   layout->set_tensor_model_parallel_size(1);
   layout->set_pipeline_model_parallel_size(1);
   layout->set_data_parallel_size(1);
   layout->set_context_parallel_size(1);
-  MT_ASSIGN_OR_RETURN(SafetensorsIndex index, ReadSafetensorsIndex(JoinPath(dir, kWeightsFile)));
   MT_RETURN_IF_ERROR(CheckConfigAgainstWeights(dir, *m, index));
   manifest.set_validation_loss(std::nan(""));
   return std::unique_ptr<TensorSource>(new HfSource(dir, std::move(manifest), std::move(index)));

@@ -194,5 +194,36 @@ TEST(HfGpt2Test, Bfloat16ExportAndConfigErrors) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("n_layer")));
 }
 
+// Issue 20 §4, on the path tests/fuzz/hf_config_fuzzer drives: sizes in config.json were trusted
+// before the weights were looked at (n_layer 50000000 built 600 million name mappings; the QKV row
+// order had 3 * n_embd entries whatever the tensor held).
+TEST(HfGpt2Test, ConfigSizesAreCheckedAgainstTheWeightsBeforeAllocating) {
+  const std::string ckpt = testutil::MakeTempDir("hf");
+  WriteTinyCheckpoint(ckpt);
+  MT_ASSERT_OK_AND_ASSIGN(auto source, OpenAnySource(ckpt));
+  const std::string hf = testutil::MakeTempDir("hf") + "/hf";
+  MT_ASSERT_OK(ExportHfGpt2(*source, hf, DType::kF32).status());
+  MT_ASSERT_OK_AND_ASSIGN(const SafetensorsIndex index,
+                          ReadSafetensorsIndex(hf + "/model.safetensors"));
+  int64_t layers = 0;
+  while (index.Find(absl::StrCat("transformer.h.", layers, ".ln_1.weight")) != nullptr) ++layers;
+  ASSERT_GT(layers, 0);
+
+  MT_ASSERT_OK(WriteFileAtomically(
+      hf + "/config.json",
+      absl::StrCat(R"({"n_layer": )", layers + 1, R"(, "n_embd": 8, "n_head": 2})")));
+  EXPECT_THAT(OpenHfGpt2Source(hf),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(absl::StrCat("n_layer ", layers + 1,
+                                              " but model.safetensors has no layer ", layers))));
+  MT_ASSERT_OK(WriteFileAtomically(
+      hf + "/config.json",
+      absl::StrCat(R"({"n_layer": )", layers, R"(, "n_embd": 1000, "n_head": 2})")));
+  MT_ASSERT_OK_AND_ASSIGN(auto big, OpenHfGpt2Source(hf));
+  EXPECT_THAT(big->Full("model.decoder.layers.0.self_attention.linear_qkv.weight"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("config.json's n_embd 1000 needs 3000")));
+}
+
 }  // namespace
 }  // namespace mt::checkpoint

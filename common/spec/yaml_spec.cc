@@ -116,8 +116,10 @@ class Reader {
     std::map<int, std::pair<std::string, std::string>> seen;  // number -> (key, line)
     std::map<const google::protobuf::OneofDescriptor*, std::string> oneofs_seen;
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key_node = it->first;
-      const YAML::Node& value = it->second;
+      // Copies: it-> returns a temporary pair, so references to its members dangle (found by
+      // tests/fuzz/yaml_spec_fuzzer under ASan: stack-use-after-scope). Nodes are handles.
+      const YAML::Node key_node = it->first;
+      const YAML::Node value = it->second;
       if (!key_node.IsScalar()) {
         Error(StrCat(path.empty() ? "top level" : path, ": keys must be plain names, got ",
                      Got(key_node), LineOf(key_node)));

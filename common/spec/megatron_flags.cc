@@ -228,7 +228,7 @@ const std::vector<FlagSpec>& Flags() {
          "",
          {{"0", ""}, {"1", ""}, {"2", ""}},
          ""},
-        {"--distributed-timeout-minutes", Kind::kNoEffectValue, "", {{"<int>", ""}}, ""},
+        {"--distributed-timeout-minutes", Kind::kValue, "restart.distributed_timeout_minutes", {}, ""},
         {"--exit-interval",
          Kind::kNoEffectValue,
          "",

@@ -110,6 +110,12 @@ std::string StageLabel(SessionStage stage, const std::string& load_dir) {
   return "saving the checkpoint";
 }
 
+// restart.distributed_timeout_minutes (the default for an older coordinator's spec).
+absl::Duration CollectiveTimeout(const mt::v1::JobSpec& spec) {
+  const int minutes = spec.restart().distributed_timeout_minutes();
+  return absl::Minutes(minutes > 0 ? minutes : spec::kDefaultDistributedTimeoutMinutes);
+}
+
 // The trainer's runtime options for this rank.
 engine::TrainerOptions RankTrainerOptions(const mt::v1::JobSpec& spec,
                                           const mt::v1::Assignment& assignment,
@@ -162,6 +168,10 @@ SessionConfig RankSessionConfig(const mt::v1::JobSpec& spec, const mt::v1::Assig
   c.checkpointer.attempt = assignment.attempt();
   c.checkpointer.layout = layout;
   c.checkpointer.coordinates = at;
+  // The checkpoint's gather waits as long as the hang detector lets a save take.
+  const int save_load = spec.restart().save_load_timeout_seconds();
+  c.checkpointer.gather_timeout =
+      absl::Seconds(save_load > 0 ? save_load : spec::kDefaultSaveLoadTimeoutSeconds);
   c.stop_signal = [] { return g_stop_signal.load(); };
   return c;
 }
@@ -187,8 +197,12 @@ int RunRankCommand(const std::vector<std::string>& args) {
   const mt::v1::Layout& layout = assignment.layout();
   MT_LOG(INFO) << "rank " << rank << " of " << assignment.job_id() << " (attempt "
                << assignment.attempt() << "), world " << layout.world_size();
-  PipeReporter reporter(worker::ReportWriter::FromEnvironment(), spec, assignment);
+  // One writer: its copies share the lock that keeps the beacon's frames whole.
+  const worker::ReportWriter writer = worker::ReportWriter::FromEnvironment();
+  PipeReporter reporter(writer, spec, assignment);
   reporter.Phase(mt::v1::RANK_PHASE_STARTING);
+  worker::ProgressBeacon beacon(writer);
+  reporter.set_beacon(&beacon);
 
   std::string token;
   if (const char* tf = std::getenv("MT_TOKEN_FILE"); tf != nullptr && tf[0] != '\0') {
@@ -207,6 +221,7 @@ int RunRankCommand(const std::vector<std::string>& args) {
   dist.backend = gpu ? "nccl" : "gloo";
   if (spec.parallel().ddp_bucket_size() > 0)
     dist.bucket_elements = spec.parallel().ddp_bucket_size();
+  dist.timeout = CollectiveTimeout(spec);
   auto distributed = parallel::InitDistributed(layout, rank, &rendezvous, dist);
   if (!distributed.ok()) return Fail(distributed.status(), "joining the process groups");
   // An older coordinator's assignment may leave the global batch open (idempotent otherwise).
@@ -216,6 +231,9 @@ int RunRankCommand(const std::vector<std::string>& args) {
   }
 
   SessionConfig config = RankSessionConfig(spec, assignment, *distributed);
+  config.trainer.on_activity = [&beacon](engine::Activity a, int64_t step) {
+    beacon.Set(ToRankActivity(a), step);
+  };
   RendezvousExchange exchange(&rendezvous);
   if (layout.world_size() > 1) config.exchange = &exchange;
   const SessionResult result = RunSession(config, reporter);

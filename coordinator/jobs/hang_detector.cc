@@ -49,8 +49,7 @@ HangDetector::HangDetector(int world_size, HangConfig config, absl::Time start)
   for (Rank& r : ranks_) r.last_beacon = start;
 }
 
-void HangDetector::OnBeacon(int rank, mt::v1::RankActivity activity, int64_t step,
-                            absl::Time now) {
+void HangDetector::OnBeacon(int rank, mt::v1::RankActivity activity, int64_t step, absl::Time now) {
   if (rank < 0 || rank >= static_cast<int>(ranks_.size()) || ranks_[rank].ended) return;
   Rank& r = ranks_[rank];
   r.activity = activity;

@@ -225,7 +225,7 @@ TEST_F(HangDetectorTest, RebaseStartsStallsAtRunning) {
 TEST_F(HangDetectorTest, EndedRanksAreNotWatched) {
   HangDetector d(2, Config(10), clock_.Now());
   d.OnRankEnded(1);
-  d.OnRankEnded(7);  // out of range: ignored
+  d.OnRankEnded(7);                                    // out of range: ignored
   d.OnBeacon(1, RANK_ACTIVITY_SAVE, 3, clock_.Now());  // after its end: ignored
   EXPECT_EQ(d.Timeout(), absl::Seconds(10));
   clock_.Advance(absl::Seconds(9));

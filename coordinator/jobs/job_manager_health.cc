@@ -34,8 +34,8 @@ void JobManager::OnBeacon(JobEntry* entry, const mt::v1::RankReport& report) {
   if (entry->hang == nullptr) return;
   entry->hang->OnBeacon(report.rank(), report.activity(), report.activity_step(), clock_->Now());
   if (report.step_compute_seconds_size() == 0) return;
-  entry->stragglers->Add(report.rank(), {report.step_compute_seconds().begin(),
-                                         report.step_compute_seconds().end()});
+  entry->stragglers->Add(
+      report.rank(), {report.step_compute_seconds().begin(), report.step_compute_seconds().end()});
   for (const StragglerTracker::Change& c : entry->stragglers->Update()) {
     const std::string where =
         absl::StrCat("rank ", c.rank, " on worker ", entry->ranks[c.rank].worker_id);
@@ -45,8 +45,8 @@ void JobManager::OnBeacon(JobEntry* entry, const mt::v1::RankReport& report) {
                                       "step over its last %d steps (restart.straggler_threshold "
                                       "%.2f)",
                                       where, c.ratio, window, entry->stragglers->threshold())
-                    : absl::StrFormat("%s is no longer a straggler (%.2fx the job's median)",
-                                      where, c.ratio));
+                    : absl::StrFormat("%s is no longer a straggler (%.2fx the job's median)", where,
+                                      c.ratio));
   }
 }
 
@@ -70,8 +70,9 @@ bool JobManager::CheckHang(JobEntry* entry, absl::Time now) {
   if (std::optional<Stall> h = hang.Hung(now); h.has_value()) {
     ++hangs_detected_;
     const std::string cause = absl::StrCat(
-        "hung: rank ", h->rank, " on worker ", entry->ranks[h->rank].worker_id,
-        " made no progress for ", absl::ToInt64Seconds(h->stalled_for), " s in ",
+        "hung: rank ", h->rank, " on worker ", entry->ranks[h->rank].worker_id, " (node ",
+        h->rank < entry->job.placement_size() ? entry->job.placement(h->rank).node() : "?",
+        ") made no progress for ", absl::ToInt64Seconds(h->stalled_for), " s in ",
         ActivityName(h->activity), h->step > 0 ? absl::StrCat(" of step ", h->step) : "",
         " (timeout ", absl::ToInt64Seconds(h->timeout),
         " s: max(restart.hang_step_multiplier x p99 step time ",

@@ -10,14 +10,14 @@
 namespace mt::engine {
 
 enum class Activity {
-  kData,       // reading a micro-batch
-  kForward,    // forward passes (the whole pipeline schedule with pipeline parallelism)
+  kData,     // reading a micro-batch
+  kForward,  // forward passes (the whole pipeline schedule with pipeline parallelism)
   kBackward,
   kOptimizer,  // gradient reduction over DP and the update
   kEval,
   kCollective,  // a collective between steps (the session's stop vote)
   kSave,        // the session's checkpoint saves (worker/train/session.h)
-  kLoad,  // the session's checkpoint restore
+  kLoad,        // the session's checkpoint restore
 };
 
 // (activity, the step it belongs to: the one being trained, or the last trained for kEval).

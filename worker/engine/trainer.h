@@ -29,9 +29,9 @@
 #include <string>
 #include <vector>
 
-#include "worker/engine/activity.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/engine/activity.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/lr_schedule.h"

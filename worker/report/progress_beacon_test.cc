@@ -44,7 +44,7 @@ TEST_F(ProgressBeaconTest, ChangesCoalesceIntoOneFrameWithTheLatestActivity) {
   beacon.Set(mt::v1::RANK_ACTIVITY_BACKWARD, 7);
   beacon.AddComputeSeconds(0.5);
   beacon.AddComputeSeconds(std::nan(""));  // dropped
-  beacon.AddComputeSeconds(-1);             // dropped
+  beacon.AddComputeSeconds(-1);            // dropped
   beacon.AddComputeSeconds(0.25);
   beacon.Flush();
   beacon.Flush();  // nothing changed: no frame

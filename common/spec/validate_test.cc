@@ -622,7 +622,7 @@ const Case kCases[] = {
    "restart.hang_step_multiplier (0.5) must be in [1, 1000]"},
   {"hang_multiplier_nan", [](S* s) {
      s->mutable_restart()->set_hang_step_multiplier(std::nan(""));
-   }, "restart.hang_step_multiplier (nan) must be in [1, 1000]"},
+   }, "restart.hang_step_multiplier (.nan) must be in [1, 1000]"},
   {"save_load_below_floor", [](S* s) {
      s->mutable_restart()->set_hang_timeout_floor_seconds(120);
      s->mutable_restart()->set_save_load_timeout_seconds(60);
@@ -637,7 +637,7 @@ const Case kCases[] = {
    }, "restart.distributed_timeout_minutes (10) must be longer than "
       "restart.hang_timeout_floor_seconds (600 s)"},
   {"straggler_threshold_one", [](S* s) { s->mutable_restart()->set_straggler_threshold(1); },
-   "restart.straggler_threshold (1) must be in [1.05, 100]"},
+   "restart.straggler_threshold (1.0) must be in [1.05, 100]"},
   {"straggler_window_zero", [](S* s) { s->mutable_restart()->set_straggler_window_steps(0); },
    "restart.straggler_window_steps (0) is out of range 1..100000"},
   {"node_name_bad", [](S* s) { s->mutable_resources()->add_nodes("node 1"); },

@@ -4,6 +4,9 @@
 #include <cmath>
 #include <tuple>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/strip.h"
+
 namespace mt::coordinator {
 namespace {
 
@@ -22,26 +25,12 @@ HangConfig HangConfig::FromSpec(const mt::v1::RestartPolicy& restart) {
 }
 
 std::string ActivityName(mt::v1::RankActivity activity) {
-  switch (activity) {
-    case mt::v1::RANK_ACTIVITY_DATA:
-      return "data";
-    case mt::v1::RANK_ACTIVITY_FORWARD:
-      return "forward";
-    case mt::v1::RANK_ACTIVITY_BACKWARD:
-      return "backward";
-    case mt::v1::RANK_ACTIVITY_OPTIMIZER:
-      return "optimizer";
-    case mt::v1::RANK_ACTIVITY_COLLECTIVE:
-      return "collective";
-    case mt::v1::RANK_ACTIVITY_SAVE:
-      return "save";
-    case mt::v1::RANK_ACTIVITY_LOAD:
-      return "load";
-    case mt::v1::RANK_ACTIVITY_EVAL:
-      return "eval";
-    default:
-      return "unknown";
+  if (activity == mt::v1::RANK_ACTIVITY_UNSPECIFIED || !mt::v1::RankActivity_IsValid(activity)) {
+    return "unknown";
   }
+  // "RANK_ACTIVITY_FORWARD" -> "forward".
+  return absl::AsciiStrToLower(
+      absl::StripPrefix(mt::v1::RankActivity_Name(activity), "RANK_ACTIVITY_"));
 }
 
 HangDetector::HangDetector(int world_size, HangConfig config, absl::Time start)
@@ -56,11 +45,15 @@ void HangDetector::OnBeacon(int rank, mt::v1::RankActivity activity, int64_t ste
   r.step = step;
   r.last_beacon = std::max(r.last_beacon, now);
   if (step > r.timed_step) {
-    if (r.step_since != absl::InfinitePast() && r.timed_step > 0) {
+    if (r.step_since != absl::InfinitePast() && r.timed_step > 0 && !r.saved_or_evaluated) {
       AddStepTime((now - r.step_since) / static_cast<double>(step - r.timed_step));
     }
     r.timed_step = step;
     r.step_since = now;
+    r.saved_or_evaluated = false;
+  }
+  if (SavesOrLoads(activity) || activity == mt::v1::RANK_ACTIVITY_EVAL) {
+    r.saved_or_evaluated = true;
   }
 }
 

@@ -10,8 +10,9 @@
 //           = max(k x p99 step time, floor) otherwise
 //
 // p99 is over the last kStepWindow step times, which the detector derives from the beacons
-// (the time between a rank's step changes, divided by the steps it advanced); before any step
-// time is known the timeout is the floor.
+// (the time between a rank's step changes, divided by the steps it advanced; intervals with a
+// save, load or evaluation are left out); before any step time is known the timeout is the
+// floor.
 //
 // Who is blamed: the others wait for the rank that is behind. Once some rank has been stalled
 // for the timeout, the suspects are the ranks stalled for at least half of it; the detector
@@ -90,6 +91,8 @@ class HangDetector {
     // When the rank's step last changed, and to what.
     int64_t timed_step = 0;
     absl::Time step_since = absl::InfinitePast();
+    // The rank saved, loaded or evaluated since step_since: that interval is no step time.
+    bool saved_or_evaluated = false;
   };
   void AddStepTime(absl::Duration d);
 

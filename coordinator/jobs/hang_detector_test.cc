@@ -50,6 +50,7 @@ TEST_F(HangDetectorTest, ActivityNames) {
   EXPECT_EQ(ActivityName(RANK_ACTIVITY_LOAD), "load");
   EXPECT_EQ(ActivityName(mt::v1::RANK_ACTIVITY_EVAL), "eval");
   EXPECT_EQ(ActivityName(mt::v1::RANK_ACTIVITY_UNSPECIFIED), "unknown");
+  EXPECT_EQ(ActivityName(static_cast<mt::v1::RankActivity>(99)), "unknown");
 }
 
 TEST_F(HangDetectorTest, WithoutStepTimesTheFloorIsTheTimeout) {
@@ -151,6 +152,21 @@ TEST_F(HangDetectorTest, SaveAndLoadGetTheirOwnTimeoutForTheWholeJob) {
   EXPECT_EQ(d.Timeout(), absl::Seconds(100));
   d.OnBeacon(0, RANK_ACTIVITY_DATA, 21, clock_.Now());
   EXPECT_EQ(d.Timeout(), absl::Seconds(10));
+  // The 100 s of step 20 held a save: no step time.
+  EXPECT_EQ(d.P99StepTime(), absl::ZeroDuration());
+}
+
+TEST_F(HangDetectorTest, StepsWithAnEvaluationAreNoStepTimes) {
+  HangDetector d(1, Config(1, 10), clock_.Now());
+  d.OnBeacon(0, RANK_ACTIVITY_DATA, 1, clock_.Now());
+  clock_.Advance(absl::Seconds(1));
+  d.OnBeacon(0, mt::v1::RANK_ACTIVITY_EVAL, 1, clock_.Now());
+  clock_.Advance(absl::Seconds(60));
+  d.OnBeacon(0, RANK_ACTIVITY_DATA, 2, clock_.Now());
+  EXPECT_EQ(d.P99StepTime(), absl::ZeroDuration());
+  clock_.Advance(absl::Seconds(2));
+  d.OnBeacon(0, RANK_ACTIVITY_DATA, 3, clock_.Now());
+  EXPECT_EQ(d.P99StepTime(), absl::Seconds(2));
 }
 
 TEST_F(HangDetectorTest, ASaveLoadTimeoutBelowTheFloorIsTheFloor) {

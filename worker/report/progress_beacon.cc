@@ -33,6 +33,7 @@ void ProgressBeacon::AddComputeSeconds(double seconds) {
 }
 
 void ProgressBeacon::Flush() {
+  if (!writer_.enabled()) return;
   mt::v1::RankReport r;
   {
     absl::MutexLock lock(&mu_);

@@ -41,6 +41,13 @@ std::string Eta(double seconds) {
   return absl::FormatDuration(absl::Trunc(absl::Seconds(seconds), absl::Seconds(1)));
 }
 
+std::string EtaOrStall(const mt::v1::Progress& p) {
+  if (p.no_progress_seconds() > 0) {
+    return absl::StrCat("no progress for ", static_cast<int64_t>(p.no_progress_seconds()), " s");
+  }
+  return Eta(p.eta_seconds());
+}
+
 std::string ClockDuration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
   const int64_t t = static_cast<int64_t>(std::llround(seconds));

@@ -26,6 +26,9 @@ std::string StateName(mt::v1::CheckpointState state);
 std::string LocalTime(const google::protobuf::Timestamp& t);
 // "1h2m3s" (whole seconds); "-" when negative, NaN or infinite.
 std::string Eta(double seconds);
+// "no progress for 17 s" while the coordinator sees a stalled rank
+// (Progress.no_progress_seconds > 0; the ETA is stale then), else Eta(eta_seconds).
+std::string EtaOrStall(const mt::v1::Progress& p);
 // "m:ss", or "h:mm:ss" from an hour on; "?" when negative or not finite.
 std::string ClockDuration(double seconds);
 // "2.5s" + suffix: seconds from `t` to `now`; "-" for an unset timestamp.

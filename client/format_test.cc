@@ -62,6 +62,14 @@ TEST(FormatTest, EtaAndClockDuration) {
   for (const auto& [in, want] : clock) EXPECT_EQ(ClockDuration(in), want) << in;
 }
 
+TEST(FormatTest, EtaOrStallShowsTheStallInsteadOfAFrozenEta) {
+  mt::v1::Progress p;
+  p.set_eta_seconds(61);
+  EXPECT_EQ(EtaOrStall(p), "1m1s");
+  p.set_no_progress_seconds(17.9);
+  EXPECT_EQ(EtaOrStall(p), "no progress for 17 s");
+}
+
 TEST(FormatTest, RatesAndCounts) {
   const std::vector<std::pair<double, std::string>> rate = {
       {0, "0 tok/s"},           {999, "999 tok/s"},     {1000, "1.0K tok/s"},

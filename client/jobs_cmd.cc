@@ -45,7 +45,10 @@ std::string ProgressLine(const mt::v1::Job& job) {
       p.step(), "/", p.total_steps());
   if (p.step() > 0) {
     absl::StrAppend(&line, "  loss ", Number(p.loss()), "  ", TokenRate(p.tokens_per_second()),
-                    "  ETA ", Eta(p.eta_seconds()));
+                    p.no_progress_seconds() > 0 ? "  " : "  ETA ", EtaOrStall(p));
+  }
+  if (p.no_progress_seconds() > 0 && !p.no_progress_detail().empty()) {
+    absl::StrAppend(&line, " (", p.no_progress_detail(), ")");
   }
   if (!std::isnan(p.validation_loss()) && p.validation_step() > 0) {
     absl::StrAppend(&line, "  val ", Number(p.validation_loss()), " (ppl ",

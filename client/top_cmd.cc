@@ -72,7 +72,7 @@ std::string Render(const Snapshot& s, const std::string& coordinator) {
                     stepped ? Tokens(p.tokens_per_second()) : "-",
                     stepped && p.mfu() > 0 ? FiniteNumber(100 * p.mfu(), "%.1f%%") : "-",
                     CompactBytes(p.memory_allocated_bytes()), CompactBytes(p.memory_peak_bytes()),
-                    stepped ? Eta(p.eta_seconds()) : "-"});
+                    stepped || p.no_progress_seconds() > 0 ? EtaOrStall(p) : "-"});
   }
   if (rows.empty()) {
     absl::StrAppend(&out, "no running jobs\n");

@@ -125,7 +125,10 @@ Server::~Server() {
 
 void Server::RestartLoop() {
   const absl::Duration period = std::max(absl::Milliseconds(100), config_.heartbeat_interval / 2);
-  while (!stopping_.WaitForNotificationWithTimeout(period)) jobs_->AdvanceRestarts();
+  while (!stopping_.WaitForNotificationWithTimeout(period)) {
+    jobs_->CheckHangs();
+    jobs_->AdvanceRestarts();
+  }
 }
 
 void Server::SweepLoop() {

@@ -114,6 +114,18 @@ void ApplyDefaults(mt::v1::JobSpec* spec) {
 
   mt::v1::RestartPolicy* r = spec->mutable_restart();
   if (!r->has_max_restarts()) r->set_max_restarts(kDefaultMaxRestarts);
+  if (!r->has_hang_timeout_floor_seconds()) {
+    r->set_hang_timeout_floor_seconds(kDefaultHangTimeoutFloorSeconds);
+  }
+  if (!r->has_hang_step_multiplier()) r->set_hang_step_multiplier(kDefaultHangStepMultiplier);
+  if (!r->has_save_load_timeout_seconds()) {
+    r->set_save_load_timeout_seconds(kDefaultSaveLoadTimeoutSeconds);
+  }
+  if (!r->has_distributed_timeout_minutes()) {
+    r->set_distributed_timeout_minutes(kDefaultDistributedTimeoutMinutes);
+  }
+  if (!r->has_straggler_threshold()) r->set_straggler_threshold(kDefaultStragglerThreshold);
+  if (!r->has_straggler_window_steps()) r->set_straggler_window_steps(kDefaultStragglerWindowSteps);
 
   mt::v1::ResourceSpec* res = spec->mutable_resources();
   if (res->device() == mt::v1::DEVICE_KIND_UNSPECIFIED) res->set_device(mt::v1::DEVICE_KIND_AUTO);

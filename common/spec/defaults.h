@@ -33,6 +33,12 @@ inline constexpr long long kDefaultEvalInterval = 1000;
 inline constexpr long long kDefaultEvalIters = 100;
 inline constexpr long long kDefaultLogInterval = 100;
 inline constexpr int kDefaultMaxRestarts = 3;
+inline constexpr int kDefaultHangTimeoutFloorSeconds = 60;
+inline constexpr double kDefaultHangStepMultiplier = 10;
+inline constexpr int kDefaultSaveLoadTimeoutSeconds = 1800;
+inline constexpr int kDefaultDistributedTimeoutMinutes = 10;
+inline constexpr double kDefaultStragglerThreshold = 1.5;
+inline constexpr int kDefaultStragglerWindowSteps = 20;
 
 // Sets every field that is unset (or 0 where the proto says "0 = ...") to its default. Idempotent.
 // Every sub-message becomes present. Left as they are, because they depend on things this pure

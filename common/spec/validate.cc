@@ -1,5 +1,6 @@
 #include "common/spec/validate.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
@@ -14,6 +15,7 @@
 #include "common/base/confine.h"
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
+#include "common/spec/defaults.h"
 #include "common/spec/megatron_flags.h"
 #include "common/spec/spec_internal.h"
 
@@ -42,6 +44,7 @@ constexpr double kMaxLr = 10;
 constexpr int kMaxDataPaths = 1024;
 constexpr int64_t kMaxNumWorkers = 64;
 constexpr int64_t kMaxRestarts = 100;
+constexpr int64_t kMaxTimeoutSeconds = 86400;
 constexpr int64_t kMinPriority = -1000;
 constexpr int64_t kMaxPriority = 1000;
 constexpr size_t kMaxNameLength = 128;
@@ -667,6 +670,45 @@ void CheckCheckpoint(const mt::v1::JobSpec& s, Checker* c) {
   }
 }
 
+// restart.hang_* / save_load / distributed timeout / straggler_* (hang_detector.h). Each
+// field is checked when given; the relations use the defaults for fields left unset.
+void CheckHangDetection(const mt::v1::RestartPolicy& r, Checker* c) {
+  const int64_t floor = r.has_hang_timeout_floor_seconds() ? r.hang_timeout_floor_seconds()
+                                                           : kDefaultHangTimeoutFloorSeconds;
+  if (r.has_hang_timeout_floor_seconds()) {
+    c->Range("restart.hang_timeout_floor_seconds", floor, 1, kMaxTimeoutSeconds);
+  }
+  if (r.has_hang_step_multiplier() &&
+      !(r.hang_step_multiplier() >= 1 && r.hang_step_multiplier() <= 1000)) {
+    c->Add(StrCat("restart.hang_step_multiplier (", FormatDouble(r.hang_step_multiplier()),
+                  ") must be in [1, 1000]"));
+  }
+  if (r.has_save_load_timeout_seconds()) {
+    c->Range("restart.save_load_timeout_seconds", r.save_load_timeout_seconds(),
+             std::max<int64_t>(1, floor), kMaxTimeoutSeconds);
+  }
+  const int64_t minutes = r.has_distributed_timeout_minutes() ? r.distributed_timeout_minutes()
+                                                              : kDefaultDistributedTimeoutMinutes;
+  if (r.has_distributed_timeout_minutes()) {
+    c->Range("restart.distributed_timeout_minutes (--distributed-timeout-minutes)", minutes, 1,
+             kMaxTimeoutSeconds / 60);
+  }
+  if (minutes >= 1 && minutes * 60 <= floor) {
+    c->Add(StrCat("restart.distributed_timeout_minutes (", minutes,
+                  ") must be longer than restart.hang_timeout_floor_seconds (", floor,
+                  " s): a healthy rank's collective would time out before the stuck rank is "
+                  "found; raise the timeout or lower the floor"));
+  }
+  if (r.has_straggler_threshold() &&
+      !(r.straggler_threshold() >= 1.05 && r.straggler_threshold() <= 100)) {
+    c->Add(StrCat("restart.straggler_threshold (", FormatDouble(r.straggler_threshold()),
+                  ") must be in [1.05, 100] (a multiple of the job's median step time)"));
+  }
+  if (r.has_straggler_window_steps()) {
+    c->Range("restart.straggler_window_steps", r.straggler_window_steps(), 1, 100000);
+  }
+}
+
 void CheckRest(const mt::v1::JobSpec& s, Checker* c) {
   const mt::v1::EvaluationSpec& e = s.evaluation();
   if (e.has_eval_interval()) c->NonNegative("evaluation.eval_interval", e.eval_interval(), "never");
@@ -677,6 +719,7 @@ void CheckRest(const mt::v1::JobSpec& s, Checker* c) {
   if (s.restart().has_max_restarts()) {
     c->Range("restart.max_restarts", s.restart().max_restarts(), 0, kMaxRestarts);
   }
+  CheckHangDetection(s.restart(), c);
   for (int i = 0; i < s.resources().nodes_size(); ++i) {
     const std::string& node = s.resources().nodes(i);
     if (internal::FindShellMetacharacters(node).empty() && !MatchesName(node, kMaxNodeNameLength)) {

@@ -619,6 +619,32 @@ const Case kCases[] = {
   {"max_restarts_range", [](S* s) { s->mutable_restart()->set_max_restarts(101); },
    "restart.max_restarts (101) is out of range 0..100"},
   {"max_restarts_zero_ok", [](S* s) { s->mutable_restart()->set_max_restarts(0); }, ""},
+  {"hang_floor_zero", [](S* s) { s->mutable_restart()->set_hang_timeout_floor_seconds(0); },
+   "restart.hang_timeout_floor_seconds (0) is out of range 1..86400"},
+  {"hang_floor_small_ok", [](S* s) { s->mutable_restart()->set_hang_timeout_floor_seconds(5); },
+   ""},
+  {"hang_multiplier_below_one", [](S* s) { s->mutable_restart()->set_hang_step_multiplier(0.5); },
+   "restart.hang_step_multiplier (0.5) must be in [1, 1000]"},
+  {"hang_multiplier_nan", [](S* s) {
+     s->mutable_restart()->set_hang_step_multiplier(std::nan(""));
+   }, "restart.hang_step_multiplier (.nan) must be in [1, 1000]"},
+  {"save_load_below_floor", [](S* s) {
+     s->mutable_restart()->set_hang_timeout_floor_seconds(120);
+     s->mutable_restart()->set_save_load_timeout_seconds(60);
+   }, "restart.save_load_timeout_seconds (60) is out of range 120..86400"},
+  {"distributed_timeout_zero", [](S* s) {
+     s->mutable_restart()->set_distributed_timeout_minutes(0);
+   }, "restart.distributed_timeout_minutes (--distributed-timeout-minutes) (0) is out of range "
+      "1..1440"},
+  {"distributed_timeout_below_floor", [](S* s) {
+     s->mutable_restart()->set_hang_timeout_floor_seconds(600);
+     s->mutable_restart()->set_distributed_timeout_minutes(10);
+   }, "restart.distributed_timeout_minutes (10) must be longer than "
+      "restart.hang_timeout_floor_seconds (600 s)"},
+  {"straggler_threshold_one", [](S* s) { s->mutable_restart()->set_straggler_threshold(1); },
+   "restart.straggler_threshold (1.0) must be in [1.05, 100]"},
+  {"straggler_window_zero", [](S* s) { s->mutable_restart()->set_straggler_window_steps(0); },
+   "restart.straggler_window_steps (0) is out of range 1..100000"},
   {"node_name_bad", [](S* s) { s->mutable_resources()->add_nodes("node 1"); },
    "resources.nodes[0] (\"node 1\") must be a node name"},
   {"node_name_shell", [](S* s) { s->mutable_resources()->add_nodes("n1;ls"); },

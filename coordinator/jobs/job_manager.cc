@@ -410,6 +410,7 @@ absl::Status JobManager::OnPlaced(int64_t id, const mt::v1::PlanJobResponse& pla
   for (int r = 0; r < job.placement_size(); ++r) {
     entry->ranks[r].worker_id = job.placement(r).worker_id();
   }
+  StartHealth(entry);
   SendAssignments(job);
   return absl::OkStatus();
 }
@@ -481,7 +482,8 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
                                                       " runs on ", rank.worker_id, ", not ",
                                                       report.worker_id()));
   }
-  rank.phase = report.phase();
+  if (report.activity() != mt::v1::RANK_ACTIVITY_UNSPECIFIED) OnBeacon(entry, report);
+  if (report.phase() != mt::v1::RANK_PHASE_UNSPECIFIED) rank.phase = report.phase();
   if (report.has_progress() && report.rank() == ReporterRank(job.layout())) {
     const int64_t total = job.progress().total_steps();
     *job.mutable_progress() = report.progress();
@@ -497,6 +499,7 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
         });
     if (all_training) {
       MT_RETURN_IF_ERROR(Transition(entry, mt::v1::JOB_STATE_RUNNING, "every rank is training"));
+      if (entry->hang != nullptr) entry->hang->Rebase(clock_->Now());
     }
   }
   return absl::OkStatus();
@@ -516,6 +519,7 @@ absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
         absl::StrCat("rank ", report.rank(), " is not in ", job.id()));
   }
   RankState& rank = entry->ranks[report.rank()];
+  if (entry->hang != nullptr) entry->hang->OnRankEnded(report.rank());
   rank.outcome = report.outcome();
   rank.message = report.message();
   rank.log_tail.assign(report.log_tail().begin(), report.log_tail().end());

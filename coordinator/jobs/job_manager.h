@@ -45,7 +45,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
+#include "coordinator/jobs/hang_detector.h"
 #include "coordinator/jobs/job_observer.h"
+#include "coordinator/jobs/straggler_tracker.h"
 #include "coordinator/rendezvous/rendezvous_store.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/store/store.h"
@@ -141,6 +143,22 @@ class JobManager : private PlacementTarget {
   // The address ranks use to reach the coordinator, once the port is bound.
   void SetCoordinatorAddress(const std::string& address);
 
+  // --- Hang and straggler detection (job_manager_health.cc) -------------------------------
+  // Restarts RUNNING jobs with a hung rank (hang_detector.h) and refreshes every RUNNING
+  // job's "no progress for N s". Call periodically (the server's restarter).
+  void CheckHangs();
+  // Per rank of RUNNING jobs, for metrics: the straggler ratio (when known).
+  struct RankHealth {
+    std::string job_id;
+    int rank = 0;
+    double step_time_ratio = 0;
+  };
+  std::vector<RankHealth> RankHealthSnapshot();
+  // Per RUNNING job: seconds since its most stalled rank last moved.
+  std::map<std::string, double> NoProgressSeconds();
+  // Hangs detected since the coordinator started.
+  int64_t HangsDetected();
+
   // One scheduling pass (also run after every submit, exit and registration).
   void Schedule();
   // Wakes every waiter (watchers, mailboxes, rendezvous) so that they return.
@@ -163,6 +181,9 @@ class JobManager : private PlacementTarget {
     // While RESTARTING: the failure that started the restart, and since when.
     std::string restart_cause;
     absl::Time restart_since = absl::InfinitePast();
+    // Hang and straggler detection of the current attempt, from its placement.
+    std::unique_ptr<HangDetector> hang;
+    std::unique_ptr<StragglerTracker> stragglers;
   };
 
   JobManager(Store* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options)
@@ -207,6 +228,13 @@ class JobManager : private PlacementTarget {
   // The rank whose progress speaks for the job: last pipeline stage, tp = cp = dp = 0.
   static int ReporterRank(const mt::v1::Layout& layout);
   int64_t QueuePosition(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // job_manager_health.cc: a new attempt's detectors; a beacon; an event that is no
+  // transition; the hang check of one job.
+  void StartHealth(JobEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void OnBeacon(JobEntry* entry, const mt::v1::RankReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Note(JobEntry* entry, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool CheckHang(JobEntry* entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
   WorkerRegistry* const registry_;
@@ -224,6 +252,7 @@ class JobManager : private PlacementTarget {
   std::set<int64_t> placed_ ABSL_GUARDED_BY(mu_);
   // Jobs in each state (states with none are absent).
   std::map<mt::v1::JobState, int> state_counts_ ABSL_GUARDED_BY(mu_);
+  int64_t hangs_detected_ ABSL_GUARDED_BY(mu_) = 0;
   // Thread-safe on their own; pushed to and dropped from under mu_ so that they follow the
   // jobs' order of events.
   WorkerMailboxes mailboxes_;

@@ -83,7 +83,32 @@ class ClusterState : public prometheus::Collectable {
       }
     }
     out.push_back(std::move(workers));
+    AddHealth(&out);
     return out;
+  }
+
+  // Hang and straggler detection (coordinator/jobs/hang_detector.h, straggler_tracker.h).
+  void AddHealth(std::vector<MetricFamily>* out) const {
+    MetricFamily stalled = Gauges("mt_job_no_progress_seconds",
+                                  "Seconds since the most stalled rank of a RUNNING job moved.");
+    for (const auto& [job, seconds] : jobs_->NoProgressSeconds()) {
+      AddGauge(&stalled, {{"job", job}}, seconds);
+    }
+    out->push_back(std::move(stalled));
+    MetricFamily ratio = Gauges("mt_job_rank_step_time_ratio",
+                                "A rank's compute time per step over its job's median.");
+    for (const JobManager::RankHealth& h : jobs_->RankHealthSnapshot()) {
+      AddGauge(&ratio, {{"job", h.job_id}, {"rank", std::to_string(h.rank)}}, h.step_time_ratio);
+    }
+    out->push_back(std::move(ratio));
+    MetricFamily hangs;
+    hangs.name = "mt_coordinator_hangs_detected_total";
+    hangs.help = "Jobs restarted because a rank made no progress (hang detection).";
+    hangs.type = prometheus::MetricType::Counter;
+    ClientMetric m;
+    m.counter.value = static_cast<double>(jobs_->HangsDetected());
+    hangs.metric.push_back(std::move(m));
+    out->push_back(std::move(hangs));
   }
 
  private:

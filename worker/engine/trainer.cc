@@ -719,16 +719,21 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   MT_RETURN_IF_ERROR(s.optimizer->ZeroGrad());
   torch::Tensor loss_sum;
   double data_seconds = 0.0;
+  const int64_t step = iteration_ + 1;
   if (s.pipeline != nullptr) {
+    Tell(Activity::kForward, step);
     MT_ASSIGN_OR_RETURN(loss_sum, PipelineForwardBackward(loss_scale, &data_seconds));
   }
   for (int64_t m = 0; s.pipeline == nullptr && m < num_micro; ++m) {
+    Tell(Activity::kData, step);
     const Clock::time_point data_start = Clock::now();
     MT_ASSIGN_OR_RETURN(TokenBatch batch, train_data_->Next(rows));
     data_seconds += SecondsSince(data_start);
+    Tell(Activity::kForward, step);
     MT_ASSIGN_OR_RETURN(torch::Tensor sample, s.ToDevice(batch, rows, cols, vocab_size_));
     torch::Tensor loss = s.model->LossOnSample(sample);
     s.optimizer->BeginMicroBatch(/*last=*/m == num_micro - 1);
+    Tell(Activity::kBackward, step);
     (loss * (loss_scale / static_cast<double>(num_micro))).backward();
     s.optimizer->FinishMicroBatch();
     loss_sum = m == 0 ? loss.detach() : loss_sum + loss.detach();
@@ -749,6 +754,7 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
   // 5. Reduce the gradients over DP (started during the last backward with
   //    overlap_grad_reduce), unscale, check for inf/NaN, clip, update: all on the device. The norm
   //    spans every stage (the model-parallel group).
+  Tell(Activity::kOptimizer, step);
   MT_ASSIGN_OR_RETURN(const OptimizerStepResult result, s.optimizer->Step(lr, loss_scale));
   s.stats.Add(loss_sum / static_cast<double>(num_micro), result);
 
@@ -850,6 +856,7 @@ void Trainer::LogStep(StepMetrics* step) {
 }
 
 absl::StatusOr<EvalMetrics> Trainer::Evaluate() {
+  Tell(Activity::kEval, iteration_);
   return CatchTorch("evaluation", [this] { return EvaluateImpl(); });
 }
 

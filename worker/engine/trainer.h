@@ -31,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/engine/activity.h"
 #include "worker/engine/batch_source.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/lr_schedule.h"
@@ -100,6 +101,8 @@ struct TrainerOptions {
   // Read loss, grad norm and skip flag from the device after every step (tests and tools that
   // look at each step), not only at log steps.
   bool sync_every_step = false;
+  // Told of every change of activity (activity.h); empty = nobody listens.
+  ActivityListener on_activity;
 };
 
 struct StepMetrics {
@@ -257,6 +260,9 @@ class Trainer {
   absl::StatusOr<at::Tensor> PipelineForwardBackward(double loss_scale, double* data_seconds);
   absl::StatusOr<at::Tensor> PipelineEvaluate(int64_t batches);
   void LogStep(StepMetrics* m);  // sets the interval figures on log steps
+  void Tell(Activity a, int64_t step) const {
+    if (options_.on_activity) options_.on_activity(a, step);
+  }
   // The job's device count for MFU (TrainerOptions::num_devices).
   double NumDevices() const {
     return options_.num_devices > 0 ? options_.num_devices

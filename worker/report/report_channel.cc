@@ -43,6 +43,7 @@ absl::Status ReportWriter::Write(const mt::v1::RankReport& report) {
   std::string frame(4, '\0');
   for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   frame += body;
+  absl::MutexLock lock(mu_.get());
   size_t done = 0;
   while (done < frame.size()) {
     ssize_t w = ::write(fd_, frame.data() + done, frame.size() - done);

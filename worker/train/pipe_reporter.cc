@@ -69,8 +69,13 @@ void PipeReporter::OnStep(const engine::StepMetrics& m, engine::Trainer& trainer
     UpdateProgress(m, trainer.memory());
     Phase(mt::v1::RANK_PHASE_TRAINING);
   }
+  double comm_seconds = 0;
   for (const parallel::CommTime& c : trainer.TakeCommunication()) {
     observability_->AddCommunication(c.collective, c.group, c.seconds, c.calls);
+    comm_seconds += c.seconds;
+  }
+  if (beacon_ != nullptr) {
+    beacon_->AddComputeSeconds(std::max(0.0, m.seconds - comm_seconds - m.data_seconds));
   }
   observability_->OnStep(m, send, [&] { return trainer.memory(); });
 }
@@ -120,6 +125,28 @@ void PipeReporter::OnSaved(const checkpoint::SaveInfo& info) {
 
 void PipeReporter::OnTrainingEnded(engine::Trainer& trainer) {
   if (observability_ != nullptr) observability_->Finish(trainer.memory());
+}
+
+mt::v1::RankActivity ToRankActivity(engine::Activity a) {
+  switch (a) {
+    case engine::Activity::kData:
+      return mt::v1::RANK_ACTIVITY_DATA;
+    case engine::Activity::kForward:
+      return mt::v1::RANK_ACTIVITY_FORWARD;
+    case engine::Activity::kBackward:
+      return mt::v1::RANK_ACTIVITY_BACKWARD;
+    case engine::Activity::kOptimizer:
+      return mt::v1::RANK_ACTIVITY_OPTIMIZER;
+    case engine::Activity::kEval:
+      return mt::v1::RANK_ACTIVITY_EVAL;
+    case engine::Activity::kCollective:
+      return mt::v1::RANK_ACTIVITY_COLLECTIVE;
+    case engine::Activity::kSave:
+      return mt::v1::RANK_ACTIVITY_SAVE;
+    case engine::Activity::kLoad:
+      return mt::v1::RANK_ACTIVITY_LOAD;
+  }
+  return mt::v1::RANK_ACTIVITY_UNSPECIFIED;
 }
 
 void PipeReporter::Send(const mt::v1::RankReport& r) {

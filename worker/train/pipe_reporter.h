@@ -14,6 +14,7 @@
 #include "mt/v1/job_spec.pb.h"
 #include "mt/v1/worker_service.pb.h"
 #include "worker/metrics/rank_observability.h"
+#include "worker/report/progress_beacon.h"
 #include "worker/report/report_channel.h"
 #include "worker/train/session_reporter.h"
 
@@ -27,6 +28,9 @@ class PipeReporter : public SessionReporter {
 
   // A phase report with the progress so far (STARTING before the session runs).
   void Phase(mt::v1::RankPhase phase);
+  // Each step's compute time (its time less collectives and data wait) goes to `beacon`
+  // (outlives the reporter; null = nowhere).
+  void set_beacon(worker::ProgressBeacon* beacon) { beacon_ = beacon; }
 
   void OnSkippedCheckpoint(const std::string& problem) override;
   void OnLoadChosen(const std::string& directory, int64_t step) override;
@@ -52,7 +56,11 @@ class PipeReporter : public SessionReporter {
   int64_t first_step_ = 1;
   int64_t log_interval_ = 1;
   bool warned_ = false;
+  worker::ProgressBeacon* beacon_ = nullptr;
 };
+
+// The beacon's activity for the trainer's (worker/engine/activity.h).
+mt::v1::RankActivity ToRankActivity(engine::Activity a);
 
 }  // namespace mt::train
 

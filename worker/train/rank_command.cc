@@ -91,6 +91,12 @@ std::string StageLabel(SessionStage stage, const std::string& load_dir) {
   return "saving the checkpoint";
 }
 
+// restart.distributed_timeout_minutes (the default for an older coordinator's spec).
+absl::Duration CollectiveTimeout(const mt::v1::JobSpec& spec) {
+  const int minutes = spec.restart().distributed_timeout_minutes();
+  return absl::Minutes(minutes > 0 ? minutes : spec::kDefaultDistributedTimeoutMinutes);
+}
+
 // The trainer's runtime options for this rank.
 engine::TrainerOptions RankTrainerOptions(const mt::v1::JobSpec& spec,
                                           const mt::v1::Assignment& assignment,
@@ -143,6 +149,10 @@ SessionConfig RankSessionConfig(const mt::v1::JobSpec& spec, const mt::v1::Assig
   c.checkpointer.attempt = assignment.attempt();
   c.checkpointer.layout = layout;
   c.checkpointer.coordinates = at;
+  // The checkpoint's gather waits as long as the hang detector lets a save take.
+  const int save_load = spec.restart().save_load_timeout_seconds();
+  c.checkpointer.gather_timeout =
+      absl::Seconds(save_load > 0 ? save_load : spec::kDefaultSaveLoadTimeoutSeconds);
   c.stop_signal = [] { return g_stop_signal.load(); };
   return c;
 }
@@ -168,8 +178,12 @@ int RunRankCommand(const std::vector<std::string>& args) {
   const mt::v1::Layout& layout = assignment.layout();
   MT_LOG(INFO) << "rank " << rank << " of " << assignment.job_id() << " (attempt "
                << assignment.attempt() << "), world " << layout.world_size();
-  PipeReporter reporter(worker::ReportWriter::FromEnvironment(), spec, assignment);
+  // One writer: its copies share the lock that keeps the beacon's frames whole.
+  const worker::ReportWriter writer = worker::ReportWriter::FromEnvironment();
+  PipeReporter reporter(writer, spec, assignment);
   reporter.Phase(mt::v1::RANK_PHASE_STARTING);
+  worker::ProgressBeacon beacon(writer);
+  reporter.set_beacon(&beacon);
 
   // The daemon's token file and TLS files (MT_TOKEN_FILE, MT_TLS_*); it already checked that
   // the token does not travel in plaintext off loopback.
@@ -195,6 +209,7 @@ int RunRankCommand(const std::vector<std::string>& args) {
       [](const char* name) { return std::getenv(name); }, assignment.coordinator_address());
   if (!network.ok()) return Fail(network.status(), "the rank's network");
   dist.network = *std::move(network);
+  dist.timeout = CollectiveTimeout(spec);
   auto distributed = parallel::InitDistributed(layout, rank, &rendezvous, dist);
   if (!distributed.ok()) return Fail(distributed.status(), "joining the process groups");
   // An older coordinator's assignment may leave the global batch open (idempotent otherwise).
@@ -204,6 +219,9 @@ int RunRankCommand(const std::vector<std::string>& args) {
   }
 
   SessionConfig config = RankSessionConfig(spec, assignment, *distributed);
+  config.trainer.on_activity = [&beacon](engine::Activity a, int64_t step) {
+    beacon.Set(ToRankActivity(a), step);
+  };
   // The ranks of a save meet in the job's own store, never the coordinator's (which may be
   // away while the job trains).
   std::optional<checkpoint::StoreExchange> exchange;

@@ -7,7 +7,8 @@
 //      spec's global batch for the data-parallel size (spec::ResolveForLayout: an older
 //      coordinator's assignment leaves it open)
 //   2. run the session from the assignment's resume_from, else checkpoint.load_dir, with
-//      this DP rank's data, the rendezvous as the save exchange, and SIGTERM/SIGINT as the
+//      this DP rank's data, the job's own store as the save exchange (never the
+//      coordinator: checkpoint/store_exchange.h), and SIGTERM/SIGINT as the
 //      stop; PipeReporter (pipe_reporter.h) reports over MT_REPORT_FD
 //      (worker/report/report_channel.h) and logs the damaged checkpoints skipped
 //   3. exit 0 when trained; 1 on an error (the last line of the log says why); 143 when

@@ -77,6 +77,7 @@ class Session {
   // From the bytes the choice verified (or their device copies), not a second read.
   bool Restore() {
     if (!load_.has_value()) return true;
+    Tell(engine::Activity::kLoad, load_->manifest.step());
     const absl::Time start = absl::Now();
     auto source = checkpoint::OpenLoadSource(*load_);
     if (!Check(source.status(), SessionStage::kRestore)) return false;
@@ -130,6 +131,10 @@ class Session {
     }
   }
 
+  void Tell(engine::Activity a, int64_t step) const {
+    if (config_.trainer.on_activity) config_.trainer.on_activity(a, step);
+  }
+
   // Saves the current step unless it is saved or a save has failed: a new save's OK must not
   // replace an earlier failure.
   void Save() {
@@ -137,6 +142,7 @@ class Session {
         !save_status_.ok()) {
       return;
     }
+    Tell(engine::Activity::kSave, trainer_->iteration());
     save_status_ = saver_->Save(*trainer_, result_.last_step.loss,
                                 result_.evaluated ? result_.last_eval.loss : std::nan(""));
     TakeSaves();
@@ -151,6 +157,7 @@ class Session {
       stop = sig != 0 ? 1.0 : 0.0;
     }
     if (saver_ != nullptr && config_.trainer.collectives != nullptr) {
+      Tell(engine::Activity::kCollective, trainer_->iteration());
       auto any = config_.trainer.collectives->MaxScalarOverWorld(stop);
       if (any.ok()) stop = *any;
     }

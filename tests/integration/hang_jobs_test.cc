@@ -1,0 +1,159 @@
+// Hang detection through the whole stack (coordinator/jobs/hang_detector.h): a coordinator,
+// two worker daemons and their trainer processes (CPU, Gloo). One rank is SIGSTOPped after a
+// checkpoint: the coordinator shows "no progress for N s", marks the job hung within the
+// configured floor (naming the stopped rank, its worker and node, and its activity), stops
+// the ranks and restarts the job from its latest checkpoint, which then finishes.
+#include <dirent.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testutil/job_fixture.h"
+
+namespace mt {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+
+constexpr int kIters = 400;
+constexpr int kFloorSeconds = 10;
+
+// The children of `parent` (from /proc/PID/stat).
+std::vector<pid_t> ChildrenOf(pid_t parent) {
+  std::vector<pid_t> out;
+  DIR* proc = ::opendir("/proc");
+  if (proc == nullptr) return out;
+  while (dirent* d = ::readdir(proc)) {
+    pid_t pid = 0;
+    if (!absl::SimpleAtoi(d->d_name, &pid)) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+    const size_t close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::vector<std::string> f = absl::StrSplit(stat.substr(close + 2), ' ');
+    pid_t ppid = 0;
+    if (f.size() > 1 && absl::SimpleAtoi(f[1], &ppid) && ppid == parent) out.push_back(pid);
+  }
+  ::closedir(proc);
+  return out;
+}
+
+class HangJobsTest : public testutil::JobFixture {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(JobFixture::SetUp());
+    StartWorkers(2, {}, /*node_per_worker=*/true);
+  }
+  void TearDown() override {
+    // Never leave a stopped process behind.
+    if (stopped_ > 0) ::kill(stopped_, SIGKILL);
+  }
+  pid_t stopped_ = -1;
+};
+
+TEST_F(HangJobsTest, AStoppedRankIsFoundWithinTheFloorNamedAndTheJobRestartsAndFinishes) {
+  testutil::TinyJob job("hang", data_, kIters);
+  job.dp = "2";
+  job.log_interval = 1;
+  job.sections = {
+      absl::StrCat("checkpoint: {save_dir: ", cluster_.dir(), "/ckpt, save_interval: 5}"),
+      absl::StrCat("restart: {max_restarts: 2, hang_timeout_floor_seconds: ", kFloorSeconds,
+                   ", hang_step_multiplier: 10}")};
+  const std::string id = Submit(job.Yaml(), "hang.yaml");
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_RUNNING, absl::Minutes(2)))
+      << EventText(id);
+  mt::v1::Job running;
+  for (const absl::Time deadline = absl::Now() + absl::Minutes(2); absl::Now() < deadline;) {
+    auto j = cluster_.GetJob(id);
+    ASSERT_TRUE(j.ok()) << j.status();
+    running = *j;
+    if (running.progress().step() >= 12) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GE(running.progress().step(), 12) << EventText(id);
+  ASSERT_LT(running.progress().step(), kIters - 50) << "training is too fast for this test";
+  ASSERT_EQ(running.placement_size(), 2);
+  const std::string worker_id = running.placement(1).worker_id();
+  const std::string node = running.placement(1).node();  // = the daemon's name
+  const std::vector<pid_t> ranks = ChildrenOf(cluster_.worker(node)->pid());
+  ASSERT_EQ(ranks.size(), 1u) << "the trainer of rank 1 under " << node;
+  stopped_ = ranks[0];
+  ASSERT_EQ(::kill(stopped_, SIGSTOP), 0);
+  const absl::Time stopped_at = absl::Now();
+  std::fprintf(stderr, "SIGSTOP rank 1 (pid %d on %s) at step %lld\n", stopped_, node.c_str(),
+               static_cast<long long>(running.progress().step()));
+
+  // "no progress for N s" before the hang is declared, in the job and in mtctl describe.
+  bool shown = false;
+  std::string describe;
+  absl::Time hung_at = absl::InfiniteFuture();
+  for (const absl::Time deadline = stopped_at + absl::Seconds(kFloorSeconds + 20);
+       absl::Now() < deadline;) {
+    auto j = cluster_.GetJob(id);
+    ASSERT_TRUE(j.ok()) << j.status();
+    if (j->state() == mt::v1::JOB_STATE_RESTARTING) {
+      hung_at = absl::Now();
+      break;
+    }
+    if (!shown && j->progress().no_progress_seconds() >= 5) {
+      shown = true;
+      EXPECT_THAT(j->progress().no_progress_detail(), HasSubstr("rank 1 on " + worker_id));
+      describe = cluster_.Mtctl({"describe", id}).out;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_NE(hung_at, absl::InfiniteFuture()) << EventText(id);
+  const double detection = absl::ToDoubleSeconds(hung_at - stopped_at);
+  std::fprintf(stderr, "hang detected %.2f s after SIGSTOP (floor %d s)\n", detection,
+               kFloorSeconds);
+  EXPECT_TRUE(shown) << "no_progress_seconds never reached 5 s before the hang";
+  EXPECT_THAT(describe, HasSubstr("no progress for "));
+  // The floor (the p99 step time of this tiny job is far below floor / 10), plus the
+  // coalescing of beacons and the check period.
+  EXPECT_GE(detection, kFloorSeconds - 0.5);
+  EXPECT_LE(detection, kFloorSeconds + 3.0);
+
+  const std::vector<mt::v1::JobEvent> events = Events(id);
+  ASSERT_GE(events.size(), 4u);
+  const std::string& reason = events[3].reason();
+  EXPECT_EQ(events[3].state(), mt::v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(reason, HasSubstr(absl::StrCat("hung: rank 1 on worker ", worker_id, " (node ", node,
+                                             ") made no progress for ")));
+  EXPECT_THAT(reason, MatchesRegex(".* in (data|forward|backward|optimizer|collective|save)"
+                                   " of step [0-9]+ .*"));
+  EXPECT_THAT(reason, HasSubstr("restart 1 of at most 2"));
+
+  // Back to training from the latest checkpoint, then to the end.
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_RUNNING, absl::Minutes(2)))
+      << EventText(id);
+  auto back = cluster_.GetJob(id);
+  ASSERT_TRUE(back.ok());
+  if (back->attempt() == 1) {
+    std::fprintf(stderr, "training again %.2f s after SIGSTOP\n",
+                 absl::ToDoubleSeconds(absl::Now() - stopped_at));
+  }
+  EXPECT_NE(::kill(stopped_, 0), 0) << "the stopped rank was not ended";
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(5)))
+      << EventText(id);
+  auto done = cluster_.GetJob(id);
+  ASSERT_TRUE(done.ok());
+  EXPECT_EQ(done->attempt(), 1);
+  EXPECT_EQ(done->progress().step(), kIters);
+  EXPECT_GT(done->resume_step(), 0);
+  EXPECT_EQ(done->resume_step() % 5, 0);
+  std::fprintf(stderr, "%s", EventText(id).c_str());
+}
+
+}  // namespace
+}  // namespace mt

@@ -181,6 +181,21 @@ class MultinodeTest : public ::testing::Test {
     return testutil::StepLosses(Mtctl({"logs", id}).out);
   }
 
+  // Runs the one-rank reference of `data`, then `yaml` (a job of the same model on several
+  // ranks); expects `yaml`'s per-step losses to be the reference's and returns its job as
+  // described once it succeeded.
+  absl::StatusOr<mt::v1::Job> RunLikeOneRank(const std::string& data, const std::string& yaml,
+                                             const std::string& file) {
+    const std::map<int, double> want = RunToSuccess(JobYaml("ref", 1, 1, 1, data), "ref.yaml");
+    const std::string id = Submit(yaml, file);
+    if (id.empty() || !WaitForState(id, "JOB_STATE_SUCCEEDED", absl::Minutes(4))) {
+      return absl::DeadlineExceededError(Mtctl({"describe", id}).out + Mtctl({"logs", id}).out +
+                                         Log("node2-w0"));
+    }
+    ExpectSameLosses(testutil::StepLosses(Mtctl({"logs", id}).out), want, kSteps);
+    return Describe(id);
+  }
+
   static void ExpectSameLosses(const std::map<int, double>& got, const std::map<int, double>& want,
                                int steps) {
     ASSERT_EQ(want.size(), static_cast<size_t>(steps));
@@ -209,12 +224,8 @@ std::map<int, std::set<std::string>> NodesBy(const mt::v1::Job& job, GroupOf gro
 TEST_F(MultinodeTest, TensorInsideANodeDataAcrossNodesTrainsLikeOneRank) {
   const absl::Time start = absl::Now();
   const std::string data = testutil::WriteRepetitiveDataset(dir_, 64, 200);
-  const std::map<int, double> want = RunToSuccess(JobYaml("ref", 1, 1, 1, data), "ref.yaml");
-  const std::string wide = Submit(JobYaml("tp2dp2", 2, 1, 2, data), "tp2dp2.yaml");
-  ASSERT_FALSE(wide.empty());
-  ASSERT_TRUE(WaitForState(wide, "JOB_STATE_SUCCEEDED", absl::Minutes(4)))
-      << Mtctl({"describe", wide}).out << Mtctl({"logs", wide}).out << Log("node2-w0");
-  absl::StatusOr<mt::v1::Job> job = Describe(wide);
+  absl::StatusOr<mt::v1::Job> job =
+      RunLikeOneRank(data, JobYaml("tp2dp2", 2, 1, 2, data), "tp2dp2.yaml");
   ASSERT_TRUE(job.ok()) << job.status();
   // TP groups inside a node, DP across both nodes.
   const auto nodes_of_tp_group = NodesBy(*job, [](const auto& c) { return c.dp(); });
@@ -225,7 +236,6 @@ TEST_F(MultinodeTest, TensorInsideANodeDataAcrossNodesTrainsLikeOneRank) {
     nodes.insert(in.begin(), in.end());
   }
   EXPECT_EQ(nodes, (std::set<std::string>{"node2", "node3"}));
-  ExpectSameLosses(testutil::StepLosses(Mtctl({"logs", wide}).out), want, kSteps);
   std::fprintf(stderr, "[multinode] two jobs over the rig in %s\n",
                absl::FormatDuration(absl::Now() - start).c_str());
 }
@@ -234,19 +244,14 @@ TEST_F(MultinodeTest, TensorInsideANodeDataAcrossNodesTrainsLikeOneRank) {
 // (activations and gradients cross the link between them).
 TEST_F(MultinodeTest, PipelineStagesOnDifferentNodesTrainLikeOneRank) {
   const std::string data = testutil::WriteRepetitiveDataset(dir_, 64, 200);
-  const std::map<int, double> want = RunToSuccess(JobYaml("ref", 1, 1, 1, data), "ref.yaml");
-  const std::string id = Submit(JobYaml("tp2pp2", 2, 2, 1, data), "tp2pp2.yaml");
-  ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(WaitForState(id, "JOB_STATE_SUCCEEDED", absl::Minutes(4)))
-      << Mtctl({"describe", id}).out << Mtctl({"logs", id}).out << Log("node2-w0");
-  absl::StatusOr<mt::v1::Job> job = Describe(id);
+  absl::StatusOr<mt::v1::Job> job =
+      RunLikeOneRank(data, JobYaml("tp2pp2", 2, 2, 1, data), "tp2pp2.yaml");
   ASSERT_TRUE(job.ok()) << job.status();
   const auto nodes_of_stage = NodesBy(*job, [](const auto& c) { return c.pp(); });
   ASSERT_EQ(nodes_of_stage.size(), 2u);
   ASSERT_EQ(nodes_of_stage.at(0).size(), 1u);
   ASSERT_EQ(nodes_of_stage.at(1).size(), 1u);
   EXPECT_NE(*nodes_of_stage.at(0).begin(), *nodes_of_stage.at(1).begin());
-  ExpectSameLosses(testutil::StepLosses(Mtctl({"logs", id}).out), want, kSteps);
 }
 
 // The cut-link scenario. A TP=2 x PP=2 job on both worker nodes saves every kSaveEvery steps;
@@ -349,17 +354,11 @@ class MultinodeIpv6Test : public MultinodeTest {
 
 TEST_F(MultinodeIpv6Test, DataAcrossNodesOverIpv6TrainsLikeOneRank) {
   const std::string data = testutil::WriteRepetitiveDataset(dir_, 64, 200);
-  const std::map<int, double> want = RunToSuccess(JobYaml("ref", 1, 1, 1, data), "ref.yaml");
-  const std::string id = Submit(JobYaml("dp4", 1, 1, 4, data), "dp4.yaml");
-  ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(WaitForState(id, "JOB_STATE_SUCCEEDED", absl::Minutes(4)))
-      << Mtctl({"describe", id}).out << Mtctl({"logs", id}).out << Log("node2-w0");
-  absl::StatusOr<mt::v1::Job> job = Describe(id);
+  absl::StatusOr<mt::v1::Job> job = RunLikeOneRank(data, JobYaml("dp4", 1, 1, 4, data), "dp4.yaml");
   ASSERT_TRUE(job.ok()) << job.status();
   std::set<std::string> nodes;
   for (const mt::v1::RankPlacement& p : job->placement()) nodes.insert(p.node());
   EXPECT_EQ(nodes, (std::set<std::string>{"node2", "node3"}));
-  ExpectSameLosses(testutil::StepLosses(Mtctl({"logs", id}).out), want, kSteps);
   // The workers' ranks advertise their IPv6 address (the route to the coordinator).
   for (int n = 0; n < kWorkerNodes; ++n) {
     const absl::StatusOr<CommandResult> grep = testutil::RunCommand(

@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/time.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "common/checkpoint/checkpoint_dir.h"
@@ -563,6 +564,10 @@ void JobManager::OnWorkerLost(const std::string& worker_id) {
   absl::MutexLock lock(&mu_);
   // Only jobs holding ranks can run on the worker; copied, as failing one unindexes it.
   const std::vector<int64_t> placed(placed_.begin(), placed_.end());
+  // The node names the machine (or its cut link) to an operator; the id alone does not.
+  const absl::StatusOr<mt::v1::Worker> worker = registry_->Get(worker_id);
+  const std::string on_node =
+      worker.ok() ? absl::StrCat(" on node ", worker->resources().node()) : "";
   for (int64_t id : placed) {
     std::unique_ptr<JobEntry>& entry = jobs_.at(id);
     for (size_t r = 0; r < entry->ranks.size(); ++r) {
@@ -570,8 +575,9 @@ void JobManager::OnWorkerLost(const std::string& worker_id) {
       if (rank.worker_id != worker_id || rank.outcome != mt::v1::RANK_OUTCOME_UNSPECIFIED) continue;
       rank.outcome = mt::v1::RANK_OUTCOME_FAILED;
       rank.message = "worker lost";
-      const std::string why =
-          absl::StrCat("worker ", worker_id, " running rank ", r, " was lost (no heartbeat)");
+      const std::string why = absl::StrCat("worker ", worker_id, on_node, " running rank ", r,
+                                           " was lost (no heartbeat for ",
+                                           absl::FormatDuration(registry_->lost_after()), ")");
       // A RESTARTING job only learns that this rank has ended.
       (void)FailOrRestart(entry.get(), why);
       break;

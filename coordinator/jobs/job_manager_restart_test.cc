@@ -231,7 +231,11 @@ TEST_F(JobManagerRestartTest, LostWorkerRestartsFromScratchBeforeTheFirstSave) {
   jobs_->OnWorkerLost(lost);
   mt::v1::Job restarting = Now(id);
   EXPECT_EQ(restarting.state(), mt::v1::JOB_STATE_RESTARTING);
-  EXPECT_THAT(restarting.reason(), HasSubstr("worker " + lost + " running rank 0 was lost"));
+  // The event names the worker's node and how long it was silent.
+  EXPECT_THAT(restarting.reason(),
+              HasSubstr("worker " + lost + " on node " + job.placement(0).node() +
+                        " running rank 0 was lost (no heartbeat for"));
+  EXPECT_FALSE(job.placement(0).node().empty());
   ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_STOPPED, "stopped").ok());
   jobs_->AdvanceRestarts();
   mt::v1::Job restarted = Now(id);

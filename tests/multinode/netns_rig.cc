@@ -24,6 +24,8 @@ absl::Status Ip(std::vector<std::string> args) {
 
 std::string NetnsRig::Address(int node) { return absl::StrCat("10.77.0.", node + 1); }
 
+std::string NetnsRig::Address6(int node) { return absl::StrCat("fd00:77::", node + 1); }
+
 absl::StatusOr<NetnsRig> NetnsRig::Create(int nodes) {
   NetnsRig rig;
   const std::string prefix = absl::StrCat("mt", ::getpid(), "-");
@@ -49,6 +51,8 @@ absl::StatusOr<NetnsRig> NetnsRig::Create(int nodes) {
               ns},
              {"-n", rig.hub_, "link", "set", port, "master", "br0", "up"},
              {"-n", ns, "addr", "add", Address(i) + "/24", "dev", "eth0"},
+             // nodad: usable at once, not after duplicate address detection (~2 s).
+             {"-n", ns, "addr", "add", Address6(i) + "/64", "dev", "eth0", "nodad"},
              {"-n", ns, "link", "set", "eth0", "up"},
              {"-n", ns, "link", "set", "lo", "up"}}) {
       if (absl::Status s = Ip(step); !s.ok()) return s;

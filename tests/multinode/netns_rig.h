@@ -1,9 +1,9 @@
 // A multi-host test rig on one machine: network namespaces joined by a bridge, each one a
-// "node" with its own address (10.77.0.0/24, inside namespaces this rig creates) and its own
-// loopback. The bridge lives in a namespace of its own ("hub"): nothing in the machine's own
-// namespace is touched. Everything is removed on destruction, also after a failed test.
-// Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2; Create says why when it cannot.
-// Not thread-safe: one test thread drives a rig.
+// "node" with its own addresses (10.77.0.0/24 and fd00:77::/64, inside namespaces this rig
+// creates) and its own loopback. The bridge lives in a namespace of its own ("hub"): nothing in the
+// machine's own namespace is touched. Everything is removed on destruction, also after a failed
+// test. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2; Create says why when it cannot. Not
+// thread-safe: one test thread drives a rig.
 #ifndef MT_TESTS_MULTINODE_NETNS_RIG_H_
 #define MT_TESTS_MULTINODE_NETNS_RIG_H_
 
@@ -16,7 +16,7 @@ namespace mt::testutil {
 
 class NetnsRig {
  public:
-  // Creates `nodes` namespaces; node i gets 10.77.0.(i+1) on its eth0.
+  // Creates `nodes` namespaces; node i gets 10.77.0.(i+1)/24 and fd00:77::(i+1)/64 on its eth0.
   static absl::StatusOr<NetnsRig> Create(int nodes);
   NetnsRig(NetnsRig&& other) noexcept;
   NetnsRig& operator=(NetnsRig&&) = delete;
@@ -25,6 +25,7 @@ class NetnsRig {
   int size() const { return static_cast<int>(namespaces_.size()); }
   const std::string& ns(int node) const { return namespaces_[node]; }
   static std::string Address(int node);
+  static std::string Address6(int node);  // without brackets
   // argv run inside node's namespace: ip netns exec NS argv...
   std::vector<std::string> In(int node, std::vector<std::string> argv) const;
   // Cuts (false) or restores (true) node's link to the bridge.

@@ -25,6 +25,10 @@ struct CoordinatorConfig {
   // free port. The binary's flag defaults to 9400.
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
+  // Retention of ended jobs (JobManager::PruneEnded): at most this many (0 = no limit), and
+  // none older than ended_job_ttl after their end (zero = forever).
+  int keep_ended_jobs = 0;
+  absl::Duration ended_job_ttl = absl::ZeroDuration();
 
   // Every field checked; errors name the flag and the fix.
   absl::Status Validate() const;

@@ -28,6 +28,11 @@ ABSL_FLAG(int, metrics_port, 9400,
           "workers' endpoints). 0 = any free port, -1 = off.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine.");
+ABSL_FLAG(int, keep_ended_jobs, 0,
+          "Retention: keep at most this many ended jobs (succeeded, failed, cancelled), deleting "
+          "the oldest beyond it; 0 = no count limit. mtctl delete removes one by hand.");
+ABSL_FLAG(absl::Duration, ended_job_ttl, absl::ZeroDuration(),
+          "Retention: delete ended jobs this long after they ended (e.g. 720h); 0 = keep.");
 ABSL_FLAG(std::string, address_file, "",
           "Write the bound host:port to this file once serving (for scripts using port 0).");
 
@@ -43,6 +48,8 @@ mt::coordinator::CoordinatorConfig ConfigFromFlags() {
   config.lost_after = absl::GetFlag(FLAGS_lost_after);
   config.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   config.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  config.keep_ended_jobs = absl::GetFlag(FLAGS_keep_ended_jobs);
+  config.ended_job_ttl = absl::GetFlag(FLAGS_ended_job_ttl);
   return config;
 }
 

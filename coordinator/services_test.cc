@@ -218,7 +218,7 @@ TEST_F(ServicesTest, SecondLiveJobCannotShareASaveDir) {
   grpc::ClientContext ctx;
   mt::v1::SubmitJobRequest submit;
   *submit.mutable_spec() = AutoDpSpec();
-  submit.mutable_spec()->mutable_checkpoint()->set_save_dir("/ckpt//shared/./");
+  submit.mutable_spec()->mutable_checkpoint()->set_save_dir("/ckpt/shared");
   mt::v1::SubmitJobResponse second;
   grpc::Status s = client_->SubmitJob(&ctx, submit, &second);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();

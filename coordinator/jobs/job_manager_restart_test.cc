@@ -371,7 +371,7 @@ TEST_F(JobManagerRestartTest, OnlyTheHoldingWorkerEndsARank) {
 
 TEST_F(JobManagerRestartTest, SecondLiveJobWithTheSameSaveDirIsRefused) {
   const std::string first = Submit(save_dir_);
-  auto parsed = spec::ParseYamlSpec(SpecYaml(save_dir_ + "//./", 3));
+  auto parsed = spec::ParseYamlSpec(SpecYaml(save_dir_, 3));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_THAT(jobs_->Submit(parsed->spec, "").status(),
               mt::testing::StatusIs(absl::StatusCode::kFailedPrecondition,

@@ -178,9 +178,12 @@ absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSp
     return absl::ResourceExhaustedError(
         absl::StrCat("the coordinator holds ", options_.max_jobs, " jobs; delete old ones"));
   }
-  for (const auto& [other_id, other] : jobs_) {  // one save_dir per live job
-    if (earlier.has_value() && earlier->id() == other->job.id()) continue;
-    MT_RETURN_IF_ERROR(CheckSaveDirFree(spec.checkpoint().save_dir(), other->job));
+  if (!spec.checkpoint().save_dir().empty()) {  // one save_dir per live job
+    for (const auto& [other_id, other] : jobs_) {
+      if (IsTerminal(other->job.state())) continue;
+      if (earlier.has_value() && earlier->id() == other->job.id()) continue;
+      MT_RETURN_IF_ERROR(CheckSaveDirFree(spec.checkpoint().save_dir(), other->job));
+    }
   }
   const absl::Time now = clock_->Now();
   mt::v1::Job job;

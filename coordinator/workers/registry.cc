@@ -111,7 +111,8 @@ absl::StatusOr<int64_t> WorkerRegistry::ClaimId(const mt::v1::RegisterRequest& r
                     w.state() == mt::v1::WORKER_STATE_DRAINING;
   const absl::Duration silent = now - last_seen_[id];
   if (live && silent <= lost_after_ &&
-      !rpc::WorkerSecretMatches(request.session(), known->second.session)) {
+      !rpc::WorkerSecretMatches(request.session(), known->second.session) &&
+      !rpc::WorkerSecretMatches(request.session(), known->second.previous_session)) {
     return absl::AlreadyExistsError(absl::StrCat(
         "worker ", request.worker_id(), " is connected from another daemon (",
         mt::v1::WorkerState_Name(w.state()), ", last heartbeat ", absl::FormatDuration(silent),
@@ -133,6 +134,7 @@ absl::StatusOr<mt::v1::Worker> WorkerRegistry::Register(const mt::v1::RegisterRe
   MT_ASSIGN_OR_RETURN(const int64_t id, ClaimId(request, now, &credential));
   const std::string session = rpc::NewWorkerSecret();
   if (!credential.empty()) secrets_[id].credential = rpc::HashWorkerSecret(credential);
+  secrets_[id].previous_session = std::move(secrets_[id].session);
   secrets_[id].session = rpc::HashWorkerSecret(session);
   if (issued != nullptr) *issued = {credential, session};
   mt::v1::Worker& w = workers_[id];

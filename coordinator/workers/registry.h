@@ -12,9 +12,9 @@
 // SHA-256 is kept). Re-registering a known id must present the credential (PERMISSION_DENIED
 // otherwise). Each registration also gets a session, which every later call of the daemon
 // carries (Authenticate). A known worker that is live (IDLE/BUSY/DRAINING with a heartbeat
-// within lost_after) accepts a registration only with its current session: a second daemon
-// holding a copy of the state file is refused (ALREADY_EXISTS) while the first one is
-// connected. A genuine restart of the daemon (a new process, no session) is accepted once the
+// within lost_after) accepts a registration only with its current session (or the one before,
+// when the answer to the daemon's last Register was lost): a second daemon holding a copy of
+// the state file is refused (ALREADY_EXISTS) while the first one is connected. A genuine restart of the daemon (a new process, no session) is accepted once the
 // old process's heartbeats have stopped for lost_after, i.e. when the worker would be LOST.
 // An unknown id (the coordinator restarted; registrations are not persisted) is adopted with
 // the credential it presents, counted against kMaxWorkers like a new one.
@@ -108,10 +108,12 @@ class WorkerRegistry : public WorkerPool {
   // Ordered by numeric id so listings are stable.
   absl::btree_map<int64_t, mt::v1::Worker> workers_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<int64_t, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
-  // SHA-256 digests of each worker's credential and current session.
+  // SHA-256 digests of each worker's credential, current session and the one before it (a
+  // daemon whose Register answer was lost still holds that one and may present it).
   struct SecretHashes {
     std::string credential;
     std::string session;
+    std::string previous_session;
   };
   absl::btree_map<int64_t, SecretHashes> secrets_ ABSL_GUARDED_BY(mu_);
 

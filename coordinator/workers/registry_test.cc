@@ -139,6 +139,14 @@ TEST_F(RegistryTest, CopiedStateFileCannotTakeOverALiveWorker) {
   MT_ASSERT_OK(registry_.Register(Request("n1", 0, w.id(), first.credential, first.session), &again)
                    .status());
   EXPECT_TRUE(again.credential.empty());  // issued once
+  // The answer to that registration was lost: the daemon still holds the session before it.
+  WorkerRegistry::Issued retried;
+  MT_ASSERT_OK(
+      registry_.Register(Request("n1", 0, w.id(), first.credential, first.session), &retried)
+          .status());
+  EXPECT_THAT(registry_.Register(Request("n1", 0, w.id(), first.credential, first.session)),
+              StatusIs(absl::StatusCode::kAlreadyExists));  // two sessions back: no
+  again = retried;
   EXPECT_THAT(registry_.Authenticate(w.id(), first.session),
               StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("w-1")));
   MT_ASSERT_OK(registry_.Authenticate(w.id(), again.session));

@@ -14,11 +14,11 @@
 // carries (Authenticate). A known worker that is live (IDLE/BUSY/DRAINING with a heartbeat
 // within lost_after) accepts a registration only with its current session (or the one before,
 // when the answer to the daemon's last Register was lost): a second daemon holding a copy of
-// the state file is refused (ALREADY_EXISTS) while the first one is connected. A genuine restart of the daemon (a new process, no session) is accepted once the
-// old process's heartbeats have stopped for lost_after, i.e. when the worker would be LOST.
-// An unknown id (the coordinator restarted; registrations are not persisted) is adopted with
-// the credential it presents, counted against kMaxWorkers like a new one.
-// Thread-safe: every method takes the registry's mutex.
+// the state file is refused (ALREADY_EXISTS) while the first one is connected. A genuine restart of
+// the daemon (a new process, no session) is accepted once the old process's heartbeats have stopped
+// for lost_after, i.e. when the worker would be LOST. An unknown id (the coordinator restarted;
+// registrations are not persisted) is adopted with the credential it presents, counted against
+// kMaxWorkers like a new one. Thread-safe: every method takes the registry's mutex.
 #ifndef MT_COORDINATOR_WORKERS_REGISTRY_H_
 #define MT_COORDINATOR_WORKERS_REGISTRY_H_
 

@@ -1,4 +1,4 @@
-// mtctl submit | list | describe | watch | logs | cancel
+// mtctl submit | list | describe | watch | logs | cancel | delete
 #include <unistd.h>
 
 #include <cmath>
@@ -288,6 +288,18 @@ int RunLogs(const std::vector<std::string>& args, const GlobalOptions& options) 
   return kExitOk;
 }
 
+// The answer of a call that returns a job: the job (-o json|yaml), or "ID STATE<suffix>".
+int PrintJobResult(const absl::Status& status, const mt::v1::Job& job, absl::string_view suffix,
+                   const GlobalOptions& options) {
+  if (!status.ok()) return Fail(status);
+  if (options.output != OutputFormat::kTable) {
+    PrintStructured(job, options.output);
+  } else {
+    std::cout << job.id() << " " << StateName(job.state()) << suffix << "\n";
+  }
+  return kExitOk;
+}
+
 int RunCancel(const std::vector<std::string>& args, const GlobalOptions& options) {
   if (args.empty() || args.size() > 2) {
     return Fail(absl::InvalidArgumentError("usage: mtctl cancel JOB_ID [REASON]"));
@@ -298,14 +310,19 @@ int RunCancel(const std::vector<std::string>& args, const GlobalOptions& options
   request.set_job_id(args[0]);
   if (args.size() == 2) request.set_reason(args[1]);
   mt::v1::Job job;
-  absl::Status status = Call(stub->get(), &Stub::CancelJob, request, &job, kTimeout);
-  if (!status.ok()) return Fail(status);
-  if (options.output != OutputFormat::kTable) {
-    PrintStructured(job, options.output);
-  } else {
-    std::cout << job.id() << " " << StateName(job.state()) << "\n";
-  }
-  return kExitOk;
+  return PrintJobResult(Call(stub->get(), &Stub::CancelJob, request, &job, kTimeout), job, "",
+                        options);
+}
+
+int RunDelete(const std::vector<std::string>& args, const GlobalOptions& options) {
+  if (args.size() != 1) return Fail(absl::InvalidArgumentError("usage: mtctl delete JOB_ID"));
+  auto stub = NewStub(options);
+  if (!stub.ok()) return Fail(stub.status());
+  mt::v1::DeleteJobRequest request;
+  request.set_job_id(args[0]);
+  mt::v1::Job job;
+  return PrintJobResult(Call(stub->get(), &Stub::DeleteJob, request, &job, kTimeout), job,
+                        " deleted", options);
 }
 
 }  // namespace mt::client

@@ -4,11 +4,16 @@
 #include <cstring>
 #include <iostream>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/base/version.h"
 #include "common/cli/daemon.h"
 
@@ -41,6 +46,12 @@ const std::vector<Verb>& AllVerbs() {
        &RunLogs},
       {"cancel", "stop every rank of a job and mark it cancelled", "mtctl cancel JOB_ID [REASON]",
        &RunCancel},
+      {"delete", "forget an ended job (its record, events and logs)",
+       "mtctl delete JOB_ID\n\n"
+       "Only ended jobs (succeeded, failed, cancelled) are deleted: cancel a live one first.\n"
+       "Its checkpoints stay on disk and in `mtctl checkpoints`. The coordinator can also\n"
+       "delete ended jobs by itself (--keep-ended-jobs, --ended-job-ttl).",
+       &RunDelete},
       {"plan", "show the layout and placement a job would get (nothing is submitted)",
        "mtctl plan JOB.yaml\n"
        "mtctl plan --megatron -- --num-layers 24 --hidden-size 1024 ... \n\n"
@@ -113,6 +124,47 @@ const Verb* FindVerb(const std::string& name) {
   return nullptr;
 }
 
+// absl::ParseCommandLine exits 1 on an unknown flag or a bad value; mtctl's documented code
+// for bad usage is 2, so the flags are checked here first (values parsed as the flag will).
+absl::Status CheckFlags(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    absl::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-') continue;
+    absl::ConsumePrefix(&arg, "-");
+    absl::ConsumePrefix(&arg, "-");
+    const size_t eq = arg.find('=');
+    std::string name(arg.substr(0, eq));
+    absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+    bool negated = false;
+    if (flag == nullptr && absl::StartsWith(name, "no")) {
+      flag = absl::FindCommandLineFlag(name.substr(2));
+      negated = flag != nullptr && flag->IsOfType<bool>();
+      if (!negated) flag = nullptr;
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, "; `mtctl VERB --help` lists the flags"));
+    }
+    if (negated) continue;
+    std::string value;
+    if (eq != absl::string_view::npos) {
+      value = std::string(arg.substr(eq + 1));
+    } else if (flag->IsOfType<bool>()) {
+      continue;
+    } else if (i + 1 < argc) {
+      value = argv[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("flag --", name, " needs a value"));
+    }
+    std::string error;
+    if (!flag->ParseFrom(value, &error)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " '", value, "': ", error));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int Main(int argc, char** argv) {
@@ -162,6 +214,7 @@ int Main(int argc, char** argv) {
     return kExitOk;
   }
   cli::NormalizeFlagNames(argc, argv);
+  if (absl::Status s = CheckFlags(argc, argv); !s.ok()) return Fail(s);
   absl::FlagsUsageConfig config;
   config.version_string = [] { return absl::StrCat("mtctl ", kVersion, "\n"); };
   absl::SetFlagsUsageConfig(config);

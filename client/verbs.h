@@ -33,6 +33,7 @@ int RunDescribe(const std::vector<std::string>& args, const GlobalOptions& optio
 int RunWatch(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunLogs(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunCancel(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunDelete(const std::vector<std::string>& args, const GlobalOptions& options);
 // mtctl data preprocess | inspect | merge (client/data/data_cmd.cc).
 int RunData(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunWorkers(const std::vector<std::string>& args, const GlobalOptions& options);

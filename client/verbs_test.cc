@@ -74,5 +74,13 @@ TEST(Verbs, ConnectionFlagsAreKnownInEveryForm) {
   EXPECT_EQ(RunMain({"--tls-ca", "frobnicate", "--help"}, &out), kExitOk);
 }
 
+TEST(VerbsTest, AnUnknownFlagOrABadValueIsUsage) {
+  std::string out;
+  // absl::ParseCommandLine would exit(1) here, ending this test with the wrong code.
+  EXPECT_EQ(RunMain({"list", "--bogus"}, &out), kExitUsage);
+  EXPECT_EQ(RunMain({"list", "--state=foo"}, &out), kExitUsage);
+  EXPECT_EQ(RunMain({"delete", "--nobogus", "j-1"}, &out), kExitUsage);
+}
+
 }  // namespace
 }  // namespace mt::client

@@ -159,6 +159,13 @@ grpc::Status ClientServiceImpl::CancelJob(grpc::ServerContext* context,
   return Reply(jobs_->Cancel(request->job_id(), request->reason()), response);
 }
 
+grpc::Status ClientServiceImpl::DeleteJob(grpc::ServerContext* context,
+                                          const mt::v1::DeleteJobRequest* request,
+                                          mt::v1::Job* response) {
+  MT_CHECK_AUTH(context);
+  return Reply(jobs_->Delete(request->job_id()), response);
+}
+
 grpc::Status ClientServiceImpl::GetJobLogs(grpc::ServerContext* context,
                                            const mt::v1::GetJobLogsRequest* request,
                                            mt::v1::GetJobLogsResponse* response) {

@@ -34,6 +34,8 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
                         grpc::ServerWriter<mt::v1::JobUpdate>* writer) override;
   grpc::Status CancelJob(grpc::ServerContext* context, const mt::v1::CancelJobRequest* request,
                          mt::v1::Job* response) override;
+  grpc::Status DeleteJob(grpc::ServerContext* context, const mt::v1::DeleteJobRequest* request,
+                         mt::v1::Job* response) override;
   grpc::Status GetJobLogs(grpc::ServerContext* context, const mt::v1::GetJobLogsRequest* request,
                           mt::v1::GetJobLogsResponse* response) override;
 

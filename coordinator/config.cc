@@ -44,6 +44,13 @@ absl::Status CoordinatorConfig::Validate() const {
     return absl::InvalidArgumentError(
         "--lost-after must be at least twice --heartbeat-interval and at most 1h");
   }
+  if (keep_ended_jobs < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--keep-ended-jobs ", keep_ended_jobs,
+                                                   " must be >= 0 (0 = keep every ended job)"));
+  }
+  if (ended_job_ttl < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--ended-job-ttl must be >= 0 (0 = keep ended jobs)");
+  }
   if (metrics_port < -1 || metrics_port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--metrics-port ", metrics_port, " must be -1 (off), 0 (any free port) or 1..65535"));

@@ -44,6 +44,10 @@ struct CoordinatorConfig {
   // save, load, TensorBoard) and of an import or export must resolve into
   // (common/base/confine.h). Empty = no confinement, allowed only on loopback.
   std::vector<std::string> allowed_roots;
+  // Retention of ended jobs (JobManager::PruneEnded): at most this many (0 = no limit), and
+  // none older than ended_job_ttl after their end (zero = forever).
+  int keep_ended_jobs = 0;
+  absl::Duration ended_job_ttl = absl::ZeroDuration();
 
   // Every field checked; errors name the flag and the fix.
   absl::Status Validate() const;

@@ -90,6 +90,14 @@ TEST(CoordinatorConfig, TimingLimits) {
   EXPECT_THAT(c.Validate(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--heartbeat-interval")));
   c = Valid();
+  c.keep_ended_jobs = -1;
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--keep-ended-jobs -1")));
+  c = Valid();
+  c.ended_job_ttl = absl::Seconds(-1);
+  EXPECT_THAT(c.Validate(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--ended-job-ttl")));
+  c = Valid();
   c.listen_address = "nocolon";
   EXPECT_THAT(c.Validate(), StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("host:port")));
 }

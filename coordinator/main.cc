@@ -50,6 +50,11 @@ ABSL_FLAG(std::vector<std::string>, allowed_root, {},
           "Directory that every path of a job (data, tokenizer, save, load, TensorBoard) and of "
           "a checkpoint import or export must lie in, symbolic links resolved; repeatable or "
           "comma-separated. Required when --listen is not a loopback address.");
+ABSL_FLAG(int, keep_ended_jobs, 0,
+          "Retention: keep at most this many ended jobs (succeeded, failed, cancelled), deleting "
+          "the oldest beyond it; 0 = no count limit. mtctl delete removes one by hand.");
+ABSL_FLAG(absl::Duration, ended_job_ttl, absl::ZeroDuration(),
+          "Retention: delete ended jobs this long after they ended (e.g. 720h); 0 = keep.");
 ABSL_FLAG(std::string, address_file, "",
           "Write the bound host:port to this file once serving (for scripts using port 0).");
 
@@ -72,6 +77,8 @@ mt::coordinator::CoordinatorConfig ConfigFromFlags(int argc, char** argv) {
   config.insecure_allow_plaintext = absl::GetFlag(FLAGS_insecure_allow_plaintext);
   config.reflection = absl::GetFlag(FLAGS_reflection);
   config.metrics_public = absl::GetFlag(FLAGS_metrics_public);
+  config.keep_ended_jobs = absl::GetFlag(FLAGS_keep_ended_jobs);
+  config.ended_job_ttl = absl::GetFlag(FLAGS_ended_job_ttl);
   return config;
 }
 

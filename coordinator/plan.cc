@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/base/status_macros.h"
 #include "common/layout/job_layout.h"
 #include "common/layout/layout.h"
@@ -32,6 +33,30 @@ bool WantsGpu(const mt::v1::JobSpec& spec, const std::vector<mt::v1::Worker>& gp
       return !gpu_workers.empty() &&
              (needed == 0 || static_cast<int>(gpu_workers.size()) >= needed);
   }
+}
+
+// The workers a job would run on: those of its nodes (if it names any), GPUs or CPUs by its
+// device kind (AUTO: GPUs whenever there are enough).
+struct Pool {
+  std::vector<mt::v1::Worker> workers;
+  bool gpu = false;
+};
+Pool SelectPool(const mt::v1::JobSpec& spec, const std::vector<mt::v1::Worker>& workers) {
+  std::vector<mt::v1::Worker> gpu, cpu;
+  for (const auto& w : workers) {
+    if (spec.resources().nodes_size() > 0 &&
+        std::find(spec.resources().nodes().begin(), spec.resources().nodes().end(),
+                  w.resources().node()) == spec.resources().nodes().end()) {
+      continue;
+    }
+    (w.resources().gpu_index() >= 0 ? gpu : cpu).push_back(w);
+  }
+  if (WantsGpu(spec, gpu, RequestedWorld(spec))) return {std::move(gpu), true};
+  return {std::move(cpu), false};
+}
+
+std::string GiB(int64_t bytes) {
+  return absl::StrFormat("%.2f GiB", static_cast<double>(bytes) / (1 << 30));
 }
 
 }  // namespace
@@ -84,23 +109,75 @@ int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Lay
   return params * weights_and_grads + opt_bytes;
 }
 
+int64_t EstimateActivationBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout) {
+  const auto& m = spec.model();
+  const int64_t t = std::max(1, layout.tensor_model_parallel_size());
+  const int64_t pp = std::max(1, layout.pipeline_model_parallel_size());
+  const int64_t cp = std::max(1, layout.context_parallel_size());
+  const int64_t dp = std::max(1, layout.data_parallel_size());
+  const int64_t h = m.hidden_size(), a = std::max(1, m.num_attention_heads());
+  const int64_t s = m.seq_length() / cp, b = std::max(1, spec.training().micro_batch_size());
+  const bool sp = spec.parallel().sequence_parallel() && t > 1;
+  const int64_t sbh = s * b * h;
+  int64_t per_layer = 0;  // bytes in half precision
+  switch (spec.training().recompute_granularity()) {
+    case mt::v1::RECOMPUTE_GRANULARITY_FULL:
+      per_layer = 2 * sbh / (sp ? t : 1);
+      break;
+    case mt::v1::RECOMPUTE_GRANULARITY_SELECTIVE:
+      per_layer = sp ? 34 * sbh / t : 10 * sbh + 24 * sbh / t;
+      break;
+    default:
+      per_layer = (sp ? 34 * sbh / t : 10 * sbh + 24 * sbh / t) + 5 * a * s * s * b / t;
+  }
+  if (spec.training().precision() != mt::v1::PRECISION_FP16 &&
+      spec.training().precision() != mt::v1::PRECISION_BF16) {
+    per_layer *= 2;
+  }
+  const int64_t global = spec.training().global_batch_size();
+  const int64_t micro_batches = global > 0 ? std::max<int64_t>(1, global / (b * dp)) : pp;
+  const int64_t layers = (m.num_layers() + pp - 1) / pp * std::min(pp, micro_batches);
+  const int64_t divisible = int64_t{m.make_vocab_size_divisible_by()} * t;
+  const int64_t vocab = m.vocab_size() > 0 ? m.vocab_size() : 50257;
+  const int64_t padded_vocab =
+      divisible > 0 ? (vocab + divisible - 1) / divisible * divisible : vocab;
+  return layers * per_layer + 4 * s * b * padded_vocab / t;
+}
+
+absl::Status CheckMemoryFits(const mt::v1::JobSpec& spec,
+                             const std::vector<mt::v1::Worker>& live_workers) {
+  const Pool selected = SelectPool(spec, live_workers);
+  const std::vector<mt::v1::Worker>& pool = selected.workers;
+  int64_t largest = 0;
+  for (const auto& w : pool) {
+    if (w.resources().memory_bytes() <= 0) return absl::OkStatus();  // not known yet
+    largest = std::max(largest, w.resources().memory_bytes());
+  }
+  if (pool.empty()) return absl::OkStatus();
+  int world = RequestedWorld(spec);
+  if (world == 0)
+    world = std::max(AutoWorld(spec, static_cast<int>(pool.size())), ModelParallelSize(spec));
+  MT_ASSIGN_OR_RETURN(mt::v1::Layout layout, ComputeLayout(spec, world));
+  const int64_t state = EstimateStateBytesPerRank(spec, layout);
+  const int64_t activations = EstimateActivationBytesPerRank(spec, layout);
+  if (state + activations <= largest) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "no ", selected.gpu ? "GPU" : "CPU", " worker can hold a rank of this job: it needs about ",
+      GiB(state + activations), " per rank (weights, gradients and optimizer state ", GiB(state),
+      ", activations ", GiB(activations), ") but the largest has ", GiB(largest),
+      "; raise tensor/pipeline parallelism, set parallel.use_distributed_optimizer, use "
+      "training.recompute_granularity: full, or lower training.micro_batch_size"));
+}
+
 absl::StatusOr<mt::v1::PlanJobResponse> PlanOnWorkers(
     const mt::v1::JobSpec& submitted, const std::vector<mt::v1::Worker>& free_workers) {
   mt::v1::JobSpec spec = submitted;
   spec::ApplyDefaults(&spec);
   MT_RETURN_IF_ERROR(spec::ValidateSpec(spec));
 
-  std::vector<mt::v1::Worker> gpu, cpu;
-  for (const auto& w : free_workers) {
-    if (spec.resources().nodes_size() > 0 &&
-        std::find(spec.resources().nodes().begin(), spec.resources().nodes().end(),
-                  w.resources().node()) == spec.resources().nodes().end()) {
-      continue;
-    }
-    (w.resources().gpu_index() >= 0 ? gpu : cpu).push_back(w);
-  }
   const int requested = RequestedWorld(spec);
-  std::vector<mt::v1::Worker> pool = WantsGpu(spec, gpu, requested) ? gpu : cpu;
+  Pool selected = SelectPool(spec, free_workers);
+  std::vector<mt::v1::Worker>& pool = selected.workers;
   // Slots in (node, GPU index) order so that a node's GPUs are adjacent and in order.
   std::sort(pool.begin(), pool.end(), [](const mt::v1::Worker& a, const mt::v1::Worker& b) {
     return std::make_pair(a.resources().node(), a.resources().gpu_index()) <
@@ -128,7 +205,8 @@ absl::StatusOr<mt::v1::PlanJobResponse> PlanOnWorkers(
       layout::RankLayout::Create(layout::ParallelDims{
           out.layout().tensor_model_parallel_size(), out.layout().context_parallel_size(),
           out.layout().pipeline_model_parallel_size(), out.layout().data_parallel_size()}));
-  absl::StatusOr<std::vector<int>> slots = layout::PlaceRanksOnSlots(rl, slot_nodes);
+  absl::StatusOr<std::vector<int>> slots =
+      layout::PlaceRanksOnSlots(rl, slot_nodes, selected.gpu ? "GPU" : "CPU");
   if (!slots.ok()) {
     out.set_placeable(false);
     out.set_reason(std::string(slots.status().message()));

@@ -29,6 +29,24 @@ int AutoWorld(const mt::v1::JobSpec& spec, int free_slots);
 // Adam moments), following Megatron's accounting; an estimate for planning only.
 int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout);
 
+// Bytes of activations a rank keeps for the backward pass at its peak (the first pipeline
+// stage, holding min(PP, micro-batches) micro-batches of its layers), after Korthikanti et al.
+// 2022 ("Reducing Activation Recomputation in Large Transformer Models"), per layer and
+// micro-batch of b sequences of s tokens (s / CP per rank), hidden h, a heads, TP t, in half
+// precision (doubled in fp32):
+//   no recompute     s*b*h*(10 + 24/t + 5*a*s/(h*t))   (34/t instead of 10 + 24/t with SP)
+//   selective        s*b*h*(10 + 24/t)                 (34/t with SP)
+//   full             2*s*b*h                           (/t with SP)
+// plus the fp32 logits of one micro-batch, 4*s*b*padded_vocab/t. An estimate for planning.
+int64_t EstimateActivationBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout);
+
+// Admission: OK unless every live worker that could run the job reports its memory and none
+// has enough for one rank (state + activations, for the largest DP the workers allow);
+// FAILED_PRECONDITION with the numbers and the ways out then. No live worker of the job's
+// kind, or one whose memory is not known yet (a GPU before its first rank), passes.
+absl::Status CheckMemoryFits(const mt::v1::JobSpec& spec,
+                             const std::vector<mt::v1::Worker>& live_workers);
+
 // Defaults and validates `spec` (INVALID_ARGUMENT naming the field when it is wrong), picks
 // the workers that fit its device kind, and returns its layout with a placement on them, or
 // with placeable = false and the reason when the free workers cannot hold it now.

@@ -196,5 +196,73 @@ TEST(PlanTest, MemoryEstimateFollowsMegatronsAccounting) {
   }
 }
 
+TEST(PlanTest, ActivationEstimateFollowsKorthikanti) {
+  // s 16, b 1, h 32, a 2, 2 layers, vocab 1000 padded to 1024 (x TP); sbh = 512.
+  // No recompute, TP 1: per layer sbh*(10 + 24) + 5*a*s*s*b = 17408 + 2560 = 19968 (bf16).
+  // Logits (fp32): 4*s*b*1024/t = 65536 (t 1), 32768 (t 2).
+  const struct {
+    Dims dims;
+    mt::v1::Precision precision;
+    mt::v1::RecomputeGranularity recompute;
+    bool sequence_parallel;
+    int64_t want;
+  } cases[] = {
+      {D(1, 1, 2), mt::v1::PRECISION_BF16, mt::v1::RECOMPUTE_GRANULARITY_NONE, false,
+       2 * 19968 + 65536},
+      {D(1, 1, 2), mt::v1::PRECISION_FP32, mt::v1::RECOMPUTE_GRANULARITY_NONE, false,
+       2 * 2 * 19968 + 65536},
+      {D(1, 1, 2), mt::v1::PRECISION_BF16, mt::v1::RECOMPUTE_GRANULARITY_SELECTIVE, false,
+       2 * 17408 + 65536},
+      {D(1, 1, 2), mt::v1::PRECISION_BF16, mt::v1::RECOMPUTE_GRANULARITY_FULL, false,
+       2 * 1024 + 65536},
+      // PP 2, 4 micro-batches: stage 0 holds 1 layer x min(2, 4) micro-batches.
+      {D(1, 2, 1, 0, 1, 4), mt::v1::PRECISION_BF16, mt::v1::RECOMPUTE_GRANULARITY_NONE, false,
+       2 * 19968 + 65536},
+      // TP 2 with SP: 34*sbh/2 + 5*a*s*s*b/2 = 8704 + 1280 per layer.
+      {D(2, 1, 1), mt::v1::PRECISION_BF16, mt::v1::RECOMPUTE_GRANULARITY_NONE, true,
+       2 * 9984 + 32768},
+  };
+  for (const auto& c : cases) {
+    mt::v1::JobSpec spec = Spec(c.dims);
+    spec.mutable_model()->set_vocab_size(1000);
+    spec.mutable_model()->set_make_vocab_size_divisible_by(128);
+    spec.mutable_training()->set_precision(c.precision);
+    spec.mutable_training()->set_recompute_granularity(c.recompute);
+    spec.mutable_parallel()->set_sequence_parallel(c.sequence_parallel);
+    const int world = c.dims.tp * c.dims.pp * std::max(1, c.dims.dp);
+    MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout layout, ComputeLayout(spec, world));
+    EXPECT_EQ(EstimateActivationBytesPerRank(spec, layout), c.want)
+        << c.precision << " recompute " << c.recompute << " tp " << c.dims.tp;
+  }
+}
+
+TEST(PlanTest, MemoryAdmissionRefusesWithTheNumbers) {
+  mt::v1::JobSpec spec = Spec(D(1, 1, 1));
+  std::vector<mt::v1::Worker> workers = Workers({"a", "b"}, /*gpu=*/false);
+  for (auto& w : workers) w.mutable_resources()->set_memory_bytes(64 << 10);  // 64 KiB
+  const absl::Status refused = CheckMemoryFits(spec, workers);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("no CPU worker can hold a rank of this job")));
+  EXPECT_THAT(refused.message(), HasSubstr("the largest has 0.00 GiB"));
+  EXPECT_THAT(refused.message(), HasSubstr("activations "));
+  EXPECT_THAT(refused.message(), HasSubstr("parallel.use_distributed_optimizer"));
+  workers[1].mutable_resources()->set_memory_bytes(int64_t{1} << 30);
+  EXPECT_TRUE(CheckMemoryFits(spec, workers).ok());  // one worker is enough
+  workers[1].mutable_resources()->set_memory_bytes(0);
+  EXPECT_TRUE(CheckMemoryFits(spec, workers).ok());  // not known yet: no judgement
+  EXPECT_TRUE(CheckMemoryFits(spec, {}).ok());       // no workers: the job waits
+}
+
+TEST(PlanTest, NotPlaceableNamesTheSlotKind) {
+  auto cpu = PlanOnWorkers(Spec(D(1, 1, 4)), Workers({"a", "a"}, false));
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ(cpu->reason(), "world 4 needs 4 free CPU slots, only 2 given");
+  mt::v1::JobSpec gpu_spec = Spec(D(1, 1, 4));
+  gpu_spec.mutable_resources()->set_device(mt::v1::DEVICE_KIND_GPU);
+  auto gpu = PlanOnWorkers(gpu_spec, Workers({"a", "a"}, true));
+  ASSERT_TRUE(gpu.ok()) << gpu.status();
+  EXPECT_EQ(gpu->reason(), "world 4 needs 4 free GPU slots, only 2 given");
+}
+
 }  // namespace
 }  // namespace mt::coordinator

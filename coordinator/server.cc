@@ -133,6 +133,7 @@ void Server::RestartLoop() {
 
 void Server::SweepLoop() {
   const absl::Duration period = std::max(absl::Milliseconds(100), config_.heartbeat_interval / 2);
+  int64_t passes = 0;
   while (!stopping_.WaitForNotificationWithTimeout(period)) {
     for (const std::string& id : registry_->SweepLost()) {
       MT_LOG(WARNING) << "worker " << id << " lost: no heartbeat for over "
@@ -144,6 +145,11 @@ void Server::SweepLoop() {
     // gone.
     if (clock_->Now() - start_time_ > config_.lost_after + absl::Seconds(10)) {
       jobs_->FailOrphans();
+    }
+    // Retention every ~10 s (it walks every job).
+    if (++passes % 20 == 0) {
+      const int n = jobs_->PruneEnded(config_.keep_ended_jobs, config_.ended_job_ttl);
+      if (n > 0) MT_LOG(INFO) << "retention deleted " << n << " ended jobs";
     }
   }
 }

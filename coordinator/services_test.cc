@@ -6,11 +6,13 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "common/base/clock.h"
 #include "common/rpc/auth.h"
+#include "common/rpc/worker_credential.h"
 #include "coordinator/server.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
@@ -73,13 +75,31 @@ class ServicesTest : public ::testing::Test {
     mt::v1::RegisterResponse resp;
     grpc::Status s = worker_->Register(&ctx, req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
+    registered_[resp.worker_id()] = resp;
     return resp.worker_id();
+  }
+  // The session metadata of `worker_id`'s registration, as its daemon sends it.
+  void AsWorker(grpc::ClientContext* ctx, const std::string& worker_id) {
+    ctx->AddMetadata(rpc::kWorkerSessionHeader, registered_[worker_id].session());
+  }
+  grpc::Status ReportExit(const std::string& as_worker, const std::string& claimed_worker,
+                          const std::string& job_id, int rank) {
+    grpc::ClientContext ctx;
+    AsWorker(&ctx, as_worker);
+    mt::v1::RankExitReport report;
+    report.set_worker_id(claimed_worker);
+    report.set_job_id(job_id);
+    report.set_rank(rank);
+    report.set_outcome(mt::v1::RANK_OUTCOME_FAILED);
+    mt::v1::RankExitResponse resp;
+    return worker_->ReportRankExit(&ctx, report, &resp);
   }
 
   RealClock clock_;
   std::unique_ptr<Server> server_;
   std::unique_ptr<mt::v1::ClientService::Stub> client_;
   std::unique_ptr<mt::v1::WorkerService::Stub> worker_;
+  std::map<std::string, mt::v1::RegisterResponse> registered_;
 };
 
 TEST_F(ServicesTest, CallsWithoutTheTokenAreRefused) {
@@ -112,6 +132,7 @@ TEST_F(ServicesTest, SubmittedJobIsPlacedWithItsResolvedSpec) {
   stream_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   mt::v1::StreamAssignmentsRequest stream_req;
   stream_req.set_worker_id(w1);
+  AsWorker(&stream_ctx, w1);
   auto reader = worker_->StreamAssignments(&stream_ctx, stream_req);
   mt::v1::WorkerCommand cmd;
   ASSERT_TRUE(reader->Read(&cmd));
@@ -121,6 +142,112 @@ TEST_F(ServicesTest, SubmittedJobIsPlacedWithItsResolvedSpec) {
   EXPECT_EQ(assigned.training().global_batch_size(), 4);
   EXPECT_EQ(cmd.assign().job_id(), job.id());
   stream_ctx.TryCancel();
+}
+
+TEST_F(ServicesTest, WorkerCallsNeedTheirSessionAndRankExitsTheirWorker) {
+  const std::string w1 = Register("n0");
+  const std::string w2 = Register("n1");
+  EXPECT_EQ(registered_[w1].worker_credential().size(), 64u);
+  grpc::ClientContext submit_ctx;
+  mt::v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = AutoDpSpec();
+  mt::v1::SubmitJobResponse submitted;
+  ASSERT_TRUE(client_->SubmitJob(&submit_ctx, submit, &submitted).ok());
+  const std::string job_id = submitted.job().id();
+  grpc::ClientContext get_ctx;
+  mt::v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  mt::v1::Job job;
+  ASSERT_TRUE(client_->GetJob(&get_ctx, get, &job).ok());
+  ASSERT_EQ(job.placement_size(), 2);
+  const std::string holder = job.placement(0).worker_id();
+  const std::string other = holder == w1 ? w2 : w1;
+
+  // Another worker cannot end a rank it does not hold, nor speak as its holder.
+  grpc::Status s = ReportExit(other, other, job_id, 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("runs on " + holder), std::string::npos) << s.error_message();
+  s = ReportExit(other, holder, job_id, 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("worker " + holder), std::string::npos) << s.error_message();
+  // A call without a session, and a second daemon with a copy of the holder's state file.
+  {
+    grpc::ClientContext ctx;
+    mt::v1::HeartbeatRequest hb;
+    hb.set_worker_id(holder);
+    mt::v1::HeartbeatResponse resp;
+    EXPECT_EQ(worker_->Heartbeat(&ctx, hb, &resp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    grpc::ClientContext ctx;
+    mt::v1::RegisterRequest copy;
+    copy.set_worker_id(holder);
+    copy.set_worker_credential(registered_[holder].worker_credential());
+    copy.mutable_resources()->set_node("thief");
+    copy.mutable_resources()->set_gpu_index(-1);
+    mt::v1::RegisterResponse resp;
+    EXPECT_EQ(worker_->Register(&ctx, copy, &resp).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  }
+  grpc::ClientContext after_ctx;
+  ASSERT_TRUE(client_->GetJob(&after_ctx, get, &job).ok());
+  EXPECT_EQ(job.state(), mt::v1::JOB_STATE_SCHEDULED) << job.reason();
+  // The holder itself is heard.
+  s = ReportExit(holder, holder, job_id, 0);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  grpc::ClientContext failed_ctx;
+  ASSERT_TRUE(client_->GetJob(&failed_ctx, get, &job).ok());
+  EXPECT_NE(job.state(), mt::v1::JOB_STATE_SCHEDULED);
+}
+
+TEST_F(ServicesTest, SecondLiveJobCannotShareASaveDir) {
+  mt::v1::SubmitJobResponse first;
+  {
+    grpc::ClientContext ctx;
+    mt::v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = AutoDpSpec();
+    submit.mutable_spec()->mutable_checkpoint()->set_save_dir("/ckpt/shared");
+    submit.set_request_id("first-submit");
+    ASSERT_TRUE(client_->SubmitJob(&ctx, submit, &first).ok());
+  }
+  {  // an idempotent retry of the same submit is not a conflict with itself
+    grpc::ClientContext ctx;
+    mt::v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = AutoDpSpec();
+    submit.mutable_spec()->mutable_checkpoint()->set_save_dir("/ckpt/shared");
+    submit.set_request_id("first-submit");
+    mt::v1::SubmitJobResponse again;
+    ASSERT_TRUE(client_->SubmitJob(&ctx, submit, &again).ok());
+    EXPECT_EQ(again.job().id(), first.job().id());
+  }
+  grpc::ClientContext ctx;
+  mt::v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = AutoDpSpec();
+  submit.mutable_spec()->mutable_checkpoint()->set_save_dir("/ckpt/shared");
+  mt::v1::SubmitJobResponse second;
+  grpc::Status s = client_->SubmitJob(&ctx, submit, &second);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("/ckpt/shared is in use by job " + first.job().id()),
+            std::string::npos)
+      << s.error_message();
+}
+
+TEST_F(ServicesTest, SubmitRefusesAModelNoWorkerCanHold) {
+  grpc::ClientContext reg_ctx;
+  mt::v1::RegisterRequest req;
+  req.mutable_resources()->set_node("small");
+  req.mutable_resources()->set_gpu_index(-1);
+  req.mutable_resources()->set_memory_bytes(64 << 10);
+  mt::v1::RegisterResponse resp;
+  ASSERT_TRUE(worker_->Register(&reg_ctx, req, &resp).ok());
+  grpc::ClientContext ctx;
+  mt::v1::SubmitJobRequest submit;
+  *submit.mutable_spec() = AutoDpSpec();
+  mt::v1::SubmitJobResponse out;
+  grpc::Status s = client_->SubmitJob(&ctx, submit, &out);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("no CPU worker can hold a rank"), std::string::npos)
+      << s.error_message();
 }
 
 TEST_F(ServicesTest, PlanJobLeavesTheSpecAsSubmitted) {

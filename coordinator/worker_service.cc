@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/worker_credential.h"
 #include "coordinator/service_util.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -18,10 +19,13 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
                                          const mt::v1::RegisterRequest* request,
                                          mt::v1::RegisterResponse* response) {
   MT_CHECK_AUTH(context);
-  absl::StatusOr<mt::v1::Worker> w = registry_->Register(*request);
+  WorkerRegistry::Issued issued;
+  absl::StatusOr<mt::v1::Worker> w = registry_->Register(*request, &issued);
   if (!w.ok()) return rpc::ToGrpcStatus(w.status());
   jobs_->OnWorkerRegistered(*w, {request->running().begin(), request->running().end()});
   response->set_worker_id(w->id());
+  response->set_worker_credential(issued.credential);
+  response->set_session(issued.session);
   *response->mutable_heartbeat_interval() =
       TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(heartbeat_interval_));
   *response->mutable_lost_after() =
@@ -33,7 +37,8 @@ grpc::Status WorkerServiceImpl::Heartbeat(grpc::ServerContext* context,
                                           const mt::v1::HeartbeatRequest* request,
                                           mt::v1::HeartbeatResponse* response) {
   MT_CHECK_AUTH(context);
-  absl::Status s = registry_->Heartbeat(request->worker_id());
+  absl::Status s = CheckWorker(*context, request->worker_id());
+  if (s.ok()) s = registry_->Heartbeat(request->worker_id());
   if (absl::IsNotFound(s)) {
     response->set_known(false);
     return grpc::Status::OK;
@@ -47,6 +52,9 @@ grpc::Status WorkerServiceImpl::Deregister(grpc::ServerContext* context,
                                            const mt::v1::DeregisterRequest* request,
                                            mt::v1::DeregisterResponse* response) {
   MT_CHECK_AUTH(context);
+  if (absl::Status s = CheckWorker(*context, request->worker_id()); !s.ok()) {
+    return rpc::ToGrpcStatus(s);
+  }
   return rpc::ToGrpcStatus(registry_->Deregister(request->worker_id()));
 }
 
@@ -54,8 +62,8 @@ grpc::Status WorkerServiceImpl::StreamAssignments(
     grpc::ServerContext* context, const mt::v1::StreamAssignmentsRequest* request,
     grpc::ServerWriter<mt::v1::WorkerCommand>* writer) {
   MT_CHECK_AUTH(context);
-  if (auto w = registry_->Get(request->worker_id()); !w.ok()) {
-    return rpc::ToGrpcStatus(w.status());
+  if (absl::Status s = CheckWorker(*context, request->worker_id()); !s.ok()) {
+    return rpc::ToGrpcStatus(s);
   }
   while (!context->IsCancelled()) {
     for (const auto& cmd : jobs_->TakeCommands(request->worker_id(), absl::Milliseconds(500))) {
@@ -64,8 +72,9 @@ grpc::Status WorkerServiceImpl::StreamAssignments(
       }
     }
     auto w = registry_->Get(request->worker_id());
-    if (!w.ok() || w->state() == mt::v1::WORKER_STATE_LOST ||
-        w->state() == mt::v1::WORKER_STATE_GONE) {
+    // A newer registration of the worker (another session) ends this stream.
+    if (!w.ok() || !CheckWorker(*context, request->worker_id()).ok() ||
+        w->state() == mt::v1::WORKER_STATE_LOST || w->state() == mt::v1::WORKER_STATE_GONE) {
       return grpc::Status(grpc::StatusCode::NOT_FOUND, "worker is no longer registered");
     }
   }
@@ -78,6 +87,11 @@ grpc::Status WorkerServiceImpl::ReportProgress(grpc::ServerContext* context,
   MT_CHECK_AUTH(context);
   mt::v1::RankReport report;
   while (reader->Read(&report)) {
+    // A report from a session that is not the worker's current one ends the stream: the
+    // daemon reopens it after registering again.
+    if (absl::Status s = CheckWorker(*context, report.worker_id()); !s.ok()) {
+      return rpc::ToGrpcStatus(s);
+    }
     absl::Status s = jobs_->OnRankReport(report);
     if (!s.ok() && !absl::IsNotFound(s)) {
       MT_LOG(WARNING) << "report from " << report.worker_id() << " ignored: " << s.message();
@@ -91,6 +105,9 @@ grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* context,
                                                const mt::v1::RankExitReport* request,
                                                mt::v1::RankExitResponse* response) {
   MT_CHECK_AUTH(context);
+  if (absl::Status s = CheckWorker(*context, request->worker_id()); !s.ok()) {
+    return rpc::ToGrpcStatus(s);
+  }
   return rpc::ToGrpcStatus(jobs_->OnRankExit(*request));
 }
 
@@ -127,6 +144,15 @@ grpc::Status WorkerServiceImpl::RendezvousAdd(grpc::ServerContext* context,
   if (!v.ok()) return rpc::ToGrpcStatus(v.status());
   response->set_value(*v);
   return grpc::Status::OK;
+}
+
+absl::Status WorkerServiceImpl::CheckWorker(const grpc::ServerContext& context,
+                                            const std::string& worker_id) const {
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(rpc::kWorkerSessionHeader);
+  const std::string session =
+      it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
+  return registry_->Authenticate(worker_id, session);
 }
 
 void WorkerServiceImpl::RegisterCheckpoint(const mt::v1::RankReport& report) {

@@ -1,8 +1,8 @@
 // The worker-facing gRPC service (mt-worker daemons and their ranks): registration,
 // heartbeats, the assignment stream, rank reports and the rendezvous store. Each handler
-// checks the bearer token, calls the owning component and maps its absl::Status
-// (common/rpc). Thread-safe: it holds no state of its own beyond pointers to thread-safe
-// components, set before serving.
+// checks the bearer token (and, for a daemon's calls after Register, its worker session), calls the
+// owning component and maps its absl::Status (common/rpc). Thread-safe: it holds no state of its
+// own beyond pointers to thread-safe components, set before serving.
 #ifndef MT_COORDINATOR_WORKER_SERVICE_H_
 #define MT_COORDINATOR_WORKER_SERVICE_H_
 
@@ -50,6 +50,9 @@ class WorkerServiceImpl final : public mt::v1::WorkerService::Service {
   void set_catalog(CheckpointCatalog* catalog) { catalog_ = catalog; }
 
  private:
+  // OK when the call carries the current session of `worker_id` (rpc::kWorkerSessionHeader);
+  // NOT_FOUND for an unknown worker, PERMISSION_DENIED naming it otherwise.
+  absl::Status CheckWorker(const grpc::ServerContext& context, const std::string& worker_id) const;
   // Hands a report's checkpoint to the catalog; problems are logged, never fail the stream.
   void RegisterCheckpoint(const mt::v1::RankReport& report);
 

@@ -47,6 +47,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/cli/daemon.h"
+#include "common/rpc/worker_credential.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/grpcpp.h"
 #include "mt/v1/client_service.grpc.pb.h"
@@ -303,6 +304,8 @@ int main(int argc, char** argv) {
 
   // Register.
   std::vector<std::string> worker_ids(num_workers);
+  // Each worker's session (sent as rpc::kWorkerSessionHeader on its later calls), by id.
+  std::map<std::string, std::string> session_of;
   std::vector<double> register_ms;
   for (int i = 0; i < num_workers; ++i) {
     mt::v1::RegisterRequest req;
@@ -320,6 +323,7 @@ int main(int argc, char** argv) {
     register_ms.push_back(Ms(absl::Now() - t0));
     if (!s.ok()) Die(absl::StrCat("Register: ", s.error_message()));
     worker_ids[i] = resp.worker_id();
+    session_of[resp.worker_id()] = resp.session();
   }
 
   // Heartbeats: worker i's slot is i/N of the way into each second.
@@ -343,6 +347,7 @@ int main(int argc, char** argv) {
           req.set_worker_id(worker_ids[i]);
           mt::v1::HeartbeatResponse resp;
           grpc::ClientContext ctx;
+          ctx.AddMetadata(mt::rpc::kWorkerSessionHeader, session_of.at(worker_ids[i]));
           SetDeadline(&ctx, 10);
           const int phase = g_phase.load();
           const absl::Time t0 = absl::Now();
@@ -537,6 +542,7 @@ int main(int argc, char** argv) {
           req.set_outcome(mt::v1::RANK_OUTCOME_SUCCEEDED);
           mt::v1::RankExitResponse resp;
           grpc::ClientContext ctx;
+          ctx.AddMetadata(mt::rpc::kWorkerSessionHeader, session_of.at(job.rank_workers[r]));
           SetDeadline(&ctx, 60);
           const absl::Time t0 = absl::Now();
           grpc::Status s = wstubs[0]->ReportRankExit(&ctx, req, &resp);

@@ -359,15 +359,17 @@ int64_t BestCapacity(const std::vector<Node>& nodes, size_t from, size_t count) 
 }  // namespace
 
 absl::StatusOr<std::vector<int>> PlaceRanksOnSlots(const RankLayout& layout,
-                                                   const std::vector<std::string>& slot_nodes) {
+                                                   const std::vector<std::string>& slot_nodes,
+                                                   absl::string_view slot_kind) {
   const int world = layout.world();
   const int tp = layout.dims().tp;
   if (slot_nodes.size() > static_cast<size_t>(std::numeric_limits<int>::max())) {
     return absl::InvalidArgumentError(absl::StrCat("too many slots: ", slot_nodes.size()));
   }
   if (slot_nodes.size() < static_cast<size_t>(world)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "world ", world, " needs ", world, " free GPU slots, only ", slot_nodes.size(), " given"));
+    return absl::FailedPreconditionError(absl::StrCat("world ", world, " needs ", world, " free ",
+                                                      slot_kind, " slots, only ", slot_nodes.size(),
+                                                      " given"));
   }
 
   // Nodes in order of their first slot.

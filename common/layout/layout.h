@@ -211,8 +211,10 @@ class RankLayout {
 //    slots"
 //   "tensor parallel groups of 2 ranks cannot span nodes: 4 groups needed, the free slots hold
 //    3 (a: 3 slots, b: 3 slots, c: 3 slots)"
+// `slot_kind` names the slots in messages ("GPU" or "CPU").
 absl::StatusOr<std::vector<int>> PlaceRanksOnSlots(const RankLayout& layout,
-                                                   const std::vector<std::string>& slot_nodes);
+                                                   const std::vector<std::string>& slot_nodes,
+                                                   absl::string_view slot_kind = "GPU");
 
 // Splits num_layers transformer layers over pp pipeline stages, optionally interleaved into
 // virtual_chunks model chunks per stage (1 = no interleaving; Megatron's

@@ -48,11 +48,11 @@ class BearerInterceptorFactory : public grpc::experimental::ClientInterceptorFac
   std::string header_;
 };
 
+}  // namespace
+
 bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
   return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
 }
-
-}  // namespace
 
 absl::string_view RoleName(Role role) {
   switch (role) {

@@ -51,6 +51,9 @@ absl::StatusOr<std::vector<TokenEntry>> ReadTokenTable(const std::string& path);
 // The tokens of a token file, in order (what clients send: the first).
 absl::StatusOr<std::vector<std::string>> ReadTokenFile(const std::string& path);
 
+// Equal bytes, compared in time that depends only on the sizes (for secrets).
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b);
+
 // Whether `address` (host:port) listens on loopback only: 127.0.0.0/8, [::1] or localhost.
 bool IsLoopbackAddress(absl::string_view address);
 

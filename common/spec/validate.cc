@@ -39,6 +39,8 @@ constexpr int64_t kMaxPipelineParallel = 1024;
 constexpr int64_t kMaxContextParallel = 65536;
 constexpr int64_t kMaxWorldSize = 1048576;
 constexpr int64_t kMaxMicroBatch = 65536;
+// Longest run (steps or samples): far past any real run, far from overflowing step * batch.
+constexpr int64_t kMaxTrainLength = 1'000'000'000'000;
 constexpr int64_t kMaxGlobalBatch = 16777216;
 constexpr double kMaxLr = 10;
 constexpr int kMaxDataPaths = 1024;
@@ -415,6 +417,14 @@ void CheckBatchSizes(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
 void CheckTrainingLength(const mt::v1::TrainingSpec& t, Checker* c) {
   c->NonNegative("training.train_iters", t.train_iters());
   c->NonNegative("training.train_samples", t.train_samples());
+  if (t.train_iters() > kMaxTrainLength) {
+    c->Add(StrCat("training.train_iters (", t.train_iters(), ") is more than ", kMaxTrainLength,
+                  " steps; set a real length (stop a run early with mtctl cancel)"));
+  }
+  if (t.train_samples() > kMaxTrainLength) {
+    c->Add(StrCat("training.train_samples (", t.train_samples(), ") is more than ", kMaxTrainLength,
+                  " samples; set a real length"));
+  }
   const bool by_iters = t.train_iters() > 0;
   const bool by_samples = t.train_samples() > 0;
   if (!by_iters && !by_samples && t.train_iters() == 0 && t.train_samples() == 0) {

@@ -371,6 +371,17 @@ const Case kCases[] = {
    }, ""},
   {"iters_negative", [](S* s) { s->mutable_training()->set_train_iters(-5); },
    "training.train_iters (-5) must be >= 0"},
+  {"iters_huge",
+   [](S* s) { s->mutable_training()->set_train_iters(9223372036854775807); },
+   "training.train_iters (9223372036854775807) is more than 1000000000000 steps; set a real "
+   "length (stop a run early with mtctl cancel)"},
+  {"samples_huge",
+   [](S* s) {
+     s->mutable_training()->set_train_iters(0);
+     s->mutable_training()->set_train_samples(1'000'000'000'001);
+   },
+   "training.train_samples (1000000000001) is more than 1000000000000 samples; set a real "
+   "length"},
 
   // Learning rate.
   {"lr_required", [](S* s) { s->mutable_training()->set_lr(0); },

@@ -413,8 +413,14 @@ absl::StatusOr<Checkpoint> CheckpointCatalog::Delete(const std::string& checkpoi
         "; delete it after that job ends (or cancel it)"));
   }
   if (c.state() == mt::v1::CHECKPOINT_STATE_WRITING) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(checkpoint_id, " is still being written by ", c.job_id()));
+    // Only a live job can still commit it; once the job ended, the save is dead.
+    for (const auto& job : active) {
+      if (job.job_id == c.job_id()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(checkpoint_id, " is still being written by ", c.job_id(),
+                         "; once that job ends, a save it never committed can be deleted"));
+      }
+    }
   }
   if (c.is_latest()) {
     for (const auto& job : active) {

@@ -9,6 +9,7 @@
 //   WRITING -> DELETED    a later save of the same directory committed and this one never did
 //   COMPLETE|VERIFIED|CORRUPT -> VERIFIED|CORRUPT   Verify re-hashed every file
 //   any but WRITING -> DELETED   Delete, or retention after a registration
+//   WRITING -> DELETED    Delete, once its job has ended (a save that never committed)
 // Imports enter as VERIFIED (they are hashed when imported).
 //
 // Guards: `latest` of a save directory (is_latest, from latest_checkpointed_iteration.txt) is

@@ -230,6 +230,21 @@ TEST_F(CatalogTest, LatestMovesAndUncommittedSavesAreDropped) {
   EXPECT_TRUE(c3.is_latest());
 }
 
+TEST_F(CatalogTest, AWritingEntryOfAnEndedJobCanBeDeleted) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  const std::string dead = WriteCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
+  MT_ASSERT_OK_AND_ASSIGN(auto w, catalog_->OnCheckpointReport(Report("j-1", 1, 4, dead)));
+  ASSERT_EQ(w.state(), mt::v1::CHECKPOINT_STATE_WRITING);
+  EXPECT_THAT(catalog_->Delete(w.id()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("still being written by j-1; once that job ends")));
+  jobs_.jobs["j-1"].set_state(mt::v1::JOB_STATE_FAILED);  // the save died with the job
+  MT_ASSERT_OK_AND_ASSIGN(auto gone, catalog_->Delete(w.id()));
+  EXPECT_EQ(gone.state(), mt::v1::CHECKPOINT_STATE_DELETED);
+  EXPECT_FALSE(PathExists(dead));
+}
+
 // A save whose reports were lost is registered with the next one; another job's checkpoint
 // in the same directory is not.
 TEST_F(CatalogTest, RegistersSavesWhoseReportsWereLost) {

@@ -14,7 +14,9 @@
 #include "common/spec/defaults.h"
 #include "common/spec/validate.h"
 #include "coordinator/jobs/job_state.h"
+#include "coordinator/jobs/load_fallback.h"
 #include "coordinator/jobs/restart_policy.h"
+#include "coordinator/jobs/save_dir.h"
 #include "coordinator/plan.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -137,6 +139,19 @@ absl::Status JobManager::Transition(JobEntry* entry, mt::v1::JobState to,
   return absl::OkStatus();
 }
 
+absl::Status JobManager::RecordEvent(JobEntry* entry, const std::string& reason) {
+  mt::v1::JobEvent event;
+  *event.mutable_time() = ToProto(clock_->Now());
+  event.set_state(entry->job.state());
+  event.set_reason(reason);
+  event.set_attempt(entry->job.attempt());
+  MT_RETURN_IF_ERROR(store_->UpdateJob(entry->job, event));
+  entry->last_event = event;
+  ++entry->version;
+  MT_LOG(WARNING) << entry->job.id() << ": " << reason;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSpec& submitted,
                                                              const std::string& request_id) {
   if (request_id.size() > 128) {
@@ -150,11 +165,26 @@ absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSp
   // size divides is rejected now, not discovered at scheduling time).
   const int requested = RequestedWorld(spec);
   if (requested > 0) MT_RETURN_IF_ERROR(ComputeLayout(spec, requested).status());
+  MT_RETURN_IF_ERROR(
+      CheckMemoryFits(spec, registry_->List({mt::v1::WORKER_STATE_IDLE, mt::v1::WORKER_STATE_BUSY,
+                                             mt::v1::WORKER_STATE_DRAINING},
+                                            "")));
+
+  // An idempotent retry of a submit that was stored answers with that job (below), not with a
+  // conflict against itself.
+  MT_ASSIGN_OR_RETURN(std::optional<mt::v1::Job> earlier, store_->FindByRequestId(request_id));
 
   absl::MutexLock lock(&mu_);
   if (jobs_.size() >= static_cast<size_t>(options_.max_jobs)) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the coordinator holds ", options_.max_jobs, " jobs; delete old ones"));
+  }
+  if (!spec.checkpoint().save_dir().empty()) {  // one save_dir per live job
+    for (const auto& [other_id, other] : jobs_) {
+      if (IsTerminal(other->job.state())) continue;
+      if (earlier.has_value() && earlier->id() == other->job.id()) continue;
+      MT_RETURN_IF_ERROR(CheckSaveDirFree(spec.checkpoint().save_dir(), other->job));
+    }
   }
   const absl::Time now = clock_->Now();
   mt::v1::Job job;
@@ -301,6 +331,66 @@ absl::StatusOr<mt::v1::Job> JobManager::Cancel(const std::string& job_id,
   return entry->job;
 }
 
+absl::StatusOr<mt::v1::Job> JobManager::Delete(const std::string& job_id) {
+  absl::MutexLock lock(&mu_);
+  MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
+  MT_RETURN_IF_ERROR(DeleteLocked(entry));
+  mt::v1::Job gone = std::move(entry->job);
+  jobs_.erase(entry->id);
+  return gone;
+}
+
+absl::Status JobManager::DeleteLocked(JobEntry* entry) {
+  const mt::v1::Job& job = entry->job;
+  if (!IsTerminal(job.state())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        job.id(), " is ", ShortName(job.state()),
+        "; only ended jobs are deleted: ", "stop it first (mtctl cancel ", job.id(), ")"));
+  }
+  for (const mt::v1::Worker& w :
+       registry_->List({mt::v1::WORKER_STATE_BUSY, mt::v1::WORKER_STATE_DRAINING}, "")) {
+    if (w.job_id() == job.id()) {
+      return absl::FailedPreconditionError(absl::StrCat(job.id(), " still has rank ", w.rank(),
+                                                        " stopping on ", w.id(),
+                                                        "; retry once its ranks have exited"));
+    }
+  }
+  MT_RETURN_IF_ERROR(store_->DeleteJob(job.id()));
+  auto c = state_counts_.find(job.state());
+  if (c != state_counts_.end() && --c->second <= 0) state_counts_.erase(c);
+  MT_LOG(INFO) << job.id() << " deleted (" << ShortName(job.state()) << ")";
+  return absl::OkStatus();
+}
+
+int JobManager::PruneEnded(int keep, absl::Duration max_age) {
+  if (keep <= 0 && max_age <= absl::ZeroDuration()) return 0;
+  const absl::Time now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  // Ended jobs, newest id first: the first `keep` stay.
+  std::vector<int64_t> doomed;
+  int ended = 0;
+  for (auto it = jobs_.rbegin(); it != jobs_.rend(); ++it) {
+    JobEntry* entry = it->second.get();
+    if (!IsTerminal(entry->job.state())) continue;
+    ++ended;
+    const absl::Time end =
+        absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(entry->job.end_time()));
+    const bool too_many = keep > 0 && ended > keep;
+    const bool too_old = max_age > absl::ZeroDuration() && now - end > max_age;
+    if (too_many || too_old) doomed.push_back(it->first);
+  }
+  int deleted = 0;
+  for (int64_t id : doomed) {
+    if (absl::Status s = DeleteLocked(jobs_.at(id).get()); !s.ok()) {
+      MT_LOG(DEBUG) << "retention: " << s.message();
+      continue;
+    }
+    jobs_.erase(id);
+    ++deleted;
+  }
+  return deleted;
+}
+
 absl::StatusOr<mt::v1::GetJobLogsResponse> JobManager::Logs(
     const mt::v1::GetJobLogsRequest& request) {
   if (request.tail_lines() < 0 || request.tail_lines() > static_cast<int>(kMaxLogLines)) {
@@ -331,10 +421,14 @@ absl::StatusOr<JobManager::Snapshot> JobManager::WaitForChange(const std::string
                                                                absl::Duration timeout) {
   absl::MutexLock lock(&mu_);
   MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
+  const int64_t id = entry->id;
+  // Looked up again after every wait: the job may be deleted meanwhile.
   auto changed = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    return shutdown_ || entry->version != seen_version;
+    auto it = jobs_.find(id);
+    return shutdown_ || it == jobs_.end() || it->second->version != seen_version;
   };
   mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+  MT_ASSIGN_OR_RETURN(entry, Find(job_id));
   Snapshot snapshot;
   snapshot.job = entry->job;
   snapshot.job.set_queue_position(QueuePosition(*entry));
@@ -469,6 +563,11 @@ int JobManager::ReporterRank(const mt::v1::Layout& layout) {
 }
 
 absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
+  // Read before the lock (a file of the save directory); one rank speaks for the job.
+  std::optional<std::string> fallback;
+  if (report.has_checkpoint_load() && report.rank() == 0) {
+    fallback = DescribeLoadFallback(report.checkpoint_load());
+  }
   absl::MutexLock lock(&mu_);
   MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(report.job_id()));
   mt::v1::Job& job = entry->job;
@@ -485,6 +584,7 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
   }
   if (report.activity() != mt::v1::RANK_ACTIVITY_UNSPECIFIED) OnBeacon(entry, report);
   if (report.phase() != mt::v1::RANK_PHASE_UNSPECIFIED) rank.phase = report.phase();
+  if (fallback.has_value()) MT_RETURN_IF_ERROR(RecordEvent(entry, *fallback));
   if (report.has_progress() && report.rank() == ReporterRank(job.layout())) {
     const int64_t total = job.progress().total_steps();
     *job.mutable_progress() = report.progress();
@@ -520,6 +620,11 @@ absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
         absl::StrCat("rank ", report.rank(), " is not in ", job.id()));
   }
   RankState& rank = entry->ranks[report.rank()];
+  if (rank.worker_id != report.worker_id()) {  // only the worker holding the rank ends it
+    return absl::FailedPreconditionError(absl::StrCat("rank ", report.rank(), " of ", job.id(),
+                                                      " runs on ", rank.worker_id, ", not ",
+                                                      report.worker_id()));
+  }
   if (entry->hang != nullptr) entry->hang->OnRankEnded(report.rank());
   rank.outcome = report.outcome();
   rank.message = report.message();
@@ -574,7 +679,7 @@ void JobManager::OnWorkerLost(const std::string& worker_id) {
       RankState& rank = entry->ranks[r];
       if (rank.worker_id != worker_id || rank.outcome != mt::v1::RANK_OUTCOME_UNSPECIFIED) continue;
       rank.outcome = mt::v1::RANK_OUTCOME_FAILED;
-      rank.message = "worker lost";
+      rank.message = absl::StrCat("worker ", worker_id, " lost");
       const std::string why = absl::StrCat("worker ", worker_id, on_node, " running rank ", r,
                                            " was lost (no heartbeat for ",
                                            absl::FormatDuration(registry_->lost_after()), ")");

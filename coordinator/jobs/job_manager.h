@@ -84,6 +84,12 @@ class JobManager : private PlacementTarget {
   absl::StatusOr<mt::v1::Job> Get(const std::string& job_id, bool include_events);
   absl::StatusOr<mt::v1::ListJobsResponse> List(const mt::v1::ListJobsRequest& request);
   absl::StatusOr<mt::v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // Forgets an ended job whose ranks have all exited (memory and store; its id is never
+  // reused) and returns it. FAILED_PRECONDITION naming the fix otherwise.
+  absl::StatusOr<mt::v1::Job> Delete(const std::string& job_id);
+  // Retention of ended jobs: deletes those beyond the newest `keep` (0 = no count limit) and
+  // those that ended more than `max_age` ago (zero = no age limit). Returns how many.
+  int PruneEnded(int keep, absl::Duration max_age);
   absl::StatusOr<mt::v1::GetJobLogsResponse> Logs(const mt::v1::GetJobLogsRequest& request);
   // Blocks until the job changed after `seen_version` (or `timeout` passed, or the manager
   // shuts down) and returns its snapshot and version. NOT_FOUND for an unknown job.
@@ -228,13 +234,16 @@ class JobManager : private PlacementTarget {
   // The rank whose progress speaks for the job: last pipeline stage, tp = cp = dp = 0.
   static int ReporterRank(const mt::v1::Layout& layout);
   int64_t QueuePosition(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // job_manager_health.cc: a new attempt's detectors; a beacon; an event that is no
-  // transition; the hang check of one job.
+  // job_manager_health.cc: a new attempt's detectors; a beacon; the hang check of one job.
   void StartHealth(JobEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void OnBeacon(JobEntry* entry, const mt::v1::RankReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void Note(JobEntry* entry, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CheckHang(JobEntry* entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Appends an event to the job's log without a change of state (e.g. a checkpoint skipped).
+  absl::Status RecordEvent(JobEntry* entry, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Delete's checks and the store and count updates; the caller erases the entry.
+  absl::Status DeleteLocked(JobEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Store* const store_;
   WorkerRegistry* const registry_;

@@ -40,28 +40,18 @@ void JobManager::OnBeacon(JobEntry* entry, const mt::v1::RankReport& report) {
     const std::string where =
         absl::StrCat("rank ", c.rank, " on worker ", entry->ranks[c.rank].worker_id);
     const int window = entry->stragglers->window();
-    Note(entry, c.straggling
-                    ? absl::StrFormat("straggler: %s computes %.2fx the job's median time per "
-                                      "step over its last %d steps (restart.straggler_threshold "
-                                      "%.2f)",
-                                      where, c.ratio, window, entry->stragglers->threshold())
-                    : absl::StrFormat("%s is no longer a straggler (%.2fx the job's median)", where,
-                                      c.ratio));
+    const std::string event =
+        c.straggling ? absl::StrFormat(
+                           "straggler: %s computes %.2fx the job's median time per step over its "
+                           "last %d steps (restart.straggler_threshold %.2f)",
+                           where, c.ratio, window, entry->stragglers->threshold())
+                     : absl::StrFormat("%s is no longer a straggler (%.2fx the job's median)",
+                                       where, c.ratio);
+    // An event that is no transition; a store failure loses only this note.
+    if (absl::Status s = RecordEvent(entry, event); !s.ok()) {
+      MT_LOG(WARNING) << entry->job.id() << ": recording \"" << event << "\": " << s.message();
+    }
   }
-}
-
-void JobManager::Note(JobEntry* entry, const std::string& reason) {
-  mt::v1::JobEvent event;
-  *event.mutable_time() = TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(clock_->Now()));
-  event.set_reason(reason);
-  event.set_attempt(entry->job.attempt());
-  if (absl::Status s = store_->UpdateJob(entry->job, event); !s.ok()) {
-    MT_LOG(WARNING) << entry->job.id() << ": recording \"" << reason << "\": " << s.message();
-    return;
-  }
-  entry->last_event = event;
-  ++entry->version;
-  MT_LOG(WARNING) << entry->job.id() << ": " << reason;
 }
 
 bool JobManager::CheckHang(JobEntry* entry, absl::Time now) {

@@ -322,5 +322,106 @@ TEST_F(JobManagerRestartTest, CancelWhileRestartingWins) {
   EXPECT_EQ(Now(id).attempt(), 0);
 }
 
+TEST_F(JobManagerRestartTest, LoadingAnOlderCheckpointThanLatestIsAnEvent) {
+  WriteCheckpoint(save_dir_, 4);
+  WriteCheckpoint(save_dir_, 8);  // `latest` names 8; the trainer found it damaged
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  mt::v1::RankReport r;
+  r.set_worker_id(job.placement(0).worker_id());
+  r.set_job_id(id);
+  r.set_rank(0);
+  r.set_phase(mt::v1::RANK_PHASE_STARTING);
+  r.mutable_checkpoint_load()->set_step(4);
+  r.mutable_checkpoint_load()->set_directory(save_dir_ + "/iter_0000004");
+  ASSERT_TRUE(jobs_->OnRankReport(r).ok());
+  auto with_events = jobs_->Get(id, true);
+  ASSERT_TRUE(with_events.ok());
+  const std::string last = with_events->events().rbegin()->reason();
+  EXPECT_THAT(last, HasSubstr("resumed from " + save_dir_ +
+                              "/iter_0000004 (step 4), not from "
+                              "the latest, iter_0000008"));
+  EXPECT_EQ(with_events->state(), mt::v1::JOB_STATE_SCHEDULED);
+  // Loading the latest itself is no event.
+  const int events = with_events->events_size();
+  r.mutable_checkpoint_load()->set_step(8);
+  r.mutable_checkpoint_load()->set_directory(save_dir_ + "/iter_0000008");
+  ASSERT_TRUE(jobs_->OnRankReport(r).ok());
+  EXPECT_EQ(jobs_->Get(id, true)->events_size(), events);
+}
+
+TEST_F(JobManagerRestartTest, OnlyTheHoldingWorkerEndsARank) {
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  ASSERT_EQ(job.state(), mt::v1::JOB_STATE_SCHEDULED);
+  std::string stranger;
+  for (const std::string& w : workers_) {
+    if (w != job.placement(0).worker_id() && w != job.placement(1).worker_id()) stranger = w;
+  }
+  mt::v1::RankExitReport r;
+  r.set_worker_id(stranger);
+  r.set_job_id(id);
+  r.set_rank(0);
+  r.set_outcome(mt::v1::RANK_OUTCOME_FAILED);
+  EXPECT_THAT(jobs_->OnRankExit(r),
+              mt::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    HasSubstr("runs on " + job.placement(0).worker_id())));
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_SCHEDULED);
+  auto holder = registry_->Get(job.placement(0).worker_id());
+  ASSERT_TRUE(holder.ok());
+  EXPECT_EQ(holder->state(), mt::v1::WORKER_STATE_BUSY);  // not released by the stranger
+}
+
+TEST_F(JobManagerRestartTest, SecondLiveJobWithTheSameSaveDirIsRefused) {
+  const std::string first = Submit(save_dir_);
+  auto parsed = spec::ParseYamlSpec(SpecYaml(save_dir_, 3));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_THAT(jobs_->Submit(parsed->spec, "").status(),
+              mt::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    HasSubstr(save_dir_ + " is in use by job " + first)));
+  ASSERT_TRUE(jobs_->Cancel(first, "done").ok());
+  EXPECT_TRUE(jobs_->Submit(parsed->spec, "").ok());  // an ended job holds nothing
+}
+
+TEST_F(JobManagerRestartTest, DeleteForgetsOnlyEndedJobsWhoseRanksExited) {
+  const std::string id = Submit("");
+  mt::v1::Job job = Now(id);
+  ASSERT_EQ(job.state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_THAT(jobs_->Delete(id).status(),
+              mt::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    HasSubstr("stop it first (mtctl cancel " + id + ")")));
+  ASSERT_TRUE(jobs_->Cancel(id, "").ok());
+  EXPECT_THAT(
+      jobs_->Delete(id).status(),
+      mt::testing::StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("still has rank")));
+  ASSERT_TRUE(Exit(job, 0, mt::v1::RANK_OUTCOME_STOPPED, "stopped").ok());
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_STOPPED, "stopped").ok());
+  auto deleted = jobs_->Delete(id);
+  ASSERT_TRUE(deleted.ok()) << deleted.status();
+  EXPECT_EQ(deleted->state(), mt::v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(jobs_->Get(id, true).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_->GetJob(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(jobs_->CountByState().count(mt::v1::JOB_STATE_CANCELLED), 0u);
+  EXPECT_EQ(jobs_->Delete(id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Submit(""), "j-2");  // ids are not reused
+}
+
+TEST_F(JobManagerRestartTest, RetentionDeletesTheOldestEndedJobs) {
+  const std::string running = Submit("");  // placed: holds 2 of the 3 workers
+  const std::string a = Submit("");        // pending
+  const std::string b = Submit("");
+  const std::string c = Submit("");
+  for (const std::string& id : {a, b}) ASSERT_TRUE(jobs_->Cancel(id, "").ok());
+  clock_.Advance(absl::Hours(2));
+  ASSERT_TRUE(jobs_->Cancel(c, "").ok());
+  EXPECT_EQ(jobs_->PruneEnded(0, absl::ZeroDuration()), 0);  // no policy: keep all
+  EXPECT_EQ(jobs_->PruneEnded(2, absl::ZeroDuration()), 1);  // a, the oldest ended
+  EXPECT_EQ(jobs_->Get(a, false).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(jobs_->PruneEnded(0, absl::Hours(1)), 1);  // b ended 2 h ago; c just now
+  EXPECT_EQ(jobs_->Get(b, false).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(jobs_->Get(c, false).ok());
+  EXPECT_EQ(Now(running).state(), mt::v1::JOB_STATE_SCHEDULED);  // live jobs are never pruned
+}
+
 }  // namespace
 }  // namespace mt::coordinator

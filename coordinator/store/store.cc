@@ -228,15 +228,26 @@ absl::Status Store::InsertEvent(int64_t job_id, const mt::v1::JobEvent& event) {
   return st.Done(st.Step());
 }
 
+absl::StatusOr<std::optional<mt::v1::Job>> Store::FindByRequestId(const std::string& request_id) {
+  absl::MutexLock lock(&mu_);
+  return FindByRequestIdLocked(request_id);
+}
+
+absl::StatusOr<std::optional<mt::v1::Job>> Store::FindByRequestIdLocked(
+    const std::string& request_id) {
+  if (request_id.empty()) return std::nullopt;
+  Stmt find(db_, "SELECT job FROM jobs WHERE request_id = ?1");
+  MT_RETURN_IF_ERROR(find.status());
+  find.Bind(1, request_id);
+  if (find.Step() != SQLITE_ROW) return std::nullopt;
+  return ParseBlob<mt::v1::Job>(find.Text(0), "job");
+}
+
 absl::StatusOr<mt::v1::Job> Store::CreateJob(mt::v1::Job job, const std::string& request_id,
                                              const mt::v1::JobEvent& first_event) {
   absl::MutexLock lock(&mu_);
-  if (!request_id.empty()) {
-    Stmt find(db_, "SELECT job FROM jobs WHERE request_id = ?1");
-    MT_RETURN_IF_ERROR(find.status());
-    find.Bind(1, request_id);
-    if (find.Step() == SQLITE_ROW) return ParseBlob<mt::v1::Job>(find.Text(0), "job");
-  }
+  MT_ASSIGN_OR_RETURN(std::optional<mt::v1::Job> earlier, FindByRequestIdLocked(request_id));
+  if (earlier.has_value()) return *std::move(earlier);
   MT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
   auto rollback = [&](absl::Status s) {
     (void)Exec("ROLLBACK");
@@ -244,7 +255,11 @@ absl::StatusOr<mt::v1::Job> Store::CreateJob(mt::v1::Job job, const std::string&
   };
   int64_t id = 0;
   {
-    Stmt next(db_, "SELECT coalesce(max(id), 0) + 1 FROM jobs");
+    // Past every id ever issued, deleted jobs' included: an id names one job forever.
+    Stmt next(db_,
+              "SELECT max(coalesce((SELECT max(id) FROM jobs), 0), "
+              "coalesce((SELECT CAST(value AS INTEGER) FROM meta WHERE key = "
+              "'max_deleted_job_id'), 0)) + 1");
     if (!next.status().ok() || next.Step() != SQLITE_ROW) return rollback(next.status());
     id = next.Int(0);
   }
@@ -290,6 +305,33 @@ absl::Status Store::UpdateJob(const mt::v1::Job& job,
   if (s.ok() && sqlite3_changes(db_) != 1)
     s = absl::NotFoundError(absl::StrCat("no job ", job.id()));
   if (s.ok() && event.has_value()) s = InsertEvent(id, *event);
+  if (!s.ok()) {
+    (void)Exec("ROLLBACK");
+    return s;
+  }
+  return Exec("COMMIT");
+}
+
+absl::Status Store::DeleteJob(const std::string& job_id) {
+  MT_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
+  absl::MutexLock lock(&mu_);
+  MT_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE"));
+  absl::Status s = absl::OkStatus();
+  for (const char* sql :
+       {"DELETE FROM job_events WHERE job_id = ?1", "DELETE FROM jobs WHERE id = ?1",
+        "INSERT INTO meta (key, value) VALUES ('max_deleted_job_id', ?1) ON CONFLICT (key) DO "
+        "UPDATE SET value = max(CAST(value AS INTEGER), excluded.value)"}) {
+    Stmt st(db_, sql);
+    s = st.status();
+    if (!s.ok()) break;
+    st.Bind(1, id);
+    s = st.Done(st.Step());
+    if (s.ok() && absl::string_view(sql).find("FROM jobs") != absl::string_view::npos &&
+        sqlite3_changes(db_) != 1) {
+      s = absl::NotFoundError(absl::StrCat("no job ", job_id));
+    }
+    if (!s.ok()) break;
+  }
   if (!s.ok()) {
     (void)Exec("ROLLBACK");
     return s;

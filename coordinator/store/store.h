@@ -42,9 +42,13 @@ class Store {
   // empty and a job with it exists, returns that job instead (an idempotent retry).
   absl::StatusOr<mt::v1::Job> CreateJob(mt::v1::Job job, const std::string& request_id,
                                         const mt::v1::JobEvent& first_event);
+  // The job created with `request_id`; nullopt when none (or request_id is empty).
+  absl::StatusOr<std::optional<mt::v1::Job>> FindByRequestId(const std::string& request_id);
   // Replaces the stored job, appending `event` (when given) to its log, in one transaction.
   absl::Status UpdateJob(const mt::v1::Job& job, const std::optional<mt::v1::JobEvent>& event);
   absl::StatusOr<mt::v1::Job> GetJob(const std::string& job_id);
+  // Removes a job and its events; its id is never issued again. NOT_FOUND when unknown.
+  absl::Status DeleteJob(const std::string& job_id);
   absl::StatusOr<std::vector<mt::v1::JobEvent>> Events(const std::string& job_id);
   // Every job, oldest first (the coordinator keeps them in memory after start-up).
   absl::StatusOr<std::vector<mt::v1::Job>> AllJobs();
@@ -69,6 +73,8 @@ class Store {
  private:
   explicit Store(sqlite3* db) : db_(db) {}
   absl::Status Exec(const std::string& sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<std::optional<mt::v1::Job>> FindByRequestIdLocked(const std::string& request_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status InsertEvent(int64_t job_id, const mt::v1::JobEvent& event)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

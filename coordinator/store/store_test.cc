@@ -32,6 +32,31 @@ mt::v1::Job NewJob(const std::string& name) {
   return job;
 }
 
+TEST(Store, DeletedJobIsGoneAndItsIdNeverReturns) {
+  const std::string dir = testutil::MakeTempDir("store");
+  {
+    MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+    for (const char* name : {"a", "b"}) {
+      MT_ASSERT_OK(
+          store->CreateJob(NewJob(name), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 100))
+              .status());
+    }
+    MT_ASSERT_OK(store->DeleteJob("j-2"));  // the newest: its id must not be issued again
+    EXPECT_EQ(store->GetJob("j-2").status().code(), absl::StatusCode::kNotFound);
+    MT_ASSERT_OK_AND_ASSIGN(auto events, store->Events("j-2"));
+    EXPECT_TRUE(events.empty());
+    EXPECT_EQ(store->DeleteJob("j-2").code(), absl::StatusCode::kNotFound);
+  }
+  MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+  MT_ASSERT_OK_AND_ASSIGN(auto all, store->AllJobs());
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].id(), "j-1");
+  MT_ASSERT_OK_AND_ASSIGN(
+      auto c,
+      store->CreateJob(NewJob("c"), "", Event(mt::v1::JOB_STATE_PENDING, "submitted", 103)));
+  EXPECT_EQ(c.id(), "j-3");
+}
+
 TEST(Store, JobsAndEventsSurviveReopening) {
   const std::string dir = testutil::MakeTempDir("store");
   {

@@ -6,6 +6,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "common/base/status_macros.h"
+#include "common/rpc/worker_credential.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace mt::coordinator {
@@ -49,9 +51,13 @@ absl::Status ValidateResources(const mt::v1::WorkerResources& r) {
 absl::StatusOr<int64_t> ParseWorkerId(const std::string& id) {
   absl::string_view digits = id;
   int64_t n = 0;
-  if (!absl::ConsumePrefix(&digits, "w-") || !absl::SimpleAtoi(digits, &n) || n <= 0) {
+  // SimpleAtoi refuses values past int64; the bound keeps the next id far from overflow.
+  if (!absl::ConsumePrefix(&digits, "w-") || !absl::SimpleAtoi(digits, &n) || n <= 0 ||
+      n > WorkerRegistry::kMaxWorkerId) {
     return absl::InvalidArgumentError(
-        absl::StrCat("worker_id '", id.substr(0, 64), "' is not a worker id (like w-3)"));
+        absl::StrCat("worker_id '", id.substr(0, 64), "' is not a worker id (w-1 .. w-",
+                     WorkerRegistry::kMaxWorkerId,
+                     "); remove the daemon's --state-file to register as a new worker"));
   }
   return n;
 }
@@ -59,28 +65,78 @@ absl::StatusOr<int64_t> ParseWorkerId(const std::string& id) {
 WorkerRegistry::WorkerRegistry(const Clock* clock, absl::Duration lost_after)
     : clock_(clock), lost_after_(lost_after) {}
 
-absl::StatusOr<mt::v1::Worker> WorkerRegistry::Register(const mt::v1::RegisterRequest& request) {
+absl::StatusOr<int64_t> WorkerRegistry::ClaimId(const mt::v1::RegisterRequest& request,
+                                                absl::Time now, std::string* credential) {
+  const std::string& presented = request.worker_credential();
+  if (!presented.empty()) {
+    MT_RETURN_IF_ERROR(rpc::CheckWorkerSecret(presented, "worker_credential"));
+  }
+  if (!request.session().empty()) {
+    MT_RETURN_IF_ERROR(rpc::CheckWorkerSecret(request.session(), "session"));
+  }
+  const auto cap = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> absl::Status {
+    if (workers_.size() < static_cast<size_t>(kMaxWorkers)) return absl::OkStatus();
+    return absl::ResourceExhaustedError(absl::StrCat("the coordinator already knows ", kMaxWorkers,
+                                                     " workers; restart it to forget GONE ones"));
+  };
+  if (request.worker_id().empty()) {
+    MT_RETURN_IF_ERROR(cap());
+    if (next_id_ > kMaxWorkerId) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("every worker id up to w-", kMaxWorkerId, " was issued"));
+    }
+    *credential = rpc::NewWorkerSecret();
+    return next_id_++;
+  }
+  MT_ASSIGN_OR_RETURN(const int64_t id, ParseWorkerId(request.worker_id()));
+  auto known = secrets_.find(id);
+  if (known == secrets_.end()) {
+    // An id of an earlier coordinator (registrations are not persisted): adopted with the
+    // credential the daemon kept, or a new one; the counter moves past it.
+    MT_RETURN_IF_ERROR(cap());
+    *credential = presented.empty() ? rpc::NewWorkerSecret() : "";
+    if (id >= next_id_) next_id_ = id + 1;
+    secrets_[id].credential = rpc::HashWorkerSecret(presented.empty() ? *credential : presented);
+    return id;
+  }
+  if (!rpc::WorkerSecretMatches(presented, known->second.credential)) {
+    return absl::PermissionDeniedError(absl::StrCat(
+        "worker ", request.worker_id(),
+        ": the worker_credential does not match the one issued with this id (a copied or stale "
+        "--state-file?); remove the state file to register as a new worker"));
+  }
+  const mt::v1::Worker& w = workers_.at(id);
+  const bool live = w.state() == mt::v1::WORKER_STATE_IDLE ||
+                    w.state() == mt::v1::WORKER_STATE_BUSY ||
+                    w.state() == mt::v1::WORKER_STATE_DRAINING;
+  const absl::Duration silent = now - last_seen_[id];
+  if (live && silent <= lost_after_ &&
+      !rpc::WorkerSecretMatches(request.session(), known->second.session) &&
+      !rpc::WorkerSecretMatches(request.session(), known->second.previous_session)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker ", request.worker_id(), " is connected from another daemon (",
+        mt::v1::WorkerState_Name(w.state()), ", last heartbeat ", absl::FormatDuration(silent),
+        " ago); a restarted daemon is accepted once that one's heartbeats have stopped for ",
+        absl::FormatDuration(lost_after_), "; a second daemon needs its own --state-file"));
+  }
+  return id;
+}
+
+absl::StatusOr<mt::v1::Worker> WorkerRegistry::Register(const mt::v1::RegisterRequest& request,
+                                                        Issued* issued) {
   if (absl::Status s = ValidateResources(request.resources()); !s.ok()) return s;
   if (request.metrics_address().size() > 512 || request.version().size() > 128) {
     return absl::InvalidArgumentError("metrics_address or version is too long");
   }
   const absl::Time now = clock_->Now();
   absl::MutexLock lock(&mu_);
-  int64_t id = 0;
-  if (!request.worker_id().empty()) {
-    auto parsed = ParseWorkerId(request.worker_id());
-    if (!parsed.ok()) return parsed.status();
-    id = *parsed;
-    // An id we never issued (e.g. after the state was wiped) is taken over as is, so the
-    // daemon keeps its identity; the counter moves past it.
-    if (id >= next_id_) next_id_ = id + 1;
-  } else {
-    if (workers_.size() >= static_cast<size_t>(kMaxWorkers)) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("the coordinator already knows ", kMaxWorkers, " workers"));
-    }
-    id = next_id_++;
-  }
+  std::string credential;
+  MT_ASSIGN_OR_RETURN(const int64_t id, ClaimId(request, now, &credential));
+  const std::string session = rpc::NewWorkerSecret();
+  if (!credential.empty()) secrets_[id].credential = rpc::HashWorkerSecret(credential);
+  secrets_[id].previous_session = std::move(secrets_[id].session);
+  secrets_[id].session = rpc::HashWorkerSecret(session);
+  if (issued != nullptr) *issued = {credential, session};
   mt::v1::Worker& w = workers_[id];
   const bool known = w.id().empty() == false;
   w.set_id(absl::StrCat("w-", id));
@@ -103,6 +159,22 @@ absl::StatusOr<mt::v1::Worker> WorkerRegistry::Register(const mt::v1::RegisterRe
   last_seen_[id] = now;
   ++version_;
   return w;
+}
+
+absl::Status WorkerRegistry::Authenticate(const std::string& worker_id,
+                                          const std::string& session) const {
+  MT_ASSIGN_OR_RETURN(const int64_t id, ParseWorkerId(worker_id));
+  absl::MutexLock lock(&mu_);
+  auto it = secrets_.find(id);
+  if (it == secrets_.end()) {
+    return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered"));
+  }
+  if (!rpc::WorkerSecretMatches(session, it->second.session)) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker ", worker_id, ": the call's ", rpc::kWorkerSessionHeader,
+                     " is not the session of the worker's current registration; register again"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status WorkerRegistry::Heartbeat(const std::string& worker_id) {

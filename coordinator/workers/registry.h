@@ -7,7 +7,18 @@
 //   IDLE | BUSY | DRAINING -> LOST   SweepLost, after `lost_after` without a heartbeat
 //   LOST | GONE -> IDLE              Register again with the same id (reconnect)
 //   any -> GONE                      Deregister
-// Thread-safe: every method takes the registry's mutex.
+//
+// Identity: a new worker gets an id and a credential (a random secret, returned once; only its
+// SHA-256 is kept). Re-registering a known id must present the credential (PERMISSION_DENIED
+// otherwise). Each registration also gets a session, which every later call of the daemon
+// carries (Authenticate). A known worker that is live (IDLE/BUSY/DRAINING with a heartbeat
+// within lost_after) accepts a registration only with its current session (or the one before,
+// when the answer to the daemon's last Register was lost): a second daemon holding a copy of
+// the state file is refused (ALREADY_EXISTS) while the first one is connected. A genuine restart of
+// the daemon (a new process, no session) is accepted once the old process's heartbeats have stopped
+// for lost_after, i.e. when the worker would be LOST. An unknown id (the coordinator restarted;
+// registrations are not persisted) is adopted with the credential it presents, counted against
+// kMaxWorkers like a new one. Thread-safe: every method takes the registry's mutex.
 #ifndef MT_COORDINATOR_WORKERS_REGISTRY_H_
 #define MT_COORDINATOR_WORKERS_REGISTRY_H_
 
@@ -41,12 +52,25 @@ class WorkerRegistry : public WorkerPool {
   // Limits checked at the boundary.
   static constexpr int kMaxWorkers = 100'000;
   static constexpr size_t kMaxNameBytes = 253;
+  // Largest worker id issued or adopted (ids are never reused; far from int64 overflow).
+  static constexpr int64_t kMaxWorkerId = 1'000'000'000'000;
+
+  // The secrets of one registration, handed to the daemon once.
+  struct Issued {
+    std::string credential;  // empty unless a new credential was issued
+    std::string session;
+  };
 
   WorkerRegistry(const Clock* clock, absl::Duration lost_after);
 
-  // Registers a new worker (empty request.worker_id) or re-registers a known one. Returns
-  // the stored worker. INVALID_ARGUMENT names a bad resource field.
-  absl::StatusOr<mt::v1::Worker> Register(const mt::v1::RegisterRequest& request);
+  // Registers a new worker (empty request.worker_id) or re-registers a known one (see
+  // Identity above). Returns the stored worker; `issued` (optional) receives its secrets.
+  // INVALID_ARGUMENT names a bad field; PERMISSION_DENIED / ALREADY_EXISTS name the id.
+  absl::StatusOr<mt::v1::Worker> Register(const mt::v1::RegisterRequest& request,
+                                          Issued* issued = nullptr);
+  // OK when `session` is the current session of `worker_id`; NOT_FOUND for an unknown id,
+  // PERMISSION_DENIED naming the id otherwise.
+  absl::Status Authenticate(const std::string& worker_id, const std::string& session) const;
   // NOT_FOUND when the id is unknown or the worker was declared LOST/GONE: it must register.
   absl::Status Heartbeat(const std::string& worker_id);
   absl::Status Deregister(const std::string& worker_id);
@@ -84,9 +108,21 @@ class WorkerRegistry : public WorkerPool {
   // Ordered by numeric id so listings are stable.
   absl::btree_map<int64_t, mt::v1::Worker> workers_ ABSL_GUARDED_BY(mu_);
   absl::btree_map<int64_t, absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+  // SHA-256 digests of each worker's credential, current session and the one before it (a
+  // daemon whose Register answer was lost still holds that one and may present it).
+  struct SecretHashes {
+    std::string credential;
+    std::string session;
+    std::string previous_session;
+  };
+  absl::btree_map<int64_t, SecretHashes> secrets_ ABSL_GUARDED_BY(mu_);
+
+  // The id a registration gets, after checking its proof of identity (see Identity above).
+  absl::StatusOr<int64_t> ClaimId(const mt::v1::RegisterRequest& request, absl::Time now,
+                                  std::string* credential) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };
 
-// "w-12" -> 12; error naming the field otherwise.
+// "w-12" -> 12 (1..kMaxWorkerId); error naming the field otherwise.
 absl::StatusOr<int64_t> ParseWorkerId(const std::string& id);
 
 }  // namespace mt::coordinator

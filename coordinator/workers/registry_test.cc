@@ -1,5 +1,6 @@
 #include "coordinator/workers/registry.h"
 
+#include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/base/status_matchers.h"
 #include "gtest/gtest.h"
@@ -11,9 +12,13 @@ using ::mt::testing::IsOk;
 using ::mt::testing::StatusIs;
 using ::testing::HasSubstr;
 
-mt::v1::RegisterRequest Request(const std::string& node, int gpu, const std::string& id = "") {
+mt::v1::RegisterRequest Request(const std::string& node, int gpu, const std::string& id = "",
+                                const std::string& credential = "",
+                                const std::string& session = "") {
   mt::v1::RegisterRequest r;
   r.set_worker_id(id);
+  r.set_worker_credential(credential);
+  r.set_session(session);
   r.mutable_resources()->set_node(node);
   r.mutable_resources()->set_gpu_index(gpu);
   r.mutable_resources()->set_device_name(gpu < 0 ? "cpu" : "gpu");
@@ -36,7 +41,8 @@ TEST_F(RegistryTest, RegisterAssignsSequentialIdsAndIdleState) {
 }
 
 TEST_F(RegistryTest, SilentWorkerIsLostAfterTimeoutAndMustReRegister) {
-  MT_ASSERT_OK_AND_ASSIGN(auto a, registry_.Register(Request("n1", 0)));
+  WorkerRegistry::Issued issued_a;
+  MT_ASSERT_OK_AND_ASSIGN(auto a, registry_.Register(Request("n1", 0), &issued_a));
   MT_ASSERT_OK_AND_ASSIGN(auto b, registry_.Register(Request("n1", 1)));
   clock_.Advance(absl::Seconds(6));
   MT_ASSERT_OK(registry_.Heartbeat(b.id()));
@@ -46,8 +52,9 @@ TEST_F(RegistryTest, SilentWorkerIsLostAfterTimeoutAndMustReRegister) {
   EXPECT_EQ(lost.state(), mt::v1::WORKER_STATE_LOST);
   EXPECT_THAT(lost.reason(), HasSubstr("no heartbeat for 11s"));
   EXPECT_THAT(registry_.Heartbeat(a.id()), StatusIs(absl::StatusCode::kNotFound, HasSubstr("w-1")));
-  // Reconnecting with its id brings it back as the same worker.
-  MT_ASSERT_OK_AND_ASSIGN(auto back, registry_.Register(Request("n1", 0, "w-1")));
+  // Reconnecting with its id and credential brings it back as the same worker.
+  MT_ASSERT_OK_AND_ASSIGN(auto back,
+                          registry_.Register(Request("n1", 0, "w-1", issued_a.credential)));
   EXPECT_EQ(back.id(), "w-1");
   EXPECT_EQ(back.state(), mt::v1::WORKER_STATE_IDLE);
   EXPECT_EQ(registry_.Counts().total, 2);
@@ -75,12 +82,14 @@ TEST_F(RegistryTest, BadInputIsRejectedAndNothingIsStored) {
 }
 
 TEST_F(RegistryTest, DrainDeregisterAndFilters) {
-  MT_ASSERT_OK_AND_ASSIGN(auto a, registry_.Register(Request("n1", 0)));
+  WorkerRegistry::Issued issued_a;
+  MT_ASSERT_OK_AND_ASSIGN(auto a, registry_.Register(Request("n1", 0), &issued_a));
   MT_ASSERT_OK_AND_ASSIGN(auto b, registry_.Register(Request("n2", 0)));
   MT_ASSERT_OK_AND_ASSIGN(auto drained, registry_.Drain(a.id()));
   EXPECT_EQ(drained.state(), mt::v1::WORKER_STATE_DRAINING);
-  // A draining worker that re-registers stays draining.
-  MT_ASSERT_OK_AND_ASSIGN(auto again, registry_.Register(Request("n1", 0, a.id())));
+  // A draining worker that re-registers (same daemon: its session) stays draining.
+  MT_ASSERT_OK_AND_ASSIGN(auto again, registry_.Register(Request(
+                                          "n1", 0, a.id(), issued_a.credential, issued_a.session)));
   EXPECT_EQ(again.state(), mt::v1::WORKER_STATE_DRAINING);
   EXPECT_EQ(registry_.List({mt::v1::WORKER_STATE_IDLE}, "").size(), 1u);
   EXPECT_EQ(registry_.List({}, "n2").front().id(), b.id());
@@ -89,6 +98,97 @@ TEST_F(RegistryTest, DrainDeregisterAndFilters) {
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("WORKER_STATE_GONE")));
   EXPECT_EQ(registry_.Counts().gone, 1);
   EXPECT_TRUE(registry_.SweepLost().empty());  // GONE workers are never LOST
+}
+
+TEST_F(RegistryTest, KnownIdNeedsItsCredential) {
+  WorkerRegistry::Issued issued;
+  MT_ASSERT_OK_AND_ASSIGN(auto w, registry_.Register(Request("n1", 0), &issued));
+  EXPECT_EQ(issued.credential.size(), 64u);
+  EXPECT_EQ(issued.session.size(), 64u);
+  MT_ASSERT_OK(registry_.Assign(w.id(), "j-1", 0));
+  clock_.Advance(absl::Seconds(60));  // silent: a restart would be accepted with the credential
+  const std::string wrong(64, 'a');
+  EXPECT_THAT(registry_.Register(Request("evil", 1, w.id())),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("worker w-1")));
+  EXPECT_THAT(registry_.Register(Request("evil", 1, w.id(), wrong)),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("does not match")));
+  EXPECT_THAT(registry_.Register(Request("evil", 1, w.id(), "short")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("worker_credential")));
+  MT_ASSERT_OK_AND_ASSIGN(auto kept, registry_.Get(w.id()));
+  EXPECT_EQ(kept.state(), mt::v1::WORKER_STATE_BUSY);
+  EXPECT_EQ(kept.job_id(), "j-1");
+  EXPECT_EQ(kept.resources().node(), "n1");
+}
+
+TEST_F(RegistryTest, CopiedStateFileCannotTakeOverALiveWorker) {
+  WorkerRegistry::Issued first;
+  MT_ASSERT_OK_AND_ASSIGN(auto w, registry_.Register(Request("n1", 0), &first));
+  MT_ASSERT_OK(registry_.Assign(w.id(), "j-1", 0));
+  clock_.Advance(absl::Seconds(4));
+  MT_ASSERT_OK(registry_.Heartbeat(w.id()));
+  // A second daemon with a copy of the state file: right credential, no session.
+  EXPECT_THAT(registry_.Register(Request("copy", 1, w.id(), first.credential)),
+              StatusIs(absl::StatusCode::kAlreadyExists,
+                       HasSubstr("w-1 is connected from another daemon (WORKER_STATE_BUSY")));
+  MT_ASSERT_OK_AND_ASSIGN(auto kept, registry_.Get(w.id()));
+  EXPECT_EQ(kept.state(), mt::v1::WORKER_STATE_BUSY);
+  EXPECT_EQ(kept.resources().node(), "n1");
+  MT_ASSERT_OK(registry_.Authenticate(w.id(), first.session));
+  // The same daemon reconnecting (its session) is accepted and gets a new session.
+  WorkerRegistry::Issued again;
+  MT_ASSERT_OK(registry_.Register(Request("n1", 0, w.id(), first.credential, first.session), &again)
+                   .status());
+  EXPECT_TRUE(again.credential.empty());  // issued once
+  // The answer to that registration was lost: the daemon still holds the session before it.
+  WorkerRegistry::Issued retried;
+  MT_ASSERT_OK(
+      registry_.Register(Request("n1", 0, w.id(), first.credential, first.session), &retried)
+          .status());
+  EXPECT_THAT(registry_.Register(Request("n1", 0, w.id(), first.credential, first.session)),
+              StatusIs(absl::StatusCode::kAlreadyExists));  // two sessions back: no
+  again = retried;
+  EXPECT_THAT(registry_.Authenticate(w.id(), first.session),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("w-1")));
+  MT_ASSERT_OK(registry_.Authenticate(w.id(), again.session));
+  // A genuine restart (new process, no session) once the old one fell silent for lost_after.
+  clock_.Advance(absl::Seconds(11));
+  WorkerRegistry::Issued restarted;
+  MT_ASSERT_OK_AND_ASSIGN(
+      auto back, registry_.Register(Request("n1", 0, w.id(), first.credential), &restarted));
+  EXPECT_EQ(back.id(), "w-1");
+  EXPECT_THAT(registry_.Authenticate(w.id(), again.session),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  MT_ASSERT_OK(registry_.Authenticate(w.id(), restarted.session));
+  EXPECT_THAT(registry_.Authenticate("w-5", restarted.session),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(RegistryTest, HugeCallerIdsDoNotWrapTheCounter) {
+  EXPECT_THAT(registry_.Register(Request("n1", 0, "w-9223372036854775807")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a worker id")));
+  EXPECT_THAT(registry_.Register(Request("n1", 0, "w-99999999999999999999")),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  MT_ASSERT_OK_AND_ASSIGN(auto next, registry_.Register(Request("n1", 0)));
+  EXPECT_EQ(next.id(), "w-1");
+  // The largest id is adopted; then ids run out with a clear error instead of wrapping.
+  WorkerRegistry::Issued issued;
+  MT_ASSERT_OK_AND_ASSIGN(auto top,
+                          registry_.Register(Request("n1", 1, "w-1000000000000"), &issued));
+  EXPECT_EQ(top.id(), "w-1000000000000");
+  EXPECT_EQ(issued.credential.size(), 64u);  // adopted without one: a new one issued
+  EXPECT_THAT(registry_.Register(Request("n1", 2)),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("every worker id")));
+  EXPECT_EQ(registry_.Counts().total, 2);
+}
+
+TEST_F(RegistryTest, AdoptedIdsCountAgainstTheCap) {
+  for (int i = 1; i <= WorkerRegistry::kMaxWorkers; ++i) {
+    ASSERT_TRUE(registry_.Register(Request("n", 0, absl::StrCat("w-", 2 * i))).ok()) << i;
+  }
+  EXPECT_THAT(registry_.Register(Request("n", 0, "w-1")),
+              StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("100000 workers")));
+  EXPECT_THAT(registry_.Register(Request("n", 0)), StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(registry_.Counts().total, WorkerRegistry::kMaxWorkers);
 }
 
 }  // namespace

@@ -111,6 +111,43 @@ TEST_F(ControlPlaneTest, WorkerReRegistersAfterCoordinatorRestart) {
   EXPECT_EQ(workers->workers(0).resources().device_name(), "cpu");
 }
 
+TEST_F(ControlPlaneTest, ACopiedStateFileDoesNotTakeOverALiveWorker) {
+  StartCoordinator();
+  const std::string state = dir_ + "/worker.state";
+  auto first = StartWorker("nodec", -1, {"--state_file=" + state});
+  ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 1; },
+                                absl::Seconds(20)));
+  auto text = ReadFile(state);
+  ASSERT_TRUE(text.ok());
+  EXPECT_THAT(*text, HasSubstr("mt-worker-state 1\nworker_id w-1\ncredential "));
+  ASSERT_TRUE(WriteFileAtomically(dir_ + "/copy.state", *text).ok());
+  // A second daemon with the copy keeps being refused while the first one heartbeats.
+  auto copy = StartWorker("thief", -1, {"--state_file=" + dir_ + "/copy.state"});
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        return Log("worker-thief--1.log").find("connected from another daemon") !=
+               std::string::npos;
+      },
+      absl::Seconds(20)))
+      << Log("worker-thief--1.log");
+  auto workers = ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  ASSERT_EQ(workers->total_count(), 1);
+  EXPECT_EQ(workers->workers(0).resources().node(), "nodec");
+  EXPECT_EQ(workers->workers(0).state(), mt::v1::WORKER_STATE_IDLE);
+  // A genuine restart: the first daemon is gone (no heartbeats for --lost_after); the daemon
+  // holding the credential comes back as w-1.
+  first->Signal(SIGKILL);
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        auto w = ListWorkers();
+        return w.ok() && w->total_count() == 1 && w->workers(0).resources().node() == "thief" &&
+               w->workers(0).state() == mt::v1::WORKER_STATE_IDLE;
+      },
+      absl::Seconds(20)))
+      << Log("worker-thief--1.log");
+}
+
 TEST_F(ControlPlaneTest, BearerTokensAreRequiredWhenConfigured) {
   const std::string tokens = cluster_.dir() + "/tokens";
   ASSERT_THAT(WriteFileAtomically(tokens, "s3cret-token-0123456789\n"), testing::IsOk());

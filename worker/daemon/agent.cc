@@ -1,5 +1,6 @@
 #include "worker/daemon/agent.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,8 +16,10 @@
 #include "common/base/version.h"
 #include "common/rpc/dial.h"
 #include "common/rpc/grpc_status.h"
+#include "common/rpc/worker_credential.h"
 #include "google/protobuf/util/time_util.h"
 #include "worker/daemon/assignment_paths.h"
+#include "worker/daemon/state_file.h"
 
 namespace mt::worker {
 namespace {
@@ -101,9 +104,11 @@ absl::StatusOr<std::unique_ptr<Agent>> Agent::Create(const AgentConfig& config,
   agent->allowed_roots_ = std::move(roots);
   if (!config.state_file.empty()) {
     // A previous run's id lets the coordinator recognise this daemon after a restart.
-    if (auto id = ReadFile(config.state_file, 4096); id.ok()) {
+    if (auto text = ReadFile(config.state_file, 4096); text.ok()) {
+      MT_ASSIGN_OR_RETURN(WorkerState state, ParseWorkerState(*text));
       absl::MutexLock lock(&agent->mu_);
-      agent->worker_id_ = std::string(absl::StripAsciiWhitespace(*id));
+      agent->worker_id_ = state.worker_id;
+      agent->credential_ = state.credential;
     }
   }
   return agent;
@@ -116,6 +121,14 @@ Agent::Agent(AgentConfig config, mt::v1::WorkerResources resources,
       observer_(observer),
       stub_(mt::v1::WorkerService::NewStub(std::move(channel))) {}
 
+void Agent::Prepare(grpc::ClientContext* context, absl::Duration timeout) const {
+  if (timeout > absl::ZeroDuration()) {
+    context->set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  absl::MutexLock lock(&mu_);
+  if (!session_.empty()) context->AddMetadata(rpc::kWorkerSessionHeader, session_);
+}
+
 std::string Agent::worker_id() const {
   absl::MutexLock lock(&mu_);
   return worker_id_;
@@ -123,30 +136,41 @@ std::string Agent::worker_id() const {
 
 absl::Status Agent::RegisterOnce() {
   mt::v1::RegisterRequest request;
-  request.set_worker_id(worker_id());
+  {
+    absl::MutexLock lock(&mu_);
+    request.set_worker_id(worker_id_);
+    request.set_worker_credential(credential_);
+    request.set_session(session_);
+  }
   *request.mutable_resources() = resources_;
   request.set_version(kVersion);
   request.set_metrics_address(config_.metrics_address);
   for (auto& r : Running()) *request.add_running() = std::move(r);
   mt::v1::RegisterResponse response;
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  Prepare(&context, absl::Seconds(5));
   if (!Track(&context, /*at_shutdown=*/true)) return absl::CancelledError("shutting down");
   const grpc::Status registered = stub_->Register(&context, request, &response);
   Untrack(&context);
   MT_RETURN_IF_ERROR(rpc::FromGrpcStatus(registered));
+  WorkerState state;
   {
     absl::MutexLock lock(&mu_);
     worker_id_ = response.worker_id();
+    if (!response.worker_credential().empty()) credential_ = response.worker_credential();
+    session_ = response.session();
+    state = {worker_id_, credential_};
     heartbeat_interval_ =
         absl::Nanoseconds(TimeUtil::DurationToNanoseconds(response.heartbeat_interval()));
     if (heartbeat_interval_ <= absl::ZeroDuration()) heartbeat_interval_ = absl::Seconds(1);
   }
   if (!config_.state_file.empty()) {
-    if (absl::Status s = WriteFileAtomically(config_.state_file, response.worker_id() + "\n");
-        !s.ok()) {
-      MT_LOG(WARNING) << "cannot keep the worker id: " << s;
+    // Written before the file is visible under its name; the credential is for this user only.
+    absl::Status s = WriteFileAtomically(config_.state_file, FormatWorkerState(state));
+    if (s.ok() && ::chmod(config_.state_file.c_str(), 0600) != 0) {
+      s = absl::InternalError(absl::StrCat("chmod 0600 ", config_.state_file));
     }
+    if (!s.ok()) MT_LOG(WARNING) << "cannot keep the worker id: " << s;
   }
   MT_LOG(INFO) << "registered with " << config_.coordinator << " as " << response.worker_id()
                << " (node " << resources_.node() << ", " << resources_.device_name() << ")";
@@ -183,7 +207,9 @@ absl::Status Agent::Run() {
         backoff = absl::Milliseconds(200);
         continue;
       }
-      if (absl::IsInvalidArgument(s) || absl::IsUnauthenticated(s)) {  // will not heal
+      // Will not heal: a bad request, token or credential. ALREADY_EXISTS (the id is live
+      // elsewhere) heals once that daemon is gone, so it is retried.
+      if (absl::IsInvalidArgument(s) || absl::IsUnauthenticated(s) || absl::IsPermissionDenied(s)) {
         result = s;
         break;
       }
@@ -204,7 +230,7 @@ absl::Status Agent::Run() {
     for (auto& r : Running()) *request.add_running() = std::move(r);
     mt::v1::HeartbeatResponse response;
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    Prepare(&context, absl::Seconds(5));
     if (!Track(&context, /*at_shutdown=*/true)) break;
     absl::Status s = rpc::FromGrpcStatus(stub_->Heartbeat(&context, request, &response));
     Untrack(&context);
@@ -248,7 +274,7 @@ void Agent::Goodbye(bool registered) {
     request.set_worker_id(worker_id());
     mt::v1::DeregisterResponse response;
     grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    Prepare(&context, absl::Seconds(1));
     absl::Status s = rpc::FromGrpcStatus(stub_->Deregister(&context, request, &response));
     if (!s.ok()) MT_LOG(WARNING) << "deregistering: " << s.message();
   }
@@ -299,6 +325,7 @@ void Agent::AssignmentLoop() {
       if (!registered_) continue;
     }
     grpc::ClientContext context;
+    Prepare(&context, absl::ZeroDuration());
     {
       absl::MutexLock lock(&mu_);
       if (stop_.HasBeenNotified()) break;  // Shutdown came before the context was there
@@ -414,6 +441,7 @@ bool Agent::WriteReport(const mt::v1::RankReport& report) {
   for (int attempt = 0; attempt < 2 && !give_up_.load(); ++attempt) {
     if (report_writer_ == nullptr) {
       auto context = std::make_unique<grpc::ClientContext>();
+      Prepare(context.get(), absl::ZeroDuration());
       {
         absl::MutexLock lock(&mu_);  // the goodbye's deadline cancels it
         report_call_ = context.get();
@@ -445,11 +473,15 @@ void Agent::ReportExit(const mt::v1::RankExitReport& report) {
     while (absl::Now() < give_up) {
       mt::v1::RankExitResponse response;
       grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+      Prepare(&context, absl::Seconds(5));
       if (!Track(&context, /*at_shutdown=*/false)) return;  // the goodbye's deadline passed
       absl::Status s = rpc::FromGrpcStatus(stub_->ReportRankExit(&context, report, &response));
       Untrack(&context);
-      if (s.ok() || absl::IsNotFound(s) || absl::IsInvalidArgument(s)) return;
+      // FAILED_PRECONDITION: the rank is not this worker's (any more); that will not heal.
+      if (s.ok() || absl::IsNotFound(s) || absl::IsInvalidArgument(s) ||
+          absl::IsFailedPrecondition(s)) {
+        return;
+      }
       // Shutting down: retried quickly until the goodbye's deadline.
       if (stop_.HasBeenNotified()) backoff = absl::Milliseconds(200);
       if (!stop_.WaitForNotificationWithTimeout(backoff)) {

@@ -55,7 +55,8 @@ struct AgentConfig {
   int gpu_index = -1;
   // CPU cores the rank may use; 0 = all of this machine's.
   int cpu_cores = 0;
-  // Where the worker id is kept across daemon restarts; empty = not kept.
+  // Where the worker id and its credential are kept across daemon restarts (state_file.h;
+  // mode 0600); empty = not kept.
   std::string state_file;
   // Per-rank directories (assignment, trainer log); default /tmp/mt-worker-<pid>.
   std::string work_dir;
@@ -96,6 +97,9 @@ class Agent {
   Agent(AgentConfig config, mt::v1::WorkerResources resources,
         std::shared_ptr<grpc::Channel> channel, RankObserver* observer);
   absl::Status RegisterOnce();
+  // A call's context: deadline `timeout` from now (none when zero) and this registration's
+  // session (rpc::kWorkerSessionHeader).
+  void Prepare(grpc::ClientContext* context, absl::Duration timeout) const;
   // Keeps one StreamAssignments call open while registered and acts on what arrives.
   void AssignmentLoop();
   void Handle(const mt::v1::WorkerCommand& command);
@@ -127,6 +131,8 @@ class Agent {
   absl::Notification stop_;
   mutable absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  std::string credential_ ABSL_GUARDED_BY(mu_);  // issued with the id (kept in state_file)
+  std::string session_ ABSL_GUARDED_BY(mu_);     // of the current registration
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
   grpc::ClientContext* assign_context_ ABSL_GUARDED_BY(mu_) = nullptr;

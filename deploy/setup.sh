@@ -25,7 +25,10 @@ packages=(
   libre2-dev libc-ares-dev libgtest-dev libgmock-dev googletest
   libtorch-dev libgloo-dev libopenblas0-pthread
   prometheus
+  slurmctld slurmd slurm-client munge iproute2
 )
+# slurmctld, slurmd, slurm-client, munge, iproute2: tests/slurm runs deploy/slurm/mt.sbatch
+# on a real two-node Slurm made of network namespaces (deploy/slurm, docs/deploy.md).
 # libopenblas0-pthread: LibTorch's CPU matmuls go through libblas.so.3; Debian's default is the
 # reference BLAS, several times slower than OpenBLAS, which takes over the alternative.
 missing=()

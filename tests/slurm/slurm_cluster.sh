@@ -60,12 +60,14 @@ _sc_netns() {
 # slurmd needs; the node's /etc/hosts is bind-mounted in a mount namespace of its own instead.
 _sc_in() {
   local name=$1; shift
-  nsenter --net="/run/netns/$(_sc_ns "$name")" unshare --uts --mount sh -c \
+  ${_sc_exec:-} nsenter --net="/run/netns/$(_sc_ns "$name")" unshare --uts --mount sh -c \
     'hostname "$0" && mount --bind "$1" /etc/hosts && shift && exec "$@"' \
     "$name" "/etc/netns/$(_sc_ns "$name")/hosts" "$@"
 }
+# The pid appended is the daemon's own (the background subshell execs it). Note that a
+# background process of a script ignores SIGINT: stop it with SIGTERM.
 _sc_spawn() {
-  _sc_in "$@" &
+  (_sc_exec="exec"; _sc_in "$@") &
   _sc_pids+=($!)
 }
 

@@ -6,7 +6,8 @@
 #   cancel    job mode, scancel mid-run: the workers get SIGTERM, the job saves a checkpoint
 #             at the step it stopped, everything exits
 #   workers   workers mode: a coordinator outside the allocation gets the allocation's
-#             workers, trains a job on them, and they deregister on scancel
+#             workers (two per Slurm node, named after it), trains a job on them, and they
+#             deregister on scancel
 # Usage: slurm_test.sh BIN_DIR ASSET_DIR REPO_ROOT CASE. Exit 77 (skipped) with the reason
 # when root, network namespaces or Slurm are missing.
 set -uo pipefail
@@ -169,12 +170,17 @@ workers)
   ctl() { in_ctl "$bin/mtctl" --coordinator "$coordinator" --token-file "$dir/token" "$@"; }
   id=$(submit --coordinator "$coordinator" --token-file "$dir/token") ||
     { fail "sbatch refused the script"; exit 1; }
-  n=0
-  for _ in $(seq 120); do
-    n=$(ctl workers -o json 2>/dev/null | grep -c '"state": "WORKER_STATE_IDLE"')
-    [ "$n" -ge 4 ] && break
-    sleep 0.5
-  done
+  # idle_workers WANT SECONDS: waits until WANT workers are IDLE; prints how many are.
+  idle_workers() {
+    local n=0
+    for _ in $(seq $(($2 * 2))); do
+      n=$(ctl workers -o json 2>/dev/null | grep -c '"state": "WORKER_STATE_IDLE"')
+      [ "$n" -eq "$1" ] && break
+      sleep 0.5
+    done
+    echo "$n"
+  }
+  n=$(idle_workers 4 60)
   [ "$n" -eq 4 ] || { fail "$n of 4 workers registered"; cat "$dir/out/mt-$id.out"; exit 1; }
   nodes=$(ctl workers -o json | sed -n 's/.*"node": "\([^"]*\)".*/\1/p' | sort | uniq -c |
           awk '{print $2 "=" $1}' | tr '\n' ' ')
@@ -184,14 +190,9 @@ workers)
   grep -Eiq 'loss[^0-9]*[0-9]+\.[0-9]+' "$dir/watch.out" || fail "no loss in mtctl watch's output"
   in_ctl scancel "$id"
   wait_gone "$id" 90 || fail "the allocation $id did not end within 90 s of scancel"
-  n=0
-  for _ in $(seq 20); do
-    n=$(ctl workers -o json 2>/dev/null | grep -c '"state": "WORKER_STATE_IDLE"')
-    [ "$n" -eq 0 ] && break
-    sleep 0.5
-  done
+  n=$(idle_workers 0 10)
   [ "$n" -eq 0 ] || fail "$n workers still IDLE after scancel (they should have deregistered)"
-  kill -INT "${_sc_pids[-1]}"; wait "${_sc_pids[-1]}"
+  kill -TERM "${_sc_pids[-1]}"; wait "${_sc_pids[-1]}"
   check_nothing_left
   ;;
 *)

@@ -124,7 +124,8 @@ slurm_cluster_up() {
   (umask 077 && head -c 1024 /dev/urandom >"$_sc_dir/munge/munge.key")
   munged --foreground --force --socket="$_sc_dir/munge/munge.sock" \
     --key-file="$_sc_dir/munge/munge.key" --pid-file="$_sc_dir/munge/munged.pid" \
-    --seed-file="$_sc_dir/munge/seed" --log-file="$_sc_dir/munge/munged.log" &
+    --seed-file="$_sc_dir/munge/seed" --log-file="$_sc_dir/munge/munged.log" \
+    2>"$_sc_dir/munge/munged.out" &
   _sc_pids+=($!)
   _sc_spawn ctl slurmctld -D -i -f "$SLURM_CONF" >"$_sc_dir/slurmctld.out" 2>&1
   for i in $(seq 1 "$_sc_nodes"); do

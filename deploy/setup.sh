@@ -27,9 +27,12 @@ packages=(
   prometheus
   openssl
   clang-16 libclang-rt-16-dev
+  slurmctld slurmd slurm-client munge iproute2
 )
 # openssl: the command line that tests/testutil/certs.cc (mt_security_test) makes test
 # certificates with, and that docs/security.md's set-up uses.
+# slurmctld, slurmd, slurm-client, munge, iproute2: tests/slurm runs deploy/slurm/mt.sbatch
+# on a real two-node Slurm made of network namespaces (deploy/slurm, docs/deploy.md).
 # libopenblas0-pthread: LibTorch's CPU matmuls go through libblas.so.3; Debian's default is the
 # reference BLAS, several times slower than OpenBLAS, which takes over the alternative.
 missing=()

@@ -57,11 +57,16 @@ std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage) {
 }
 
 namespace {
+// SIGTERM and SIGINT, less those this process inherited as ignored: a blocked signal is
+// queued even when ignored, so leaving it out of the set is what keeps it ignored.
 sigset_t TerminationSignals() {
   sigset_t set;
   sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
+  for (int sig : {SIGTERM, SIGINT}) {
+    struct sigaction current;
+    if (sigaction(sig, nullptr, &current) == 0 && current.sa_handler == SIG_IGN) continue;
+    sigaddset(&set, sig);
+  }
   return set;
 }
 }  // namespace

@@ -18,7 +18,10 @@ void NormalizeFlagNames(int argc, char** argv);
 std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage);
 
 // Blocks SIGTERM/SIGINT in the calling thread; threads started afterwards inherit the mask.
-// Call first thing in main, before any library starts threads.
+// Call first thing in main, before any library starts threads. A signal the process inherited
+// as ignored (`trap '' TERM; exec mt-coordinator ...`, nohup) stays ignored: it is neither
+// blocked nor waited for, as shells do (deploy/slurm/mt.sbatch keeps its coordinator alive
+// through Slurm's SIGTERM this way, and stops it with SIGINT).
 void BlockTerminationSignals();
 
 // Starts a thread that waits for SIGTERM/SIGINT and then calls `on_signal` once. The thread

@@ -251,8 +251,11 @@ absl::Status Agent::Run() {
       registered_ = false;
     }
   }
-  // Ranks first (they may still report), then say goodbye.
+  // Ranks first (they may still report), then say goodbye. The assignment thread stops the
+  // ranks it forked before it ends (AssignmentLoop); none is left for StopAllRanks here
+  // unless that thread never ran.
   if (!stop_.HasBeenNotified()) Shutdown();
+  if (assignment_thread_.joinable()) assignment_thread_.join();
   StopAllRanks(absl::Seconds(10));
   Goodbye(registered);
   return result;
@@ -278,7 +281,6 @@ void Agent::Goodbye(bool registered) {
     absl::Status s = rpc::FromGrpcStatus(stub_->Deregister(&context, request, &response));
     if (!s.ok()) MT_LOG(WARNING) << "deregistering: " << s.message();
   }
-  if (assignment_thread_.joinable()) assignment_thread_.join();
   std::vector<ExitReporter> exits;
   {
     absl::MutexLock lock(&mu_);
@@ -346,6 +348,9 @@ void Agent::AssignmentLoop() {
       stop_.WaitForNotificationWithTimeout(absl::Milliseconds(500));
     }
   }
+  // The ranks this thread forked die with it (PR_SET_PDEATHSIG, SIGKILL, rank_process.cc):
+  // stop them with SIGTERM first, so that they save, and wait for them.
+  StopAllRanks(absl::Seconds(10));
 }
 
 void Agent::Handle(const mt::v1::WorkerCommand& command) {

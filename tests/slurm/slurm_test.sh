@@ -107,9 +107,10 @@ submit() {
     "$repo/deploy/slurm/mt.sbatch" "$@"
 }
 
-# The last step a running job reported, from the coordinator at $1 with token file $2.
+# The last step a running job reported, from the coordinator at $1 with token file $2, over
+# TLS verified with the CA $3.
 job_step() {
-  in_ctl "$bin/mtctl" --coordinator "$1" --token-file "$2" list -o json 2>/dev/null |
+  in_ctl "$bin/mtctl" --coordinator "$1" --token-file "$2" --tls-ca "$3" list -o json 2>/dev/null |
     sed -n 's/.*"step": "\{0,1\}\([0-9]*\).*/\1/p' | sort -n | tail -n 1
 }
 
@@ -140,8 +141,8 @@ cancel)
   run="$dir/out/mt-$id"
   step=""
   for _ in $(seq 240); do
-    if [ -s "$run/token" ]; then
-      step=$(job_step "$(_sc_addr 1):7070" "$run/token")
+    if [ -s "$run/token" ] && [ -s "$run/tls/ca.pem" ]; then
+      step=$(job_step "$(_sc_addr 1):7070" "$run/token" "$run/tls/ca.pem")
       [ -n "$step" ] && [ "$step" -ge 5 ] && break
     fi
     sleep 0.5
@@ -165,10 +166,25 @@ workers)
   # A long-lived coordinator outside the allocation (the controller's namespace).
   head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$dir/token" && chmod 600 "$dir/token"
   coordinator="$(_sc_addr 0):7070"
+  # Off loopback the coordinator serves TLS (docs/security.md): a CA and its certificate.
+  mkdir -p "$dir/tls" && (cd "$dir/tls" &&
+    openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
+      -subj /CN=mt-slurm-test-ca -keyout ca.key -out ca.pem &&
+    openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -subj /CN=coordinator \
+      -keyout server.key -out server.csr &&
+    printf 'subjectAltName=IP:%s\n' "$(_sc_addr 0)" >server.ext &&
+    openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 \
+      -extfile server.ext -out server.pem) >"$dir/tls.log" 2>&1 ||
+    { fail "openssl: $(cat "$dir/tls.log")"; exit 1; }
   _sc_spawn ctl "$bin/mt-coordinator" --listen=0.0.0.0:7070 --metrics_port=-1 \
-    --state_dir="$dir/coordinator" --auth_token_file="$dir/token" 2>"$dir/coordinator.log"
-  ctl() { in_ctl "$bin/mtctl" --coordinator "$coordinator" --token-file "$dir/token" "$@"; }
-  id=$(submit --coordinator "$coordinator" --token-file "$dir/token") ||
+    --state_dir="$dir/coordinator" --auth_token_file="$dir/token" \
+    --tls_cert="$dir/tls/server.pem" --tls_key="$dir/tls/server.key" \
+    --allowed_root="$dir" --allowed_root="$assets" 2>"$dir/coordinator.log"
+  ctl() {
+    in_ctl "$bin/mtctl" --coordinator "$coordinator" --token-file "$dir/token" \
+      --tls-ca "$dir/tls/ca.pem" "$@"
+  }
+  id=$(submit --coordinator "$coordinator" --token-file "$dir/token" --tls-ca "$dir/tls/ca.pem") ||
     { fail "sbatch refused the script"; exit 1; }
   # idle_workers WANT SECONDS: waits until WANT workers are IDLE; prints how many are.
   idle_workers() {

@@ -113,16 +113,16 @@ TEST_F(ControlPlaneTest, WorkerReRegistersAfterCoordinatorRestart) {
 
 TEST_F(ControlPlaneTest, ACopiedStateFileDoesNotTakeOverALiveWorker) {
   StartCoordinator();
-  const std::string state = dir_ + "/worker.state";
+  const std::string state = cluster_.dir() + "/worker.state";
   auto first = StartWorker("nodec", -1, {"--state_file=" + state});
   ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 1; },
                                 absl::Seconds(20)));
   auto text = ReadFile(state);
   ASSERT_TRUE(text.ok());
   EXPECT_THAT(*text, HasSubstr("mt-worker-state 1\nworker_id w-1\ncredential "));
-  ASSERT_TRUE(WriteFileAtomically(dir_ + "/copy.state", *text).ok());
+  ASSERT_TRUE(WriteFileAtomically(cluster_.dir() + "/copy.state", *text).ok());
   // A second daemon with the copy keeps being refused while the first one heartbeats.
-  auto copy = StartWorker("thief", -1, {"--state_file=" + dir_ + "/copy.state"});
+  StartWorker("thief", -1, {"--state_file=" + cluster_.dir() + "/copy.state"});
   ASSERT_TRUE(testutil::WaitFor(
       [&] {
         return Log("worker-thief--1.log").find("connected from another daemon") !=
@@ -186,7 +186,7 @@ TEST_F(ControlPlaneTest, NonLoopbackListenWithoutTokensIsRefused) {
 }
 
 TEST_F(ControlPlaneTest, NonLoopbackListenWithoutAllowedRootsIsRefused) {
-  const std::string dir = dir_;
+  const std::string dir = cluster_.dir();
   const std::string tokens = dir + "/tokens";
   ASSERT_THAT(WriteFileAtomically(tokens, "0123456789abcdef0123456789abcdef\n"), testing::IsOk());
   auto r = RunCommand({kBin + "mt-coordinator", "--listen=0.0.0.0:0", "--state_dir=" + dir,

@@ -15,7 +15,6 @@
 namespace mt::coordinator {
 namespace {
 
-
 // A stall is shown ("no progress for N s") once it is this long and 3 p99 step times.
 constexpr absl::Duration kShowStallAfter = absl::Seconds(5);
 

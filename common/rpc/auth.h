@@ -38,7 +38,15 @@ class Authenticator {
   std::vector<std::string> tokens_;
 };
 
-// Channel to `address`, sending `token` as a bearer token when it is not empty.
+// How long a channel waits, at most, before it tries to connect again to a server that went
+// away. gRPC's own default grows to 120 s: a worker daemon whose coordinator was down for a
+// minute would then stay away for another one after it is back, and its ranks count as
+// orphans (issue 19). One attempt a second per channel costs a down server nothing.
+inline constexpr int kMaxReconnectBackoffMs = 1000;
+inline constexpr int kInitialReconnectBackoffMs = 100;
+
+// Channel to `address`, sending `token` as a bearer token when it is not empty, reconnecting
+// within kMaxReconnectBackoffMs of its server's return.
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token);
 
 }  // namespace mt::rpc

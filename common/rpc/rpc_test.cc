@@ -1,5 +1,14 @@
-#include <string>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/files.h"
 #include "common/base/status_matchers.h"
 #include "common/rpc/auth.h"
@@ -48,6 +57,50 @@ TEST(Auth, TokenFile) {
   MT_ASSERT_OK(WriteFileAtomically(path, "# nothing\n"));
   EXPECT_THAT(ReadTokenFile(path),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("holds no token")));
+}
+
+// A listener that accepts and at once closes every connection: each of a channel's connection
+// attempts fails, and it backs off before the next. Returns when the attempts came.
+std::vector<absl::Time> ConnectionAttempts(absl::Duration for_how_long) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  EXPECT_EQ(::listen(fd, 16), 0);
+  socklen_t len = sizeof(addr);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto channel = MakeChannel(absl::StrCat("127.0.0.1:", ntohs(addr.sin_port)), "");
+  std::vector<absl::Time> attempts;
+  const absl::Time end = absl::Now() + for_how_long;
+  while (absl::Now() < end) {
+    (void)channel->GetState(/*try_to_connect=*/true);  // a caller keeps asking
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 20) == 1) {
+      const int conn = ::accept(fd, nullptr, nullptr);
+      if (conn >= 0) {
+        attempts.push_back(absl::Now());
+        ::close(conn);
+      }
+    }
+  }
+  ::close(fd);
+  return attempts;
+}
+
+// Before: gRPC's default backoff (1 s growing by 1.6 to 120 s) left 2 s, 3 s, 4 s... between
+// attempts, so a worker whose coordinator came back stayed away for as long again.
+TEST(Channel, ReconnectsWithinItsBoundedBackoff) {
+  const std::vector<absl::Time> attempts = ConnectionAttempts(absl::Seconds(7));
+  ASSERT_GE(attempts.size(), 5u);
+  absl::Duration longest;
+  for (size_t i = 1; i < attempts.size(); ++i) {
+    longest = std::max(longest, attempts[i] - attempts[i - 1]);
+  }
+  // The bound plus gRPC's jitter (20 %) and a margin for a loaded machine.
+  EXPECT_LT(longest, absl::Milliseconds(kMaxReconnectBackoffMs * 1.6))
+      << attempts.size() << " attempts";
 }
 
 }  // namespace

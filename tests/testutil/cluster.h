@@ -38,7 +38,6 @@ class Cluster {
   // The same for GPU `gpu` of its node (-1: the CPU worker above).
   absl::Status StartWorker(const std::string& name, const std::string& node, int gpu,
                            const std::vector<std::string>& extra_flags = {});
-  Subprocess* coordinator() { return coordinator_.get(); }
   Subprocess* worker(const std::string& name) { return workers_[name].get(); }
   // Waits until `n` workers are IDLE.
   bool WaitForIdleWorkers(int n, absl::Duration timeout);

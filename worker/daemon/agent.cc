@@ -182,6 +182,7 @@ absl::Status Agent::Run() {
         registered = true;
         absl::MutexLock lock(&mu_);
         registered_ = true;
+        ++registrations_;  // wakes the exit reports that wait for the coordinator
         backoff = absl::Milliseconds(200);
         continue;
       }
@@ -192,7 +193,7 @@ absl::Status Agent::Run() {
       MT_LOG(WARNING) << "cannot register with " << config_.coordinator << ": " << s.message()
                       << "; retrying in " << absl::FormatDuration(backoff);
       stop_.WaitForNotificationWithTimeout(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(5));
+      backoff = std::min(backoff * 2, kMaxRegisterBackoff);
       continue;
     }
     absl::Duration interval;
@@ -440,25 +441,45 @@ void Agent::ReportExit(const mt::v1::RankExitReport& report) {
       ~MarkDone() { flag->store(true); }
     } mark{done.get()};
     absl::Duration backoff = absl::Milliseconds(200);
-    const absl::Time give_up = absl::Now() + absl::Minutes(10);
-    while (absl::Now() < give_up) {
+    // Until the coordinator answers (an outage may last), or the goodbye's deadline passes.
+    while (true) {
       mt::v1::RankExitResponse response;
       grpc::ClientContext context;
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
       if (!Track(&context, /*at_shutdown=*/false)) return;  // the goodbye's deadline passed
+      int64_t registrations;
+      {
+        absl::MutexLock lock(&mu_);
+        registrations = registrations_;
+      }
       absl::Status s = rpc::FromGrpcStatus(stub_->ReportRankExit(&context, report, &response));
       Untrack(&context);
-      if (s.ok() || absl::IsNotFound(s) || absl::IsInvalidArgument(s)) return;
+      if (IsAnswer(s)) {
+        if (!s.ok()) MT_LOG(WARNING) << "the exit report was refused: " << s;
+        return;
+      }
       // Shutting down: retried quickly until the goodbye's deadline.
       if (stop_.HasBeenNotified()) backoff = absl::Milliseconds(200);
-      if (!stop_.WaitForNotificationWithTimeout(backoff)) {
-        backoff = std::min(backoff * 2, absl::Seconds(5));
-      } else {
-        absl::SleepFor(backoff);
-      }
+      WaitToRetry(backoff, registrations);
+      backoff = std::min(backoff * 2, absl::Seconds(2));
     }
   });
   exit_threads_.push_back({std::move(t), std::move(done)});
+}
+
+bool Agent::IsAnswer(const absl::Status& s) {
+  // The coordinator decided (unknown job, a rank it does not hold here, bad credentials);
+  // anything else (unreachable, a timeout, restarting) is worth another try.
+  return s.ok() || absl::IsNotFound(s) || absl::IsInvalidArgument(s) ||
+         absl::IsFailedPrecondition(s) || absl::IsPermissionDenied(s) || absl::IsUnauthenticated(s);
+}
+
+void Agent::WaitToRetry(absl::Duration backoff, int64_t registrations) {
+  absl::MutexLock lock(&mu_);
+  auto woken = [this, registrations]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return registrations_ != registrations || give_up_.load();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&woken), backoff);
 }
 
 void Agent::Reap() {

@@ -7,14 +7,19 @@
 //
 // Connection states (one loop, agent.cc):
 //   DISCONNECTED --Register ok--> REGISTERED --Heartbeat known=false--> DISCONNECTED
-//   DISCONNECTED --Register fails--> DISCONNECTED after a backoff (0.2 s doubling to 5 s)
+//   DISCONNECTED --Register fails--> DISCONNECTED after a backoff (0.2 s doubling to
+//                                    kMaxRegisterBackoff; the channel reconnects as fast,
+//                                    common/rpc/auth.h), so the daemon is back within about
+//                                    2 s of its coordinator's restart, its ranks named
+//                                    in the registration (the coordinator keeps them)
 //   any --Shutdown--> Deregister (best effort) and exit
 // Shutdown is bounded whether or not the coordinator answers: calls in flight are cancelled,
 // the ranks get their grace to stop (and save), then the goodbye (deregistration, exit
 // reports, the report stream's end) gets at most kGoodbye.
 // Reports of saves and loads (the coordinator's catalog) that cannot be delivered (the
 // coordinator is away) are kept, up to kMaxUndelivered, and sent once it is back; progress is
-// best effort (the next report supersedes it).
+// best effort (the next report supersedes it). A rank's exit report is retried until the
+// coordinator answers it (however long it is away), at once when the daemon registers again.
 // Thread-safe: Run() on one thread, Shutdown() from any.
 #ifndef MT_WORKER_DAEMON_AGENT_H_
 #define MT_WORKER_DAEMON_AGENT_H_
@@ -73,6 +78,7 @@ class Agent {
  public:
   static constexpr absl::Duration kGoodbye = absl::Seconds(2);
   static constexpr size_t kMaxUndelivered = 1024;
+  static constexpr absl::Duration kMaxRegisterBackoff = absl::Seconds(1);
 
   // `observer` (optional, outlives the agent) hears of every rank's start, reports and end.
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentConfig& config,
@@ -103,6 +109,11 @@ class Agent {
   bool Track(grpc::ClientContext* context, bool at_shutdown);
   void Untrack(grpc::ClientContext* context);
   void ReportExit(const mt::v1::RankExitReport& report);
+  // Whether `s` is the coordinator's decision on a call (not worth retrying).
+  static bool IsAnswer(const absl::Status& s);
+  // Waits `backoff`, less when the daemon registers again (the count moves past
+  // `registrations`) or the goodbye's deadline passes.
+  void WaitToRetry(absl::Duration backoff, int64_t registrations);
   // Destroys the processes of ranks that have ended.
   void Reap();
   void StopAllRanks(absl::Duration grace);
@@ -123,6 +134,7 @@ class Agent {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;  // successful Register calls
   grpc::ClientContext* assign_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Calls in flight (Register, Heartbeat, exit reports, the report stream), cancelled by
   // Shutdown (register and heartbeat) or at the goodbye's deadline (the rest).

@@ -122,7 +122,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, kInitialReconnectBackoffMs);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, kMaxReconnectBackoffMs);
   if (token.empty()) {
     return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);

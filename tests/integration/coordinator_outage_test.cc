@@ -3,6 +3,7 @@
 //  - a save that falls inside the outage commits (the ranks meet in the job's own store), the
 //    job trains on without a restart, and the restarted coordinator's catalog lists the save
 //    (the daemons keep the save reports until it is back);
+//  - ranks that end during the outage are reported once it is back, and the job succeeds;
 //  - mt-worker stops within seconds of SIGTERM, its rank with it, while its coordinator is
 //    stopped (SIGSTOP) or was never there (a closed port).
 #include <netinet/in.h>
@@ -36,8 +37,9 @@ using ::testing::HasSubstr;
 constexpr int kIters = 300;
 constexpr int kSaveInterval = 100;
 
-std::string JobYaml(const std::string& name, const std::string& data, const std::string& save) {
-  testutil::TinyJob job(name, data, kIters);
+std::string JobYaml(const std::string& name, const std::string& data, const std::string& save,
+                    int iters = kIters) {
+  testutil::TinyJob job(name, data, iters);
   job.dp = "2";
   job.log_interval = 1;
   job.sections = {
@@ -170,6 +172,43 @@ TEST_F(CoordinatorOutageTest, ASaveDuringAnOutageCommitsAndReachesTheCatalogAfte
       absl::Seconds(20));
   EXPECT_EQ(catalog, expected) << cluster_.Log("coordinator.log");
   EXPECT_THAT(catalog, ::testing::Contains(latest));
+}
+
+// Before: the exit reports of ranks that ended during the outage waited out gRPC's reconnect
+// backoff (up to 120 s) after the coordinator's return; the daemons registered again without
+// their ranks first, and the orphan check failed the job ("worker w-1 no longer runs rank 0").
+TEST_F(CoordinatorOutageTest, RanksThatEndDuringAnOutageAreReportedWhenTheCoordinatorIsBack) {
+  StartWorkers(2);
+  const std::string save = cluster_.dir() + "/ckpt-end";
+  const std::string id =
+      Submit(JobYaml("ends", data_, save, kSaveInterval), "ends.yaml");  // ends at its save
+  ASSERT_TRUE(WaitForStep(id, 3)) << EventText(id);
+  cluster_.KillCoordinator(SIGKILL);
+  // The job trains to its end while the coordinator is away; its ranks exit.
+  const bool ended = testutil::WaitFor(
+      [&] {
+        return ProcessesMentioning(cluster_.dir() + "/w0/").empty() &&
+               ProcessesMentioning(cluster_.dir() + "/w1/").empty();
+      },
+      absl::Minutes(3));
+  ASSERT_TRUE(ended) << cluster_.Log("w0.log") << cluster_.Log("w1.log");
+  EXPECT_EQ(checkpoint::ReadLatest(save).value_or(-1), kSaveInterval);
+  absl::SleepFor(absl::Seconds(5));  // the reports' retries back off
+  ASSERT_TRUE(cluster_.StartCoordinator().ok()) << cluster_.Log("coordinator.log");
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_SUCCEEDED, absl::Seconds(30)))
+      << EventText(id) << cluster_.Log("coordinator.log") << cluster_.Log("w0.log");
+  auto job = cluster_.GetJob(id);
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->attempt(), 0) << EventText(id);
+  EXPECT_EQ(job->progress().step(), kSaveInterval);
+  std::vector<int64_t> catalog;
+  testutil::WaitFor(
+      [&] {
+        catalog = Catalog(id);
+        return catalog == std::vector<int64_t>{kSaveInterval};
+      },
+      absl::Seconds(20));
+  EXPECT_EQ(catalog, std::vector<int64_t>{kSaveInterval}) << cluster_.Log("coordinator.log");
 }
 
 // Stops `name` with SIGTERM; expects it gone within 5 s with its goodbye in the log.

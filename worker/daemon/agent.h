@@ -8,18 +8,19 @@
 // Connection states (one loop, agent.cc):
 //   DISCONNECTED --Register ok--> REGISTERED --Heartbeat known=false--> DISCONNECTED
 //   DISCONNECTED --Register fails--> DISCONNECTED after a backoff (0.2 s doubling to
-//                                    kMaxRegisterBackoff; the channel reconnects as fast,
-//                                    common/rpc/auth.h), so the daemon is back within about
-//                                    2 s of its coordinator's restart, its ranks named
-//                                    in the registration (the coordinator keeps them)
+//                                    kMaxRegisterBackoff)
 //   any --Shutdown--> Deregister (best effort) and exit
+// Register waits (5 s at most) for the channel to connect, and the channel tries again at
+// least every second (common/rpc/auth.h): the daemon is back within about a second of its
+// coordinator's restart, naming its running ranks (the coordinator keeps them).
 // Shutdown is bounded whether or not the coordinator answers: calls in flight are cancelled,
 // the ranks get their grace to stop (and save), then the goodbye (deregistration, exit
 // reports, the report stream's end) gets at most kGoodbye.
 // Reports of saves and loads (the coordinator's catalog) that cannot be delivered (the
 // coordinator is away) are kept, up to kMaxUndelivered, and sent once it is back; progress is
 // best effort (the next report supersedes it). A rank's exit report is retried until the
-// coordinator answers it (however long it is away), at once when the daemon registers again.
+// coordinator takes it, however long it is away, at once when the daemon registers again; a
+// refusal (unknown job, ...) is final only when it lasts kRefusalGrace while registered.
 // Thread-safe: Run() on one thread, Shutdown() from any.
 #ifndef MT_WORKER_DAEMON_AGENT_H_
 #define MT_WORKER_DAEMON_AGENT_H_
@@ -79,6 +80,7 @@ class Agent {
   static constexpr absl::Duration kGoodbye = absl::Seconds(2);
   static constexpr size_t kMaxUndelivered = 1024;
   static constexpr absl::Duration kMaxRegisterBackoff = absl::Seconds(1);
+  static constexpr absl::Duration kRefusalGrace = absl::Seconds(5);
 
   // `observer` (optional, outlives the agent) hears of every rank's start, reports and end.
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentConfig& config,
@@ -109,8 +111,12 @@ class Agent {
   bool Track(grpc::ClientContext* context, bool at_shutdown);
   void Untrack(grpc::ClientContext* context);
   void ReportExit(const mt::v1::RankExitReport& report);
-  // Whether `s` is the coordinator's decision on a call (not worth retrying).
-  static bool IsAnswer(const absl::Status& s);
+  // Sends an exit report until the coordinator takes it (or refuses it for kRefusalGrace while
+  // this daemon is registered), whatever the outage; at once after a re-registration.
+  void DeliverExit(const mt::v1::RankExitReport& report);
+  // Whether `s` is the coordinator's refusal of a call (unknown job or worker, a rank it does
+  // not hold here, bad credentials), not its absence.
+  static bool IsRefusal(const absl::Status& s);
   // Waits `backoff`, less when the daemon registers again (the count moves past
   // `registrations`) or the goodbye's deadline passes.
   void WaitToRetry(absl::Duration backoff, int64_t registrations);

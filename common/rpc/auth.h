@@ -46,7 +46,10 @@ inline constexpr int kMaxReconnectBackoffMs = 1000;
 inline constexpr int kInitialReconnectBackoffMs = 100;
 
 // Channel to `address`, sending `token` as a bearer token when it is not empty, reconnecting
-// within kMaxReconnectBackoffMs of its server's return.
+// within kMaxReconnectBackoffMs of its server's return. A call that does not wait for ready
+// fails at once while the server is away (with the last connection error) and does not keep
+// the channel trying: a caller that must get through as soon as the server is back waits for
+// ready (the worker daemon's Register).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address, const std::string& token);
 
 }  // namespace mt::rpc

@@ -183,9 +183,9 @@ TEST_F(CoordinatorOutageTest, ASaveDuringAnOutageCommitsAndReachesTheCatalogAfte
   EXPECT_THAT(catalog, ::testing::Contains(latest));
 }
 
-// Before: the exit reports of ranks that ended during the outage waited out gRPC's reconnect
-// backoff (up to 120 s) after the coordinator's return; the daemons registered again without
-// their ranks first, and the orphan check failed the job ("worker w-1 no longer runs rank 0").
+// A guard (it passed before too, at this outage's length): the exit reports of ranks that ended
+// during the outage reach the coordinator once it is back, before its orphan check, so the job
+// succeeds. The refusal of a restarting coordinator is worker/daemon/agent_exit_test.cc's.
 TEST_F(CoordinatorOutageTest, RanksThatEndDuringAnOutageAreReportedWhenTheCoordinatorIsBack) {
   StartWorkers(2);
   const std::string save = cluster_.dir() + "/ckpt-end";

@@ -140,9 +140,9 @@ void Server::SweepLoop() {
                       << absl::FormatDuration(config_.lost_after);
       jobs_->OnWorkerLost(id);
     }
-    // After a restart, workers get `lost_after` plus their reconnect backoff (at most 5 s,
-    // worker/agent/agent.cc; twice that for margin) to come back before their ranks count as
-    // gone.
+    // After a restart, workers get `lost_after` plus their reconnect backoff (about 1 s,
+    // worker/daemon/agent.h; 10 s for margin) to come back with their ranks before those
+    // count as gone.
     if (clock_->Now() - start_time_ > config_.lost_after + absl::Seconds(10)) {
       jobs_->FailOrphans();
     }

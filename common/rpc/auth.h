@@ -73,8 +73,18 @@ class Authenticator {
   std::vector<TokenEntry> tokens_;
 };
 
+// How long a channel waits, at most, before it tries to connect again to a server that went
+// away. gRPC's own default grows to 120 s: a worker daemon whose coordinator was down for a
+// minute would then stay away for another one after it is back, and its ranks count as
+// orphans (issue 19). One attempt a second per channel costs a down server nothing.
+inline constexpr int kMaxReconnectBackoffMs = 1000;
+inline constexpr int kInitialReconnectBackoffMs = 100;
+
 // Channel to `address` over `credentials` (nullptr = plaintext), sending `token` as a bearer
-// token when it is not empty.
+// token when it is not empty, reconnecting within kMaxReconnectBackoffMs of its server's
+// return. A call that does not wait for ready fails at once while the server is away (with the
+// last connection error) and does not keep the channel trying: a caller that must get through
+// as soon as the server is back waits for ready (the worker daemon's Register).
 std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address, const std::string& token,
     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);

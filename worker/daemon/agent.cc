@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <optional>
 #include <thread>
 #include <utility>
 
@@ -149,6 +150,9 @@ absl::Status Agent::RegisterOnce() {
   mt::v1::RegisterResponse response;
   grpc::ClientContext context;
   Prepare(&context, absl::Seconds(5));
+  // Waits for the channel to connect (a failing call would drop the connection attempt it
+  // started): the daemon registers as soon as its coordinator is back.
+  context.set_wait_for_ready(true);
   if (!Track(&context, /*at_shutdown=*/true)) return absl::CancelledError("shutting down");
   const grpc::Status registered = stub_->Register(&context, request, &response);
   Untrack(&context);
@@ -204,6 +208,7 @@ absl::Status Agent::Run() {
         registered = true;
         absl::MutexLock lock(&mu_);
         registered_ = true;
+        ++registrations_;  // wakes the exit reports that wait for the coordinator
         backoff = absl::Milliseconds(200);
         continue;
       }
@@ -216,7 +221,7 @@ absl::Status Agent::Run() {
       MT_LOG(WARNING) << "cannot register with " << config_.coordinator << ": " << s.message()
                       << "; retrying in " << absl::FormatDuration(backoff);
       stop_.WaitForNotificationWithTimeout(backoff);
-      backoff = std::min(backoff * 2, absl::Seconds(5));
+      backoff = std::min(backoff * 2, kMaxRegisterBackoff);
       continue;
     }
     absl::Duration interval;
@@ -473,30 +478,64 @@ void Agent::ReportExit(const mt::v1::RankExitReport& report) {
       std::atomic<bool>* flag;
       ~MarkDone() { flag->store(true); }
     } mark{done.get()};
-    absl::Duration backoff = absl::Milliseconds(200);
-    const absl::Time give_up = absl::Now() + absl::Minutes(10);
-    while (absl::Now() < give_up) {
-      mt::v1::RankExitResponse response;
-      grpc::ClientContext context;
-      Prepare(&context, absl::Seconds(5));
-      if (!Track(&context, /*at_shutdown=*/false)) return;  // the goodbye's deadline passed
-      absl::Status s = rpc::FromGrpcStatus(stub_->ReportRankExit(&context, report, &response));
-      Untrack(&context);
-      // FAILED_PRECONDITION: the rank is not this worker's (any more); that will not heal.
-      if (s.ok() || absl::IsNotFound(s) || absl::IsInvalidArgument(s) ||
-          absl::IsFailedPrecondition(s)) {
-        return;
-      }
-      // Shutting down: retried quickly until the goodbye's deadline.
-      if (stop_.HasBeenNotified()) backoff = absl::Milliseconds(200);
-      if (!stop_.WaitForNotificationWithTimeout(backoff)) {
-        backoff = std::min(backoff * 2, absl::Seconds(5));
-      } else {
-        absl::SleepFor(backoff);
-      }
-    }
+    DeliverExit(report);
   });
   exit_threads_.push_back({std::move(t), std::move(done)});
+}
+
+void Agent::DeliverExit(const mt::v1::RankExitReport& report) {
+  absl::Duration backoff = absl::Milliseconds(200);
+  int64_t seen = -1;
+  // Since when the coordinator this daemon is registered with refuses the report.
+  std::optional<absl::Time> refused_since;
+  // Until the coordinator answers (an outage may last), or the goodbye's deadline passes.
+  while (true) {
+    mt::v1::RankExitResponse response;
+    grpc::ClientContext context;
+    Prepare(&context, absl::Seconds(5));                  // the deadline and this daemon's session
+    if (!Track(&context, /*at_shutdown=*/false)) return;  // the goodbye's deadline passed
+    bool registered;
+    int64_t registrations;
+    {
+      absl::MutexLock lock(&mu_);
+      registered = registered_;
+      registrations = registrations_;
+    }
+    if (registrations != seen) refused_since.reset();  // a new coordinator, maybe
+    seen = registrations;
+    absl::Status s = rpc::FromGrpcStatus(stub_->ReportRankExit(&context, report, &response));
+    Untrack(&context);
+    if (s.ok()) return;
+    if (IsRefusal(s) && registered) {
+      // A coordinator that has just restarted may refuse it until it knows this daemon
+      // again: the refusal is final once it lasts kRefusalGrace without a re-registration.
+      if (!refused_since.has_value()) refused_since = absl::Now();
+      if (absl::Now() - *refused_since >= kRefusalGrace) {
+        MT_LOG(WARNING) << "the exit report of rank " << report.rank() << " of " << report.job_id()
+                        << " was refused: " << s;
+        return;
+      }
+    } else {
+      refused_since.reset();
+    }
+    // Shutting down: retried quickly until the goodbye's deadline.
+    if (stop_.HasBeenNotified()) backoff = absl::Milliseconds(200);
+    WaitToRetry(backoff, registrations);
+    backoff = std::min(backoff * 2, absl::Seconds(2));
+  }
+}
+
+bool Agent::IsRefusal(const absl::Status& s) {
+  return absl::IsNotFound(s) || absl::IsInvalidArgument(s) || absl::IsFailedPrecondition(s) ||
+         absl::IsPermissionDenied(s) || absl::IsUnauthenticated(s);
+}
+
+void Agent::WaitToRetry(absl::Duration backoff, int64_t registrations) {
+  absl::MutexLock lock(&mu_);
+  auto woken = [this, registrations]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return registrations_ != registrations || give_up_.load();
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&woken), backoff);
 }
 
 void Agent::Reap() {

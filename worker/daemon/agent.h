@@ -7,14 +7,20 @@
 //
 // Connection states (one loop, agent.cc):
 //   DISCONNECTED --Register ok--> REGISTERED --Heartbeat known=false--> DISCONNECTED
-//   DISCONNECTED --Register fails--> DISCONNECTED after a backoff (0.2 s doubling to 5 s)
+//   DISCONNECTED --Register fails--> DISCONNECTED after a backoff (0.2 s doubling to
+//                                    kMaxRegisterBackoff)
 //   any --Shutdown--> Deregister (best effort) and exit
+// Register waits (5 s at most) for the channel to connect, and the channel tries again at
+// least every second (common/rpc/auth.h): the daemon is back within about a second of its
+// coordinator's restart, naming its running ranks (the coordinator keeps them).
 // Shutdown is bounded whether or not the coordinator answers: calls in flight are cancelled,
 // the ranks get their grace to stop (and save), then the goodbye (deregistration, exit
 // reports, the report stream's end) gets at most kGoodbye.
 // Reports of saves and loads (the coordinator's catalog) that cannot be delivered (the
 // coordinator is away) are kept, up to kMaxUndelivered, and sent once it is back; progress is
-// best effort (the next report supersedes it).
+// best effort (the next report supersedes it). A rank's exit report is retried until the
+// coordinator takes it, however long it is away, at once when the daemon registers again; a
+// refusal (unknown job, ...) is final only when it lasts kRefusalGrace while registered.
 // Thread-safe: Run() on one thread, Shutdown() from any.
 #ifndef MT_WORKER_DAEMON_AGENT_H_
 #define MT_WORKER_DAEMON_AGENT_H_
@@ -80,6 +86,8 @@ class Agent {
  public:
   static constexpr absl::Duration kGoodbye = absl::Seconds(2);
   static constexpr size_t kMaxUndelivered = 1024;
+  static constexpr absl::Duration kMaxRegisterBackoff = absl::Seconds(1);
+  static constexpr absl::Duration kRefusalGrace = absl::Seconds(5);
 
   // `observer` (optional, outlives the agent) hears of every rank's start, reports and end.
   static absl::StatusOr<std::unique_ptr<Agent>> Create(const AgentConfig& config,
@@ -113,6 +121,15 @@ class Agent {
   bool Track(grpc::ClientContext* context, bool at_shutdown);
   void Untrack(grpc::ClientContext* context);
   void ReportExit(const mt::v1::RankExitReport& report);
+  // Sends an exit report until the coordinator takes it (or refuses it for kRefusalGrace while
+  // this daemon is registered), whatever the outage; at once after a re-registration.
+  void DeliverExit(const mt::v1::RankExitReport& report);
+  // Whether `s` is the coordinator's refusal of a call (unknown job or worker, a rank it does
+  // not hold here, bad credentials), not its absence.
+  static bool IsRefusal(const absl::Status& s);
+  // Waits `backoff`, less when the daemon registers again (the count moves past
+  // `registrations`) or the goodbye's deadline passes.
+  void WaitToRetry(absl::Duration backoff, int64_t registrations);
   // Destroys the processes of ranks that have ended.
   void Reap();
   void StopAllRanks(absl::Duration grace);
@@ -135,6 +152,7 @@ class Agent {
   std::string session_ ABSL_GUARDED_BY(mu_);     // of the current registration
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t registrations_ ABSL_GUARDED_BY(mu_) = 0;  // successful Register calls
   grpc::ClientContext* assign_context_ ABSL_GUARDED_BY(mu_) = nullptr;
   // Calls in flight (Register, Heartbeat, exit reports, the report stream), cancelled by
   // Shutdown (register and heartbeat) or at the goodbye's deadline (the rest).

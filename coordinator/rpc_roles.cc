@@ -15,7 +15,8 @@ const std::vector<std::pair<absl::string_view, rpc::Access>>& RpcAccessTable() {
       {"GetClusterInfo", Access::kRead},
       {"ListCheckpoints", Access::kRead},
       {"GetCheckpoint", Access::kRead},
-      // Running jobs (a submit token only cancels its own).
+      // Running jobs. Every submit token may cancel any job: ownership is not recorded yet
+      // (docs/security.md).
       {"SubmitJob", Access::kSubmit},
       {"CancelJob", Access::kSubmit},
       {"VerifyCheckpoint", Access::kSubmit},
@@ -23,6 +24,7 @@ const std::vector<std::pair<absl::string_view, rpc::Access>>& RpcAccessTable() {
       // The operator's: the cluster, and the coordinator's own file system.
       {"DrainWorker", Access::kAdmin},
       {"DeleteCheckpoint", Access::kAdmin},
+      {"DeleteJob", Access::kAdmin},
       {"ExportCheckpoint", Access::kAdmin},
       {"ImportCheckpoint", Access::kAdmin},
       // WorkerService: workers and their ranks.

@@ -138,50 +138,51 @@ TEST(Tls, EnvironmentRoundTrip) {
   EXPECT_THAT(ClientTlsEnvironment(files),
               ElementsAre("MT_TLS_CA=/a/ca.pem", "MT_TLS_CERT=/a/c.pem", "MT_TLS_KEY=/a/k.pem"));
   EXPECT_TRUE(ClientTlsEnvironment({}).empty());
+}
 
-  // A gRPC server on `address` (127.0.0.1:0 picks a port) whose calls are all UNIMPLEMENTED.
-  std::unique_ptr<grpc::Server> Serve(const std::string& address, int* port) {
-    static auto* const unimplemented = new mt::v1::WorkerService::Service();
-    grpc::ServerBuilder builder;
-    builder.RegisterService(unimplemented);
-    builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
-    return builder.BuildAndStart();
-  }
+// A gRPC server on `address` (127.0.0.1:0 picks a port) whose calls are all UNIMPLEMENTED.
+std::unique_ptr<grpc::Server> Serve(const std::string& address, int* port) {
+  static auto* const unimplemented = new mt::v1::WorkerService::Service();
+  grpc::ServerBuilder builder;
+  builder.RegisterService(unimplemented);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
+  return builder.BuildAndStart();
+}
 
-  // Before: gRPC's default backoff (1 s growing by 1.6, with 20 % jitter, to 120 s) had the
-  // channel try again 1 to 11 s after a server that had been away for 20 s was back, so a
-  // worker daemon came back as late (and later still after longer outages).
-  TEST(Channel, ReconnectsWithinItsBoundedBackoffAfterALongOutage) {
-    int port = 0;
-    std::unique_ptr<grpc::Server> server = Serve("127.0.0.1:0", &port);
-    ASSERT_NE(server, nullptr);
-    const std::string address = absl::StrCat("127.0.0.1:", port);
-    auto channel = MakeChannel(address, "");
-    ASSERT_TRUE(
-        channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5)));
-    server->Shutdown();
-    server.reset();
-    // Away for 20 s, while a caller keeps asking (as the daemon's registration does).
-    const absl::Time back = absl::Now() + absl::Seconds(20);
-    while (absl::Now() < back) {
-      (void)channel->GetState(/*try_to_connect=*/true);
-      absl::SleepFor(absl::Milliseconds(50));
-    }
-    int again = 0;
-    server = Serve(address, &again);
-    ASSERT_NE(server, nullptr);
-    ASSERT_EQ(again, port);
-    const absl::Time start = absl::Now();
-    while (channel->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY &&
-           absl::Now() - start < absl::Seconds(15)) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    const absl::Duration took = absl::Now() - start;
-    // The bound, gRPC's jitter (20 %) and a margin for a loaded machine.
-    EXPECT_LT(took, absl::Milliseconds(kMaxReconnectBackoffMs * 2)) << absl::FormatDuration(took);
-    std::fprintf(stderr, "connected again %s after the server's return\n",
-                 absl::FormatDuration(took).c_str());
+// Before: gRPC's default backoff (1 s growing by 1.6, with 20 % jitter, to 120 s) had the
+// channel try again 1 to 11 s after a server that had been away for 20 s was back, so a
+// worker daemon came back as late (and later still after longer outages).
+TEST(Channel, ReconnectsWithinItsBoundedBackoffAfterALongOutage) {
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve("127.0.0.1:0", &port);
+  ASSERT_NE(server, nullptr);
+  const std::string address = absl::StrCat("127.0.0.1:", port);
+  auto channel = MakeChannel(address, "");
+  ASSERT_TRUE(
+      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5)));
+  server->Shutdown();
+  server.reset();
+  // Away for 20 s, while a caller keeps asking (as the daemon's registration does).
+  const absl::Time back = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < back) {
+    (void)channel->GetState(/*try_to_connect=*/true);
+    absl::SleepFor(absl::Milliseconds(50));
   }
+  int again = 0;
+  server = Serve(address, &again);
+  ASSERT_NE(server, nullptr);
+  ASSERT_EQ(again, port);
+  const absl::Time start = absl::Now();
+  while (channel->GetState(/*try_to_connect=*/true) != GRPC_CHANNEL_READY &&
+         absl::Now() - start < absl::Seconds(15)) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const absl::Duration took = absl::Now() - start;
+  // The bound, gRPC's jitter (20 %) and a margin for a loaded machine.
+  EXPECT_LT(took, absl::Milliseconds(kMaxReconnectBackoffMs * 2)) << absl::FormatDuration(took);
+  std::fprintf(stderr, "connected again %s after the server's return\n",
+               absl::FormatDuration(took).c_str());
+}
 
 }  // namespace
 }  // namespace mt::rpc

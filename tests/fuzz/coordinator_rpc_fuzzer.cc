@@ -60,7 +60,9 @@ void Die(const absl::Status& s) {
 
 // One coordinator's services, as Server::Create wires them (without the gRPC server).
 struct Coordinator {
-  Coordinator() : auth({kToken}), registry(&clock, absl::Seconds(30)) {
+  Coordinator()
+      : auth({rpc::TokenEntry{rpc::Role::kAdmin, "fuzz", kToken}}),
+        registry(&clock, absl::Seconds(30)) {
     const std::string state = fuzz::ScratchDir() + "/state";
     const std::string cwd = fuzz::ScratchDir() + "/root";
     if (::mkdir(cwd.c_str(), 0700) != 0 || ::chdir(cwd.c_str()) != 0) std::abort();

@@ -149,7 +149,7 @@ TEST_F(SecurityTest, MutualTlsRequiresAClientCertificate) {
 TEST_F(SecurityTest, PlaintextOffLoopbackIsRefusedUpFront) {
   // The coordinator: tokens without TLS beyond loopback need an explicit opt-out.
   auto r = RunCommand({kBin + "mt-coordinator", "--listen=0.0.0.0:0", "--state_dir=" + dir_,
-                       "--auth_token_file=" + tokens_});
+                       "--auth_token_file=" + tokens_, "--allowed_root=" + dir_});
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 2);
   EXPECT_THAT(r->err, HasSubstr("give --tls-cert and --tls-key"));

@@ -179,6 +179,7 @@ workers)
   _sc_spawn ctl "$bin/mt-coordinator" --listen=0.0.0.0:7070 --metrics_port=-1 \
     --state_dir="$dir/coordinator" --auth_token_file="$dir/token" \
     --tls_cert="$dir/tls/server.pem" --tls_key="$dir/tls/server.key" \
+    --advertise_address="$coordinator" \
     --allowed_root="$dir" --allowed_root="$assets" 2>"$dir/coordinator.log"
   ctl() {
     in_ctl "$bin/mtctl" --coordinator "$coordinator" --token-file "$dir/token" \

@@ -6,6 +6,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
 #include "common/spec/spec_internal.h"
 // yaml-cpp 0.7's node headers trip GCC 12's -Wdangling-pointer (a false positive in its
 // iterator code); silence it for these headers only.
@@ -379,6 +381,52 @@ void EmitMessage(YAML::Emitter& out, const Message& message) {
   out << YAML::EndMap;
 }
 
+// yaml-cpp 0.7 never returns from LoadAll on a ',' that starts a line outside a flow
+// collection (",a", "- a\n,b": found by tests/fuzz/yaml_spec_fuzzer), growing memory as it
+// loops. Such a ',' is a syntax error in YAML anyway: refuse it before yaml-cpp sees it.
+// Tracks [ ] { } depth outside quotes and comments, and skips the content lines of block
+// scalars ('|' or '>'), where a ',' is text.
+absl::Status CheckNoLeadingFlowComma(absl::string_view yaml) {
+  int depth = 0;
+  int line_no = 0;
+  int scalar_indent = -1;  // >= 0 while inside a block scalar: its key's indentation
+  for (absl::string_view line : absl::StrSplit(yaml, '\n')) {
+    ++line_no;
+    const size_t first = line.find_first_not_of(" \t\r\xef\xbb\xbf");
+    if (first == absl::string_view::npos) continue;
+    if (scalar_indent >= 0) {
+      if (static_cast<int>(first) > scalar_indent) continue;
+      scalar_indent = -1;
+    }
+    if (line[first] == ',' && depth == 0) {
+      return absl::InvalidArgumentError(
+          StrCat("YAML syntax error at line ", line_no, ", column ", first + 1,
+                 ": ',' outside a [ ] or { } list (separate list items inside brackets)"));
+    }
+    char quote = 0;
+    char last = 0;
+    for (size_t i = first; i < line.size(); ++i) {
+      const char c = line[i];
+      if (quote != 0) {
+        if (c == quote) quote = 0;
+        continue;
+      }
+      if (c == '#' && (i == first || line[i - 1] == ' ')) break;
+      if (c == '"' || c == '\'') quote = c;
+      if (c == '[' || c == '{') ++depth;
+      if ((c == ']' || c == '}') && depth > 0) --depth;
+      if (c != ' ' && c != '\t' && c != '\r') last = c;
+    }
+    if (depth == 0 && (last == '|' || last == '>' || last == '-' || last == '+')) {
+      const size_t indicator = line.find_last_of("|>");
+      if (indicator != absl::string_view::npos && indicator >= first) {
+        scalar_indent = static_cast<int>(first);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ParsedSpec> ParseYamlSpec(absl::string_view yaml) {
@@ -386,6 +434,7 @@ absl::StatusOr<ParsedSpec> ParseYamlSpec(absl::string_view yaml) {
     return absl::InvalidArgumentError(
         StrCat("the job spec is ", yaml.size(), " bytes, over the limit of ", kMaxYamlSpecBytes));
   }
+  MT_RETURN_IF_ERROR(CheckNoLeadingFlowComma(yaml));
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(yaml));

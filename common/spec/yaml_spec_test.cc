@@ -18,6 +18,7 @@ using ::mt::testutil::EqualsProto;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 
 constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
 
@@ -517,6 +518,24 @@ TEST(SpecYamlTest, RoundTripSingleDataPathWeights) {
   mt::v1::JobSpec s;
   s.mutable_data()->add_data_path();  // an empty entry
   ExpectRoundTrip(s);
+}
+
+// yaml-cpp 0.7 never returned from a ',' that starts a line outside a flow collection (a
+// 4-byte ",NaL" found by tests/fuzz/yaml_spec_fuzzer hung mtctl validate, growing memory).
+TEST(YamlSpecTest, ALeadingCommaOutsideAListIsASyntaxErrorNotAHang) {
+  for (const char* yaml : {",NaL", ", a", " ,a", "#c\n,a", "---\n,a", "- a\n,b", "\"x\"\n,",
+                           "\xef\xbb\xbf,a", "model:\n  num_layers: 2\n,x"}) {
+    EXPECT_THAT(ParseYamlSpec(yaml), StatusIs(absl::StatusCode::kInvalidArgument,
+                                              HasSubstr("outside a [ ] or { } list")))
+        << yaml;
+  }
+  // A ',' inside brackets across lines, or inside a block scalar, is not refused by this check.
+  EXPECT_THAT(ParseYamlSpec("name: x\ndata:\n  split: \"1,\n    2,3\"\n").status().message(),
+              Not(HasSubstr("outside a [ ] or { } list")));
+  EXPECT_THAT(ParseYamlSpec("name: |\n  ,a\n").status().message(),
+              Not(HasSubstr("outside a [ ] or { } list")));
+  EXPECT_THAT(ParseYamlSpec("data:\n  data_path: [\n    a,\n    ,b]\n").status().message(),
+              Not(HasSubstr("outside a [ ] or { } list")));
 }
 
 }  // namespace

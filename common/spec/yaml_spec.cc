@@ -381,12 +381,23 @@ void EmitMessage(YAML::Emitter& out, const Message& message) {
   out << YAML::EndMap;
 }
 
-// yaml-cpp 0.7 never returns from LoadAll on a ',' that starts a line outside a flow
-// collection (",a", "- a\n,b": found by tests/fuzz/yaml_spec_fuzzer), growing memory as it
-// loops. Such a ',' is a syntax error in YAML anyway: refuse it before yaml-cpp sees it.
+// yaml-cpp 0.7 never returns from LoadAll on a ',' that starts a token at the top level, outside
+// a flow collection (",a", "- a\n,b", "[a],": found by tests/fuzz/yaml_spec_fuzzer), growing
+// memory as it loops. Such a ',' is a syntax error in YAML anyway: refuse it (and control
+// characters, which YAML does not allow either) before yaml-cpp sees the text.
 // Tracks [ ] { } depth outside quotes and comments, and skips the content lines of block
 // scalars ('|' or '>'), where a ',' is text.
-absl::Status CheckNoLeadingFlowComma(absl::string_view yaml) {
+absl::Status CheckYamlText(absl::string_view yaml) {
+  // YAML is printable text: control characters (a NUL, say) are refused before anything else
+  // looks at the lines (yaml-cpp reads past them into the loop above).
+  for (size_t i = 0; i < yaml.size(); ++i) {
+    const auto c = static_cast<unsigned char>(yaml[i]);
+    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
+      return absl::InvalidArgumentError(StrCat("the job spec holds the control character 0x",
+                                               absl::Hex(c, absl::kZeroPad2), " at byte ", i,
+                                               ": YAML is printable text"));
+    }
+  }
   int depth = 0;
   int line_no = 0;
   int scalar_indent = -1;  // >= 0 while inside a block scalar: its key's indentation
@@ -398,24 +409,38 @@ absl::Status CheckNoLeadingFlowComma(absl::string_view yaml) {
       if (static_cast<int>(first) > scalar_indent) continue;
       scalar_indent = -1;
     }
-    if (line[first] == ',' && depth == 0) {
-      return absl::InvalidArgumentError(
-          StrCat("YAML syntax error at line ", line_no, ", column ", first + 1,
-                 ": ',' outside a [ ] or { } list (separate list items inside brackets)"));
-    }
     char quote = 0;
-    char last = 0;
+    char last = 0;   // the last character outside quotes (or the closing quote)
+    char token = 0;  // the first character of the current space-separated token
     for (size_t i = first; i < line.size(); ++i) {
       const char c = line[i];
       if (quote != 0) {
-        if (c == quote) quote = 0;
+        if (c == quote) {
+          quote = 0;
+          last = c;
+        }
         continue;
       }
       if (c == '#' && (i == first || line[i - 1] == ' ')) break;
+      if (c == ' ' || c == '\t' || c == '\r') {
+        token = 0;
+        continue;
+      }
+      if (token == 0) token = c;
+      // At the top level a ',' is text only inside a plain scalar ("969,30,1"), which cannot
+      // start with an indicator; anywhere else (a token of its own, after a list, a map, a
+      // quoted scalar, an anchor, an alias or a tag) it is the error yaml-cpp loops on.
+      if (c == ',' && depth == 0 &&
+          (absl::string_view(",[]{}&*!|>'\"%@`").find(token) != absl::string_view::npos ||
+           absl::string_view("]}'\"").find(last) != absl::string_view::npos)) {
+        return absl::InvalidArgumentError(
+            StrCat("YAML syntax error at line ", line_no, ", column ", i + 1,
+                   ": ',' outside a [ ] or { } list (separate list items inside brackets)"));
+      }
       if (c == '"' || c == '\'') quote = c;
       if (c == '[' || c == '{') ++depth;
       if ((c == ']' || c == '}') && depth > 0) --depth;
-      if (c != ' ' && c != '\t' && c != '\r') last = c;
+      last = c;
     }
     if (depth == 0 && (last == '|' || last == '>' || last == '-' || last == '+')) {
       const size_t indicator = line.find_last_of("|>");
@@ -434,7 +459,7 @@ absl::StatusOr<ParsedSpec> ParseYamlSpec(absl::string_view yaml) {
     return absl::InvalidArgumentError(
         StrCat("the job spec is ", yaml.size(), " bytes, over the limit of ", kMaxYamlSpecBytes));
   }
-  MT_RETURN_IF_ERROR(CheckNoLeadingFlowComma(yaml));
+  MT_RETURN_IF_ERROR(CheckYamlText(yaml));
   std::vector<YAML::Node> docs;
   try {
     docs = YAML::LoadAll(std::string(yaml));

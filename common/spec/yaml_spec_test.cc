@@ -524,13 +524,19 @@ TEST(SpecYamlTest, RoundTripSingleDataPathWeights) {
 // 4-byte ",NaL" found by tests/fuzz/yaml_spec_fuzzer hung mtctl validate, growing memory).
 TEST(YamlSpecTest, ALeadingCommaOutsideAListIsASyntaxErrorNotAHang) {
   for (const char* yaml : {",NaL", ", a", " ,a", "#c\n,a", "---\n,a", "- a\n,b", "\"x\"\n,",
-                           "\xef\xbb\xbf,a", "model:\n  num_layers: 2\n,x"}) {
+                           "\xef\xbb\xbf,a", "model:\n  num_layers: 2\n,x", "[a],", "[a] ,\nb",
+                           "{a: 1},", "\"x\",", "'x',", "&a\xff\xffZ,a]\n", "a: *b,c"}) {
     EXPECT_THAT(ParseYamlSpec(yaml), StatusIs(absl::StatusCode::kInvalidArgument,
                                               HasSubstr("outside a [ ] or { } list")))
         << yaml;
   }
+  // Control characters go first (a NUL before the ',' hid it from the line check).
+  EXPECT_THAT(ParseYamlSpec(std::string("\0\0\0,\0\0\0\xa5\x8b ", 10)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("control character 0x00")));
   // A ',' inside brackets across lines, or inside a block scalar, is not refused by this check.
   EXPECT_THAT(ParseYamlSpec("name: x\ndata:\n  split: \"1,\n    2,3\"\n").status().message(),
+              Not(HasSubstr("outside a [ ] or { } list")));
+  EXPECT_THAT(ParseYamlSpec("data:\n  split: 969,30,1\n").status().message(),
               Not(HasSubstr("outside a [ ] or { } list")));
   EXPECT_THAT(ParseYamlSpec("name: |\n  ,a\n").status().message(),
               Not(HasSubstr("outside a [ ] or { } list")));

@@ -437,7 +437,11 @@ absl::Status CheckYamlText(absl::string_view yaml) {
             StrCat("YAML syntax error at line ", line_no, ", column ", i + 1,
                    ": ',' outside a [ ] or { } list (separate list items inside brackets)"));
       }
-      if (c == '"' || c == '\'') quote = c;
+      // A quoted scalar starts a token (or a flow item); a quote inside a token is text.
+      if ((c == '"' || c == '\'') && (i == first || absl::string_view(" \t[{,:").find(
+                                                        line[i - 1]) != absl::string_view::npos)) {
+        quote = c;
+      }
       if (c == '[' || c == '{') ++depth;
       if ((c == ']' || c == '}') && depth > 0) --depth;
       last = c;

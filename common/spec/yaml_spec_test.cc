@@ -523,9 +523,10 @@ TEST(SpecYamlTest, RoundTripSingleDataPathWeights) {
 // yaml-cpp 0.7 never returned from a ',' that starts a line outside a flow collection (a
 // 4-byte ",NaL" found by tests/fuzz/yaml_spec_fuzzer hung mtctl validate, growing memory).
 TEST(YamlSpecTest, ALeadingCommaOutsideAListIsASyntaxErrorNotAHang) {
-  for (const char* yaml : {",NaL", ", a", " ,a", "#c\n,a", "---\n,a", "- a\n,b", "\"x\"\n,",
-                           "\xef\xbb\xbf,a", "model:\n  num_layers: 2\n,x", "[a],", "[a] ,\nb",
-                           "{a: 1},", "\"x\",", "'x',", "&a\xff\xffZ,a]\n", "a: *b,c"}) {
+  for (const char* yaml :
+       {",NaL", ", a", " ,a", "#c\n,a", "---\n,a", "- a\n,b", "\"x\"\n,", "\xef\xbb\xbf,a",
+        "model:\n  num_layers: 2\n,x", "[a],", "[a] ,\nb", "{a: 1},", "\"x\",", "'x',",
+        "&a\xff\xffZ,a]\n", "a: *b,c", "&a\xff'\xff(Z,a]\n"}) {
     EXPECT_THAT(ParseYamlSpec(yaml), StatusIs(absl::StatusCode::kInvalidArgument,
                                               HasSubstr("outside a [ ] or { } list")))
         << yaml;

@@ -3,19 +3,22 @@
 # handlers) into build-fuzz/ and runs each target for N seconds from its seed corpus
 # (tests/fuzz/corpus/<target>/), two at a time. Fails on any finding (crash, leak, UB report,
 # timeout, out-of-memory); the input that found it is kept as build-fuzz/findings/<target>/*.
-#   tests/fuzz/run.sh [--seconds N] [--jobs J] [--build-only] [target ...]
-# Defaults: 60 s per target, 2 at a time, every target. Figures (executions, coverage) of each
+#   tests/fuzz/run.sh [--seconds N] [--jobs J] [--seed S] [--build-only] [target ...]
+# Defaults: 60 s per target, 2 at a time, every target, a random seed. --seed makes the run
+# repeatable (CI's short form passes one, so that a landing's fuzz step is the run checked
+# before it; the long runs by hand keep random seeds). Figures (executions, coverage) of each
 # run: build-fuzz/logs/<target>.log; a summary line per target on stdout.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${MT_FUZZ_BUILD_DIR:-$root/build-fuzz}
-seconds=60 jobs=2 build_only=0 targets=()
+seconds=60 jobs=2 build_only=0 seed="" targets=()
 while (($#)); do
   case $1 in
     --seconds) seconds=$2; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
     --build-only) build_only=1; shift ;;
-    -h|--help) sed -n '2,8p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0"; exit 0 ;;
     -*) echo "fuzz/run.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -46,7 +49,7 @@ run_one() {  # target -> exit status of libFuzzer; a summary line on stdout
   # New inputs go to the work corpus (first directory); the committed seeds are only read.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=0 UBSAN_OPTIONS=print_stacktrace=1 \
     "$build/bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -max_len=65536 -print_final_stats=1 -artifact_prefix="$findings/" \
+    -max_len=65536 -print_final_stats=1 -artifact_prefix="$findings/" ${seed:+-seed="$seed"} \
     "$work" "$root/tests/fuzz/corpus/$t" >"$log" 2>&1 || rc=$?
   local execs
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)

@@ -2,6 +2,8 @@
 // through a client connection of its own, as the job's ranks do (parallel/dist.cc).
 #include "worker/checkpoint/store_exchange.h"
 
+#include <cerrno>
+#include <system_error>
 #include <thread>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -67,12 +69,35 @@ TEST_F(StoreExchangeTest, NamesTheRanksMissingAtTheDeadline) {
               HasSubstr("ranks 1, 3 did not report save 40"));
 }
 
-TEST_F(StoreExchangeTest, ALostStoreIsAnErrorNotAnException) {
-  StoreExchange rank1(Client());
-  server_.reset();  // rank 0's process is gone
-  const absl::Status s = rank1.Gather(60, 2, absl::Seconds(5)).status();
-  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr("gathering save 60 through the job's store"));
+// What c10d's socket helpers throw once the store's server is gone: std::system_error with
+// ECONNRESET from every call. A real TCPStore cannot stand in here: in LibTorch 1.13 each client
+// runs a callback thread of its own that, on a reset connection, throws outside any caller and
+// ends the process (seen in CI), so the loss is replayed at the interface instead.
+class LostStore : public c10d::Store {
+ public:
+  void set(const std::string&, const std::vector<uint8_t>&) override { Lost(); }
+  std::vector<uint8_t> get(const std::string&) override { Lost(); }
+  int64_t add(const std::string&, int64_t) override { Lost(); }
+  bool deleteKey(const std::string&) override { Lost(); }
+  bool check(const std::vector<std::string>&) override { Lost(); }
+  int64_t getNumKeys() override { Lost(); }
+  void wait(const std::vector<std::string>&) override { Lost(); }
+  void wait(const std::vector<std::string>&, const std::chrono::milliseconds&) override { Lost(); }
+
+ private:
+  [[noreturn]] static void Lost() { throw std::system_error(ECONNRESET, std::system_category()); }
+};
+
+TEST(StoreExchangeLossTest, ALostStoreIsAnErrorNotAnException) {
+  StoreExchange rank1(c10::make_intrusive<LostStore>());
+  const absl::Status gathered = rank1.Gather(60, 2, absl::Seconds(5)).status();
+  EXPECT_EQ(gathered.code(), absl::StatusCode::kUnavailable) << gathered;
+  EXPECT_THAT(std::string(gathered.message()),
+              HasSubstr("gathering save 60 through the job's store: Connection reset by peer"));
+  const absl::Status published = rank1.Publish(60, 1, "one");
+  EXPECT_EQ(published.code(), absl::StatusCode::kUnavailable) << published;
+  EXPECT_THAT(std::string(published.message()),
+              HasSubstr("publishing rank 1's result of save 60 through the job's store"));
 }
 
 }  // namespace

@@ -5,7 +5,13 @@ find_package(Protobuf REQUIRED)
 find_package(gRPC CONFIG REQUIRED)
 find_package(prometheus-cpp CONFIG REQUIRED)
 find_package(civetweb CONFIG REQUIRED)  # the metrics endpoints' HTTP server
-find_package(yaml-cpp CONFIG REQUIRED)
+find_package(yaml-cpp CONFIG REQUIRED)  # writing YAML (spec export, mtctl -o yaml)
+# libyaml (libyaml-dev) reads job specs: yaml-cpp 0.7's reader loops forever on some inputs.
+find_path(MT_LIBYAML_INCLUDE yaml.h REQUIRED)
+find_library(MT_LIBYAML_LIBRARY NAMES yaml REQUIRED)
+add_library(mt_libyaml INTERFACE)
+target_include_directories(mt_libyaml INTERFACE ${MT_LIBYAML_INCLUDE})
+target_link_libraries(mt_libyaml INTERFACE ${MT_LIBYAML_LIBRARY})
 find_package(SQLite3 REQUIRED)
 find_package(OpenSSL REQUIRED)  # SHA-256 for checkpoint and cache manifests
 if(MT_BUILD_TESTS)

@@ -21,7 +21,7 @@ say() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
 packages=(
   build-essential cmake ninja-build pkg-config git ca-certificates clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
-  prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libsqlite3-dev libssl-dev zlib1g-dev
+  prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libyaml-dev libsqlite3-dev libssl-dev zlib1g-dev
   libre2-dev libc-ares-dev libgtest-dev libgmock-dev googletest
   libtorch-dev libgloo-dev libopenblas0-pthread
   prometheus

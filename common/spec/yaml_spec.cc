@@ -9,6 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "common/base/status_macros.h"
 #include "common/spec/spec_internal.h"
+#include "common/spec/yaml_tree.h"
 // yaml-cpp 0.7's node headers trip GCC 12's -Wdangling-pointer (a false positive in its
 // iterator code); silence it for these headers only.
 #if defined(__GNUC__) && !defined(__clang__) && __GNUC__ >= 12
@@ -58,10 +59,9 @@ std::string Join(absl::string_view path, absl::string_view key) {
   return path.empty() ? std::string(key) : StrCat(path, ".", key);
 }
 
-std::string LineOf(const YAML::Node& node) {
-  const YAML::Mark mark = node.Mark();
-  if (mark.is_null() || mark.line < 0) return "";
-  return StrCat(" [line ", mark.line + 1, "]");
+std::string LineOf(const YamlNode& node) {
+  if (node.line <= 0) return "";
+  return StrCat(" [line ", node.line, "]");
 }
 
 // What a scalar field expects, for "expected X, got a list".
@@ -94,40 +94,34 @@ std::string Expected(const FieldDescriptor* field) {
   return "a value";
 }
 
-std::string Got(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map:
+std::string Got(const YamlNode& node) {
+  switch (node.kind) {
+    case YamlNode::Kind::kMap:
       return "a mapping";
-    case YAML::NodeType::Sequence:
+    case YamlNode::Kind::kList:
       return "a list";
-    case YAML::NodeType::Scalar:
-      return Quote(node.Scalar());
-    case YAML::NodeType::Null:
-      return "nothing";
-    case YAML::NodeType::Undefined:
+    case YamlNode::Kind::kScalar:
+      return Quote(node.text);
+    case YamlNode::Kind::kNull:
       break;
   }
-  return "an undefined value";
+  return "nothing";
 }
 
 class Reader {
  public:
-  void ReadMessage(const YAML::Node& node, const std::string& path, Message* message) {
+  void ReadMessage(const YamlNode& node, const std::string& path, Message* message) {
     const Descriptor* type = message->GetDescriptor();
     const Reflection* r = message->GetReflection();
     std::map<int, std::pair<std::string, std::string>> seen;  // number -> (key, line)
     std::map<const google::protobuf::OneofDescriptor*, std::string> oneofs_seen;
-    for (auto it = node.begin(); it != node.end(); ++it) {
-      // Copies: it-> returns a temporary pair, so references to its members dangle (found by
-      // tests/fuzz/yaml_spec_fuzzer under ASan: stack-use-after-scope). Nodes are handles.
-      const YAML::Node key_node = it->first;
-      const YAML::Node value = it->second;
+    for (const auto& [key_node, value] : node.entries) {
       if (!key_node.IsScalar()) {
         Error(StrCat(path.empty() ? "top level" : path, ": keys must be plain names, got ",
                      Got(key_node), LineOf(key_node)));
         continue;
       }
-      const std::string key = key_node.Scalar();
+      const std::string& key = key_node.text;
       const std::string full = Join(path, key);
       const std::string line = LineOf(key_node);
       const FieldDescriptor* field = FindField(type, key);
@@ -216,7 +210,7 @@ class Reader {
     }
   }
 
-  void ReadField(const YAML::Node& value, const std::string& full, const std::string& line,
+  void ReadField(const YamlNode& value, const std::string& full, const std::string& line,
                  Message* message, const FieldDescriptor* field, const Reflection* r) {
     if (IsDataPathList(field)) {
       ReadDataPaths(value, full, line, message, field, r);
@@ -224,17 +218,17 @@ class Reader {
     }
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) {
       if (field->is_repeated()) {
-        if (!value.IsSequence()) {
+        if (!value.IsList()) {
           Error(StrCat(full, ": expected a list of mappings, got ", Got(value), line));
           return;
         }
-        for (size_t i = 0; i < value.size(); ++i) {
+        for (size_t i = 0; i < value.items.size(); ++i) {
           const std::string at = StrCat(full, "[", i, "]");
-          if (!value[i].IsMap()) {
-            Error(StrCat(at, ": expected a mapping (key: value), got ", Got(value[i]), line));
+          if (!value.items[i].IsMap()) {
+            Error(StrCat(at, ": expected a mapping (key: value), got ", Got(value.items[i]), line));
             continue;
           }
-          ReadMessage(value[i], at, r->AddMessage(message, field));
+          ReadMessage(value.items[i], at, r->AddMessage(message, field));
         }
         return;
       }
@@ -246,25 +240,25 @@ class Reader {
       return;
     }
     if (field->is_repeated()) {
-      if (!value.IsSequence()) {
+      if (!value.IsList()) {
         Error(StrCat(full, ": expected a list of ", Expected(field), ", got ", Got(value), line));
         return;
       }
-      for (size_t i = 0; i < value.size(); ++i) {
-        SetScalar(value[i], StrCat(full, "[", i, "]"), line, message, field);
+      for (size_t i = 0; i < value.items.size(); ++i) {
+        SetScalar(value.items[i], StrCat(full, "[", i, "]"), line, message, field);
       }
       return;
     }
     SetScalar(value, full, line, message, field);
   }
 
-  void SetScalar(const YAML::Node& value, const std::string& at, const std::string& line,
+  void SetScalar(const YamlNode& value, const std::string& at, const std::string& line,
                  Message* message, const FieldDescriptor* field) {
     if (!value.IsScalar()) {
       Error(StrCat(at, ": expected ", Expected(field), ", got ", Got(value), line));
       return;
     }
-    const std::string& text = value.Scalar();
+    const std::string& text = value.text;
     if (AcceptsAuto(field) && absl::AsciiStrToLower(text) == "auto") {
       message->GetReflection()->SetInt32(message, field, 0);
       return;
@@ -275,27 +269,28 @@ class Reader {
   }
 
   // A prefix (weight 1), a list of {weight, prefix}, or Megatron's [w1, p1, w2, p2, ...].
-  void ReadDataPaths(const YAML::Node& value, const std::string& full, const std::string& line,
+  void ReadDataPaths(const YamlNode& value, const std::string& full, const std::string& line,
                      Message* message, const FieldDescriptor* field, const Reflection* r) {
     if (value.IsScalar()) {
       auto* path = static_cast<mt::v1::DataPath*>(r->AddMessage(message, field));
       path->set_weight(1.0);
-      path->set_prefix(value.Scalar());
+      path->set_prefix(value.text);
       return;
     }
     if (value.IsMap()) {
       ReadMessage(value, StrCat(full, "[0]"), r->AddMessage(message, field));
       return;
     }
-    if (!value.IsSequence()) {
+    if (!value.IsList()) {
       Error(StrCat(full, ": expected a dataset prefix or a list, got ", Got(value), line));
       return;
     }
     bool all_scalars = true;
-    for (size_t i = 0; i < value.size(); ++i) all_scalars = all_scalars && value[i].IsScalar();
+    for (size_t i = 0; i < value.items.size(); ++i)
+      all_scalars = all_scalars && value.items[i].IsScalar();
     if (all_scalars) {
       std::vector<std::string> items;
-      for (size_t i = 0; i < value.size(); ++i) items.push_back(value[i].Scalar());
+      for (size_t i = 0; i < value.items.size(); ++i) items.push_back(value.items[i].text);
       if (items.empty()) return;
       auto paths = internal::ParseFlatDataPaths(
           items, [&](int i) { return i < 0 ? full : StrCat(full, "[", i, "]"); });
@@ -308,14 +303,14 @@ class Reader {
       }
       return;
     }
-    for (size_t i = 0; i < value.size(); ++i) {
+    for (size_t i = 0; i < value.items.size(); ++i) {
       const std::string at = StrCat(full, "[", i, "]");
-      if (!value[i].IsMap()) {
+      if (!value.items[i].IsMap()) {
         Error(StrCat(at, ": expected a {weight, prefix} mapping like the other entries, got ",
-                     Got(value[i]), line));
+                     Got(value.items[i]), line));
         continue;
       }
-      ReadMessage(value[i], at, r->AddMessage(message, field));
+      ReadMessage(value.items[i], at, r->AddMessage(message, field));
     }
   }
 
@@ -381,81 +376,6 @@ void EmitMessage(YAML::Emitter& out, const Message& message) {
   out << YAML::EndMap;
 }
 
-// yaml-cpp 0.7 never returns from LoadAll on a ',' that starts a token at the top level, outside
-// a flow collection (",a", "- a\n,b", "[a],": found by tests/fuzz/yaml_spec_fuzzer), growing
-// memory as it loops. Such a ',' is a syntax error in YAML anyway: refuse it (and control
-// characters, which YAML does not allow either) before yaml-cpp sees the text.
-// Tracks [ ] { } depth outside quotes and comments, and skips the content lines of block
-// scalars ('|' or '>'), where a ',' is text.
-absl::Status CheckYamlText(absl::string_view yaml) {
-  // YAML is printable text: control characters (a NUL, say) are refused before anything else
-  // looks at the lines (yaml-cpp reads past them into the loop above).
-  for (size_t i = 0; i < yaml.size(); ++i) {
-    const auto c = static_cast<unsigned char>(yaml[i]);
-    if ((c < 0x20 && c != '\t' && c != '\n' && c != '\r') || c == 0x7f) {
-      return absl::InvalidArgumentError(StrCat("the job spec holds the control character 0x",
-                                               absl::Hex(c, absl::kZeroPad2), " at byte ", i,
-                                               ": YAML is printable text"));
-    }
-  }
-  int depth = 0;
-  int line_no = 0;
-  int scalar_indent = -1;  // >= 0 while inside a block scalar: its key's indentation
-  for (absl::string_view line : absl::StrSplit(yaml, '\n')) {
-    ++line_no;
-    const size_t first = line.find_first_not_of(" \t\r\xef\xbb\xbf");
-    if (first == absl::string_view::npos) continue;
-    if (scalar_indent >= 0) {
-      if (static_cast<int>(first) > scalar_indent) continue;
-      scalar_indent = -1;
-    }
-    char quote = 0;
-    char last = 0;   // the last character outside quotes (or the closing quote)
-    char token = 0;  // the first character of the current space-separated token
-    for (size_t i = first; i < line.size(); ++i) {
-      const char c = line[i];
-      if (quote != 0) {
-        if (c == quote) {
-          quote = 0;
-          last = c;
-        }
-        continue;
-      }
-      if (c == '#' && (i == first || line[i - 1] == ' ')) break;
-      if (c == ' ' || c == '\t' || c == '\r') {
-        token = 0;
-        continue;
-      }
-      if (token == 0) token = c;
-      // At the top level a ',' is text only inside a plain scalar ("969,30,1"), which cannot
-      // start with an indicator; anywhere else (a token of its own, after a list, a map, a
-      // quoted scalar, an anchor, an alias or a tag) it is the error yaml-cpp loops on.
-      if (c == ',' && depth == 0 &&
-          (absl::string_view(",[]{}&*!|>'\"%@`").find(token) != absl::string_view::npos ||
-           absl::string_view("]}'\"").find(last) != absl::string_view::npos)) {
-        return absl::InvalidArgumentError(
-            StrCat("YAML syntax error at line ", line_no, ", column ", i + 1,
-                   ": ',' outside a [ ] or { } list (separate list items inside brackets)"));
-      }
-      // A quoted scalar starts a token (or a flow item); a quote inside a token is text.
-      if ((c == '"' || c == '\'') && (i == first || absl::string_view(" \t[{,:").find(
-                                                        line[i - 1]) != absl::string_view::npos)) {
-        quote = c;
-      }
-      if (c == '[' || c == '{') ++depth;
-      if ((c == ']' || c == '}') && depth > 0) --depth;
-      last = c;
-    }
-    if (depth == 0 && (last == '|' || last == '>' || last == '-' || last == '+')) {
-      const size_t indicator = line.find_last_of("|>");
-      if (indicator != absl::string_view::npos && indicator >= first) {
-        scalar_indent = static_cast<int>(first);
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<ParsedSpec> ParseYamlSpec(absl::string_view yaml) {
@@ -463,14 +383,7 @@ absl::StatusOr<ParsedSpec> ParseYamlSpec(absl::string_view yaml) {
     return absl::InvalidArgumentError(
         StrCat("the job spec is ", yaml.size(), " bytes, over the limit of ", kMaxYamlSpecBytes));
   }
-  MT_RETURN_IF_ERROR(CheckYamlText(yaml));
-  std::vector<YAML::Node> docs;
-  try {
-    docs = YAML::LoadAll(std::string(yaml));
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(StrCat("YAML syntax error at line ", e.mark.line + 1,
-                                             ", column ", e.mark.column + 1, ": ", e.msg));
-  }
+  MT_ASSIGN_OR_RETURN(std::vector<YamlNode> docs, ParseYamlDocuments(yaml));
   if (docs.size() > 1) {
     return absl::InvalidArgumentError(
         StrCat("found ", docs.size(),
@@ -488,11 +401,7 @@ absl::StatusOr<ParsedSpec> ParseYamlSpec(absl::string_view yaml) {
   }
   ParsedSpec parsed;
   Reader reader;
-  try {
-    reader.ReadMessage(docs[0], "", &parsed.spec);
-  } catch (const YAML::Exception& e) {
-    reader.Error(StrCat("YAML error at line ", e.mark.line + 1, ": ", e.msg));
-  }
+  reader.ReadMessage(docs[0], "", &parsed.spec);
   if (!reader.errors().empty()) {
     return absl::InvalidArgumentError(absl::StrJoin(reader.errors(), "\n"));
   }

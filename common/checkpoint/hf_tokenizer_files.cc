@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/base/files.h"
+#include "common/base/logging.h"
 #include "common/base/paths.h"
 #include "common/base/status_macros.h"
 #include "common/checkpoint/file_writer.h"
@@ -73,26 +74,30 @@ absl::StatusOr<std::vector<mt::v1::CheckpointFile>> WriteHfTokenizerFiles(
   std::vector<mt::v1::CheckpointFile> files;
   // GPT-2's <|endoftext|> unless the job's tokenizer says otherwise.
   int32_t eod = 50256;
-  if (!tokenizer.vocab_file().empty() || !tokenizer.merge_file().empty()) {
-    MT_ASSIGN_OR_RETURN(std::string vocab,
-                        ReadFile(tokenizer.vocab_file(), kMaxTokenizerFileBytes));
-    MT_ASSIGN_OR_RETURN(std::string merges,
-                        ReadFile(tokenizer.merge_file(), kMaxTokenizerFileBytes));
+  absl::StatusOr<std::unique_ptr<tokenizer::Gpt2BpeTokenizer>> bpe_or;
+  std::string vocab, merges;
+  if (PathExists(tokenizer.vocab_file()) && PathExists(tokenizer.merge_file())) {
+    MT_ASSIGN_OR_RETURN(vocab, ReadFile(tokenizer.vocab_file(), kMaxTokenizerFileBytes));
+    MT_ASSIGN_OR_RETURN(merges, ReadFile(tokenizer.merge_file(), kMaxTokenizerFileBytes));
     // Only real BPE files are copied (never an arbitrary file a spec names), and the error
     // does not quote their bytes.
-    absl::StatusOr<std::unique_ptr<tokenizer::Gpt2BpeTokenizer>> parsed =
-        tokenizer::Gpt2BpeTokenizer::CreateFromContents(vocab, merges, {});
-    if (!parsed.ok()) {
+    bpe_or = tokenizer::Gpt2BpeTokenizer::CreateFromContents(vocab, merges, {});
+    if (!bpe_or.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "data.tokenizer.vocab_file ", tokenizer.vocab_file(), " and merge_file ",
           tokenizer.merge_file(), " are not GPT-2 BPE files (gpt2-vocab.json, gpt2-merges.txt)"));
     }
-    const std::unique_ptr<tokenizer::Gpt2BpeTokenizer>& bpe = *parsed;
-    if (bpe->vocab_size() != model.vocab_size()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "data.tokenizer.vocab_file ", tokenizer.vocab_file(), " has ", bpe->vocab_size(),
-          " tokens but the model's vocabulary is ", model.vocab_size()));
+    if ((*bpe_or)->vocab_size() != model.vocab_size()) {
+      MT_LOG(WARNING) << "export without tokenizer files: " << tokenizer.vocab_file() << " has "
+                      << (*bpe_or)->vocab_size() << " tokens, the model " << model.vocab_size();
+      bpe_or = absl::FailedPreconditionError("another vocabulary");
     }
+  } else if (!tokenizer.vocab_file().empty() || !tokenizer.merge_file().empty()) {
+    MT_LOG(WARNING) << "export without tokenizer files: " << tokenizer.vocab_file() << " or "
+                    << tokenizer.merge_file() << " is not here (a job on synthetic tokens?)";
+  }
+  if (bpe_or.ok() && *bpe_or != nullptr) {
+    const std::unique_ptr<tokenizer::Gpt2BpeTokenizer>& bpe = *bpe_or;
     eod = bpe->eod();
     MT_RETURN_IF_ERROR(WriteOne(out_dir, "vocab.json", vocab, &files));
     MT_RETURN_IF_ERROR(WriteOne(out_dir, "merges.txt", merges, &files));

@@ -20,10 +20,11 @@
 namespace mt::checkpoint {
 
 // Writes generation_config.json into `out_dir` (an existing directory), and the tokenizer
-// files when `tokenizer` names them (a job without tokenizer files, e.g. one trained on
-// synthetic tokens, gets the generation config only). Returns the files written. Errors:
-// named files that cannot be read, are not GPT-2 BPE files (naming the file), or whose
-// vocabulary differs from the model's vocab_size (FAILED_PRECONDITION); write errors.
+// files when `tokenizer` names files that are here and hold a vocabulary of the model's
+// vocab_size. Without them (a job on synthetic tokens names placeholders; a model trained with
+// another vocabulary) the export gets the generation config only, and a warning is logged.
+// Returns the files written. Errors: named files that exist but are not GPT-2 BPE files
+// (INVALID_ARGUMENT naming them, never quoting their bytes); read and write errors.
 absl::StatusOr<std::vector<mt::v1::CheckpointFile>> WriteHfTokenizerFiles(
     const mt::v1::ManifestModel& model, const mt::v1::TokenizerSpec& tokenizer,
     const std::string& out_dir);

@@ -3,6 +3,8 @@
 // refusals of files that are not a vocabulary of the model's size.
 #include "common/checkpoint/hf_tokenizer_files.h"
 
+#include <sys/stat.h>
+
 #include <cstdlib>
 #include <fstream>
 #include <string>
@@ -41,6 +43,7 @@ class HfTokenizerFilesTest : public ::testing::Test {
       GTEST_SKIP() << "no GPT-2 BPE files in " << AssetDir() << " (deploy/setup.sh)";
     }
     out_ = testutil::MakeTempDir("hftok");
+    for (const char* sub : {"/a", "/b", "/c"}) ASSERT_EQ(::mkdir((out_ + sub).c_str(), 0755), 0);
   }
   mt::v1::TokenizerSpec tokenizer_;
   std::string out_;
@@ -75,25 +78,33 @@ TEST_F(HfTokenizerFilesTest, WritesTheTokenizerAndGenerationFiles) {
   EXPECT_THAT(generation, HasSubstr("\"max_new_tokens\": 64"));
 }
 
-TEST_F(HfTokenizerFilesTest, RefusesFilesThatDoNotFitTheModel) {
+std::vector<std::string> Paths(const std::vector<mt::v1::CheckpointFile>& files) {
+  std::vector<std::string> out;
+  for (const auto& f : files) out.push_back(f.path());
+  return out;
+}
+
+TEST_F(HfTokenizerFilesTest, LeavesOutFilesThatDoNotFitTheModelAndRefusesNonBpeFiles) {
+  // Another vocabulary size than the model's: no tokenizer files, the generation config only.
   mt::v1::ManifestModel small = Gpt2Model();
   small.set_vocab_size(128);
-  EXPECT_THAT(WriteHfTokenizerFiles(small, tokenizer_, out_).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("has 50257 tokens but the model's vocabulary is 128")));
-  // A file that is not a vocabulary (what a spec could name to read something else).
+  MT_ASSERT_OK_AND_ASSIGN(auto files, WriteHfTokenizerFiles(small, tokenizer_, out_ + "/a"));
+  EXPECT_EQ(Paths(files), std::vector<std::string>{"generation_config.json"});
+  EXPECT_FALSE(PathExists(out_ + "/a/vocab.json"));
+  // Placeholders of a job on synthetic tokens: the same.
   mt::v1::TokenizerSpec other = tokenizer_;
+  other.set_vocab_file("/unused/vocab.json");
+  MT_ASSERT_OK_AND_ASSIGN(files, WriteHfTokenizerFiles(Gpt2Model(), other, out_ + "/b"));
+  EXPECT_EQ(Paths(files), std::vector<std::string>{"generation_config.json"});
+  // A file that is not a vocabulary (what a spec could name to read something else) is refused
+  // without quoting it.
   other.set_vocab_file(out_ + "/notes.txt");
   std::ofstream(other.vocab_file()) << "{\"secret-token\": 0}";
-  const absl::Status refused = WriteHfTokenizerFiles(Gpt2Model(), other, out_).status();
+  const absl::Status refused = WriteHfTokenizerFiles(Gpt2Model(), other, out_ + "/c").status();
   EXPECT_THAT(refused, StatusIs(absl::StatusCode::kInvalidArgument,
                                 HasSubstr(other.vocab_file() + " and merge_file")));
   EXPECT_THAT(std::string(refused.message()), ::testing::Not(HasSubstr("secret")));
-  other.set_vocab_file(out_ + "/missing.json");
-  EXPECT_THAT(WriteHfTokenizerFiles(Gpt2Model(), other, out_).status(),
-              StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.json")));
-  // Nothing but the generation config was ever written by the refused calls.
-  EXPECT_FALSE(PathExists(out_ + "/vocab.json"));
+  EXPECT_FALSE(PathExists(out_ + "/c/vocab.json"));
 }
 
 }  // namespace

@@ -11,9 +11,10 @@ sizes=${2:-124m}
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 py=${MT_PYTHON:-python3}
 out=$(mktemp)
+status=0
 for s in $sizes; do
-  timeout 120 "$build/bin/decode_bench" --size "$s" --batches 1,16 --prompt 128 --new 128 | tee -a "$out"
-  timeout 60 "$build/bin/decode_bench" --size "$s" --batches 1 --prompt 1024 --new 2 | tee -a "$out"
+  timeout 120 "$build/bin/decode_bench" --size "$s" --batches 1,16 --prompt 128 --new 128 | tee -a "$out" || status=1
+  timeout 60 "$build/bin/decode_bench" --size "$s" --batches 1 --prompt 1024 --new 2 | tee -a "$out" || status=1
   if LD_LIBRARY_PATH=${MT_PEER_LD_LIBRARY_PATH-} "$py" -c "import transformers" 2>/dev/null; then
     LD_LIBRARY_PATH=${MT_PEER_LD_LIBRARY_PATH-} timeout 180 "$py" "$here/hf_generate.py" \
       --size "$s" --batches 1,16 --prompt 128 --new 128 | tee -a "$out"
@@ -28,7 +29,10 @@ awk '
   $1 == "mt" && v["prompt"] == 128 { mt[v["size"] " " v["batch"]] = v["total_ms_per_token"];
                                      step[v["size"] " " v["batch"]] = v["ms_per_token"] }
   $1 == "hf" { hf[v["size"] " " v["batch"]] = v["ms_per_token"] }
-  END { for (k in mt) { split(k, p, " ");
+  $1 == "mt" && v["prompt"] == 1024 { ttft[v["size"]] = v["ttft_ms"] }
+  END { for (s in ttft) printf "%s: time to first token, 1,024-token prompt: %s ms\n", s, ttft[s];
+        for (k in mt) { split(k, p, " ");
           printf "%-5s %5s  %26s  %11s  %14s  %17s\n", p[1], p[2], mt[k], (k in hf) ? hf[k] : "-",
                  (k in hf) ? sprintf("%.2fx", hf[k] / mt[k]) : "-", step[k] } }' "$out"
 rm -f "$out"
+exit $status

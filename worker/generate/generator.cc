@@ -101,7 +101,8 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
   torch::Tensor logits = ForwardWithCache(gpt, input, cache);
   for (int64_t step = 0;; ++step) {
     const torch::Tensor next = NextTokens(logits, config.vocab_size, o.sampling, generator);
-    const torch::Tensor chosen = next.to(torch::kCPU);
+    const torch::Tensor chosen = next.to(torch::kCPU).contiguous();
+    const int64_t* chosen_ids = chosen.data_ptr<int64_t>();
     if (step == 0) {
       result.prefill_seconds = SecondsSince(start);
       start = Clock::now();
@@ -113,8 +114,8 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
       SampleState& s = samples[static_cast<size_t>(i)];
       if (s.done) continue;
       ++result.generated_tokens;
-      streamer.Add(i, s, static_cast<int32_t>(chosen[i].item<int64_t>()),
-                   by_length ? "length" : "context", last);
+      streamer.Add(i, s, static_cast<int32_t>(chosen_ids[i]), by_length ? "length" : "context",
+                   last);
       all_done = all_done && s.done;
     }
     if (all_done) break;

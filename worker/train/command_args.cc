@@ -75,4 +75,20 @@ absl::StatusOr<CommandArgs> ParseCommandArgs(const std::vector<std::string>& arg
   return out;
 }
 
+generate::InferenceModelOptions InferenceOptionsFrom(const CommandArgs& args) {
+  generate::InferenceModelOptions o;
+  o.device = args.Get("--device", "cpu");
+  o.dtype = args.Get("--dtype", "auto");
+  o.attention = args.Get("--attention", "auto");
+  return o;
+}
+
+absl::StatusOr<std::string> OutputFormatFrom(const CommandArgs& args) {
+  std::string format = args.Get("-o", "text");
+  if (format != "text" && format != "json") {
+    return absl::InvalidArgumentError(absl::StrCat("-o \"", format, "\": want text or json"));
+  }
+  return format;
+}
+
 }  // namespace mt::train

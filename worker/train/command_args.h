@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/generate/inference_model.h"
 
 namespace mt::train {
 
@@ -32,6 +33,12 @@ struct CommandArgs {
 absl::StatusOr<CommandArgs> ParseCommandArgs(const std::vector<std::string>& args,
                                              const std::set<std::string>& value_flags,
                                              const std::set<std::string>& switch_flags);
+
+// --device, --dtype and --attention (defaults cpu, auto, auto) as the inference model's options.
+generate::InferenceModelOptions InferenceOptionsFrom(const CommandArgs& args);
+
+// "-o": text (default) or json; INVALID_ARGUMENT otherwise.
+absl::StatusOr<std::string> OutputFormatFrom(const CommandArgs& args);
 
 }  // namespace mt::train
 

@@ -74,6 +74,38 @@ absl::StatusOr<EvalPlan> PlanFrom(const CommandArgs& args, const generate::Infer
   return p;
 }
 
+// The result on stdout: key=value, or one JSON object.
+void PrintResult(bool json, const generate::InferenceModel& loaded, const EvalPlan& plan,
+                 bool same_samples, const generate::EvalResult& r) {
+  const long long step = loaded.manifest.step();
+  if (json) {
+    std::printf(
+        "{\"checkpoint\":%s,\"step\":%lld,\"loss\":%.6f,\"perplexity\":%.6f,\"tokens\":%lld,"
+        "\"micro_batches\":%lld,\"micro_batch_size\":%lld,\"context_length\":%lld,"
+        "\"same_samples_as_training\":%s,\"seconds\":%.3f}\n",
+        JsonQuote(loaded.dir).c_str(), step, r.loss, r.perplexity, static_cast<long long>(r.tokens),
+        static_cast<long long>(r.batches), static_cast<long long>(plan.micro_batch),
+        static_cast<long long>(plan.context), same_samples ? "true" : "false", r.seconds);
+  } else {
+    std::printf(
+        "checkpoint=%s step=%lld loss=%.6f perplexity=%.4f tokens=%lld micro_batches=%lld\n",
+        loaded.dir.c_str(), step, r.loss, r.perplexity, static_cast<long long>(r.tokens),
+        static_cast<long long>(r.batches));
+  }
+}
+
+engine::EvalDataRequest RequestFor(const EvalPlan& plan, const mt::v1::JobSpec& training) {
+  engine::EvalDataRequest request;
+  request.prefix = plan.prefix;
+  request.split = plan.split;
+  request.seq_length = plan.context;
+  request.seed = plan.seed;
+  request.micro_batch_size = plan.micro_batch;
+  request.num_samples = plan.iters * plan.micro_batch;
+  request.training_spec = &training;
+  return request;
+}
+
 }  // namespace
 
 const char* EvalCommandUsage() { return kUsage; }
@@ -92,53 +124,25 @@ int RunEvalCommand(const std::vector<std::string>& argv) {
   if (args->positional.size() != 1) {
     return Fail(kExitUsage, absl::InvalidArgumentError("give one CHECKPOINT"));
   }
-  const std::string format = args->Get("-o", "text");
-  if (format != "text" && format != "json") {
-    return Fail(kExitUsage,
-                absl::InvalidArgumentError(absl::StrCat("-o \"", format, "\": want text or json")));
-  }
+  absl::StatusOr<std::string> format = OutputFormatFrom(*args);
+  if (!format.ok()) return Fail(kExitUsage, format.status());
   if (!args->Has("--data-path")) {
     return Fail(kExitUsage, absl::InvalidArgumentError("--data-path PREFIX is required"));
   }
-  generate::InferenceModelOptions mo;
-  mo.device = args->Get("--device", "cpu");
-  mo.dtype = args->Get("--dtype", "auto");
-  mo.attention = args->Get("--attention", "auto");
   absl::StatusOr<generate::InferenceModel> loaded =
-      generate::LoadInferenceModel(args->positional[0], mo);
+      generate::LoadInferenceModel(args->positional[0], InferenceOptionsFrom(*args));
   if (!loaded.ok()) return Fail(kExitUsage, loaded.status());
   absl::StatusOr<EvalPlan> plan = PlanFrom(*args, *loaded);
   if (!plan.ok()) return Fail(kExitUsage, plan.status());
-  engine::EvalDataRequest request;
-  request.prefix = plan->prefix;
-  request.split = plan->split;
-  request.seq_length = plan->context;
-  request.seed = plan->seed;
-  request.micro_batch_size = plan->micro_batch;
-  request.num_samples = plan->iters * plan->micro_batch;
-  request.training_spec = &loaded->manifest.spec();
-  absl::StatusOr<engine::EvalData> data = engine::EvaluationDataSource(request);
+  absl::StatusOr<engine::EvalData> data =
+      engine::EvaluationDataSource(RequestFor(*plan, loaded->manifest.spec()));
   if (!data.ok()) return Fail(kExitUsage, data.status());
   absl::StatusOr<generate::EvalResult> r = generate::EvaluateLoss(
       *loaded->model, *data->source, plan->micro_batch, plan->iters > 0 ? plan->iters : -1);
   if (!r.ok()) {
     return Fail(absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitFailed, r.status());
   }
-  if (format == "json") {
-    std::printf(
-        "{\"checkpoint\":%s,\"step\":%lld,\"loss\":%.6f,\"perplexity\":%.6f,\"tokens\":%lld,"
-        "\"micro_batches\":%lld,\"micro_batch_size\":%lld,\"context_length\":%lld,"
-        "\"same_samples_as_training\":%s,\"seconds\":%.3f}\n",
-        JsonQuote(loaded->dir).c_str(), static_cast<long long>(loaded->manifest.step()), r->loss,
-        r->perplexity, static_cast<long long>(r->tokens), static_cast<long long>(r->batches),
-        static_cast<long long>(plan->micro_batch), static_cast<long long>(plan->context),
-        data->same_samples_as_training ? "true" : "false", r->seconds);
-  } else {
-    std::printf(
-        "checkpoint=%s step=%lld loss=%.6f perplexity=%.4f tokens=%lld micro_batches=%lld\n",
-        loaded->dir.c_str(), static_cast<long long>(loaded->manifest.step()), r->loss,
-        r->perplexity, static_cast<long long>(r->tokens), static_cast<long long>(r->batches));
-  }
+  PrintResult(*format == "json", *loaded, *plan, data->same_samples_as_training, *r);
   return kExitOk;
 }
 

@@ -10,7 +10,8 @@
 // evaluates every document), cut into samples of S + 1 tokens by Megatron's GPT dataset with
 // the data seed (the checkpoint's training seed by default: with the training run's split and
 // sequence length these are the samples its evaluation drew from). --eval-iters N evaluates
-// N micro-batches (default 100, Megatron's); --all every sample of the split once. S defaults
+// N micro-batches (default 100, Megatron's); --all every sample of the split once (a last
+// partial micro-batch left out). S defaults
 // to the checkpoint's sequence length, B to its micro-batch size.
 // Output: loss, perplexity (exp(min(loss, 20)), as Megatron prints it), tokens evaluated
 // (key=value, or one JSON object with -o json) on stdout.

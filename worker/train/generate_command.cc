@@ -116,6 +116,19 @@ std::string Json(const generate::InferenceModel& loaded, const generate::Generat
       r.prefill_seconds, r.decode_seconds, rate, samples);
 }
 
+// -o text: the samples not streamed, one after the other; the timings on stderr.
+void PrintText(const generate::GenerateResult& r, bool streamed) {
+  for (size_t i = 0; i < r.samples.size() && !streamed; ++i) {
+    std::printf("--- sample %zu ---\n%s\n", i, r.samples[i].text.c_str());
+  }
+  if (streamed) std::printf("\n");
+  std::fprintf(stderr,
+               "mt-worker generate: %zu sample(s), %lld prompt tokens, %lld generated, first token "
+               "%.3f s, decode %.3f s\n",
+               r.samples.size(), static_cast<long long>(r.prompt_tokens),
+               static_cast<long long>(r.generated_tokens), r.prefill_seconds, r.decode_seconds);
+}
+
 int Fail(int code, const absl::Status& s) {
   std::fprintf(stderr, "mt-worker generate: %s\n", std::string(s.message()).c_str());
   if (code == kExitUsage && absl::IsInvalidArgument(s)) std::fputs(kUsage, stderr);
@@ -141,29 +154,22 @@ int RunGenerateCommand(const std::vector<std::string>& argv) {
   if (args->positional.size() != 1) {
     return Fail(kExitUsage, absl::InvalidArgumentError("give one CHECKPOINT"));
   }
-  const std::string format = args->Get("-o", "text");
-  if (format != "text" && format != "json") {
-    return Fail(kExitUsage,
-                absl::InvalidArgumentError(absl::StrCat("-o \"", format, "\": want text or json")));
-  }
+  absl::StatusOr<std::string> format = OutputFormatFrom(*args);
+  if (!format.ok()) return Fail(kExitUsage, format.status());
   absl::StatusOr<std::string> prompt = PromptFrom(*args);
   if (!prompt.ok()) return Fail(kExitUsage, prompt.status());
+  // The sampling flags are checked before the (slow) load.
   absl::StatusOr<generate::GenerateOptions> probe = OptionsFrom(*args, -1);
   if (!probe.ok()) return Fail(kExitUsage, probe.status());
-  generate::InferenceModelOptions mo;
-  mo.device = args->Get("--device", "cpu");
-  mo.dtype = args->Get("--dtype", "auto");
-  mo.attention = args->Get("--attention", "auto");
   absl::StatusOr<generate::InferenceModel> loaded =
-      generate::LoadInferenceModel(args->positional[0], mo);
+      generate::LoadInferenceModel(args->positional[0], InferenceOptionsFrom(*args));
   if (!loaded.ok()) return Fail(kExitUsage, loaded.status());
   auto tok = OpenTokenizer(*args, *loaded);
   if (!tok.ok()) return Fail(kExitUsage, tok.status());
   const tokenizer::Gpt2BpeTokenizer& t = **tok;
   absl::StatusOr<generate::GenerateOptions> options = OptionsFrom(*args, t.eod());
   if (!options.ok()) return Fail(kExitUsage, options.status());
-  const std::vector<int32_t> ids = t.Encode(*prompt);
-  const bool stream = format == "text" && options->num_samples == 1;
+  const bool stream = *format == "text" && options->num_samples == 1;
   generate::TextCallback on_text;
   if (stream) {
     on_text = [](int64_t, absl::string_view text) {
@@ -172,24 +178,16 @@ int RunGenerateCommand(const std::vector<std::string>& argv) {
     };
   }
   absl::StatusOr<generate::GenerateResult> r = generate::Generate(
-      *loaded->model, ids, *options,
+      *loaded->model, t.Encode(*prompt), *options,
       [&t](absl::Span<const int32_t> tokens) { return t.Decode(tokens); }, on_text);
   if (!r.ok()) {
     return Fail(absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitFailed, r.status());
   }
-  if (format == "json") {
+  if (*format == "json") {
     std::printf("%s\n", Json(*loaded, *r).c_str());
-    return kExitOk;
+  } else {
+    PrintText(*r, stream);
   }
-  for (size_t i = 0; i < r->samples.size() && !stream; ++i) {
-    std::printf("--- sample %zu ---\n%s\n", i, r->samples[i].text.c_str());
-  }
-  if (stream) std::printf("\n");
-  std::fprintf(stderr,
-               "mt-worker generate: %zu sample(s), %lld prompt tokens, %lld generated, first token "
-               "%.3f s, decode %.3f s\n",
-               r->samples.size(), static_cast<long long>(r->prompt_tokens),
-               static_cast<long long>(r->generated_tokens), r->prefill_seconds, r->decode_seconds);
   return kExitOk;
 }
 

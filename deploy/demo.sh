@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The main job on one machine: starts a coordinator and workers (one per GPU, two CPU slots
 # when there is none), preprocesses Moby Dick, submits a small GPT (4 layers x 256 hidden,
-# data-parallel over the workers), shows its live progress and ends with the final validation
-# loss and perplexity. Stops everything it started on exit.
+# data-parallel over the workers), shows its live progress and the final validation loss and
+# perplexity, and ends with a short continuation of a prompt sampled from the trained
+# checkpoint (mt-worker generate, on the CPU). Stops everything it started on exit.
 # Run deploy/setup.sh first (the README's first command does both).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -66,6 +67,7 @@ data:
   tokenizer: {vocab_file: $assets/gpt2-vocab.json, merge_file: $assets/gpt2-merges.txt}
 evaluation: {eval_interval: 50, eval_iters: 5}
 logging: {log_interval: 10}
+checkpoint: {save_dir: $run/checkpoints}
 YAML
 say "plan: the layout and placement this job gets on these workers"
 "$bin/mtctl" plan "$run/job.yaml"
@@ -73,3 +75,7 @@ job=$("$bin/mtctl" submit "$run/job.yaml")
 say "submitted $job; watching it (mtctl watch $job)"
 "$bin/mtctl" watch "$job"
 "$bin/mtctl" describe "$job" | sed -n '/^events/,$p'
+prompt=${MT_DEMO_PROMPT:-"Call me Ishmael. Some years ago"}
+say "what it learned: a continuation of \"$prompt\" (mt-worker generate $run/checkpoints, CPU)"
+"$bin/mt-worker" generate "$run/checkpoints" --prompt "$prompt" --max-new-tokens 48 \
+  --temperature 0.8 --top-k 40 --seed 1 --device cpu

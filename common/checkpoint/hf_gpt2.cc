@@ -19,6 +19,7 @@
 #include "common/base/status_macros.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"
+#include "common/checkpoint/hf_tokenizer_files.h"
 #include "common/checkpoint/reshard.h"
 #include "common/checkpoint/safetensors.h"
 #include "google/protobuf/struct.pb.h"
@@ -437,6 +438,10 @@ absl::StatusOr<std::vector<mt::v1::CheckpointFile>> ExportHfGpt2(TensorSource& s
   f.set_size_bytes(config.size);
   f.set_sha256(config.sha256);
   files.push_back(f);
+  MT_ASSIGN_OR_RETURN(
+      std::vector<mt::v1::CheckpointFile> more,
+      WriteHfTokenizerFiles(model, source.manifest().spec().data().tokenizer(), out_dir));
+  for (mt::v1::CheckpointFile& m : more) files.push_back(std::move(m));
   return files;
 }
 

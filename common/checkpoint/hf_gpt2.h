@@ -51,7 +51,9 @@ std::string HfGpt2ConfigJson(const mt::v1::ManifestModel& model, DType dtype);
 
 // Writes `out_dir` (created; must not exist) with model.safetensors and config.json from
 // `source`'s weights (fp32 master weights when the checkpoint has them), cast to `dtype`
-// (F32, F16 or BF16). Returns the files written.
+// (F32, F16 or BF16), then generation_config.json and, when the checkpoint's job names its
+// tokenizer files, vocab.json, merges.txt, tokenizer_config.json and special_tokens_map.json
+// (hf_tokenizer_files.h). Returns the files written.
 absl::StatusOr<std::vector<mt::v1::CheckpointFile>> ExportHfGpt2(TensorSource& source,
                                                                  const std::string& out_dir,
                                                                  DType dtype);

@@ -110,7 +110,13 @@ TEST(HfGpt2Test, ExportUsesHuggingFaceNamesAndLayouts) {
   MT_ASSERT_OK_AND_ASSIGN(auto source, OpenAnySource(ckpt));
   const std::string out = testutil::MakeTempDir("hf") + "/hf";
   MT_ASSERT_OK_AND_ASSIGN(auto files, ExportHfGpt2(*source, out, DType::kF32));
-  ASSERT_EQ(files.size(), 2u);
+  // The weights, the config and the generation config (the job named no tokenizer files).
+  ASSERT_EQ(files.size(), 3u);
+  EXPECT_EQ(files[2].path(), "generation_config.json");
+  MT_ASSERT_OK_AND_ASSIGN(std::string generation, ReadFile(out + "/generation_config.json"));
+  EXPECT_THAT(generation, HasSubstr("\"eos_token_id\": 50256"));
+  EXPECT_THAT(generation, HasSubstr("\"do_sample\": false"));
+  EXPECT_FALSE(PathExists(out + "/vocab.json"));
   EXPECT_TRUE(LooksLikeHfGpt2(out));
   MT_ASSERT_OK_AND_ASSIGN(SafetensorsIndex index, ReadSafetensorsIndex(out + "/model.safetensors"));
   EXPECT_EQ(index.tensors.size(), 2u + 12u * kLayers + 2u);

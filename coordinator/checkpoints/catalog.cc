@@ -588,6 +588,14 @@ absl::StatusOr<mt::v1::ExportCheckpointResponse> CheckpointCatalog::Export(
   }
   MT_ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::TensorSource> source,
                       checkpoint::OpenAnySource(c.directory()));
+  // The export copies the job's tokenizer files: they must lie where this coordinator may read.
+  const mt::v1::TokenizerSpec& tokenizer = source->manifest().spec().data().tokenizer();
+  if (PathExists(tokenizer.vocab_file())) {
+    MT_RETURN_IF_ERROR(roots_.Check(tokenizer.vocab_file(), "data.tokenizer.vocab_file"));
+  }
+  if (PathExists(tokenizer.merge_file())) {
+    MT_RETURN_IF_ERROR(roots_.Check(tokenizer.merge_file(), "data.tokenizer.merge_file"));
+  }
   MT_ASSIGN_OR_RETURN(std::vector<mt::v1::CheckpointFile> files,
                       checkpoint::ExportHfGpt2(*source, out, dtype));
   mt::v1::ExportCheckpointResponse response;

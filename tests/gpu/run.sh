@@ -13,6 +13,8 @@
 #                     tests are cut off where they would leave no time for the table, and the
 #                     benchmark gets what is left (runs that do not fit are listed as "skip")
 #   MT_GPU_SKIP_TESTS=1, MT_GPU_SKIP_BENCH=1   leave a stage out
+#   MT_GPU_DECODE=1   also run the decode benchmark (bench/generate/run_decode.sh: ours against
+#                     transformers' generate) before the engine benchmark, in at most 240 s
 #   MT_BENCH_SIZES, MT_BENCH_MODES, MT_BENCH_WARMUP, MT_BENCH_STEPS, ...  see run_bench.sh
 # Exit codes: 0 all passed; 1 environment, configure, build or a GPU test failed; 3 the build
 # and tests passed but a benchmark run of our trainer failed.
@@ -145,6 +147,22 @@ else
     record "gpu tests" FAIL $(($(date +%s) - s)) "$detail"
   else
     record "gpu tests" ok $(($(date +%s) - s)) "$detail"
+  fi
+fi
+
+# 3b. The decode benchmark, when asked for (MT_GPU_DECODE=1).
+if [ "${MT_GPU_DECODE:-0}" = 1 ]; then
+  s=$(date +%s)
+  say "bench/generate/run_decode.sh"
+  dl=$(limit 15); [ "$dl" -gt 240 ] && dl=240
+  timeout -k 10 "$dl" "$root/bench/generate/run_decode.sh" "$build" "${MT_DECODE_SIZES:-124m}" \
+    2>&1 | tee "$out/decode.log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" = 0 ]; then
+    record decode ok $(($(date +%s) - s)) "$out/decode.log"
+  else
+    record decode FAIL $(($(date +%s) - s)) "run_decode.sh exit $rc (see decode.log)"
+    [ $failed -eq 0 ] && failed=3
   fi
 fi
 

@@ -2,6 +2,8 @@
 // (a trainer crash must never take the daemon down; DESIGN.md §3). The configure step also
 // rejects LibTorch includes under worker/daemon (CMakeLists.txt); this checks what the
 // linker made of the dependencies.
+#include <unistd.h>
+
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +32,22 @@ TEST(DaemonBinaryTest, AnswersHelp) {
   EXPECT_EQ(r->exit_code, 0) << r->err;
   EXPECT_THAT(r->out, HasSubstr("--coordinator"));
   EXPECT_THAT(r->out, HasSubstr("mt-worker train"));
+  EXPECT_THAT(r->out, HasSubstr("mt-worker generate"));
+  EXPECT_THAT(r->out, HasSubstr("mt-worker eval"));
+}
+
+// `mt-worker generate|eval ARGS` run `mt-train generate|eval ARGS` in its place (where this
+// build has the trainer beside the daemon).
+TEST(DaemonBinaryTest, GenerateAndEvalRunTheTrainerBinary) {
+  const std::string daemon = kBinary;
+  const std::string trainer = daemon.substr(0, daemon.rfind('/')) + "/mt-train";
+  if (::access(trainer.c_str(), X_OK) != 0) GTEST_SKIP() << "no " << trainer << " in this build";
+  for (const char* verb : {"generate", "eval"}) {
+    auto r = testutil::RunCommand({kBinary, verb, "--help"});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    EXPECT_THAT(r->out, HasSubstr(absl::StrCat("usage: mt-worker ", verb, " CHECKPOINT")));
+  }
 }
 
 // Whether a loader listing names LibTorch's libraries.

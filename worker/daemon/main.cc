@@ -3,6 +3,8 @@
 //   mt-worker --coordinator HOST:PORT [--gpu N] [--interface IF|CIDR]
 //             [--advertise-address ADDR] [--rank-port-range FIRST-LAST]     serve as a worker
 //   mt-worker train ARGS                            exec mt-train ARGS (train by hand)
+//   mt-worker generate|eval ARGS                    exec mt-train generate|eval ARGS (a
+//                                                   checkpoint's text or loss, by hand)
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,20 +71,21 @@ ABSL_FLAG(std::string, rank_port_range, "",
           "firewalls). Default: any free port.");
 
 // `mt-worker train ARGS` runs the trainer (mt-train, beside this executable) in place of this
-// process: the daemon itself never loads LibTorch.
-int ExecTrainer(int argc, char** argv) {
+// process: the daemon itself never loads LibTorch. `mt-worker generate|eval ARGS` run
+// `mt-train generate|eval ARGS` the same way (keep_verb).
+int ExecTrainer(int argc, char** argv, bool keep_verb) {
   absl::StatusOr<std::string> path = mt::worker::TrainerBesideThisExecutable();
   if (!path.ok()) {
     std::fprintf(stderr, "mt-worker: %s\n", std::string(path.status().message()).c_str());
     return 1;
   }
   std::vector<char*> args = {path->data()};
-  for (int i = 2; i < argc; ++i) args.push_back(argv[i]);
+  for (int i = keep_verb ? 1 : 2; i < argc; ++i) args.push_back(argv[i]);
   args.push_back(nullptr);
   ::execv(path->c_str(), args.data());
   std::fprintf(stderr,
-               "mt-worker train: cannot run %s: %s (this build has no trainer without LibTorch)\n",
-               path->c_str(), std::strerror(errno));
+               "mt-worker %s: cannot run %s: %s (this build has no trainer without LibTorch)\n",
+               argv[1], path->c_str(), std::strerror(errno));
   return 1;
 }
 
@@ -120,12 +123,17 @@ absl::StatusOr<std::vector<std::string>> RankNetwork(const std::string& coordina
 }
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "train") == 0) return ExecTrainer(argc, argv);
+  if (argc >= 2 && std::strcmp(argv[1], "train") == 0) return ExecTrainer(argc, argv, false);
+  if (argc >= 2 && (std::strcmp(argv[1], "generate") == 0 || std::strcmp(argv[1], "eval") == 0)) {
+    return ExecTrainer(argc, argv, true);
+  }
   mt::cli::ParseFlags(argc, argv,
                       "Runs the training ranks that mt-coordinator assigns to this "
                       "GPU (or CPU slot).\n\n"
                       "  mt-worker --coordinator 127.0.0.1:7070 [--gpu 0]\n"
-                      "  mt-worker train --spec job.yaml [--device cuda] ...   (train by hand)");
+                      "  mt-worker train --spec job.yaml [--device cuda] ...   (train by hand)\n"
+                      "  mt-worker generate CHECKPOINT --prompt TEXT ...       (sample text)\n"
+                      "  mt-worker eval CHECKPOINT --data-path PREFIX ...      (loss, perplexity)");
   mt::cli::BlockTerminationSignals();
   mt::worker::AgentConfig config = ConfigFromFlags(argc, argv);
   absl::StatusOr<std::vector<std::string>> network = RankNetwork(config.coordinator);

@@ -1,6 +1,7 @@
 #include "worker/engine/data_sources.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -99,6 +100,60 @@ absl::StatusOr<DataSources> DataSourcesFromSpec(const mt::v1::JobSpec& spec,
   (void)dp_size;
   return absl::UnimplementedError(
       "this build has no GPT dataset loader (worker/data); use --synthetic-data");
+#endif
+}
+
+#if MT_HAVE_DATASET_LOADER
+namespace {
+
+// The validation samples the training run of `spec` built, when `r` asks for the same dataset.
+std::optional<int64_t> TrainingValidSamples(const EvalDataRequest& r) {
+  if (r.training_spec == nullptr) return std::nullopt;
+  absl::StatusOr<data::GPTDataSetup> setup = data::GPTDataSetupFromSpec(*r.training_spec);
+  if (!setup.ok()) return std::nullopt;
+  const data::GPTDataConfig& c = setup->config;
+  const bool same = c.blend.prefixes.size() == 1 && c.blend.prefixes[0] == r.prefix &&
+                    c.split == r.split && c.seq_length == r.seq_length && c.seed == r.seed &&
+                    !c.blend_per_split[1].has_value();
+  if (!same || setup->num_samples[1] <= 0) return std::nullopt;
+  return setup->num_samples[1];
+}
+
+}  // namespace
+#endif
+
+absl::StatusOr<EvalData> EvaluationDataSource(const EvalDataRequest& r) {
+#if MT_HAVE_DATASET_LOADER
+  data::GPTDataConfig config;
+  config.blend.prefixes = {r.prefix};
+  config.split = r.split;
+  config.seq_length = r.seq_length;
+  config.seed = r.seed;
+  EvalData out;
+  // One sample asks for one epoch: the dataset then holds exactly the split's samples once.
+  int64_t build = std::max<int64_t>(1, r.num_samples);
+  if (std::optional<int64_t> training = TrainingValidSamples(r); training.has_value()) {
+    build = std::max(build, *training);
+    out.same_samples_as_training = true;
+  }
+  MT_ASSIGN_OR_RETURN(data::GPTDatasets datasets, data::BuildGPTDatasets(config, {0, build, 0}));
+  if (datasets.valid == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--split \"", r.split, "\" leaves no validation documents in ", r.prefix));
+  }
+  data::DataLoaderOptions o;
+  o.micro_batch_size = r.micro_batch_size;
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<data::DataLoader> loader,
+                      data::DataLoader::Create(datasets.valid, o));
+  out.micro_batches = loader->total_micro_batches();
+  if (r.num_samples > 0) {
+    out.micro_batches = std::min(out.micro_batches, r.num_samples / r.micro_batch_size);
+  }
+  out.source = std::make_unique<DataLoaderSource>(std::move(loader));
+  return out;
+#else
+  (void)r;
+  return absl::UnimplementedError("this build has no GPT dataset loader (worker/data)");
 #endif
 }
 

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <utility>
 
 #include "absl/status/statusor.h"
@@ -41,6 +42,33 @@ absl::StatusOr<DataSources> DataSourcesFromSpec(const mt::v1::JobSpec& spec,
 // The training source starts after `consumed_samples` (a checkpoint's).
 absl::StatusOr<DataSources> SyntheticDataSources(const mt::v1::JobSpec& spec, int dp_rank = 0,
                                                  int dp_size = 1, int64_t consumed_samples = 0);
+
+// Held-out data for evaluating a checkpoint (`mt-worker eval`): the validation part of the
+// documents at `prefix` as Megatron's --split divides them ("969,30,1"; "0,1,0" = every
+// document), cut into GPT samples of seq_length + 1 tokens by Megatron's GPT dataset (shuffled
+// with `seed`, indices cached next to the data), read micro_batch_size samples at a time.
+struct EvalDataRequest {
+  std::string prefix;
+  std::string split = "969,30,1";
+  int64_t seq_length = 0;
+  uint32_t seed = 1234;
+  int64_t micro_batch_size = 1;
+  // Samples to evaluate; 0 = one epoch of the split (every sample once).
+  int64_t num_samples = 0;
+  // The checkpoint's job spec (may be null). When its data is this one prefix with the same
+  // split, sequence length and seed, the validation dataset is built with the size its
+  // training run used, so that the samples are, in order, the ones its evaluations drew (the
+  // first evaluation took the first eval_iters * global_batch_size).
+  const mt::v1::JobSpec* training_spec = nullptr;
+};
+struct EvalData {
+  std::unique_ptr<BatchSource> source;    // answers OUT_OF_RANGE after the last full micro-batch
+  int64_t micro_batches = 0;              // it yields in all (at most)
+  bool same_samples_as_training = false;  // training_spec matched (see above)
+};
+// Errors from worker/data; INVALID_ARGUMENT naming --split when the split has no validation
+// documents; kUnimplemented in a build without worker/data.
+absl::StatusOr<EvalData> EvaluationDataSource(const EvalDataRequest& request);
 
 // Rank `dp_rank`'s slice of `source`: each Next(micro) reads micro*dp_size samples from it and
 // keeps rows [dp_rank*micro, (dp_rank+1)*micro). Thread-compatible.

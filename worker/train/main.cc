@@ -3,12 +3,16 @@
 // session (session.h). Runs on the main thread only.
 //   mt-train --spec job.yaml [--device cuda] [--synthetic-data] ...   one device, by hand
 //   mt-train --assignment FILE                                        one rank of a job
+//   mt-train generate CHECKPOINT --prompt TEXT ...                     text from a checkpoint
+//   mt-train eval CHECKPOINT --data-path PREFIX ...                    its loss and perplexity
 //   mt-train --help | --version
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "common/base/version.h"
+#include "worker/train/eval_command.h"
+#include "worker/train/generate_command.h"
 #include "worker/train/rank_command.h"
 #include "worker/train/train_command.h"
 
@@ -21,9 +25,19 @@ int main(int argc, char** argv) {
   }
   if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {
     std::fputs(mt::train::TrainCommandUsage(), stdout);
+    std::fputs("\n", stdout);
+    std::fputs(mt::train::GenerateCommandUsage(), stdout);
+    std::fputs("\n", stdout);
+    std::fputs(mt::train::EvalCommandUsage(), stdout);
     std::fputs("\nmt-train --assignment FILE   one rank of a job (the worker daemon runs this)\n",
                stdout);
     return 0;
+  }
+  if (!args.empty() && args[0] == "generate") {
+    return mt::train::RunGenerateCommand({args.begin() + 1, args.end()});
+  }
+  if (!args.empty() && args[0] == "eval") {
+    return mt::train::RunEvalCommand({args.begin() + 1, args.end()});
   }
   for (const auto& a : args) {
     if (a == "--assignment" || a.rfind("--assignment=", 0) == 0) {

@@ -1,0 +1,141 @@
+// decode_bench: time to first token and decode speed of worker/generate on one device, greedy,
+// on a GPT-2 shape with random weights (the speed does not depend on the values).
+//
+//   decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32]
+//                [--batches 1,16] [--prompt 128] [--new 128] [--repeat 3]
+//
+// One line per batch size on stdout (key=value): ms per decode step and tokens/s of the decode
+// steps alone, time to first token (prefill), and the whole generation per new token (what
+// hf_generate.py measures of transformers); the best of --repeat runs after a warm-up.
+#include <torch/cuda.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "worker/generate/generator.h"
+#include "worker/model/gpt.h"
+
+namespace {
+
+struct Args {
+  std::string size = "124m";
+  std::string device = "cuda";
+  std::string dtype = "bf16";
+  std::vector<int64_t> batches = {1, 16};
+  int64_t prompt = 128;
+  int64_t new_tokens = 128;
+  int repeat = 3;
+};
+
+bool Parse(int argc, char** argv, Args* a) {
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    const std::string v = argv[i + 1];
+    if (k == "--size") {
+      a->size = v;
+    } else if (k == "--device") {
+      a->device = v;
+    } else if (k == "--dtype") {
+      a->dtype = v;
+    } else if (k == "--batches") {
+      a->batches.clear();
+      for (absl::string_view b : absl::StrSplit(v, ',')) {
+        int64_t n = 0;
+        if (!absl::SimpleAtoi(b, &n) || n < 1) return false;
+        a->batches.push_back(n);
+      }
+    } else if (k == "--prompt") {
+      if (!absl::SimpleAtoi(v, &a->prompt) || a->prompt < 1) return false;
+    } else if (k == "--new") {
+      if (!absl::SimpleAtoi(v, &a->new_tokens) || a->new_tokens < 1) return false;
+    } else if (k == "--repeat") {
+      if (!absl::SimpleAtoi(v, &a->repeat) || a->repeat < 1) return false;
+    } else {
+      return false;
+    }
+  }
+  return argc % 2 == 1;
+}
+
+bool ConfigFor(const std::string& size, mt::model::GptConfig* c) {
+  if (size == "124m") {
+    *c = {};
+    c->num_layers = 12, c->hidden_size = 768, c->num_attention_heads = 12;
+  } else if (size == "350m") {
+    c->num_layers = 24, c->hidden_size = 1024, c->num_attention_heads = 16;
+  } else if (size == "1.3b") {
+    c->num_layers = 24, c->hidden_size = 2048, c->num_attention_heads = 16;
+  } else {
+    return false;
+  }
+  c->seq_length = 1024;
+  c->vocab_size = 50257;
+  c->hidden_dropout = 0.0;
+  c->attention_dropout = 0.0;
+  c->Resolve();
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a;
+  mt::model::GptConfig config;
+  if (argc == 2 && std::string(argv[1]) == "--help") {
+    std::puts(
+        "decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32] "
+        "[--batches 1,16] [--prompt 128] [--new 128] [--repeat 3]");
+    return 0;
+  }
+  if (!Parse(argc, argv, &a) || !ConfigFor(a.size, &config)) {
+    std::fprintf(stderr, "decode_bench: bad arguments (see --help)\n");
+    return 2;
+  }
+  mt::model::ModelBuildOptions build;
+  build.seed = 1;
+  build.device = torch::Device(a.device);
+  build.dtype = a.dtype == "bf16"   ? torch::kBFloat16
+                : a.dtype == "fp16" ? torch::kHalf
+                                    : torch::kFloat;
+  auto model = mt::model::GptModel::Create(config, {}, build);
+  if (!model.ok()) {
+    std::fprintf(stderr, "decode_bench: %s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  std::vector<int32_t> prompt(static_cast<size_t>(a.prompt));
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919) % 50257);
+  auto no_text = [](absl::Span<const int32_t>) { return std::string(); };
+  for (int64_t batch : a.batches) {
+    mt::generate::GenerateOptions o;
+    o.max_new_tokens = a.new_tokens;
+    o.num_samples = batch;
+    o.sampling.temperature = 0.0;
+    double best_step = 1e30, best_ttft = 1e30, best_total = 1e30;
+    for (int r = 0; r <= a.repeat; ++r) {  // r = 0 warms up
+      auto result = mt::generate::Generate(**model, prompt, o, no_text);
+      if (!result.ok()) {
+        std::fprintf(stderr, "decode_bench: %s\n", std::string(result.status().message()).c_str());
+        return 1;
+      }
+      const double steps = static_cast<double>(a.new_tokens - 1);
+      if (r > 0 && steps > 0) best_step = std::min(best_step, result->decode_seconds / steps);
+      if (r > 0) best_ttft = std::min(best_ttft, result->prefill_seconds);
+      if (r > 0)
+        best_total = std::min(best_total, result->prefill_seconds + result->decode_seconds);
+    }
+    std::printf(
+        "mt size=%s dtype=%s batch=%lld prompt=%lld new=%lld ms_per_token=%.3f tokens_per_s=%.1f "
+        "ttft_ms=%.2f total_ms_per_token=%.3f total_tokens_per_s=%.1f\n",
+        a.size.c_str(), a.dtype.c_str(), static_cast<long long>(batch),
+        static_cast<long long>(a.prompt), static_cast<long long>(a.new_tokens), best_step * 1e3,
+        static_cast<double>(batch) / best_step, best_ttft * 1e3,
+        best_total * 1e3 / static_cast<double>(a.new_tokens),
+        static_cast<double>(batch * a.new_tokens) / best_total);
+    std::fflush(stdout);
+  }
+  return 0;
+}

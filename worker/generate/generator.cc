@@ -1,0 +1,179 @@
+#include "worker/generate/generator.h"
+
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Generator.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
+#include "worker/generate/cached_forward.h"
+#include "worker/generate/kv_cache.h"
+#include "worker/model/gpt.h"
+
+namespace mt::generate {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// One sample's progress and what of its text was already handed to on_text.
+struct SampleState {
+  GeneratedSample out;
+  bool done = false;
+  size_t emitted = 0;
+};
+
+class Streamer {
+ public:
+  Streamer(const GenerateOptions& o, const Detokenizer& detokenize, const TextCallback& on_text)
+      : options_(o), detokenize_(detokenize), on_text_(on_text) {}
+
+  // A token chosen for sample `i`; `last` = no token can follow it (length or context).
+  void Add(int64_t i, SampleState& s, int32_t token, const char* reason_if_last, bool last) {
+    if (options_.eod >= 0 && token == options_.eod) return Finish(i, s, "eod");
+    s.out.tokens.push_back(token);
+    s.out.text = detokenize_(s.out.tokens);
+    const std::string& stop = options_.stop;
+    if (!stop.empty()) {
+      const size_t from = s.emitted;
+      const size_t at = s.out.text.find(stop, from);
+      if (at != std::string::npos) {
+        s.out.text.resize(at);
+        return Finish(i, s, "stop");
+      }
+    }
+    if (last) return Finish(i, s, reason_if_last);
+    // Hold back what could be the start of the stop text.
+    const size_t keep = stop.empty() ? 0 : stop.size() - 1;
+    const size_t safe = s.out.text.size() > keep ? s.out.text.size() - keep : 0;
+    Emit(i, s, std::max(safe, s.emitted));
+  }
+
+ private:
+  void Finish(int64_t i, SampleState& s, const char* reason) {
+    s.out.finish_reason = reason;
+    s.done = true;
+    Emit(i, s, s.out.text.size());
+  }
+  void Emit(int64_t i, SampleState& s, size_t upto) {
+    if (upto > s.emitted && on_text_) {
+      on_text_(i, absl::string_view(s.out.text).substr(s.emitted, upto - s.emitted));
+    }
+    s.emitted = std::max(s.emitted, upto);
+  }
+
+  const GenerateOptions& options_;
+  const Detokenizer& detokenize_;
+  const TextCallback& on_text_;
+};
+
+absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
+                                            const std::vector<int32_t>& prompt,
+                                            const GenerateOptions& o, const Detokenizer& detokenize,
+                                            const TextCallback& on_text) {
+  torch::NoGradGuard no_grad;
+  const model::GptConfig& config = gpt.config();
+  const torch::Tensor weight = gpt.output_weight();
+  const int64_t n = o.num_samples;
+  const int64_t p = static_cast<int64_t>(prompt.size());
+  const int64_t max_len = std::min(config.max_positions(), p + o.max_new_tokens);
+  MT_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(config, n, max_len, weight.options()));
+  at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.sampling.seed);
+  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  const torch::Tensor input =
+      torch::tensor(ids, torch::kLong).to(weight.device()).unsqueeze(0).expand({n, p}).contiguous();
+
+  GenerateResult result;
+  result.prompt_tokens = p;
+  result.kv_cache_bytes = cache.bytes();
+  std::vector<SampleState> samples(static_cast<size_t>(n));
+  Streamer streamer(o, detokenize, on_text);
+  Clock::time_point start = Clock::now();
+  torch::Tensor logits = ForwardWithCache(gpt, input, cache);
+  for (int64_t step = 0;; ++step) {
+    const torch::Tensor next = NextTokens(logits, config.vocab_size, o.sampling, generator);
+    const torch::Tensor chosen = next.to(torch::kCPU).contiguous();
+    const int64_t* chosen_ids = chosen.data_ptr<int64_t>();
+    if (step == 0) {
+      result.prefill_seconds = SecondsSince(start);
+      start = Clock::now();
+    }
+    const bool by_length = step + 1 >= o.max_new_tokens;
+    const bool last = by_length || cache.length() >= max_len;
+    bool all_done = true;
+    for (int64_t i = 0; i < n; ++i) {
+      SampleState& s = samples[static_cast<size_t>(i)];
+      if (s.done) continue;
+      ++result.generated_tokens;
+      streamer.Add(i, s, static_cast<int32_t>(chosen_ids[i]), by_length ? "length" : "context",
+                   last);
+      all_done = all_done && s.done;
+    }
+    if (all_done) break;
+    logits = ForwardWithCache(gpt, next.view({n, 1}), cache);
+  }
+  result.decode_seconds = SecondsSince(start);
+  for (SampleState& s : samples) result.samples.push_back(std::move(s.out));
+  return result;
+}
+
+}  // namespace
+
+absl::Status ValidateGenerate(const GenerateOptions& o) {
+  MT_RETURN_IF_ERROR(ValidateSampling(o.sampling));
+  if (o.max_new_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--max-new-tokens ", o.max_new_tokens, ": want an integer >= 1"));
+  }
+  if (o.num_samples < 1 || o.num_samples > 4096) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-n ", o.num_samples, ": want an integer in [1, 4096]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<GenerateResult> Generate(model::GptModel& gpt, const std::vector<int32_t>& prompt,
+                                        const GenerateOptions& options,
+                                        const Detokenizer& detokenize,
+                                        const TextCallback& on_text) {
+  MT_RETURN_IF_ERROR(ValidateGenerate(options));
+  const int64_t context = gpt.config().max_positions();
+  if (prompt.empty()) {
+    return absl::InvalidArgumentError("--prompt: the prompt is empty (want at least one token)");
+  }
+  if (static_cast<int64_t>(prompt.size()) >= context) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prompt: ", prompt.size(), " tokens leave no room to generate in the model's context of ",
+        context, " tokens; shorten the prompt below ", context, " tokens"));
+  }
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= gpt.config().vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt: token id ", id, " outside [0, ", gpt.config().vocab_size, ")"));
+    }
+  }
+  const bool was_training = gpt.is_training();
+  gpt.eval();
+  absl::StatusOr<GenerateResult> out;
+  try {
+    out = GenerateImpl(gpt, prompt, options, detokenize, on_text);
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    out = absl::StrContains(what, "out of memory")
+              ? absl::ResourceExhaustedError(absl::StrCat("generation: ", what))
+              : absl::InternalError(absl::StrCat("generation: ", what));
+  }
+  gpt.train(was_training);
+  return out;
+}
+
+}  // namespace mt::generate

@@ -1,0 +1,72 @@
+// Text generation from a GPT model: prefill the prompt once, then decode one token per step
+// for every sample with the KV cache (kv_cache.h, cached_forward.h), choosing each token as
+// sampling.h says. The samples of one call are one batch (the prompt repeated num_samples
+// times); each ends at max_new_tokens, at the model's context, at the end-of-document token,
+// or when its text contains the stop text. Text is streamed as produced: on_text receives
+// each sample's new text, holding back bytes that might still turn out to start the stop text
+// (the stop text itself is never emitted).
+//
+// No LibTorch in this header. Thread-compatible.
+#ifndef MT_WORKER_GENERATE_GENERATOR_H_
+#define MT_WORKER_GENERATE_GENERATOR_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "worker/generate/sampling.h"
+
+namespace mt::model {
+class GptModel;
+}  // namespace mt::model
+
+namespace mt::generate {
+
+struct GenerateOptions {
+  int64_t max_new_tokens = 64;  // >= 1 (--max-new-tokens)
+  int64_t num_samples = 1;      // >= 1 (-n)
+  SamplingOptions sampling;
+  std::string stop;  // stop text; empty = none (--stop)
+  int32_t eod = -1;  // end-of-document token that ends a sample; -1 = none
+};
+
+// INVALID_ARGUMENT naming the flag: the sampling values, --max-new-tokens, -n.
+absl::Status ValidateGenerate(const GenerateOptions& options);
+
+struct GeneratedSample {
+  std::vector<int32_t> tokens;  // generated tokens (not the prompt; the eod token excluded)
+  std::string text;             // their text, cut before the stop text
+  // "length" (max_new_tokens), "context" (the model's positions), "eod", "stop".
+  std::string finish_reason;
+};
+
+struct GenerateResult {
+  std::vector<GeneratedSample> samples;
+  int64_t prompt_tokens = 0;
+  int64_t generated_tokens = 0;  // over all samples, the stop and eod tokens included
+  double prefill_seconds = 0.0;  // prompt in, first tokens out (time to first token)
+  double decode_seconds = 0.0;   // the decode steps after it
+  int64_t kv_cache_bytes = 0;
+};
+
+// Token ids -> text (the tokenizer's Decode).
+using Detokenizer = std::function<std::string(absl::Span<const int32_t>)>;
+// New text of sample `sample`, in order.
+using TextCallback = std::function<void(int64_t sample, absl::string_view text)>;
+
+// Generates from `prompt` (token ids, at least one, fewer than the model's positions: else
+// INVALID_ARGUMENT naming --prompt). The model is a whole model (one device, not sharded), in
+// eval mode for the call. `on_text` may be empty. LibTorch errors come back as INTERNAL
+// (RESOURCE_EXHAUSTED for out-of-memory).
+absl::StatusOr<GenerateResult> Generate(model::GptModel& gpt, const std::vector<int32_t>& prompt,
+                                        const GenerateOptions& options,
+                                        const Detokenizer& detokenize,
+                                        const TextCallback& on_text = {});
+
+}  // namespace mt::generate
+
+#endif  // MT_WORKER_GENERATE_GENERATOR_H_

@@ -1,0 +1,51 @@
+// The key/value cache of incremental decoding: per layer one keys and one values tensor of
+// [batch, heads, max_len, head_dim], allocated once (Create) for the whole generation, so that
+// no decode step allocates cache memory; a step writes its new keys and values at positions
+// [length, length + n) in place and reads [0, length + n).
+//
+// Thread-compatible (one decoding thread).
+#ifndef MT_WORKER_GENERATE_KV_CACHE_H_
+#define MT_WORKER_GENERATE_KV_CACHE_H_
+
+#include <torch/types.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/model/gpt_config.h"
+
+namespace mt::generate {
+
+class KvCache {
+ public:
+  // Errors: batch or max_len < 1, max_len over the model's position embeddings (naming the
+  // limit).
+  static absl::StatusOr<KvCache> Create(const model::GptConfig& config, int64_t batch,
+                                        int64_t max_len, const torch::TensorOptions& options);
+
+  // Writes k, v [batch, heads, n, head_dim] of `layer` at [length(), length() + n) and returns
+  // the layer's keys and values of [0, length() + n) (views of the cache). The length itself
+  // moves on with Advance(n), once every layer has run.
+  std::pair<torch::Tensor, torch::Tensor> Append(int64_t layer, const torch::Tensor& k,
+                                                 const torch::Tensor& v);
+  void Advance(int64_t n) { length_ += n; }
+  void Reset() { length_ = 0; }
+
+  int64_t length() const { return length_; }
+  int64_t max_len() const { return max_len_; }
+  int64_t batch() const { return batch_; }
+  // Bytes of the cache (keys and values of every layer).
+  int64_t bytes() const;
+
+ private:
+  std::vector<torch::Tensor> keys_;
+  std::vector<torch::Tensor> values_;
+  int64_t batch_ = 0;
+  int64_t max_len_ = 0;
+  int64_t length_ = 0;
+};
+
+}  // namespace mt::generate
+
+#endif  // MT_WORKER_GENERATE_KV_CACHE_H_

@@ -170,6 +170,7 @@ int RunDescribe(const std::vector<std::string>& args, const GlobalOptions& optio
   const auto& t = j.spec().training();
   std::cout << "id           " << j.id() << "\n"
             << "name         " << j.spec().name() << "\n"
+            << "owner        " << (j.owner().empty() ? "-" : j.owner()) << "\n"
             << "state        " << StateName(j.state()) << " (" << j.reason() << ")\n"
             << "created      " << LocalTime(j.create_time()) << "   started "
             << LocalTime(j.start_time()) << "   ended " << LocalTime(j.end_time()) << "\n"

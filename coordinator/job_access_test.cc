@@ -7,6 +7,8 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/base/clock.h"
 #include "coordinator/server.h"
@@ -143,6 +145,20 @@ TEST_F(OwnershipTest, SubmitTokensActOnTheirOwnJobsAcrossRestarts) {
   EXPECT_EQ(job.owner(), "alice");
   ASSERT_TRUE(Get(kAlice, bobs, &job).ok());
   EXPECT_EQ(job.owner(), "bob");
+
+  for (const auto& [owner, want] : std::vector<std::pair<std::string, std::string>>{
+           {"alice", alices}, {"bob", bobs}, {"nobody", ""}}) {
+    grpc::ClientContext ctx;
+    mt::v1::ListJobsRequest req;
+    req.set_owner(owner);
+    mt::v1::ListJobsResponse resp;
+    ASSERT_TRUE(As(kViewer)->ListJobs(&ctx, req, &resp).ok());
+    ASSERT_EQ(resp.jobs_size(), want.empty() ? 0 : 1) << owner;
+    EXPECT_EQ(resp.total_count(), want.empty() ? 0 : 1) << owner;
+    if (!want.empty()) {
+      EXPECT_EQ(resp.jobs(0).id(), want);
+    }
+  }
 
   grpc::Status s = Cancel(kBob, alices, &job);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();

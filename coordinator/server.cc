@@ -26,6 +26,26 @@
 #include "grpcpp/health_check_service_interface.h"
 
 namespace mt::coordinator {
+namespace {
+
+// Takes server reflection off one server. Linking gRPC's reflection library registers its plugin
+// for every server of the process at load time (a static initializer), so without this option
+// reflection answered whatever --reflection said (issue #20).
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* args) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                         return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(
+                                    p.get()) != nullptr;
+                       }),
+        plugins->end());
+  }
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& config,
                                                        const Clock* clock) {
@@ -73,6 +93,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   MT_RETURN_IF_ERROR(s->StartCatalog());
   if (config.ReflectionEnabled()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!config.ReflectionEnabled()) builder.SetOption(std::make_unique<WithoutReflection>());
   int bound_port = 0;
   builder.AddListeningPort(config.listen_address, credentials, &bound_port);
   builder.RegisterService(s->client_service_.get());

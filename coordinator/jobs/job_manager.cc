@@ -244,6 +244,9 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
     return absl::InvalidArgumentError(
         absl::StrCat("page_size must be 0..1000 (0 = 100), got ", request.page_size()));
   }
+  if (request.owner().size() > 64) {
+    return absl::InvalidArgumentError("owner: at most 64 characters (a token's NAME)");
+  }
   const int size = request.page_size() == 0 ? 100 : request.page_size();
   int64_t after = 0;  // the page token is the last id of the previous page
   if (!request.page_token().empty() && !absl::SimpleAtoi(request.page_token(), &after)) {
@@ -251,7 +254,7 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
   }
   absl::MutexLock lock(&mu_);
   mt::v1::ListJobsResponse response;
-  if (request.name_prefix().empty()) {
+  if (request.name_prefix().empty() && request.owner().empty()) {
     // Totals from the per-state counts; the page from the token on, not the whole map.
     auto wanted = [&](mt::v1::JobState s) {
       return request.states_size() == 0 ||
@@ -290,6 +293,7 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
     if (!request.name_prefix().empty() && job.spec().name().rfind(request.name_prefix(), 0) != 0) {
       continue;
     }
+    if (!request.owner().empty() && job.owner() != request.owner()) continue;
     ++total;
     if (id <= after || response.jobs_size() >= size) continue;
     mt::v1::Job* out = response.add_jobs();
@@ -307,7 +311,8 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
                           request.states().end();
       bool name_ok =
           request.name_prefix().empty() || job.spec().name().rfind(request.name_prefix(), 0) == 0;
-      if (state_ok && name_ok) {
+      bool owner_ok = request.owner().empty() || job.owner() == request.owner();
+      if (state_ok && name_ok && owner_ok) {
         response.set_next_page_token(std::to_string(last));
         break;
       }

@@ -21,6 +21,8 @@
 
 ABSL_FLAG(std::string, from_checkpoint, "",
           "submit: start the job from this catalog checkpoint (sets checkpoint.load_dir).");
+ABSL_FLAG(std::string, owner, "",
+          "list: only the jobs of this owner (the NAME of the token that submitted them).");
 
 namespace mt::client {
 namespace {
@@ -118,6 +120,7 @@ int RunSubmit(const std::vector<std::string>& args, const GlobalOptions& options
 
 int RunList(const std::vector<std::string>& args, const GlobalOptions& options) {
   mt::v1::ListJobsRequest base;
+  base.set_owner(absl::GetFlag(FLAGS_owner));
   for (const auto& a : args) {
     mt::v1::JobState state;
     std::string upper = absl::StrCat("JOB_STATE_", a);
@@ -170,6 +173,7 @@ int RunDescribe(const std::vector<std::string>& args, const GlobalOptions& optio
   const auto& t = j.spec().training();
   std::cout << "id           " << j.id() << "\n"
             << "name         " << j.spec().name() << "\n"
+            << "owner        " << (j.owner().empty() ? "-" : j.owner()) << "\n"
             << "state        " << StateName(j.state()) << " (" << j.reason() << ")\n"
             << "created      " << LocalTime(j.create_time()) << "   started "
             << LocalTime(j.start_time()) << "   ended " << LocalTime(j.end_time()) << "\n"

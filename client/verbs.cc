@@ -33,7 +33,9 @@ const std::vector<Verb>& AllVerbs() {
        "paths are made absolute, and the job is queued. Prints the job id on stdout.",
        &RunSubmit},
       {"list", "list jobs (optionally only in some states)",
-       "mtctl list [STATE ...]       e.g. mtctl list running pending", &RunList},
+       "mtctl list [STATE ...]       e.g. mtctl list running pending\n"
+       "mtctl list --owner NAME      only the jobs NAME's token submitted",
+       &RunList},
       {"describe", "a job's spec summary, layout grid, placement and events",
        "mtctl describe JOB_ID", &RunDescribe},
       {"watch", "follow a job live until it ends",

@@ -9,6 +9,7 @@
 #include "common/base/version.h"
 #include "common/rpc/grpc_status.h"
 #include "common/spec/validate.h"
+#include "coordinator/job_access.h"
 #include "coordinator/metrics/coordinator_metrics.h"
 #include "coordinator/plan.h"
 #include "coordinator/service_util.h"
@@ -40,6 +41,15 @@ grpc::Status NoCatalog() {
 }
 
 }  // namespace
+
+absl::Status ClientServiceImpl::CheckOwnJob(const rpc::Principal& caller, const std::string& job_id,
+                                            absl::string_view method) {
+  if (caller.role == rpc::Role::kAdmin) return absl::OkStatus();
+  // The owner never changes once the job exists, so checking before acting is not racy.
+  absl::StatusOr<mt::v1::Job> job = jobs_->Get(job_id, /*include_events=*/false);
+  if (!job.ok()) return job.status();
+  return CheckJobAccess(caller, *job, method);
+}
 
 grpc::Status ClientServiceImpl::ListWorkers(grpc::ServerContext* context,
                                             const mt::v1::ListWorkersRequest* request,
@@ -105,11 +115,12 @@ grpc::Status ClientServiceImpl::GetClusterInfo(grpc::ServerContext* context,
 grpc::Status ClientServiceImpl::SubmitJob(grpc::ServerContext* context,
                                           const mt::v1::SubmitJobRequest* request,
                                           mt::v1::SubmitJobResponse* response) {
-  MT_CHECK_AUTH(context);
+  rpc::Principal caller;
+  MT_CHECK_AUTH_AS(context, caller);
   if (absl::Status s = spec::CheckPathsConfined(request->spec(), allowed_roots_); !s.ok()) {
     return rpc::ToGrpcStatus(s);
   }
-  return Reply(jobs_->Submit(request->spec(), request->request_id()), response);
+  return Reply(jobs_->Submit(request->spec(), request->request_id(), caller.name), response);
 }
 
 grpc::Status ClientServiceImpl::GetJob(grpc::ServerContext* context,
@@ -155,14 +166,22 @@ grpc::Status ClientServiceImpl::WatchJob(grpc::ServerContext* context,
 grpc::Status ClientServiceImpl::CancelJob(grpc::ServerContext* context,
                                           const mt::v1::CancelJobRequest* request,
                                           mt::v1::Job* response) {
-  MT_CHECK_AUTH(context);
-  return Reply(jobs_->Cancel(request->job_id(), request->reason()), response);
+  rpc::Principal caller;
+  MT_CHECK_AUTH_AS(context, caller);
+  if (absl::Status s = CheckOwnJob(caller, request->job_id(), "CancelJob"); !s.ok()) {
+    return rpc::ToGrpcStatus(s);
+  }
+  return Reply(jobs_->Cancel(request->job_id(), request->reason(), caller.name), response);
 }
 
 grpc::Status ClientServiceImpl::DeleteJob(grpc::ServerContext* context,
                                           const mt::v1::DeleteJobRequest* request,
                                           mt::v1::Job* response) {
-  MT_CHECK_AUTH(context);
+  rpc::Principal caller;
+  MT_CHECK_AUTH_AS(context, caller);
+  if (absl::Status s = CheckOwnJob(caller, request->job_id(), "DeleteJob"); !s.ok()) {
+    return rpc::ToGrpcStatus(s);
+  }
   return Reply(jobs_->Delete(request->job_id()), response);
 }
 

@@ -81,6 +81,11 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
   void set_allowed_roots(AllowedRoots roots) { allowed_roots_ = std::move(roots); }
 
  private:
+  // OK when `caller` may act on `job_id` as `method` (coordinator/job_access.h); NOT_FOUND for
+  // an unknown job.
+  absl::Status CheckOwnJob(const rpc::Principal& caller, const std::string& job_id,
+                           absl::string_view method);
+
   CheckpointCatalog* catalog_ = nullptr;
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;

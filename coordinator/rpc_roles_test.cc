@@ -13,11 +13,11 @@
 #include "common/rpc/auth.h"
 #include "coordinator/server.h"
 #include "google/protobuf/descriptor.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "mt/v1/client_service.grpc.pb.h"
 #include "mt/v1/worker_service.grpc.pb.h"
+#include "tests/testutil/raw_call.h"
 #include "tests/testutil/subprocess.h"
 
 namespace mt::coordinator {
@@ -48,42 +48,10 @@ std::vector<const google::protobuf::MethodDescriptor*> AllMethods() {
   return methods;
 }
 
-// One call of any kind with an empty request message (written once, then half-closed), its
-// final status. Bounded by a 5 s deadline.
-grpc::Status RawCall(grpc::GenericStub* stub, const std::string& method, const std::string& token) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  ctx.AddMetadata("authorization", "Bearer " + token);
-  grpc::CompletionQueue cq;
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub->PrepareCall(&ctx, method, &cq);
-  void* tag = nullptr;
-  bool ok = false;
-  auto step = [&](int want) {
-    return cq.Next(&tag, &ok) && tag == reinterpret_cast<void*>(want) && ok;
-  };
-  call->StartCall(reinterpret_cast<void*>(1));
-  if (step(1)) {
-    grpc::Slice empty;
-    grpc::ByteBuffer request(&empty, 1);
-    call->Write(request, reinterpret_cast<void*>(2));
-    if (step(2)) {
-      call->WritesDone(reinterpret_cast<void*>(3));
-      if (step(3)) {
-        grpc::ByteBuffer response;
-        call->Read(&response, reinterpret_cast<void*>(4));
-        step(4);
-      }
-    }
-  }
-  grpc::Status status;
-  call->Finish(&status, reinterpret_cast<void*>(5));
-  while (cq.Next(&tag, &ok) && tag != reinterpret_cast<void*>(5)) {
-  }
-  ctx.TryCancel();
-  cq.Shutdown();
-  while (cq.Next(&tag, &ok)) {
-  }
-  return status;
+// One call of `method` with an empty request message as the holder of `token`.
+grpc::Status RawCall(const std::shared_ptr<grpc::Channel>& channel, const std::string& method,
+                     const std::string& token) {
+  return testutil::RawCall(channel, method, "", {{"authorization", "Bearer " + token}}).status;
 }
 
 TEST(RpcRoles, TableCoversEveryMethodOnce) {
@@ -114,13 +82,13 @@ TEST(RpcRoles, EveryRoleAgainstEveryRpc) {
   RealClock clock;
   auto server = Server::Create(config, &clock);
   ASSERT_TRUE(server.ok()) << server.status().message();
-  grpc::GenericStub stub(rpc::MakeChannel((*server)->address(), ""));
+  const std::shared_ptr<grpc::Channel> channel = rpc::MakeChannel((*server)->address(), "");
   int refused = 0, allowed = 0;
   for (const auto* m : AllMethods()) {
     const std::string method = absl::StrCat("/", m->service()->full_name(), "/", m->name());
     const rpc::Access access = RequiredAccess(m->name());
     for (const RoleToken& t : kTokens) {
-      const grpc::Status s = RawCall(&stub, method, t.token);
+      const grpc::Status s = RawCall(channel, method, t.token);
       const std::string what = absl::StrCat(method, " as ", rpc::RoleName(t.role), ": ",
                                             s.error_code(), " ", s.error_message());
       EXPECT_NE(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << what;
@@ -134,13 +102,37 @@ TEST(RpcRoles, EveryRoleAgainstEveryRpc) {
       }
     }
     // An unknown token is refused before any role is looked at.
-    EXPECT_EQ(RawCall(&stub, method, "nobody-token-0123456789abcdef").error_code(),
+    EXPECT_EQ(RawCall(channel, method, "nobody-token-0123456789abcdef").error_code(),
               grpc::StatusCode::UNAUTHENTICATED)
         << method;
   }
   // 26 methods x 4 roles; admin everywhere, worker on the worker service only.
   EXPECT_EQ(refused + allowed, 4 * static_cast<int>(AllMethods().size()));
   EXPECT_GT(refused, 40);
+  (*server)->Shutdown();
+}
+
+// Load balancers probe without a token: grpc.health.v1 answers SERVING while every other
+// service wants one.
+TEST(RpcRoles, HealthStaysOpen) {
+  const std::string dir = testutil::MakeTempDir("rpc_roles_health");
+  std::ofstream(dir + "/tokens") << "admin ops " << kTokens[0].token << "\n";
+  CoordinatorConfig config;
+  config.listen_address = "127.0.0.1:0";
+  config.state_dir = dir + "/state";
+  config.auth_token_file = dir + "/tokens";
+  config.metrics_port = -1;
+  RealClock clock;
+  auto server = Server::Create(config, &clock);
+  ASSERT_TRUE(server.ok()) << server.status().message();
+  const std::shared_ptr<grpc::Channel> channel = rpc::MakeChannel((*server)->address(), "");
+  const testutil::RawCallResult health =
+      testutil::RawCall(channel, "/grpc.health.v1.Health/Check", "");
+  ASSERT_TRUE(health.status.ok()) << health.status.error_message();
+  EXPECT_EQ(health.response, std::string("\x08\x01", 2));  // {status: SERVING}
+  EXPECT_EQ(
+      testutil::RawCall(channel, "/mt.v1.ClientService/GetClusterInfo", "").status.error_code(),
+      grpc::StatusCode::UNAUTHENTICATED);
   (*server)->Shutdown();
 }
 

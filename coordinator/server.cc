@@ -12,6 +12,7 @@
 #include "common/base/status_macros.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/tls.h"
+#include "common/rpc/worker_credential.h"
 #include "coordinator/checkpoints/catalog.h"
 #include "coordinator/checkpoints/job_lookup.h"
 #include "coordinator/client_service.h"
@@ -25,6 +26,26 @@
 #include "grpcpp/health_check_service_interface.h"
 
 namespace mt::coordinator {
+namespace {
+
+// Takes server reflection off one server. Linking gRPC's reflection library registers its plugin
+// for every server of the process at load time (a static initializer), so without this option
+// reflection answered whatever --reflection said (issue #20).
+class WithoutReflection final : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments* args) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->erase(
+        std::remove_if(plugins->begin(), plugins->end(),
+                       [](const std::unique_ptr<grpc::ServerBuilderPlugin>& p) {
+                         return dynamic_cast<grpc::reflection::ProtoServerReflectionPlugin*>(
+                                    p.get()) != nullptr;
+                       }),
+        plugins->end());
+  }
+};
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& config,
                                                        const Clock* clock) {
@@ -45,6 +66,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->auth_ = std::make_unique<rpc::Authenticator>(std::move(tokens));
   MT_ASSIGN_OR_RETURN(s->store_, Store::Open(config.state_dir));
   s->registry_ = std::make_unique<WorkerRegistry>(clock, config.lost_after);
+  // The key of the ranks' rendezvous credentials, made once per state directory.
+  MT_ASSIGN_OR_RETURN(const std::string rank_key,
+                      s->store_->GetOrPutMeta("rank_credential_key", rpc::NewWorkerSecret()));
+  MT_ASSIGN_OR_RETURN(RankCredentials rank_credentials, RankCredentials::FromKey(rank_key));
+  s->rank_credentials_ = std::make_unique<RankCredentials>(std::move(rank_credentials));
   s->start_time_ = clock->Now();
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -55,16 +81,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   jm.coordinator_address = config.listen_address;
   if (config.metrics_port >= 0) s->metrics_ = std::make_unique<CoordinatorMetrics>();
   jm.observer = s->metrics_.get();
+  jm.rank_credentials = s->rank_credentials_.get();
   MT_ASSIGN_OR_RETURN(s->jobs_, JobManager::Create(s->store_.get(), s->registry_.get(), clock, jm));
   s->client_service_ = std::make_unique<ClientServiceImpl>(s->auth_.get(), s->registry_.get(),
                                                            s->jobs_.get(), clock, s->start_time_);
   s->worker_service_ = std::make_unique<WorkerServiceImpl>(
       s->auth_.get(), s->registry_.get(), s->jobs_.get(), config.heartbeat_interval);
+  s->worker_service_->set_rank_credentials(s->rank_credentials_.get());
   s->client_service_->set_metrics(s->metrics_.get());
   s->client_service_->set_allowed_roots(s->allowed_roots_);
   MT_RETURN_IF_ERROR(s->StartCatalog());
   if (config.ReflectionEnabled()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  if (!config.ReflectionEnabled()) builder.SetOption(std::make_unique<WithoutReflection>());
   int bound_port = 0;
   builder.AddListeningPort(config.listen_address, credentials, &bound_port);
   builder.RegisterService(s->client_service_.get());

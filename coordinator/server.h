@@ -24,6 +24,7 @@ namespace mt::coordinator {
 class WorkerRegistry;
 class Store;
 class JobManager;
+class RankCredentials;
 }  // namespace mt::coordinator
 namespace mt::rpc {
 class Authenticator;
@@ -66,6 +67,7 @@ class Server {
   std::unique_ptr<Store> store_;
   AllowedRoots allowed_roots_;
   std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<RankCredentials> rank_credentials_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<JobManagerCheckpointJobs> checkpoint_jobs_;
   std::unique_ptr<CheckpointCatalog> catalog_;

@@ -23,6 +23,17 @@
     }                                                                                        \
   } while (false)
 
+// The same check, also filling `caller` (an rpc::Principal) with who made the call, for the
+// handlers that act on what a caller owns (coordinator/job_access.h).
+#define MT_CHECK_AUTH_AS(context, caller)                                                  \
+  do {                                                                                     \
+    if (grpc::Status auth_status = auth_->Check(                                           \
+            *(context), __func__, ::mt::coordinator::RequiredAccess(__func__), &(caller)); \
+        !auth_status.ok()) {                                                               \
+      return auth_status;                                                                  \
+    }                                                                                      \
+  } while (false)
+
 namespace mt::coordinator {
 
 // Moves an answer into `response`, or maps its error (common/rpc) for the client.

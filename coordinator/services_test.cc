@@ -15,6 +15,7 @@
 #include "common/rpc/worker_credential.h"
 #include "coordinator/server.h"
 #include "gmock/gmock.h"
+#include "google/protobuf/util/time_util.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "mt/v1/client_service.grpc.pb.h"
@@ -93,6 +94,35 @@ class ServicesTest : public ::testing::Test {
     report.set_outcome(mt::v1::RANK_OUTCOME_FAILED);
     mt::v1::RankExitResponse resp;
     return worker_->ReportRankExit(&ctx, report, &resp);
+  }
+
+  // Submits AutoDpSpec (world 1 on one free worker) and returns the job's id.
+  std::string Submit() {
+    grpc::ClientContext ctx;
+    mt::v1::SubmitJobRequest submit;
+    *submit.mutable_spec() = AutoDpSpec();
+    mt::v1::SubmitJobResponse submitted;
+    const grpc::Status s = client_->SubmitJob(&ctx, submit, &submitted);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return submitted.job().id();
+  }
+  // The first assignment on `worker_id`'s stream (empty after 10 s without one).
+  mt::v1::Assignment TakeAssignment(const std::string& worker_id) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    AsWorker(&ctx, worker_id);
+    mt::v1::StreamAssignmentsRequest req;
+    req.set_worker_id(worker_id);
+    auto reader = worker_->StreamAssignments(&ctx, req);
+    mt::v1::WorkerCommand cmd;
+    mt::v1::Assignment a;
+    if (reader->Read(&cmd) && cmd.has_assign()) a = cmd.assign();
+    ctx.TryCancel();
+    return a;
+  }
+  // A rank's rendezvous call, as worker/parallel/rendezvous_client.cc makes it.
+  void AsRank(grpc::ClientContext* ctx, const mt::v1::Assignment& a) {
+    ctx->AddMetadata(rpc::kRankCredentialHeader, a.rank_credential());
   }
 
   RealClock clock_;
@@ -262,24 +292,25 @@ TEST_F(ServicesTest, PlanJobLeavesTheSpecAsSubmitted) {
 }
 
 TEST_F(ServicesTest, RendezvousThroughTheWorkerService) {
-  Register("n0");
-  grpc::ClientContext submit_ctx;
-  mt::v1::SubmitJobRequest submit;
-  *submit.mutable_spec() = AutoDpSpec();
-  mt::v1::SubmitJobResponse submitted;
-  ASSERT_TRUE(client_->SubmitJob(&submit_ctx, submit, &submitted).ok());
-  const std::string id = submitted.job().id();
+  const std::string w = Register("n0");
+  const std::string id = Submit();
+  const mt::v1::Assignment a = TakeAssignment(w);
+  ASSERT_EQ(a.job_id(), id);
+  ASSERT_EQ(a.rank_credential().size(), 64u);
   {
     grpc::ClientContext ctx;
+    AsRank(&ctx, a);
     mt::v1::RendezvousSetRequest req;
     req.set_job_id(id);
     req.set_key("master");
     req.set_value("h:1");
     mt::v1::RendezvousSetResponse resp;
-    ASSERT_TRUE(worker_->RendezvousSet(&ctx, req, &resp).ok());
+    const grpc::Status s = worker_->RendezvousSet(&ctx, req, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
   }
   {
     grpc::ClientContext ctx;
+    AsRank(&ctx, a);
     mt::v1::RendezvousAddRequest req;
     req.set_job_id(id);
     req.set_key("n");
@@ -290,6 +321,7 @@ TEST_F(ServicesTest, RendezvousThroughTheWorkerService) {
   }
   {
     grpc::ClientContext ctx;
+    AsRank(&ctx, a);
     mt::v1::RendezvousGetRequest req;
     req.set_job_id(id);
     req.add_keys("master");
@@ -300,15 +332,97 @@ TEST_F(ServicesTest, RendezvousThroughTheWorkerService) {
     EXPECT_EQ(resp.values(0), "h:1");
     EXPECT_EQ(resp.values(1), "3");
   }
-  {
+  {  // the credential names attempt 0: another attempt's space is out of its reach
     grpc::ClientContext ctx;
+    AsRank(&ctx, a);
     mt::v1::RendezvousSetRequest req;
     req.set_job_id(id);
-    req.set_attempt(1);  // not the job's attempt
+    req.set_attempt(1);
     req.set_key("k");
     mt::v1::RendezvousSetResponse resp;
     EXPECT_EQ(worker_->RendezvousSet(&ctx, req, &resp).error_code(),
-              grpc::StatusCode::FAILED_PRECONDITION);
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+}
+
+// Issue #20: a worker token reaches the rendezvous keys only of the ranks its worker holds.
+// Two workers, a job on each: the one holding job B cannot read, write or count job A's keys
+// with its own rank's credential, nor with none, nor claim another rank of job A.
+TEST_F(ServicesTest, AWorkerReachesOnlyItsOwnRanksRendezvous) {
+  const std::string wa = Register("na");
+  const std::string job_a = Submit();
+  const mt::v1::Assignment a = TakeAssignment(wa);
+  const std::string wb = Register("nb");
+  const std::string job_b = Submit();
+  const mt::v1::Assignment b = TakeAssignment(wb);
+  ASSERT_EQ(a.job_id(), job_a);
+  ASSERT_EQ(b.job_id(), job_b);
+  ASSERT_NE(a.rank_credential(), b.rank_credential());
+  auto set = [&](const mt::v1::Assignment* as, const std::string& job, int rank) {
+    grpc::ClientContext ctx;
+    if (as != nullptr) AsRank(&ctx, *as);
+    mt::v1::RendezvousSetRequest req;
+    req.set_job_id(job);
+    req.set_rank(rank);
+    req.set_key("master");
+    req.set_value("evil:1");
+    mt::v1::RendezvousSetResponse resp;
+    return worker_->RendezvousSet(&ctx, req, &resp);
+  };
+  grpc::Status s = set(&b, job_a, 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("rendezvous of " + job_a + " attempt 0 rank 0"),
+            std::string::npos)
+      << s.error_message();
+  s = set(nullptr, job_a, 0);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_NE(s.error_message().find("carries no x-mt-rank-credential"), std::string::npos)
+      << s.error_message();
+  EXPECT_EQ(set(&a, job_a, 1).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  {
+    grpc::ClientContext ctx;
+    AsRank(&ctx, b);
+    mt::v1::RendezvousGetRequest req;
+    req.set_job_id(job_a);
+    req.add_keys("master");
+    mt::v1::RendezvousGetResponse resp;
+    EXPECT_EQ(worker_->RendezvousGet(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  {
+    grpc::ClientContext ctx;
+    AsRank(&ctx, b);
+    mt::v1::RendezvousAddRequest req;
+    req.set_job_id(job_a);
+    req.set_key("n");
+    req.set_delta(1);
+    mt::v1::RendezvousAddResponse resp;
+    EXPECT_EQ(worker_->RendezvousAdd(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::PERMISSION_DENIED);
+  }
+  // Each holder reaches its own job's keys; job A's were never written by worker B.
+  EXPECT_TRUE(set(&b, job_b, 0).ok());
+  {
+    grpc::ClientContext ctx;
+    AsRank(&ctx, a);
+    mt::v1::RendezvousAddRequest req;
+    req.set_job_id(job_a);
+    req.set_key("master-count");
+    req.set_delta(1);
+    mt::v1::RendezvousAddResponse resp;
+    ASSERT_TRUE(worker_->RendezvousAdd(&ctx, req, &resp).ok());
+    EXPECT_EQ(resp.value(), 1);
+  }
+  {
+    grpc::ClientContext ctx;
+    AsRank(&ctx, a);
+    mt::v1::RendezvousGetRequest req;
+    req.set_job_id(job_a);
+    req.add_keys("master");
+    *req.mutable_timeout() = google::protobuf::util::TimeUtil::MillisecondsToDuration(100);
+    mt::v1::RendezvousGetResponse resp;
+    EXPECT_EQ(worker_->RendezvousGet(&ctx, req, &resp).error_code(),
+              grpc::StatusCode::DEADLINE_EXCEEDED);
   }
 }
 

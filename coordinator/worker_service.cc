@@ -9,6 +9,7 @@
 #include "common/rpc/grpc_status.h"
 #include "common/rpc/worker_credential.h"
 #include "coordinator/service_util.h"
+#include "coordinator/store/store.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace mt::coordinator {
@@ -115,6 +116,10 @@ grpc::Status WorkerServiceImpl::RendezvousSet(grpc::ServerContext* context,
                                               const mt::v1::RendezvousSetRequest* request,
                                               mt::v1::RendezvousSetResponse* response) {
   MT_CHECK_AUTH(context);
+  if (grpc::Status s = CheckRank(*context, request->job_id(), request->attempt(), request->rank());
+      !s.ok()) {
+    return s;
+  }
   return rpc::ToGrpcStatus(jobs_->RendezvousSet(request->job_id(), request->attempt(),
                                                 request->key(), request->value()));
 }
@@ -123,6 +128,10 @@ grpc::Status WorkerServiceImpl::RendezvousGet(grpc::ServerContext* context,
                                               const mt::v1::RendezvousGetRequest* request,
                                               mt::v1::RendezvousGetResponse* response) {
   MT_CHECK_AUTH(context);
+  if (grpc::Status s = CheckRank(*context, request->job_id(), request->attempt(), request->rank());
+      !s.ok()) {
+    return s;
+  }
   absl::Duration timeout = absl::Nanoseconds(TimeUtil::DurationToNanoseconds(request->timeout()));
   if (timeout <= absl::ZeroDuration()) timeout = absl::Seconds(300);
   if (timeout > absl::Hours(1)) {
@@ -139,6 +148,10 @@ grpc::Status WorkerServiceImpl::RendezvousAdd(grpc::ServerContext* context,
                                               const mt::v1::RendezvousAddRequest* request,
                                               mt::v1::RendezvousAddResponse* response) {
   MT_CHECK_AUTH(context);
+  if (grpc::Status s = CheckRank(*context, request->job_id(), request->attempt(), request->rank());
+      !s.ok()) {
+    return s;
+  }
   auto v =
       jobs_->RendezvousAdd(request->job_id(), request->attempt(), request->key(), request->delta());
   if (!v.ok()) return rpc::ToGrpcStatus(v.status());
@@ -153,6 +166,24 @@ absl::Status WorkerServiceImpl::CheckWorker(const grpc::ServerContext& context,
   const std::string session =
       it == metadata.end() ? "" : std::string(it->second.data(), it->second.size());
   return registry_->Authenticate(worker_id, session);
+}
+
+grpc::Status WorkerServiceImpl::CheckRank(const grpc::ServerContext& context,
+                                          const std::string& job_id, int attempt, int rank) const {
+  if (rank_credentials_ == nullptr) {
+    return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                        "this coordinator was started without rank credentials");
+  }
+  // A malformed request is answered as such, whoever sends it.
+  if (absl::StatusOr<int64_t> id = ParseJobId(job_id); !id.ok()) {
+    return rpc::ToGrpcStatus(id.status());
+  }
+  const auto& metadata = context.client_metadata();
+  auto it = metadata.find(rpc::kRankCredentialHeader);
+  const absl::string_view presented = it == metadata.end()
+                                          ? absl::string_view()
+                                          : absl::string_view(it->second.data(), it->second.size());
+  return rpc::ToGrpcStatus(rank_credentials_->Check(job_id, attempt, rank, presented));
 }
 
 void WorkerServiceImpl::RegisterCheckpoint(const mt::v1::RankReport& report) {

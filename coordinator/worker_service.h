@@ -1,6 +1,7 @@
 // The worker-facing gRPC service (mt-worker daemons and their ranks): registration,
 // heartbeats, the assignment stream, rank reports and the rendezvous store. Each handler
-// checks the bearer token (and, for a daemon's calls after Register, its worker session), calls the
+// checks the bearer token (and, for a daemon's calls after Register, its worker session; for a
+// rank's rendezvous call, its rank credential), calls the
 // owning component and maps its absl::Status (common/rpc). Thread-safe: it holds no state of its
 // own beyond pointers to thread-safe components, set before serving.
 #ifndef MT_COORDINATOR_WORKER_SERVICE_H_
@@ -10,6 +11,7 @@
 #include "common/rpc/auth.h"
 #include "coordinator/checkpoints/catalog.h"
 #include "coordinator/jobs/job_manager.h"
+#include "coordinator/rendezvous/rank_credentials.h"
 #include "coordinator/workers/registry.h"
 #include "mt/v1/worker_service.grpc.pb.h"
 
@@ -48,15 +50,23 @@ class WorkerServiceImpl final : public mt::v1::WorkerService::Service {
 
   // Registers the saves ranks report (set once before serving; none = not registered).
   void set_catalog(CheckpointCatalog* catalog) { catalog_ = catalog; }
+  // Checks the rank credential of every rendezvous call (set once before serving; without it
+  // the rendezvous RPCs answer UNIMPLEMENTED).
+  void set_rank_credentials(const RankCredentials* credentials) { rank_credentials_ = credentials; }
 
  private:
   // OK when the call carries the current session of `worker_id` (rpc::kWorkerSessionHeader);
   // NOT_FOUND for an unknown worker, PERMISSION_DENIED naming it otherwise.
   absl::Status CheckWorker(const grpc::ServerContext& context, const std::string& worker_id) const;
+  // OK when the call carries the rank credential of `rank` of (job_id, attempt)
+  // (rpc::kRankCredentialHeader): a worker reaches only the rendezvous of the ranks it holds.
+  grpc::Status CheckRank(const grpc::ServerContext& context, const std::string& job_id, int attempt,
+                         int rank) const;
   // Hands a report's checkpoint to the catalog; problems are logged, never fail the stream.
   void RegisterCheckpoint(const mt::v1::RankReport& report);
 
   CheckpointCatalog* catalog_ = nullptr;
+  const RankCredentials* rank_credentials_ = nullptr;
   const rpc::Authenticator* auth_;
   WorkerRegistry* registry_;
   JobManager* jobs_;

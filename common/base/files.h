@@ -16,8 +16,10 @@ namespace mt {
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes = 256ull << 20);
 
 // Writes `contents` to `path` so that a reader sees either the old file or the new one, never a
-// mix: write to "<path>.tmp.<pid>", fsync, rename over `path`, fsync the directory.
-absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents);
+// mix: write to "<path>.tmp.<pid>", fsync, rename over `path`, fsync the directory. A new file
+// gets `mode` (less the umask): 0600 for one that holds a secret.
+absl::Status WriteFileAtomically(const std::string& path, absl::string_view contents,
+                                 unsigned mode = 0644);
 
 // fsyncs a directory so that a rename inside it is durable.
 absl::Status FsyncDirectory(const std::string& dir);

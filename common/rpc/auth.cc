@@ -234,8 +234,11 @@ const TokenEntry* Authenticator::Find(const grpc::ServerContext& context,
 }
 
 grpc::Status Authenticator::Check(const grpc::ServerContext& context, absl::string_view method,
-                                  Access access) const {
-  if (tokens_.empty()) return grpc::Status::OK;
+                                  Access access, Principal* caller) const {
+  if (tokens_.empty()) {
+    if (caller != nullptr) *caller = Principal{};
+    return grpc::Status::OK;
+  }
   grpc::Status error;
   const TokenEntry* entry = Find(context, &error);
   if (entry == nullptr) return error;
@@ -245,6 +248,7 @@ grpc::Status Authenticator::Check(const grpc::ServerContext& context, absl::stri
         absl::StrCat(method, " needs the ", AccessName(access), " role (or admin); token '",
                      entry->name, "' has role ", RoleName(entry->role)));
   }
+  if (caller != nullptr) *caller = Principal{entry->name, entry->role};
   return grpc::Status::OK;
 }
 

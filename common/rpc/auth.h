@@ -45,6 +45,13 @@ struct TokenEntry {
   std::string token;
 };
 
+// Who made a call: the name and role of its token's entry. Without tokens (loopback, no
+// --auth-token-file) every caller is {"", admin}.
+struct Principal {
+  std::string name;
+  Role role = Role::kAdmin;
+};
+
 // Reads a token file (format above). Each token is 16..512 printable ASCII characters; names
 // are 1..64 of [A-Za-z0-9._@-]; a token may appear once.
 absl::StatusOr<std::vector<TokenEntry>> ReadTokenTable(const std::string& path);
@@ -65,8 +72,9 @@ class Authenticator {
   explicit Authenticator(std::vector<TokenEntry> tokens) : tokens_(std::move(tokens)) {}
   bool enabled() const { return !tokens_.empty(); }
   // OK, UNAUTHENTICATED saying what is missing, or PERMISSION_DENIED naming the role needed.
-  grpc::Status Check(const grpc::ServerContext& context, absl::string_view method,
-                     Access access) const;
+  // On OK, `caller` (optional) receives who made the call.
+  grpc::Status Check(const grpc::ServerContext& context, absl::string_view method, Access access,
+                     Principal* caller = nullptr) const;
 
  private:
   const TokenEntry* Find(const grpc::ServerContext& context, grpc::Status* error) const;

@@ -14,6 +14,9 @@ namespace mt::rpc {
 
 // Metadata key of the session on a worker daemon's calls (lower case, as gRPC requires).
 inline constexpr char kWorkerSessionHeader[] = "x-mt-worker-session";
+// Metadata key of the rank credential on a rank's rendezvous calls (mt.v1.Assignment's
+// rank_credential; coordinator/rendezvous/rank_credentials.h).
+inline constexpr char kRankCredentialHeader[] = "x-mt-rank-credential";
 // Hex digits of a secret (32 random bytes).
 inline constexpr size_t kWorkerSecretHexDigits = 64;
 

@@ -153,7 +153,8 @@ absl::Status JobManager::RecordEvent(JobEntry* entry, const std::string& reason)
 }
 
 absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSpec& submitted,
-                                                             const std::string& request_id) {
+                                                             const std::string& request_id,
+                                                             const std::string& owner) {
   if (request_id.size() > 128) {
     return absl::InvalidArgumentError("request_id must be at most 128 characters");
   }
@@ -189,6 +190,7 @@ absl::StatusOr<mt::v1::SubmitJobResponse> JobManager::Submit(const mt::v1::JobSp
   const absl::Time now = clock_->Now();
   mt::v1::Job job;
   *job.mutable_spec() = spec;
+  job.set_owner(owner);
   job.set_state(mt::v1::JOB_STATE_PENDING);
   job.set_reason("submitted");
   *job.mutable_create_time() = ToProto(now);
@@ -242,6 +244,9 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
     return absl::InvalidArgumentError(
         absl::StrCat("page_size must be 0..1000 (0 = 100), got ", request.page_size()));
   }
+  if (request.owner().size() > 64) {
+    return absl::InvalidArgumentError("owner: at most 64 characters (a token's NAME)");
+  }
   const int size = request.page_size() == 0 ? 100 : request.page_size();
   int64_t after = 0;  // the page token is the last id of the previous page
   if (!request.page_token().empty() && !absl::SimpleAtoi(request.page_token(), &after)) {
@@ -249,7 +254,7 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
   }
   absl::MutexLock lock(&mu_);
   mt::v1::ListJobsResponse response;
-  if (request.name_prefix().empty()) {
+  if (request.name_prefix().empty() && request.owner().empty()) {
     // Totals from the per-state counts; the page from the token on, not the whole map.
     auto wanted = [&](mt::v1::JobState s) {
       return request.states_size() == 0 ||
@@ -288,6 +293,7 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
     if (!request.name_prefix().empty() && job.spec().name().rfind(request.name_prefix(), 0) != 0) {
       continue;
     }
+    if (!request.owner().empty() && job.owner() != request.owner()) continue;
     ++total;
     if (id <= after || response.jobs_size() >= size) continue;
     mt::v1::Job* out = response.add_jobs();
@@ -305,7 +311,8 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
                           request.states().end();
       bool name_ok =
           request.name_prefix().empty() || job.spec().name().rfind(request.name_prefix(), 0) == 0;
-      if (state_ok && name_ok) {
+      bool owner_ok = request.owner().empty() || job.owner() == request.owner();
+      if (state_ok && name_ok && owner_ok) {
         response.set_next_page_token(std::to_string(last));
         break;
       }
@@ -314,8 +321,8 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
   return response;
 }
 
-absl::StatusOr<mt::v1::Job> JobManager::Cancel(const std::string& job_id,
-                                               const std::string& reason) {
+absl::StatusOr<mt::v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason,
+                                               const std::string& by) {
   if (reason.size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 characters");
   absl::MutexLock lock(&mu_);
   MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
@@ -323,7 +330,10 @@ absl::StatusOr<mt::v1::Job> JobManager::Cancel(const std::string& job_id,
     return absl::FailedPreconditionError(
         absl::StrCat(job_id, " already ended (", ShortName(entry->job.state()), ")"));
   }
-  const std::string why = reason.empty() ? "cancelled by a user" : "cancelled: " + reason;
+  const std::string who = by.empty() ? "" : absl::StrCat(" by '", by, "'");
+  const std::string why = reason.empty()
+                              ? absl::StrCat("cancelled", by.empty() ? " by a user" : who)
+                              : absl::StrCat("cancelled", who, ": ", reason);
   const bool had_ranks = entry->job.state() != mt::v1::JOB_STATE_PENDING;
   MT_RETURN_IF_ERROR(Transition(entry, mt::v1::JOB_STATE_CANCELLED, why));
   if (had_ranks) StopRanks(entry, why);
@@ -524,6 +534,10 @@ void JobManager::SendAssignments(const mt::v1::Job& job) {
                                                             : coordinator_address_);
     a->set_gpu_index(p.gpu_index());
     a->set_resume_from(job.resume_from());
+    if (options_.rank_credentials != nullptr) {
+      a->set_rank_credential(
+          options_.rank_credentials->Issue(job.id(), job.attempt(), p.coordinates().rank()));
+    }
     Enqueue(p.worker_id(), std::move(cmd));
   }
 }

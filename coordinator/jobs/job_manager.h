@@ -48,6 +48,7 @@
 #include "coordinator/jobs/hang_detector.h"
 #include "coordinator/jobs/job_observer.h"
 #include "coordinator/jobs/straggler_tracker.h"
+#include "coordinator/rendezvous/rank_credentials.h"
 #include "coordinator/rendezvous/rendezvous_store.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/store/store.h"
@@ -67,6 +68,9 @@ struct JobManagerOptions {
   int max_jobs = 1'000'000;
   // Hears of every state transition (optional; outlives the manager).
   JobObserver* observer = nullptr;
+  // Issues each assignment's rank_credential (optional: none, assignments carry none and the
+  // worker service refuses their rendezvous; outlives the manager).
+  const RankCredentials* rank_credentials = nullptr;
 };
 
 class JobManager : private PlacementTarget {
@@ -78,12 +82,16 @@ class JobManager : private PlacementTarget {
 
   // --- Client API -------------------------------------------------------------------------
   // Defaults and validates the spec (INVALID_ARGUMENT naming the field; nothing stored then),
-  // stores the job as PENDING and runs a scheduling pass.
+  // stores the job as PENDING and runs a scheduling pass. `owner` is recorded as Job.owner (the
+  // submitting token's name; coordinator/job_access.h).
   absl::StatusOr<mt::v1::SubmitJobResponse> Submit(const mt::v1::JobSpec& spec,
-                                                   const std::string& request_id);
+                                                   const std::string& request_id,
+                                                   const std::string& owner = "");
   absl::StatusOr<mt::v1::Job> Get(const std::string& job_id, bool include_events);
   absl::StatusOr<mt::v1::ListJobsResponse> List(const mt::v1::ListJobsRequest& request);
-  absl::StatusOr<mt::v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // `by` (optional) names who cancelled, for the job's event log.
+  absl::StatusOr<mt::v1::Job> Cancel(const std::string& job_id, const std::string& reason,
+                                     const std::string& by = "");
   // Forgets an ended job whose ranks have all exited (memory and store; its id is never
   // reused) and returns it. FAILED_PRECONDITION naming the fix otherwise.
   absl::StatusOr<mt::v1::Job> Delete(const std::string& job_id);

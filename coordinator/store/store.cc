@@ -214,6 +214,28 @@ absl::Status Store::Migrate() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::string> Store::GetOrPutMeta(const std::string& key,
+                                                const std::string& value_if_absent) {
+  if (key == "schema_version" || key == "max_deleted_job_id") {
+    return absl::InvalidArgumentError(absl::StrCat("meta key '", key, "' is the store's own"));
+  }
+  absl::MutexLock lock(&mu_);
+  {
+    Stmt put(db_, "INSERT OR IGNORE INTO meta (key, value) VALUES (?1, ?2)");
+    MT_RETURN_IF_ERROR(put.status());
+    put.Bind(1, key);
+    put.Bind(2, value_if_absent);
+    MT_RETURN_IF_ERROR(put.Done(put.Step()));
+  }
+  Stmt get(db_, "SELECT value FROM meta WHERE key = ?1");
+  MT_RETURN_IF_ERROR(get.status());
+  get.Bind(1, key);
+  if (get.Step() != SQLITE_ROW) {
+    return absl::InternalError(absl::StrCat("meta key '", key, "' vanished after its insert"));
+  }
+  return get.Text(0);
+}
+
 absl::Status Store::InsertEvent(int64_t job_id, const mt::v1::JobEvent& event) {
   Stmt st(
       db_,

@@ -2,7 +2,8 @@
 // database under --state-dir. A coordinator restart loses nothing.
 //
 // Schema (versioned; store.cc holds the migrations, applied in order at Open):
-//   meta(key, value)                          schema_version
+//   meta(key, value)                          schema_version, max_deleted_job_id,
+//                                             rank_credential_key (GetOrPutMeta)
 //   jobs(id, request_id, name, state, priority, create_ns, job)   job = mt.v1.Job bytes
 //   job_events(job_id, seq, time_ns, state, attempt, reason)
 //   workers(id, worker)                       worker = mt.v1.Worker bytes
@@ -67,6 +68,13 @@ class Store {
   // The newest entry for `directory` that is not DELETED, if any.
   absl::StatusOr<std::optional<mt::v1::Checkpoint>> FindCheckpointByDirectory(
       const std::string& directory);
+
+  // --- Coordinator settings in meta (no schema change: meta holds any key) ----------------
+  // The value stored under `key`; when there is none, stores `value_if_absent` and returns it
+  // (in one transaction, so concurrent callers get the same value). Keys the store uses itself
+  // (schema_version, max_deleted_job_id) are refused.
+  absl::StatusOr<std::string> GetOrPutMeta(const std::string& key,
+                                           const std::string& value_if_absent);
 
   int schema_version() const { return kSchemaVersion; }
 

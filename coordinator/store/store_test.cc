@@ -208,5 +208,30 @@ TEST(Store, MigratesAVersion1DatabaseToTheCatalog) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("checkpoint_id")));
 }
 
+// The coordinator's rank-credential key and a job's owner stay what they were first stored as.
+TEST(Store, MetaValuesAndJobOwnersSurviveReopening) {
+  const std::string dir = testutil::MakeTempDir("store_meta");
+  std::string job_id;
+  {
+    MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+    MT_ASSERT_OK_AND_ASSIGN(std::string first, store->GetOrPutMeta("rank_credential_key", "k1"));
+    EXPECT_EQ(first, "k1");
+    MT_ASSERT_OK_AND_ASSIGN(std::string again, store->GetOrPutMeta("rank_credential_key", "k2"));
+    EXPECT_EQ(again, "k1");
+    EXPECT_THAT(store->GetOrPutMeta("schema_version", "9").status(),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("the store's own")));
+    mt::v1::Job job = NewJob("owned");
+    job.set_owner("alice");
+    MT_ASSERT_OK_AND_ASSIGN(mt::v1::Job stored,
+                            store->CreateJob(job, "", Event(mt::v1::JOB_STATE_PENDING, "s", 1)));
+    job_id = stored.id();
+  }
+  MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+  MT_ASSERT_OK_AND_ASSIGN(std::string kept, store->GetOrPutMeta("rank_credential_key", "k3"));
+  EXPECT_EQ(kept, "k1");
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Job job, store->GetJob(job_id));
+  EXPECT_EQ(job.owner(), "alice");
+}
+
 }  // namespace
 }  // namespace mt::coordinator

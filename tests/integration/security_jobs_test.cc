@@ -1,6 +1,8 @@
 // A job through the whole stack behind mutual TLS and role tokens: the coordinator requires
 // client certificates, so the ranks' rendezvous only works when mt-worker hands its token and
-// TLS files on to them (MT_TOKEN_FILE, MT_TLS_*).
+// TLS files on to them (MT_TOKEN_FILE, MT_TLS_*), and each rank sends the rank credential of
+// its assignment (coordinator/rendezvous/rank_credentials.h). The job is its submitter's: another
+// submit token cannot cancel it (coordinator/job_access.h).
 #include <string>
 #include <vector>
 
@@ -24,10 +26,13 @@ TEST(SecurityJobsTest, TwoRanksTrainBehindMutualTls) {
   const std::string worker = JoinPath(cluster.dir(), "worker.token");
   ASSERT_TRUE(WriteFileAtomically(tokens,
                                   "submit alice alice-token-0123456789abcdef\n"
+                                  "submit bob bob-token-0123456789abcdef\n"
                                   "worker node0 worker-token-0123456789abcdef\n")
                   .ok());
   ASSERT_TRUE(WriteFileAtomically(user, "alice-token-0123456789abcdef\n").ok());
   ASSERT_TRUE(WriteFileAtomically(worker, "worker-token-0123456789abcdef\n").ok());
+  const std::string other = JoinPath(cluster.dir(), "bob.token");
+  ASSERT_TRUE(WriteFileAtomically(other, "bob-token-0123456789abcdef\n").ok());
   ASSERT_TRUE(
       cluster
           .StartCoordinator({"--auth_token_file=" + tokens, "--tls_cert=" + certs->server_cert,
@@ -54,6 +59,18 @@ TEST(SecurityJobsTest, TwoRanksTrainBehindMutualTls) {
   testutil::CommandResult r = cluster.Mtctl(submit);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const std::string id(absl::StripAsciiWhitespace(r.out));
+
+  // Bob's submit token cannot cancel Alice's job (exit 5, naming the owner); describe shows it.
+  std::vector<std::string> cancel = {"cancel", id, "--token_file=" + other};
+  cancel.insert(cancel.end(), tls.begin(), tls.end());
+  r = cluster.Mtctl(cancel);
+  EXPECT_EQ(r.exit_code, 5) << r.out << r.err;
+  EXPECT_NE(r.err.find("the job belongs to 'alice'"), std::string::npos) << r.err;
+  std::vector<std::string> describe = {"describe", id, "--token_file=" + other};
+  describe.insert(describe.end(), tls.begin(), tls.end());
+  r = cluster.Mtctl(describe);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("owner        alice"), std::string::npos) << r.out;
 
   std::vector<std::string> watch = {"watch", id, "--token_file=" + user};
   watch.insert(watch.end(), tls.begin(), tls.end());

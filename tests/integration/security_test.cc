@@ -2,6 +2,7 @@
 // --tls-cert/--tls-key (and --tls-client-ca), mtctl and mt-worker with --tls-ca, a token file
 // with roles. Certificates are made here with openssl (tests/testutil/certs.h).
 #include <signal.h>
+#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -10,8 +11,11 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/files.h"
 #include "common/base/status_matchers.h"
+#include "common/rpc/auth.h"
+#include "common/rpc/tls.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/certs.h"
+#include "tests/testutil/raw_call.h"
 #include "tests/testutil/subprocess.h"
 
 namespace mt {
@@ -130,6 +134,38 @@ TEST_F(SecurityTest, TlsVerifiesTheServerAndRolesLimitTokens) {
   EXPECT_EQ(r.exit_code, 3) << r.err;
   worker.Signal(SIGTERM);
   EXPECT_TRUE(worker.Wait(absl::Seconds(10)).ok());
+}
+
+// Health stays open without a token (over TLS); server reflection follows --reflection: on by
+// default on loopback, UNIMPLEMENTED with --reflection=off (it answered anyway before: gRPC's
+// reflection library registers itself for every server it is linked into).
+TEST_F(SecurityTest, HealthIsOpenAndReflectionFollowsItsFlag) {
+  auto credentials = rpc::MakeChannelCredentials({certs_.ca, "", ""});
+  ASSERT_TRUE(credentials.ok()) << credentials.status();
+  // ServerReflectionRequest{list_services: ""} (field 7).
+  const std::string list_services("\x3a\x00", 2);
+  const std::string reflection = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+  for (const bool off : {true, false}) {
+    SCOPED_TRACE(off ? "--reflection=off" : "default (auto, loopback)");
+    StartCoordinator(off ? std::vector<std::string>{"--reflection=off"}
+                         : std::vector<std::string>{});
+    const auto channel = rpc::MakeChannel(address_, "", *credentials);
+    const testutil::RawCallResult health =
+        testutil::RawCall(channel, "/grpc.health.v1.Health/Check", "");
+    EXPECT_TRUE(health.status.ok()) << health.status.error_message();
+    EXPECT_EQ(health.response, std::string("\x08\x01", 2));  // SERVING
+    const testutil::RawCallResult listed = testutil::RawCall(channel, reflection, list_services);
+    if (off) {
+      EXPECT_EQ(listed.status.error_code(), grpc::StatusCode::UNIMPLEMENTED)
+          << listed.status.error_message();
+    } else {
+      EXPECT_TRUE(listed.has_response) << listed.status.error_message();
+      EXPECT_NE(listed.response.find("mt.v1.ClientService"), std::string::npos);
+    }
+    coordinator_.Signal(SIGTERM);
+    EXPECT_TRUE(coordinator_.Wait(absl::Seconds(10)).ok());
+    ::unlink((dir_ + "/addr").c_str());
+  }
 }
 
 TEST_F(SecurityTest, MutualTlsRequiresAClientCertificate) {

@@ -63,7 +63,9 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(
     return ErrnoStatus("rank dir", dir, errno);
   }
   const std::string assignment_path = JoinPath(dir, "assignment.pb");
-  MT_RETURN_IF_ERROR(WriteFileAtomically(assignment_path, assignment.SerializeAsString()));
+  // 0600: the assignment holds the rank's rendezvous credential.
+  MT_RETURN_IF_ERROR(
+      WriteFileAtomically(assignment_path, assignment.SerializeAsString(), /*mode=*/0600));
   p->log_path_ = JoinPath(dir, "trainer.log");
 
   int pipe_fds[2];

@@ -18,8 +18,11 @@ namespace mt::parallel {
 
 class RendezvousClient {
  public:
-  // `channel` to the coordinator (common/rpc/dial.h: token and TLS).
-  RendezvousClient(std::shared_ptr<grpc::Channel> channel, std::string job_id, int attempt);
+  // `channel` to the coordinator (common/rpc/dial.h: token and TLS); `rank` and its
+  // `credential` (mt.v1.Assignment's rank_credential) go with every call: the coordinator
+  // answers a rank only about its own job's attempt.
+  RendezvousClient(std::shared_ptr<grpc::Channel> channel, std::string job_id, int attempt,
+                   int rank, std::string credential);
 
   absl::Status Set(const std::string& key, const std::string& value);
   absl::StatusOr<std::vector<std::string>> Get(const std::vector<std::string>& keys,
@@ -27,9 +30,14 @@ class RendezvousClient {
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
 
  private:
+  // Sets the deadline and the rank credential of one call.
+  void Prepare(grpc::ClientContext* context, absl::Duration deadline) const;
+
   std::unique_ptr<mt::v1::WorkerService::Stub> stub_;
   const std::string job_id_;
   const int attempt_;
+  const int rank_;
+  const std::string credential_;
 };
 
 }  // namespace mt::parallel

@@ -195,7 +195,7 @@ int RunRankCommand(const std::vector<std::string>& args) {
   auto channel = rpc::Dial(dial);
   if (!channel.ok()) return Fail(channel.status(), "MT_TOKEN_FILE / MT_TLS_*");
   parallel::RendezvousClient rendezvous(*std::move(channel), assignment.job_id(),
-                                        assignment.attempt());
+                                        assignment.attempt(), rank, assignment.rank_credential());
   const bool gpu = assignment.gpu_index() >= 0;
   if (const char* threads = std::getenv("MT_CPU_THREADS"); !gpu && threads != nullptr) {
     const int n = std::atoi(threads);

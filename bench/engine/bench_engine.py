@@ -241,7 +241,7 @@ def parse_ours(stdout_text, stderr_text, name, warmup, steps, peak_tflops):
     m = re.search(r"micro-batch (\d+) x (\d+) = global batch (\d+)", stderr_text)
     if m and (int(m.group(1)), int(m.group(2))) != (mb, 1):
         checks.append("engine micro-batch %s x %s, want %d x 1" % (m.group(1), m.group(2), mb))
-    m = re.search(r"attention=(auto|math|fused)", stderr_text)
+    m = re.search(r"attention=(auto|math|fused|cudnn|flash)", stderr_text)
     if m:
         r["attention"] = m.group(1)
     formula = sizes.count_parameters(layers, hidden, seq)
@@ -454,7 +454,12 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--device", default="cuda")
-    p.add_argument("--attention", default="auto", help="ours: auto, math or fused")
+    p.add_argument("--attention", default="auto",
+                   help="ours: auto, math, fused, cudnn or flash")
+    p.add_argument("--fused-lm-head", action="store_true",
+                   help="ours: pass --fused-lm-head (the output layer and loss in one node)")
+    p.add_argument("--fused-layernorm", action="store_true",
+                   help="ours: pass --fused-layernorm (the LayerNorm kernels)")
     p.add_argument("--compile-mode", default="default")
     p.add_argument("--peak-tflops", type=float, default=sizes.H200_PEAK_TFLOPS)
     p.add_argument("--deadline", type=float, default=0,
@@ -577,6 +582,10 @@ def run_all(args, names, modes, deadline, out, results, save):
                 "--spec", spec_path, "--device", args.device, "--synthetic-data",
                 "--train-iters", str(args.warmup + args.steps),
                 "--peak-tflops", "%g" % args.peak_tflops, "--attention", args.attention]
+            if args.fused_lm_head:
+                cmd.append("--fused-lm-head")
+            if args.fused_layernorm:
+                cmd.append("--fused-layernorm")
             env = ours_env
         else:
             cmd = [args.python, peer_script, "--size", name, "--mode", mode,

@@ -99,8 +99,10 @@ absl::StatusOr<model::AttentionBackend> ParseBackend(const std::string& name) {
   if (name == "auto" || name.empty()) return model::AttentionBackend::kAuto;
   if (name == "math") return model::AttentionBackend::kMath;
   if (name == "fused") return model::AttentionBackend::kFused;
+  if (name == "cudnn") return model::AttentionBackend::kCudnn;
+  if (name == "flash") return model::AttentionBackend::kFlash;
   return absl::InvalidArgumentError(
-      absl::StrCat("attention backend \"", name, "\" is not auto, math or fused"));
+      absl::StrCat("attention backend \"", name, "\" is not auto, math, fused, cudnn or flash"));
 }
 
 // This trainer runs tensor, pipeline and data parallelism (not context parallelism): the
@@ -609,6 +611,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   MT_ASSIGN_OR_RETURN(TrainPlan plan, MakePlan(spec, dp_size));
   MT_ASSIGN_OR_RETURN(model::GptConfig config, model::GptConfig::FromSpec(spec));
   MT_ASSIGN_OR_RETURN(config.attention_backend, ParseBackend(options.attention_backend));
+  config.fused_lm_head = options.fused_lm_head;
+  config.fused_layernorm = options.fused_layernorm;
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
                       LrSchedule::FromSpec(spec.training(), plan.global_batch_size));
   MT_ASSIGN_OR_RETURN(LossScaler scaler, options.force_dynamic_loss_scaling

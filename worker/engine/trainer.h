@@ -79,6 +79,12 @@ struct TrainerOptions {
   bool force_dynamic_loss_scaling = false;
   // "auto", "math" or "fused" (see model::AttentionBackend).
   std::string attention_backend = "auto";
+  // The output layer and its loss fused into one autograd node on CUDA
+  // (model::GptConfig::fused_lm_head; off by default, see there).
+  bool fused_lm_head = false;
+  // LayerNorm (+ the attention's residual add) through the fused kernels on CUDA
+  // (model::GptConfig::fused_layernorm; off by default, see there).
+  bool fused_layernorm = false;
   // Data parallelism (not owned; null = a world of one). With it, each rank runs
   // global_batch / (micro_batch * dp) micro-batches on its own slice of every global batch,
   // the optimizer reduces the gradients over the DP group of `groups` (bucketed, see

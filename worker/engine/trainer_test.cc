@@ -448,6 +448,11 @@ TEST(TrainerTest, CreateRejectsWhatItCannotRun) {
   bad_backend.attention_backend = "flashy";
   EXPECT_THAT(create(TinySpec(), bad_backend),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("flashy")));
+  // "cudnn" is a known name; a CPU trainer cannot run it (the model says why).
+  TrainerOptions cudnn_on_cpu = QuietOptions();
+  cudnn_on_cpu.attention_backend = "cudnn";
+  EXPECT_THAT(create(TinySpec(), cudnn_on_cpu),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("cudnn")));
   if (!torch::cuda::is_available()) {
     TrainerOptions cuda = QuietOptions();
     cuda.device = "cuda:0";

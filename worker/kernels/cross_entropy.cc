@@ -60,6 +60,49 @@ class FusedCrossEntropyFunction : public torch::autograd::Function<FusedCrossEnt
     return {grad, torch::Tensor()};
   }
 };
+
+// Runs the kernel over `logits` [N, V] (contiguous) in place; returns the per-row losses.
+torch::Tensor LossesInPlace(torch::Tensor& logits, const torch::Tensor& targets) {
+  const int64_t rows = logits.size(0), vocab = logits.size(1);
+  torch::Tensor losses = torch::empty({rows}, logits.options().dtype(torch::kFloat));
+  const cudaError_t err = LaunchFusedCrossEntropy(
+      KindOf(logits.scalar_type()), logits.data_ptr(), targets.data_ptr<int64_t>(),
+      losses.data_ptr<float>(), rows, vocab, rows > 0 ? 1.0f / static_cast<float>(rows) : 0.0f,
+      at::cuda::getCurrentCUDAStream(logits.device().index()).stream());
+  TORCH_CHECK(err == cudaSuccess, "FusedLinearCrossEntropy launch: ", cudaGetErrorString(err));
+  return losses;
+}
+
+// forward: logits = hidden weight^T, turned by the kernel into d mean / d logits (saved);
+// backward: the two products, each scaled by the incoming scalar gradient.
+class FusedLinearCrossEntropyFunction
+    : public torch::autograd::Function<FusedLinearCrossEntropyFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor hidden,
+                               torch::Tensor weight, torch::Tensor targets) {
+    TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1) &&
+                    targets.dim() == 1 && targets.size(0) == hidden.size(0),
+                "FusedLinearCrossEntropy: hidden [N, h], weight [V, h] and targets [N], got ",
+                hidden.sizes(), ", ", weight.sizes(), " and ", targets.sizes());
+    torch::Tensor logits = torch::mm(hidden, weight.t());  // fresh and contiguous
+    const torch::Tensor losses = LossesInPlace(logits, targets.to(torch::kLong).contiguous());
+    ctx->save_for_backward({hidden, weight, logits});
+    return losses.mean();
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& hidden = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor& dlogits = saved[2];
+    const torch::Tensor g = grad_outputs[0].to(dlogits.scalar_type());
+    torch::Tensor dhidden, dweight;
+    if (ctx->needs_input_grad(0)) dhidden = torch::mm(dlogits, weight).mul_(g);
+    if (ctx->needs_input_grad(1)) dweight = torch::mm(dlogits.t(), hidden).mul_(g);
+    return {dhidden, dweight, torch::Tensor()};
+  }
+};
 #endif
 
 }  // namespace
@@ -81,6 +124,16 @@ torch::Tensor FusedCrossEntropy(const torch::Tensor& logits, const torch::Tensor
   }
 #endif
   return EagerCrossEntropy(logits, targets);
+}
+
+torch::Tensor FusedLinearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
+                                      const torch::Tensor& targets) {
+#if MT_KERNELS_WITH_CUDA
+  if (FusedCrossEntropyAvailable(hidden) && weight.scalar_type() == hidden.scalar_type()) {
+    return FusedLinearCrossEntropyFunction::apply(hidden, weight, targets);
+  }
+#endif
+  return EagerCrossEntropy(torch::mm(hidden, weight.t()), targets);
 }
 
 }  // namespace mt::kernels

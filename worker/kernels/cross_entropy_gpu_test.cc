@@ -66,6 +66,80 @@ TEST(FusedCrossEntropyGpu, OutOfRangeTargetGivesNaN) {
   EXPECT_TRUE(std::isnan(loss.item<double>()));
 }
 
+// FusedLinearCrossEntropy against linear + cross entropy in fp32 (the unfused path): loss
+// within 1e-4 relative (fp32) / 2e-3 (16-bit: the logits are rounded to the dtype before the
+// softmax on both fused paths, the reference keeps fp32 logits); d hidden and d weight within
+// 1e-4 relative + 1e-5 absolute (fp32) and 3e-2 relative + 2e-3 absolute (16-bit: the gradient of
+// the logits is rounded to the dtype before the products), both times the incoming gradient.
+struct LinearResult {
+  double loss;
+  torch::Tensor dhidden, dweight;  // fp32
+};
+
+LinearResult LinearReference(const torch::Tensor& hidden, const torch::Tensor& weight,
+                             const torch::Tensor& targets, double grad_out) {
+  auto h = hidden.detach().to(torch::kFloat).requires_grad_(true);
+  auto w = weight.detach().to(torch::kFloat).requires_grad_(true);
+  auto loss = torch::nn::functional::cross_entropy(torch::mm(h, w.t()), targets);
+  (loss * grad_out).backward();
+  return {loss.item<double>(), h.grad(), w.grad()};
+}
+
+LinearResult LinearFused(const torch::Tensor& hidden, const torch::Tensor& weight,
+                         const torch::Tensor& targets, double grad_out) {
+  auto h = hidden.detach().clone().requires_grad_(true);
+  auto w = weight.detach().clone().requires_grad_(true);
+  auto loss = FusedLinearCrossEntropy(h, w, targets);
+  (loss * grad_out).backward();
+  return {loss.item<double>(), h.grad().to(torch::kFloat), w.grad().to(torch::kFloat)};
+}
+
+double Excess(const torch::Tensor& got, const torch::Tensor& want, double rtol, double atol) {
+  return ((got - want).abs() - (atol + rtol * want.abs())).max().item<double>();
+}
+
+TEST_P(FusedCrossEntropyGpuTest, LinearMatchesUnfused) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dtype = GetParam();
+  torch::manual_seed(11);
+  for (int64_t vocab : {50304, 1000, 129}) {
+    const int64_t n = 300, h = 256;
+    auto hidden = torch::randn({n, h}, torch::kCUDA).to(dtype);
+    auto weight = (torch::randn({vocab, h}, torch::kCUDA) * 0.05).to(dtype);
+    auto targets =
+        torch::randint(0, vocab, {n}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
+    const double grad_out = 4096.0;
+    const LinearResult want = LinearReference(hidden, weight, targets, grad_out);
+    const LinearResult got = LinearFused(hidden, weight, targets, grad_out);
+    const bool fp32 = dtype == torch::kFloat;
+    EXPECT_NEAR(got.loss, want.loss, (fp32 ? 1e-4 : 2e-3) * std::abs(want.loss))
+        << "vocab " << vocab;
+    // Scale-free gradient comparison: divide by the incoming gradient.
+    const double rtol = fp32 ? 1e-4 : 3e-2, atol = fp32 ? 1e-5 : 2e-3;
+    EXPECT_LE(Excess(got.dhidden / grad_out * n, want.dhidden / grad_out * n, rtol, atol), 0.0)
+        << "d hidden, vocab " << vocab;
+    EXPECT_LE(Excess(got.dweight / grad_out * n, want.dweight / grad_out * n, rtol, atol), 0.0)
+        << "d weight, vocab " << vocab;
+    EXPECT_TRUE(got.dweight.is_contiguous());
+  }
+}
+
+TEST(FusedCrossEntropyCpu, LinearFallsBackToTorch) {
+  torch::manual_seed(4);
+  auto hidden = torch::randn({6, 16}, torch::kDouble).requires_grad_(true);
+  auto weight = torch::randn({40, 16}, torch::kDouble).requires_grad_(true);
+  auto targets = torch::randint(0, 40, {6}, torch::kLong);
+  auto loss = FusedLinearCrossEntropy(hidden, weight, targets);
+  loss.backward();
+  auto h = hidden.detach().clone().requires_grad_(true);
+  auto w = weight.detach().clone().requires_grad_(true);
+  auto want = torch::nn::functional::cross_entropy(torch::mm(h, w.t()), targets);
+  want.backward();
+  EXPECT_DOUBLE_EQ(loss.item<double>(), want.item<double>());
+  EXPECT_TRUE(torch::allclose(hidden.grad(), h.grad(), 1e-12, 1e-14));
+  EXPECT_TRUE(torch::allclose(weight.grad(), w.grad(), 1e-12, 1e-14));
+}
+
 TEST(FusedCrossEntropyCpu, FallsBackToTorch) {
   torch::manual_seed(3);
   auto logits = torch::randn({8, 300}, torch::kDouble);

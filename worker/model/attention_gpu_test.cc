@@ -13,6 +13,7 @@
 
 #include "gtest/gtest.h"
 #include "worker/model/gpt.h"
+#include "worker/model/sdpa_backend.h"
 
 namespace mt::model {
 namespace {
@@ -52,12 +53,22 @@ TEST(AttentionGpuTest, FusedMatchesMathInBf16) {
     };
     const auto reference = run(torch::kFloat, AttentionBackend::kMath);
     const auto math = run(torch::kBFloat16, AttentionBackend::kMath);
-    const auto fused = run(torch::kBFloat16, AttentionBackend::kFused);
     const char* what[] = {"output", "dq", "dk", "dv"};
     for (int i = 0; i < 4; ++i) {
-      EXPECT_LE(MaxExcess(fused[i], math[i], 2e-2, 2e-2), 0.0) << what[i] << " s=" << s;
-      EXPECT_LE(MaxExcess(fused[i], reference[i], 2e-2, 2e-2), 0.0) << what[i] << " s=" << s;
       EXPECT_LE(MaxExcess(math[i], reference[i], 2e-2, 2e-2), 0.0) << what[i] << " s=" << s;
+    }
+    // kFused (LibTorch's own pick), and each fused kernel pinned (kCudnn, kFlash).
+    for (AttentionBackend backend :
+         {AttentionBackend::kFused, AttentionBackend::kCudnn, AttentionBackend::kFlash}) {
+      if (!SdpaBackendAvailable(backend)) continue;
+      const auto fused = run(torch::kBFloat16, backend);
+      const int b = static_cast<int>(backend);
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_LE(MaxExcess(fused[i], math[i], 2e-2, 2e-2), 0.0)
+            << what[i] << " s=" << s << " backend " << b;
+        EXPECT_LE(MaxExcess(fused[i], reference[i], 2e-2, 2e-2), 0.0)
+            << what[i] << " s=" << s << " backend " << b;
+      }
     }
   }
 }
@@ -115,6 +126,21 @@ TEST(AttentionGpuTest, FusedDropoutIsReproducibleFromGeneratorState) {
   torch::manual_seed(9);
   const torch::Tensor b = CausalAttention(q, k, v, 0.1, true, AttentionBackend::kFused);
   EXPECT_TRUE(torch::equal(a, b));
+}
+
+// Pinning a kernel leaves LibTorch's own switches as they were (other callers keep its pick).
+TEST(AttentionGpuTest, PinnedBackendRestoresLibTorchSwitches) {
+  MT_SKIP_WITHOUT_FUSED_GPU();
+  if (!SdpaBackendAvailable(AttentionBackend::kCudnn)) GTEST_SKIP() << "no cuDNN attention";
+  at::Context& ctx = at::globalContext();
+  const bool flash = ctx.userEnabledFlashSDP(), mem = ctx.userEnabledMemEfficientSDP();
+  const bool math = ctx.userEnabledMathSDP();
+  const auto bf16 = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA);
+  const torch::Tensor q = torch::randn({1, 2, 128, 64}, bf16);
+  CausalAttention(q, q, q, 0.0, false, AttentionBackend::kCudnn);
+  EXPECT_EQ(ctx.userEnabledFlashSDP(), flash);
+  EXPECT_EQ(ctx.userEnabledMemEfficientSDP(), mem);
+  EXPECT_EQ(ctx.userEnabledMathSDP(), math);
 }
 
 }  // namespace

@@ -19,7 +19,9 @@
 #include "common/base/rng.h"
 #include "common/base/status_macros.h"
 #include "worker/kernels/cross_entropy.h"
+#include "worker/kernels/layer_norm.h"
 #include "worker/model/recompute.h"
+#include "worker/model/sdpa_backend.h"
 #include "worker/model/sharding.h"
 #include "worker/parallel/process_groups.h"
 #include "worker/parallel/tensor_parallel.h"
@@ -58,6 +60,19 @@ torch::Tensor MathCausalAttention(const torch::Tensor& q, const torch::Tensor& k
   if (low_precision) probs = probs.to(q.scalar_type());
   probs = Dropout(probs, dropout_p, training);
   return torch::matmul(probs, v);
+}
+
+// x [..., in] -> x w^T + b [..., out]. With a bias, one addmm over x flattened to 2-D (what
+// ATen's at::linear does for a contiguous 3-D input): on CUDA the bias is added in the GEMM's
+// epilogue (cuBLASLt). LibTorch C++'s torch::nn::functional::linear instead runs matmul and
+// then `+= bias` as a separate broadcast pass, which was 10% of a GPT-2 124M step on an H200
+// (bench/RESULTS.md, issue #16).
+torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
+  if (!b.defined()) return torch::matmul(x, w.t());
+  if (x.dim() == 2) return torch::addmm(b, x, w.t());
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = w.size(0);
+  return torch::addmm(b, x.reshape({-1, x.size(-1)}), w.t()).view(sizes);
 }
 
 // Dropout of an activation that is sharded over the TP group (each rank its own mask).
@@ -145,6 +160,9 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
   if (backend == AttentionBackend::kMath) {
     return MathCausalAttention(q, k, v, dropout_p, training);
   }
+  if (backend == AttentionBackend::kCudnn || backend == AttentionBackend::kFlash) {
+    return RestrictedCausalSdpa(q, k, v, training ? dropout_p : 0.0, backend);
+  }
 #if MT_HAVE_FUSED_SDPA
   return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, training ? dropout_p : 0.0,
                                           /*is_causal=*/true);
@@ -165,9 +183,8 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
-  if (tp_size_ == 1) return torch::nn::functional::linear(x, weight, bias);
-  return torch::nn::functional::linear(ToColumnParallel(x, group_, sequence_parallel_), weight,
-                                       bias);
+  if (tp_size_ == 1) return Linear(x, weight, bias);
+  return Linear(ToColumnParallel(x, group_, sequence_parallel_), weight, bias);
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_bias,
@@ -179,9 +196,9 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
-  if (tp_size_ == 1) return torch::nn::functional::linear(x, weight, bias);
+  if (tp_size_ == 1) return Linear(x, weight, bias);
   TORCH_CHECK(group_ != nullptr, "a tensor-parallel model needs its TP group to run");
-  torch::Tensor y = torch::nn::functional::linear(x, weight);
+  torch::Tensor y = Linear(x, weight);
   y = sequence_parallel_ ? parallel::ReduceScatterToSequenceParallelRegion(y, group_)
                          : parallel::ReduceFromTensorParallelRegion(y, group_);
   return bias.defined() ? y + bias : y;
@@ -278,7 +295,8 @@ TransformerLayerImpl::TransformerLayerImpl(const GptConfig& c, const ModelShard&
                                            const torch::TensorOptions& options)
     : hidden_dropout(c.hidden_dropout),
       tp_rank(shard.tp_rank),
-      sharded_dropout(shard.tp_size > 1 && shard.sequence_parallel) {
+      sharded_dropout(shard.tp_size > 1 && shard.sequence_parallel),
+      fused_layernorm(c.fused_layernorm) {
   input_layernorm = register_module("input_layernorm", MakeLayerNorm(c, options));
   self_attention = register_module("self_attention", SelfAttention(c, shard, options));
   pre_mlp_layernorm = register_module("pre_mlp_layernorm", MakeLayerNorm(c, options));
@@ -291,6 +309,15 @@ torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& input) {
     return sharded_dropout ? ShardedDropout(t, hidden_dropout, training, tp_rank)
                            : Dropout(t, hidden_dropout, training);
   };
+  if (fused_layernorm) {
+    const auto& ln1 = input_layernorm->options;
+    const auto& ln2 = pre_mlp_layernorm->options;
+    const torch::Tensor attention = dropout(self_attention(
+        kernels::FusedLayerNorm(input, input_layernorm->weight, input_layernorm->bias, ln1.eps())));
+    const auto [x, normed] = kernels::FusedAddLayerNorm(input, attention, pre_mlp_layernorm->weight,
+                                                        pre_mlp_layernorm->bias, ln2.eps());
+    return x + dropout(mlp(normed));
+  }
   torch::Tensor x = input + dropout(self_attention(input_layernorm(input)));
   return x + dropout(mlp(pre_mlp_layernorm(x)));
 }
@@ -359,7 +386,9 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
   auto finish = [this, n](const torch::Tensor& x) {
     if (!final_layernorm) return x;
     if (before_layer) before_layer(n);
-    return final_layernorm(x);
+    if (!config.fused_layernorm) return final_layernorm(x);
+    return kernels::FusedLayerNorm(x, final_layernorm->weight, final_layernorm->bias,
+                                   final_layernorm->options.eps());
   };
   torch::Tensor x = input;
   if (config.recompute_granularity != RecomputeGranularity::kFull ||
@@ -425,6 +454,15 @@ absl::StatusOr<std::shared_ptr<GptModel>> GptModel::Create(const GptConfig& conf
   if (c.attention_backend == AttentionBackend::kFused && !FusedAttentionAvailable()) {
     return absl::FailedPreconditionError(
         absl::StrCat("fused attention needs LibTorch >= 2.0; this is ", TORCH_VERSION));
+  }
+  if ((c.attention_backend == AttentionBackend::kCudnn ||
+       c.attention_backend == AttentionBackend::kFlash) &&
+      (!SdpaBackendAvailable(c.attention_backend) || !options.device.is_cuda())) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "attention backend ", c.attention_backend == AttentionBackend::kCudnn ? "cudnn" : "flash",
+        " needs a CUDA device and a CUDA LibTorch >= ",
+        c.attention_backend == AttentionBackend::kCudnn ? "2.3" : "2.0", " (this is ",
+        TORCH_VERSION, "); use --attention auto"));
   }
   try {
     const torch::TensorOptions tensor_options =
@@ -497,15 +535,19 @@ std::vector<torch::Tensor> GptModel::SequenceParallelGradients() const {
 
 torch::Tensor GptModel::OutputLoss(const torch::Tensor& hidden, const torch::Tensor& targets) {
   const torch::Tensor weight = output_weight();
+  if (shard_.tp_size == 1 && config_.fused_lm_head) {
+    return kernels::FusedLinearCrossEntropy(hidden.reshape({-1, hidden.size(-1)}), weight,
+                                            targets.reshape({-1}));
+  }
   if (shard_.tp_size == 1) {
-    torch::Tensor logits = torch::nn::functional::linear(hidden, weight);
+    torch::Tensor logits = Linear(hidden, weight);
     const int64_t vocab = logits.size(-1);
     // On CUDA one fused kernel (worker/kernels/cross_entropy.h) that reuses the logits' memory
     // for their gradient; elsewhere cross_entropy on the logits upcast to fp32 (fp64 stays).
     return kernels::FusedCrossEntropy(logits.view({-1, vocab}), targets.reshape({-1}));
   }
-  const torch::Tensor logits = torch::nn::functional::linear(
-      ToColumnParallel(hidden, shard_.group(), shard_.sequence_parallel), weight);
+  const torch::Tensor logits =
+      Linear(ToColumnParallel(hidden, shard_.group(), shard_.sequence_parallel), weight);
   const int64_t shard = logits.size(-1);
   const int64_t vocab_start = shard_.tp_rank * shard;
   return parallel::VocabParallelCrossEntropy(logits.reshape({-1, shard}), targets.reshape({-1}),
@@ -551,9 +593,8 @@ torch::Tensor GptModel::forward(const torch::Tensor& tokens) {
               "GptModel::forward needs the whole model; a pipeline stage runs ForwardStage");
   if (pre_hook_) pre_hook_(0);
   const torch::Tensor x = decoder(embedding(tokens));
-  if (shard_.tp_size == 1) return torch::nn::functional::linear(x, output_weight());
-  return torch::nn::functional::linear(
-      ToColumnParallel(x, shard_.group(), shard_.sequence_parallel), output_weight());
+  if (shard_.tp_size == 1) return Linear(x, output_weight());
+  return Linear(ToColumnParallel(x, shard_.group(), shard_.sequence_parallel), output_weight());
 }
 
 torch::Tensor GptModel::ForwardStage(const torch::Tensor& input, const torch::Tensor& targets) {

@@ -216,6 +216,7 @@ class TransformerLayerImpl : public torch::nn::Module {
   double hidden_dropout = 0.0;
   int tp_rank = 0;
   bool sharded_dropout = false;  // the activation is sharded over TP (SP): per-rank masks
+  bool fused_layernorm = false;  // GptConfig::fused_layernorm
 };
 TORCH_MODULE(TransformerLayer);
 

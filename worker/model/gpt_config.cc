@@ -34,6 +34,10 @@ const char* BackendName(AttentionBackend b) {
       return "math";
     case AttentionBackend::kFused:
       return "fused";
+    case AttentionBackend::kCudnn:
+      return "cudnn";
+    case AttentionBackend::kFlash:
+      return "flash";
   }
   return "?";
 }
@@ -150,7 +154,7 @@ std::string GptConfig::DebugString() const {
   return absl::StrFormat(
       "GPT layers=%d hidden=%d heads=%d head_dim=%d ffn=%d seq=%d positions=%d vocab=%d "
       "(padded %d) dropout hidden=%g attention=%g init_std=%g ln_eps=%g %s attention=%s "
-      "recompute=%s%s",
+      "recompute=%s%s%s%s",
       num_layers, hidden_size, num_attention_heads, head_dim(), ffn_size(), seq_length,
       max_positions(), vocab_size, padded_vocab_size(), hidden_dropout, attention_dropout,
       init_method_std, layernorm_epsilon, untie_embeddings_and_output_weights ? "untied" : "tied",
@@ -159,7 +163,8 @@ std::string GptConfig::DebugString() const {
           ? absl::StrFormat("(%s, %d layers)",
                             recompute_method == RecomputeMethod::kBlock ? "block" : "uniform",
                             recompute_num_layers)
-          : std::string());
+          : std::string(),
+      fused_lm_head ? " lm_head=fused" : "", fused_layernorm ? " layernorm=fused" : "");
 }
 
 int64_t CountParameters(const GptConfig& c) {

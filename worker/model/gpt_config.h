@@ -20,6 +20,8 @@ enum class AttentionBackend {
   kAuto,   // kFused where LibTorch has it (>= 2.0), else kMath
   kMath,   // explicit matmul + masked softmax (fp32 softmax for 16-bit inputs); exact reference
   kFused,  // at::scaled_dot_product_attention(is_causal=true): flash / memory-efficient kernels
+  kCudnn,  // kFused restricted to cuDNN's fused attention (CUDA, LibTorch >= 2.3)
+  kFlash,  // kFused restricted to the flash-attention kernels (CUDA)
 };
 
 // Megatron's --recompute-granularity.
@@ -55,6 +57,14 @@ struct GptConfig {
   RecomputeGranularity recompute_granularity = RecomputeGranularity::kNone;
   RecomputeMethod recompute_method = RecomputeMethod::kUniform;
   int64_t recompute_num_layers = 1;
+  // The output layer and its loss as one autograd node (kernels::FusedLinearCrossEntropy) on
+  // CUDA: backward never passes over the [tokens, vocab] gradient again. Off by default until
+  // its GPU test has passed on a GPU (issue #16). Used with tp = 1 (no effect otherwise).
+  bool fused_lm_head = false;
+  // LayerNorm through kernels::FusedLayerNorm on CUDA, the attention's residual add fused into
+  // the second LayerNorm of each block (kernels::FusedAddLayerNorm). Off by default until its
+  // GPU test has passed on a GPU (issue #16); elsewhere the same math through LibTorch.
+  bool fused_layernorm = false;
 
   // From spec.model (and the recompute fields of spec.training, the TP size of
   // spec.parallel). Unset fields take the defaults written in proto/mt/v1/job_spec.proto;

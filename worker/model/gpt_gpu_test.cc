@@ -1,6 +1,8 @@
 // GPU checks of the sharded model API (label `gpu`; skips without CUDA):
 // - a model built directly on the device in bf16 holds exactly the CPU fp32 weights rounded
 //   to bf16, and its loss is the fp32 loss within bf16 tolerance (2e-2 relative);
+// - fused_lm_head gives the default head's loss and gradients (bf16 tolerances there);
+// - fused_layernorm gives LibTorch's LayerNorm's loss and gradients (fp32 and bf16);
 // - pipeline stages chained on the device give the whole model's loss (the same kernels:
 //   1e-3 relative);
 // - the vocabulary-parallel cross entropy (no group: one rank) on CUDA is the full cross
@@ -79,6 +81,69 @@ TEST(GptGpuTest, BuildsOnTheDeviceInBf16WithTheCpuWeights) {
     ASSERT_TRUE(p.value().grad().defined()) << p.key();
     EXPECT_TRUE(torch::isfinite(p.value().grad()).all().item<bool>()) << p.key();
   }
+}
+
+// fused_lm_head (the output layer and the loss in one node, kernels::FusedLinearCrossEntropy)
+// against the default path (linear, then the fused cross entropy) on the same bf16 model: loss
+// within 1e-3 relative, every gradient within 2e-2 relative + 1e-3 x its largest entry (both
+// round the logits' gradient to bf16; they differ in where the incoming gradient is applied).
+TEST(GptGpuTest, FusedLmHeadMatchesTheDefaultHead) {
+  MT_SKIP_WITHOUT_GPU();
+  const torch::Tensor sample = Sample(SmallConfig()).to(torch::kCUDA);
+  auto run = [&](bool fused) {
+    GptConfig c = SmallConfig();
+    c.fused_lm_head = fused;
+    auto m = Build(c, {}, torch::kCUDA, torch::kBFloat16);
+    const torch::Tensor loss = m->LossOnSample(sample);
+    (loss * 1024.0).backward();
+    std::map<std::string, torch::Tensor> out{{"loss", loss.detach().to(torch::kFloat)}};
+    for (const auto& p : m->named_parameters()) out[p.key()] = p.value().grad().to(torch::kFloat);
+    return out;
+  };
+  const auto want = run(false);
+  const auto got = run(true);
+  EXPECT_NEAR(got.at("loss").item<double>(), want.at("loss").item<double>(),
+              1e-3 * want.at("loss").item<double>());
+  for (const auto& [name, w] : want) {
+    if (name == "loss") continue;
+    const torch::Tensor& g = got.at(name);
+    const double scale = w.abs().max().item<double>();
+    const double excess = ((g - w).abs() - (2e-2 * w.abs() + 1e-3 * scale)).max().item<double>();
+    EXPECT_LE(excess, 0.0) << name;
+  }
+}
+
+// fused_layernorm (kernels::FusedLayerNorm / FusedAddLayerNorm) against LibTorch's LayerNorm
+// and add on the same model: fp32 loss within 1e-5 relative and gradients within 1e-3 relative
+// + 1e-4 x the tensor's largest entry (sums in another order); bf16 loss within 1e-2 relative.
+TEST(GptGpuTest, FusedLayerNormMatchesLibTorchs) {
+  MT_SKIP_WITHOUT_GPU();
+  const torch::Tensor sample = Sample(SmallConfig()).to(torch::kCUDA);
+  auto run = [&](bool fused, torch::ScalarType dtype) {
+    GptConfig c = SmallConfig();
+    c.fused_layernorm = fused;
+    auto m = Build(c, {}, torch::kCUDA, dtype);
+    const torch::Tensor loss = m->LossOnSample(sample);
+    loss.backward();
+    std::map<std::string, torch::Tensor> out{{"loss", loss.detach().to(torch::kFloat)}};
+    for (const auto& p : m->named_parameters()) out[p.key()] = p.value().grad().to(torch::kFloat);
+    return out;
+  };
+  {
+    const auto want = run(false, torch::kFloat);
+    const auto got = run(true, torch::kFloat);
+    const double l = want.at("loss").item<double>();
+    EXPECT_NEAR(got.at("loss").item<double>(), l, 1e-5 * l);
+    for (const auto& [name, w] : want) {
+      if (name == "loss") continue;
+      const double scale = w.abs().max().item<double>();
+      const torch::Tensor& g = got.at(name);
+      EXPECT_LE(((g - w).abs() - (1e-3 * w.abs() + 1e-4 * scale)).max().item<double>(), 0.0)
+          << name;
+    }
+  }
+  const double l16 = run(false, torch::kBFloat16).at("loss").item<double>();
+  EXPECT_NEAR(run(true, torch::kBFloat16).at("loss").item<double>(), l16, 1e-2 * l16);
 }
 
 TEST(GptGpuTest, ChainedStagesOnTheDeviceGiveTheWholeModelsLoss) {

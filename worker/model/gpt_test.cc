@@ -120,6 +120,30 @@ TEST(GptModelTest, InitialLossIsLnVocab) {
   EXPECT_NEAR(model2->LossOnSample(sample).item<double>(), want, 0.01 * want);
 }
 
+// fused_lm_head and fused_layernorm on the CPU take the eager fallbacks: the same loss and
+// gradients as the default path (fp64: 1e-12).
+TEST(GptModelTest, FusedHeadAndLayerNormFallbacksMatchDefault) {
+  GptConfig c = TinyConfig();
+  const torch::Tensor sample = RandomTokens(3, c.seq_length + 1, c.vocab_size, 5);
+  auto run = [&](bool fused) {
+    c.fused_lm_head = fused;
+    c.fused_layernorm = fused;
+    auto model = MakeModel(c);
+    model->to(torch::kDouble);
+    const torch::Tensor loss = model->LossOnSample(sample);
+    loss.backward();
+    std::vector<torch::Tensor> out{loss.detach()};
+    for (const auto& p : model->named_parameters()) out.push_back(p.value().grad());
+    return out;
+  };
+  const auto want = run(false);
+  const auto got = run(true);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(got[i], want[i], 1e-12, 1e-12)) << "tensor " << i;
+  }
+}
+
 TEST(GptModelTest, LogitsAreCausal) {
   auto model = MakeModel(TinyConfig());
   torch::NoGradGuard no_grad;
@@ -351,6 +375,21 @@ TEST(AttentionTest, FusedBackendUnavailableIsAnError) {
   EXPECT_THAT(GptModel::Create(c),
               ::mt::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
                                       ::testing::HasSubstr("LibTorch >= 2.0")));
+}
+
+// The pinned fused kernels (cuDNN's, flash) run on CUDA devices only: a CPU model asking for
+// them is refused at Create, naming the backend and the way out.
+TEST(AttentionTest, PinnedKernelOnTheCpuIsAnError) {
+  for (AttentionBackend backend : {AttentionBackend::kCudnn, AttentionBackend::kFlash}) {
+    GptConfig c = TinyConfig();
+    c.attention_backend = backend;
+    const char* name = backend == AttentionBackend::kCudnn ? "cudnn" : "flash";
+    EXPECT_THAT(
+        GptModel::Create(c),
+        ::mt::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                ::testing::AllOf(::testing::HasSubstr(name),
+                                                 ::testing::HasSubstr("--attention auto"))));
+  }
 }
 
 TEST(AttentionTest, MathPathMatchesExplicitLoop) {

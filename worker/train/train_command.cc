@@ -49,6 +49,8 @@ struct TrainArgs {
   std::string load;
   int64_t save_interval = -1;  // < 0 = the spec's
   bool async_save = false;
+  bool fused_lm_head = false;
+  bool fused_layernorm = false;
   bool help = false;
 };
 
@@ -107,6 +109,12 @@ absl::StatusOr<TrainArgs> ParseArgs(const std::vector<std::string>& args) {
     } else if (name == "--async-save") {
       if (has_value) return absl::InvalidArgumentError("--async-save takes no value");
       out.async_save = true;
+    } else if (name == "--fused-lm-head") {
+      if (has_value) return absl::InvalidArgumentError("--fused-lm-head takes no value");
+      out.fused_lm_head = true;
+    } else if (name == "--fused-layernorm") {
+      if (has_value) return absl::InvalidArgumentError("--fused-layernorm takes no value");
+      out.fused_layernorm = true;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", args[i], "\""));
     }
@@ -172,6 +180,8 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   };
   c.trainer.device = args.device;
   c.trainer.attention_backend = args.attention;
+  c.trainer.fused_lm_head = args.fused_lm_head;
+  c.trainer.fused_layernorm = args.fused_layernorm;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
                            job.training().precision() == mt::v1::PRECISION_FP16;
   double peak_tflops = args.peak_tflops;
@@ -243,8 +253,9 @@ std::string Summary(const SessionResult& r) {
 const char* TrainCommandUsage() {
   return "usage: mt-worker train --spec job.yaml [--device cpu|cuda|cuda:N] [--synthetic-data]\n"
          "                       [--train-iters N] [--peak-tflops F] [--attention "
-         "auto|math|fused]\n"
+         "auto|math|fused|cudnn|flash]\n"
          "                       [--save DIR] [--load DIR] [--save-interval N] [--async-save]\n"
+         "                       [--fused-lm-head] [--fused-layernorm]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -252,7 +263,8 @@ const char* TrainCommandUsage() {
          "  --synthetic-data   deterministic random tokens instead of spec.data\n"
          "  --train-iters N    override training.train_iters\n"
          "  --peak-tflops F    device peak for MFU (default 989 on CUDA in bf16/fp16, else off)\n"
-         "  --attention A      attention kernel: auto (fused where available), math, fused\n"
+         "  --attention A      attention kernel: auto (fused where available), math, fused,\n"
+         "                     cudnn or flash (fused restricted to that kernel; CUDA)\n"
          "  --tensorboard-dir D  TensorBoard event files there (Megatron's scalar names)\n"
          "  --save DIR         save checkpoints there (checkpoint.save_dir)\n"
          "  --load DIR         resume from DIR's latest valid checkpoint, or a checkpoint or\n"
@@ -260,6 +272,8 @@ const char* TrainCommandUsage() {
          "                     --save the same directory continue a run where it stopped\n"
          "  --save-interval N  steps between saves (0: only at the end)\n"
          "  --async-save       write checkpoints in the background\n"
+         "  --fused-lm-head    output layer and loss in one autograd node on CUDA (experimental)\n"
+         "  --fused-layernorm  LayerNorm (+ residual add) kernels on CUDA (experimental)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

@@ -2,7 +2,7 @@
 // (development, debugging, benchmarks).
 //
 //   mt-worker train --spec job.yaml [--device cpu|cuda|cuda:N] [--synthetic-data]
-//                   [--train-iters N] [--peak-tflops F] [--attention auto|math|fused]
+//                   [--train-iters N] [--peak-tflops F] [--attention auto|math|fused|cudnn|flash]
 //
 // The spec goes through the same path as a submitted job (ParseYamlSpec, ApplyDefaults,
 // ValidateSpec, ResolveForLayout with one data-parallel rank); the data is spec.data through

@@ -1,0 +1,135 @@
+#include "worker/kernels/layer_norm.h"
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#if MT_KERNELS_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "worker/kernels/layer_norm_launch.h"
+#endif
+
+namespace mt::kernels {
+namespace {
+
+constexpr int64_t kMaxHidden = 16384;  // 2 x hidden fp32 of shared memory in backward
+
+#if MT_KERNELS_WITH_CUDA
+FloatKind KindOf(torch::ScalarType t) {
+  switch (t) {
+    case torch::kBFloat16:
+      return FloatKind::kBFloat16;
+    case torch::kHalf:
+      return FloatKind::kFloat16;
+    default:
+      return FloatKind::kFloat32;
+  }
+}
+
+cudaStream_t StreamOf(const torch::Tensor& t) {
+  return at::cuda::getCurrentCUDAStream(t.device().index()).stream();
+}
+
+// Inputs: x, residual (undefined: plain LayerNorm), weight, bias. Outputs: {sum, y} with a
+// residual, {y} without.
+class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
+ public:
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
+                                                torch::Tensor x, torch::Tensor residual,
+                                                torch::Tensor weight, torch::Tensor bias,
+                                                double eps) {
+    const int64_t hidden = x.size(-1);
+    const int64_t rows = hidden > 0 ? x.numel() / hidden : 0;
+    const bool add = residual.defined();
+    const torch::Tensor xc = x.contiguous();
+    const torch::Tensor rc = add ? residual.contiguous() : torch::Tensor();
+    const torch::Tensor w = weight.contiguous(), b = bias.contiguous();
+    torch::Tensor sum = add ? torch::empty_like(xc) : xc;
+    torch::Tensor y = torch::empty_like(xc);
+    const auto f32 = xc.options().dtype(torch::kFloat);
+    torch::Tensor mean = torch::empty({rows}, f32), rstd = torch::empty({rows}, f32);
+    const cudaError_t err = LaunchLayerNormForward(
+        KindOf(xc.scalar_type()), xc.data_ptr(), add ? rc.data_ptr() : nullptr,
+        add ? sum.data_ptr() : nullptr, w.data_ptr(), b.data_ptr(), y.data_ptr(),
+        mean.data_ptr<float>(), rstd.data_ptr<float>(), rows, hidden, static_cast<float>(eps),
+        StreamOf(xc));
+    TORCH_CHECK(err == cudaSuccess, "FusedLayerNorm launch: ", cudaGetErrorString(err));
+    ctx->save_for_backward({sum, w, mean, rstd});
+    ctx->saved_data["add"] = add;
+    if (add) return {sum, y};
+    return {y};
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& w = saved[1];
+    const bool add = ctx->saved_data["add"].toBool();
+    const torch::Tensor dsum = add && grads[0].defined() ? grads[0].contiguous() : torch::Tensor();
+    torch::Tensor dy = grads[add ? 1 : 0];
+    dy = dy.defined() ? dy.contiguous() : torch::zeros_like(x);
+    const int64_t hidden = x.size(-1);
+    const int64_t rows = hidden > 0 ? x.numel() / hidden : 0;
+    torch::Tensor dx = torch::empty_like(x);
+    torch::Tensor dw = torch::empty_like(w), db = torch::empty_like(w);
+    torch::Tensor partial =
+        torch::empty({2 * LayerNormBackwardBlocks(rows), hidden}, x.options().dtype(torch::kFloat));
+    const cudaError_t err = LaunchLayerNormBackward(
+        KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(), saved[2].data_ptr<float>(),
+        saved[3].data_ptr<float>(), w.data_ptr(), dsum.defined() ? dsum.data_ptr() : nullptr,
+        dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
+        StreamOf(x));
+    TORCH_CHECK(err == cudaSuccess, "FusedLayerNorm backward launch: ", cudaGetErrorString(err));
+    return {dx, add ? dx : torch::Tensor(), dw, db, torch::Tensor()};
+  }
+};
+#endif
+
+}  // namespace
+
+bool FusedLayerNormAvailable(const torch::Tensor& x, const torch::Tensor& weight) {
+#if MT_KERNELS_WITH_CUDA
+  const auto t = x.scalar_type();
+  return x.is_cuda() && weight.is_cuda() && weight.scalar_type() == t &&
+         (t == torch::kFloat || t == torch::kBFloat16 || t == torch::kHalf) && x.dim() >= 1 &&
+         x.size(-1) > 0 && x.size(-1) <= kMaxHidden;
+#else
+  (void)x;
+  (void)weight;
+  (void)kMaxHidden;
+  return false;
+#endif
+}
+
+torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps) {
+#if MT_KERNELS_WITH_CUDA
+  if (FusedLayerNormAvailable(x, weight) && bias.defined() &&
+      bias.scalar_type() == weight.scalar_type()) {
+    return LayerNormFunction::apply(x, torch::Tensor(), weight, bias, eps)[0];
+  }
+#endif
+  return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
+}
+
+std::pair<torch::Tensor, torch::Tensor> FusedAddLayerNorm(const torch::Tensor& x,
+                                                          const torch::Tensor& residual,
+                                                          const torch::Tensor& weight,
+                                                          const torch::Tensor& bias, double eps) {
+  TORCH_CHECK(x.sizes() == residual.sizes(), "FusedAddLayerNorm: x ", x.sizes(), " and residual ",
+              residual.sizes(), " differ");
+#if MT_KERNELS_WITH_CUDA
+  if (FusedLayerNormAvailable(x, weight) && bias.defined() &&
+      bias.scalar_type() == weight.scalar_type() && residual.scalar_type() == x.scalar_type() &&
+      residual.is_cuda()) {
+    auto out = LayerNormFunction::apply(x, residual, weight, bias, eps);
+    return {out[0], out[1]};
+  }
+#endif
+  torch::Tensor sum = x + residual;
+  return {sum, torch::layer_norm(sum, {x.size(-1)}, weight, bias, eps)};
+}
+
+}  // namespace mt::kernels

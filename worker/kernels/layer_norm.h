@@ -1,0 +1,40 @@
+// Fused LayerNorm (issue #16): one CUDA kernel for the forward (optionally adding the residual
+// first and writing the sum: the pre-LayerNorm block's `x = input + attention` followed by the
+// next LayerNorm) and one for the backward (d input, d weight and d bias together, plus the
+// residual stream's own gradient added into d input). LibTorch's chain runs the add, the
+// LayerNorm, and in backward a d input kernel, a slow d gamma / d beta kernel (3.7 ms of a
+// GPT-2 124M step on an H200, bench/RESULTS.md) and the gradient sum of the residual.
+//
+// Same math as torch's layer_norm: mean and variance (biased) of each row in fp32, y = (x -
+// mean) / sqrt(var + eps) * weight + bias, rounded once to the dtype; with a residual the
+// LayerNorm reads the sum as stored (rounded to the dtype), as the unfused chain does.
+// CUDA tensors of fp32, bf16 or fp16 with hidden <= 16384 take the kernels; anything else (CPU,
+// fp64) the eager LibTorch chain, so the same call works everywhere.
+#ifndef MT_WORKER_KERNELS_LAYER_NORM_H_
+#define MT_WORKER_KERNELS_LAYER_NORM_H_
+
+#include <torch/types.h>
+
+#include <utility>
+
+namespace mt::kernels {
+
+// True when FusedLayerNorm / FusedAddLayerNorm run the CUDA kernels for this input and these
+// parameters (a CUDA build, CUDA tensors of one floating dtype, hidden <= 16384).
+bool FusedLayerNormAvailable(const torch::Tensor& x, const torch::Tensor& weight);
+
+// LayerNorm over the last dimension of x [..., hidden]; weight and bias [hidden]. Autograd
+// into x, weight and bias.
+torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
+                             const torch::Tensor& bias, double eps);
+
+// {sum, y}: sum = x + residual (same shape), y = LayerNorm(sum). Autograd into x, residual,
+// weight and bias (x and residual get the same gradient).
+std::pair<torch::Tensor, torch::Tensor> FusedAddLayerNorm(const torch::Tensor& x,
+                                                          const torch::Tensor& residual,
+                                                          const torch::Tensor& weight,
+                                                          const torch::Tensor& bias, double eps);
+
+}  // namespace mt::kernels
+
+#endif  // MT_WORKER_KERNELS_LAYER_NORM_H_

@@ -1,0 +1,113 @@
+// The fused LayerNorm kernels against LibTorch's unfused chain (x + residual, layer_norm) on the
+// GPU, forward and backward, for rows that do not fill a block and hidden sizes on the vector
+// path (768, 1024, 2048, 8192: the last needs over 48 KB of shared memory in backward) and the
+// scalar one (100). The reference runs in fp32 on the same (rounded) inputs.
+// Tolerances: fp32 1e-4 relative + 1e-5 absolute (sums in another order); bf16 / fp16 the
+// dtype's rounding of the result, 1e-2 relative + 1e-2 absolute on values that are O(1)
+// (y, d input), and for d weight / d bias (sums over 300 rows) 1e-2 relative + 1e-2 x the
+// largest entry; LibTorch's own bf16 / fp16 kernels meet the same bounds (checked too).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <string>
+#include <vector>
+
+#include "worker/kernels/layer_norm.h"
+
+namespace mt::kernels {
+namespace {
+
+struct Grads {
+  std::vector<torch::Tensor> values;  // sum (or y twice), y, dx, dresidual, dweight, dbias
+};
+
+// fp32 copies of everything the chain produces, from inputs rounded to `dtype`.
+Grads RunChain(bool fused, bool add, const torch::Tensor& x0, const torch::Tensor& r0,
+               const torch::Tensor& w0, const torch::Tensor& b0, const torch::Tensor& dy,
+               const torch::Tensor& dsum) {
+  auto x = x0.detach().clone().requires_grad_(true);
+  auto r = r0.detach().clone().requires_grad_(true);
+  auto w = w0.detach().clone().requires_grad_(true);
+  auto b = b0.detach().clone().requires_grad_(true);
+  const double eps = 1e-5;
+  torch::Tensor sum, y;
+  if (add) {
+    if (fused) {
+      std::tie(sum, y) = FusedAddLayerNorm(x, r, w, b, eps);
+    } else {
+      sum = x + r;
+      y = torch::layer_norm(sum, {x.size(-1)}, w, b, eps);
+    }
+    torch::autograd::backward({sum, y}, {dsum.to(sum.scalar_type()), dy.to(y.scalar_type())});
+  } else {
+    y = fused ? FusedLayerNorm(x, w, b, eps) : torch::layer_norm(x, {x.size(-1)}, w, b, eps);
+    sum = y;
+    y.backward(dy.to(y.scalar_type()));
+  }
+  auto f = [](const torch::Tensor& t) {
+    return t.defined() ? t.detach().to(torch::kFloat) : torch::Tensor();
+  };
+  return {{f(sum), f(y), f(x.grad()), add ? f(r.grad()) : f(x.grad()), f(w.grad()), f(b.grad())}};
+}
+
+double Excess(const torch::Tensor& got, const torch::Tensor& want, double rtol, double atol) {
+  return ((got - want).abs() - (atol + rtol * want.abs())).max().item<double>();
+}
+
+class FusedLayerNormGpuTest : public ::testing::TestWithParam<torch::ScalarType> {};
+
+TEST_P(FusedLayerNormGpuTest, MatchesTorchForwardAndBackward) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dtype = GetParam();
+  const bool fp32 = dtype == torch::kFloat;
+  const char* names[] = {"sum", "y", "d x", "d residual", "d weight", "d bias"};
+  torch::manual_seed(21);
+  for (int64_t hidden : {768, 1024, 2048, 8192, 100}) {
+    for (bool add : {false, true}) {
+      const auto cuda = torch::TensorOptions(torch::kCUDA);
+      const int64_t b = 3, s = 100;  // 300 rows: not a multiple of the 8 rows of a block
+      auto x = (torch::randn({b, s, hidden}, cuda) * 2 + 0.5).to(dtype);
+      auto r = torch::randn({b, s, hidden}, cuda).to(dtype);
+      auto w = (torch::rand({hidden}, cuda) + 0.5).to(dtype);
+      auto bias = (torch::randn({hidden}, cuda) * 0.1).to(dtype);
+      auto dy = torch::randn({b, s, hidden}, cuda);
+      auto dsum = torch::randn({b, s, hidden}, cuda);
+      ASSERT_TRUE(FusedLayerNormAvailable(x, w));
+      auto to32 = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
+      const Grads want = RunChain(false, add, to32(x), to32(r), to32(w), to32(bias),
+                                  to32(dy.to(dtype)), to32(dsum.to(dtype)));
+      const Grads got = RunChain(true, add, x, r, w, bias, dy, dsum);
+      const Grads torch_same = RunChain(false, add, x, r, w, bias, dy, dsum);
+      for (int i = 0; i < 6; ++i) {
+        const bool param = i >= 4;
+        const double scale = param ? want.values[i].abs().max().item<double>() : 1.0;
+        const double rtol = fp32 ? 1e-4 : 1e-2;
+        const double atol = fp32 ? 1e-5 * scale : 1e-2 * scale;
+        const std::string what = std::string(names[i]) + " hidden " + std::to_string(hidden) +
+                                 (add ? " with residual" : "");
+        EXPECT_LE(Excess(got.values[i], want.values[i], rtol, atol), 0.0) << what;
+        EXPECT_LE(Excess(torch_same.values[i], want.values[i], rtol, atol), 0.0)
+            << "LibTorch's own: " << what;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, FusedLayerNormGpuTest,
+                         ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf));
+
+TEST(FusedLayerNormCpu, FallsBackToTorch) {
+  torch::manual_seed(2);
+  auto x = torch::randn({4, 5, 32}, torch::kDouble);
+  auto r = torch::randn({4, 5, 32}, torch::kDouble);
+  auto w = torch::rand({32}, torch::kDouble);
+  auto b = torch::randn({32}, torch::kDouble);
+  EXPECT_FALSE(FusedLayerNormAvailable(x, w));
+  const auto [sum, y] = FusedAddLayerNorm(x, r, w, b, 1e-5);
+  EXPECT_TRUE(torch::equal(sum, x + r));
+  EXPECT_TRUE(torch::equal(y, torch::layer_norm(x + r, {32}, w, b, 1e-5)));
+  EXPECT_TRUE(torch::equal(FusedLayerNorm(x, w, b, 1e-5), torch::layer_norm(x, {32}, w, b, 1e-5)));
+}
+
+}  // namespace
+}  // namespace mt::kernels

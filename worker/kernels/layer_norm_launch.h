@@ -1,0 +1,38 @@
+// The CUDA side of layer_norm.h: plain pointers, no LibTorch (keeps nvcc off its headers).
+// All tensors are contiguous, rows x hidden, of one FloatKind (x, residual, sums, y, dy, dx,
+// weight, bias and their gradients); mean and rstd are fp32 [rows].
+#ifndef MT_WORKER_KERNELS_LAYER_NORM_LAUNCH_H_
+#define MT_WORKER_KERNELS_LAYER_NORM_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "worker/kernels/cross_entropy_launch.h"  // FloatKind
+
+namespace mt::kernels {
+
+// sum = x + residual (when residual is non-null; else sum is x and `sum` may be null), then
+// y = (sum - mean) * rstd * weight + bias with mean / rstd over each row of the sum as stored
+// (rounded to the dtype), in fp32. Writes mean and rstd.
+cudaError_t LaunchLayerNormForward(FloatKind kind, const void* x, const void* residual, void* sum,
+                                   const void* weight, const void* bias, void* y, float* mean,
+                                   float* rstd, int64_t rows, int64_t hidden, float eps,
+                                   cudaStream_t stream);
+
+// Blocks the backward kernel runs with (the number of rows of `partial` it needs).
+int LayerNormBackwardBlocks(int64_t rows);
+
+// dx = d LayerNorm / d input (dy, the saved input `x` = the sum, mean, rstd, weight) plus
+// `dsum` when non-null (the gradient that reaches the sum directly: the residual stream).
+// dweight / dbeta: reduced over rows through `partial` (fp32, 2 x LayerNormBackwardBlocks(rows)
+// x hidden), then written in the dtype.
+cudaError_t LaunchLayerNormBackward(FloatKind kind, const void* dy, const void* x,
+                                    const float* mean, const float* rstd, const void* weight,
+                                    const void* dsum, void* dx, void* dweight, void* dbias,
+                                    float* partial, int64_t rows, int64_t hidden,
+                                    cudaStream_t stream);
+
+}  // namespace mt::kernels
+
+#endif  // MT_WORKER_KERNELS_LAYER_NORM_LAUNCH_H_

@@ -3,12 +3,36 @@
 #include <cstdlib>
 #include <utility>
 
+#include "absl/time/clock.h"
 #include "common/rpc/grpc_status.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace mt::parallel {
 
 using google::protobuf::util::TimeUtil;
+
+namespace {
+
+constexpr absl::Duration kRetryPause = absl::Milliseconds(200);
+
+// A coordinator that restarts (an upgrade, a crash) is back within seconds; the ranks that join
+// meanwhile wait for it, up to the call's deadline, instead of failing at once with "failed to
+// connect" or "Socket closed" (a connection that died with the old coordinator), which cost the
+// job a restart (found by the chaos soak, tests/chaos). `call` makes one RPC on the context it
+// is given; only idempotent calls come here (Set of the same value, Get).
+template <typename Call>
+absl::Status CallWhileUnavailable(absl::Time deadline, Call call) {
+  while (true) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    context.set_wait_for_ready(true);
+    const absl::Status s = call(&context);
+    if (!absl::IsUnavailable(s) || absl::Now() + kRetryPause >= deadline) return s;
+    absl::SleepFor(kRetryPause);
+  }
+}
+
+}  // namespace
 
 RendezvousClient::RendezvousClient(std::shared_ptr<grpc::Channel> channel, std::string job_id,
                                    int attempt)
@@ -23,9 +47,9 @@ absl::Status RendezvousClient::Set(const std::string& key, const std::string& va
   request.set_key(key);
   request.set_value(value);
   mt::v1::RendezvousSetResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-  return rpc::FromGrpcStatus(stub_->RendezvousSet(&context, request, &response));
+  return CallWhileUnavailable(absl::Now() + absl::Seconds(30), [&](grpc::ClientContext* context) {
+    return rpc::FromGrpcStatus(stub_->RendezvousSet(context, request, &response));
+  });
 }
 
 absl::StatusOr<std::vector<std::string>> RendezvousClient::Get(const std::vector<std::string>& keys,
@@ -36,10 +60,10 @@ absl::StatusOr<std::vector<std::string>> RendezvousClient::Get(const std::vector
   for (const auto& k : keys) request.add_keys(k);
   *request.mutable_timeout() = TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(timeout));
   mt::v1::RendezvousGetResponse response;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout) + 10000));
-  absl::Status s = rpc::FromGrpcStatus(stub_->RendezvousGet(&context, request, &response));
+  const absl::Status s = CallWhileUnavailable(
+      absl::Now() + timeout + absl::Seconds(10), [&](grpc::ClientContext* context) {
+        return rpc::FromGrpcStatus(stub_->RendezvousGet(context, request, &response));
+      });
   if (!s.ok()) return s;
   return std::vector<std::string>(response.values().begin(), response.values().end());
 }
@@ -53,6 +77,7 @@ absl::StatusOr<int64_t> RendezvousClient::Add(const std::string& key, int64_t de
   mt::v1::RendezvousAddResponse response;
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  context.set_wait_for_ready(true);  // not retried: an Add may have counted before it failed
   absl::Status s = rpc::FromGrpcStatus(stub_->RendezvousAdd(&context, request, &response));
   if (!s.ok()) return s;
   return response.value();

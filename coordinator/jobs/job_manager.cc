@@ -73,6 +73,9 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Store* store,
       entry->restart_cause = entry->job.reason();
       entry->restart_since = clock->Now();
     }
+    // Ranks that run on across the restart are watched again (hangs, stragglers), stalls
+    // counting from now: without it a rank stalled across a restart was never found hung.
+    if (HoldsRanks(entry->job.state())) m->StartHealth(entry.get());
     m->Reindex(*entry, mt::v1::JOB_STATE_UNSPECIFIED, entry->job.state());
     m->jobs_[id] = std::move(entry);
   }

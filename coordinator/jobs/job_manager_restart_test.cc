@@ -24,7 +24,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string SpecYaml(const std::string& save_dir, int max_restarts) {
+std::string SpecYaml(const std::string& save_dir, int max_restarts,
+                     const std::string& restart_extra = "") {
   return absl::StrCat(
       "name: r\n"
       "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16}\n"
@@ -33,7 +34,7 @@ std::string SpecYaml(const std::string& save_dir, int max_restarts) {
       "data:\n  data_path: /data/x\n"
       "  tokenizer: {vocab_file: /v.json, merge_file: /m.txt}\n",
       save_dir.empty() ? "" : absl::StrCat("checkpoint: {save_dir: ", save_dir, "}\n"),
-      "restart: {max_restarts: ", max_restarts, "}\n");
+      "restart: {max_restarts: ", max_restarts, restart_extra, "}\n");
 }
 
 // A checkpoint at `step` that verifies (a manifest listing no files) and `latest` on it.
@@ -75,8 +76,9 @@ class JobManagerRestartTest : public ::testing::Test {
     }
   }
 
-  std::string Submit(const std::string& save_dir, int max_restarts = 3) {
-    auto parsed = spec::ParseYamlSpec(SpecYaml(save_dir, max_restarts));
+  std::string Submit(const std::string& save_dir, int max_restarts = 3,
+                     const std::string& restart_extra = "") {
+    auto parsed = spec::ParseYamlSpec(SpecYaml(save_dir, max_restarts, restart_extra));
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     auto r = jobs_->Submit(parsed->spec, "");
     EXPECT_TRUE(r.ok()) << r.status();
@@ -269,6 +271,34 @@ TEST_F(JobManagerRestartTest, AHungRankDoesNotBlockTheRestartForEver) {
   ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_STOPPED, "killed").ok());  // frees its worker
   EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_SCHEDULED);
   EXPECT_EQ(registry_->Counts().idle, 1);
+}
+
+// Found by the chaos soak (tests/chaos): the jobs a restarted coordinator read back from its
+// store had no hang detector, so a rank that stalled across the restart was never found hung;
+// the healthy ranks' collective timeout ended the job instead, blaming one of them.
+TEST_F(JobManagerRestartTest, AJobRunningAcrossACoordinatorRestartIsStillWatchedForHangs) {
+  const std::string id = Submit(save_dir_, 3, ", hang_timeout_floor_seconds: 10");
+  Assignments();
+  AllTraining(Now(id));
+  ASSERT_EQ(Now(id).state(), mt::v1::JOB_STATE_RUNNING);
+  // The coordinator restarts: a new job manager over the same store.
+  jobs_.reset();
+  JobManagerOptions o;
+  o.coordinator_address = "localhost:1";
+  auto jobs = JobManager::Create(store_.get(), registry_.get(), &clock_, o);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  jobs_ = std::move(*jobs);
+  ASSERT_EQ(Now(id).state(), mt::v1::JOB_STATE_RUNNING);
+  // No beacon comes from the ranks (one is stopped, the other waits for it) for the floor.
+  clock_.Advance(absl::Seconds(9));
+  jobs_->CheckHangs();
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  for (const std::string& w : workers_) ASSERT_TRUE(registry_->Heartbeat(w).ok());
+  jobs_->CheckHangs();
+  const mt::v1::Job hung = Now(id);
+  EXPECT_EQ(hung.state(), mt::v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(hung.reason(), HasSubstr("made no progress for 11 s"));
 }
 
 TEST_F(JobManagerRestartTest, NoSaveDirMaxRestartsAndDamagedCheckpointsFail) {

@@ -54,7 +54,8 @@ absl::Status RigCluster::StartCoordinator() {
                                    "--metrics_port=-1"};
   argv.insert(argv.end(), options_.coordinator_flags.begin(), options_.coordinator_flags.end());
   coordinator_ = std::make_unique<Subprocess>();
-  return coordinator_->Start(rig_.In(kCoordinatorNode, argv), dir_ + "/coordinator.log");
+  return coordinator_->Start(rig_.In(kCoordinatorNode, argv), dir_ + "/coordinator.log",
+                             options_.coordinator_env);
 }
 
 std::string RigCluster::NodeName(int n) { return absl::StrCat("node", kFirstWorkerNode + n); }

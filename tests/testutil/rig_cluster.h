@@ -27,6 +27,8 @@ struct RigClusterOptions {
   bool ipv6 = false;  // the coordinator listens on fd00:77::1 only
   // Added to the coordinator's flags (after the rig's own, so they win).
   std::vector<std::string> coordinator_flags;
+  // NAME=VALUE pairs added to the coordinator's environment.
+  std::vector<std::string> coordinator_env;
   // Prefix of the namespaces' names (netns_rig.h) and of the temporary directory.
   std::string prefix = "mt";
 };

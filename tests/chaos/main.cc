@@ -25,8 +25,9 @@ ABSL_FLAG(int, hang_floor_seconds, 10, "The jobs' restart.hang_timeout_floor_sec
 ABSL_FLAG(absl::Duration, fault_gap_min, absl::Seconds(2),
           "Shortest pause between faults (after the jobs are safe to hit again).");
 ABSL_FLAG(absl::Duration, fault_gap_max, absl::Seconds(6), "Longest pause between faults.");
-ABSL_FLAG(absl::Duration, rss_warmup, absl::Seconds(20),
-          "Time a coordinator runs before its memory baseline is taken.");
+ABSL_FLAG(absl::Duration, rss_warmup, absl::Seconds(60),
+          "Time a coordinator runs before its memory baseline is taken; a run is judged when it "
+          "goes on for as long again.");
 ABSL_FLAG(std::string, output, "text", "Report format on stdout: text or json.");
 
 namespace {

@@ -8,7 +8,9 @@
 //   2. no orphan process: every rank's parent is a live worker daemon of the soak, no rank of
 //      an ended job or of an older attempt lingers, and nothing of the soak runs at the end;
 //   3. the checkpoint catalog agrees with the checkpoint disk (catalog_check.h);
-//   4. the coordinator's resident memory grows by less than 5% after its warm-up.
+//   4. the coordinator's resident memory grows by less than 5% after its warm-up (each run of it
+//      from rss_warmup after its start to its end, when that span lasts rss_warmup or more;
+//      ended jobs are kept to the newest 20, --keep_ended_jobs, so that its state is bounded).
 // A fault is injected only when every job in flight has a checkpoint newer than the one its
 // attempt resumed from (restart_policy.h, rule 4: a job failing again with no new checkpoint
 // fails on purpose; a fair soak does not hit it there). Not thread-safe; one soak at a time.
@@ -36,7 +38,9 @@ struct SoakConfig {
   int hang_floor_seconds = 10;
   absl::Duration fault_gap_min = absl::Seconds(2);  // pause between faults, once jobs are safe
   absl::Duration fault_gap_max = absl::Seconds(6);
-  absl::Duration rss_warmup = absl::Seconds(20);  // of each coordinator run, before its baseline
+  // Of each coordinator run, before its baseline; a run is judged when it goes on for at least
+  // as long again after it.
+  absl::Duration rss_warmup = absl::Seconds(60);
   absl::Duration drain_timeout = absl::Minutes(5);
   // Set (by a signal handler's thread) to stop early: the soak then drains for 10 s at most,
   // reports, and removes its processes, namespaces and mount. May be null.
@@ -60,9 +64,11 @@ struct SoakReport {
   std::vector<double> recovery_seconds;        // fault -> the job training again (new attempt)
   double coordinator_rss_baseline_mib = 0;     // first run, after its warm-up
   double coordinator_rss_final_mib = 0;        // last sample before the soak stops it
-  double coordinator_rss_max_growth = 0;       // the largest growth measured (fraction)
-  std::vector<std::string> fault_log;          // "t=12.3s kill_rank: rank 1 of j-3 ..."
-  std::vector<std::string> violations;         // empty: every invariant held
+  double coordinator_rss_max_growth = 0;       // the largest growth of a judged run (fraction)
+  int coordinator_runs_judged = 0;             // runs long enough after their baseline
+  std::vector<double> coordinator_rss_run_end_mib;  // RSS at the end of each run
+  std::vector<std::string> fault_log;               // "t=12.3s kill_rank: rank 1 of j-3 ..."
+  std::vector<std::string> violations;              // empty: every invariant held
 
   std::string Text() const;
   std::string Json() const;

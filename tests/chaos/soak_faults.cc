@@ -17,13 +17,15 @@ std::string Describe(const RankProcess& r) {
 
 }  // namespace
 
-// Running ranks of the current attempts of the jobs in flight.
+// Running ranks of the current attempts of the RUNNING jobs in flight.
 std::vector<RankProcess> Soak::Victims() {
   std::vector<RankProcess> out;
   for (const RankProcess& r : ScanRanks(cluster_->dir())) {
     for (TrackedJob* job : InFlight()) {
+      // RUNNING: the hang detector watches RUNNING jobs (a rank stalled while its job is
+      // SCHEDULED is left to the collective timeout, README.md).
       if (job->id == r.job_id && !job->reference && r.attempt == job->last.attempt() &&
-          r.state != 'T' && r.state != 'Z') {
+          job->last.state() == mt::v1::JOB_STATE_RUNNING && r.state != 'T' && r.state != 'Z') {
         out.push_back(r);
       }
     }

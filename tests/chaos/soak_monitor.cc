@@ -193,6 +193,7 @@ void Soak::SampleCoordinatorMemory() {
   }
   if (!rss_baseline_.has_value() && absl::Now() - coordinator_started_ >= config_.rss_warmup) {
     rss_baseline_ = rss;
+    rss_baseline_at_ = absl::Now();
     if (!rss_first_baseline_.has_value()) {
       rss_first_baseline_ = rss;
       report_.coordinator_rss_baseline_mib = *rss / 1048576.0;
@@ -201,20 +202,30 @@ void Soak::SampleCoordinatorMemory() {
   }
 }
 
-// The coordinator's run ends (a fault, or the end): its growth since its own baseline.
+// The coordinator's run ends (a fault, or the end): its growth since its own baseline, judged
+// when the run went on for at least the warm-up after it (a shorter span says little).
 void Soak::EndCoordinatorRun() {
   SampleCoordinatorMemory();
+  if (rss_last_.has_value()) report_.coordinator_rss_run_end_mib.push_back(*rss_last_ / 1048576.0);
   if (rss_baseline_.has_value() && rss_last_.has_value()) {
     const double growth = static_cast<double>(*rss_last_) / *rss_baseline_ - 1;
-    report_.coordinator_rss_max_growth = std::max(report_.coordinator_rss_max_growth, growth);
+    const absl::Duration span = absl::Now() - rss_baseline_at_;
     report_.coordinator_rss_final_mib = *rss_last_ / 1048576.0;
+    const bool judged = span >= config_.rss_warmup;
     Note(
-        absl::StrFormat("coordinator RSS %.1f MiB at the end of its run, %+.2f%% since its "
-                        "baseline",
-                        *rss_last_ / 1048576.0, 100 * growth));
-    if (growth >= 0.05) {
-      Violation(absl::StrFormat("coordinator RSS grew %.2f%% (%.1f -> %.1f MiB) after warm-up",
-                                100 * growth, *rss_baseline_ / 1048576.0, *rss_last_ / 1048576.0));
+        absl::StrFormat("coordinator RSS %.1f MiB at the end of its run, %+.2f%% over the %s "
+                        "since its baseline%s",
+                        *rss_last_ / 1048576.0, 100 * growth,
+                        absl::FormatDuration(absl::Trunc(span, absl::Seconds(1))),
+                        judged ? "" : " (too short to judge)"));
+    if (judged) {
+      ++report_.coordinator_runs_judged;
+      report_.coordinator_rss_max_growth = std::max(report_.coordinator_rss_max_growth, growth);
+      if (growth >= 0.05) {
+        Violation(absl::StrFormat("coordinator RSS grew %.2f%% (%.1f -> %.1f MiB) after warm-up",
+                                  100 * growth, *rss_baseline_ / 1048576.0,
+                                  *rss_last_ / 1048576.0));
+      }
     }
   }
   rss_baseline_.reset();

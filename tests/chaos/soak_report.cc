@@ -50,11 +50,15 @@ std::string SoakReport::Text() const {
       "exact losses; %d restarts\n"
       "hang detection: %s\ntraining again after a fault: %s\n"
       "checks: %d process scans, %d catalog comparisons; WRITING entries left by dead saves: %d\n"
-      "coordinator RSS: baseline %.1f MiB, final %.1f MiB, largest growth within a run %.2f%%\n",
+      "coordinator RSS: baseline %.1f MiB, final %.1f MiB, largest growth within a judged run "
+      "%.2f%% (%d runs judged); at the end of each run: %s MiB\n",
       seed, fault_phase_seconds, total_seconds, total, faults_text, jobs_submitted,
       jobs_succeeded_exact, restarts, Summary(hang_detection_seconds), Summary(recovery_seconds),
       process_scans, catalog_checks, writing_entries_left, coordinator_rss_baseline_mib,
-      coordinator_rss_final_mib, 100 * coordinator_rss_max_growth);
+      coordinator_rss_final_mib, 100 * coordinator_rss_max_growth, coordinator_runs_judged,
+      absl::StrJoin(coordinator_rss_run_end_mib, " ", [](std::string* out, double d) {
+        absl::StrAppend(out, absl::StrFormat("%.1f", d));
+      }));
   for (const std::string& f : fault_log) absl::StrAppend(&out, "  ", f, "\n");
   absl::StrAppend(&out, violations.empty() ? "every invariant held\n"
                                            : absl::StrCat(violations.size(), " violations:\n"));
@@ -78,6 +82,8 @@ std::string SoakReport::Json() const {
       ", \"coordinator_rss_baseline_mib\": ", absl::StrFormat("%.1f", coordinator_rss_baseline_mib),
       ", \"coordinator_rss_final_mib\": ", absl::StrFormat("%.1f", coordinator_rss_final_mib),
       ", \"coordinator_rss_max_growth\": ", absl::StrFormat("%.4f", coordinator_rss_max_growth),
+      ", \"coordinator_runs_judged\": ", coordinator_runs_judged,
+      ", \"coordinator_rss_run_end_mib\": ", JsonNumbers(coordinator_rss_run_end_mib),
       ", \"fault_log\": ", JsonList(fault_log), ", \"violations\": ", JsonList(violations), "}\n");
 }
 

@@ -122,6 +122,7 @@ class Soak {
   // The coordinator's current run, for its memory.
   absl::Time coordinator_started_;
   std::optional<int64_t> rss_baseline_, rss_last_, rss_first_baseline_;
+  absl::Time rss_baseline_at_;
   absl::Time rss_noted_ = absl::InfinitePast();  // the last RSS line on stderr (one a minute)
   // When a process was first seen breaking a rule ("pid:rule" -> time), for its grace.
   std::map<std::string, absl::Time> suspects_;

@@ -31,6 +31,14 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
   return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
 }
 
+// Whether `p`, reported by the current attempt, is newer than what the job shows. An attempt
+// resumed from step S trains from S + 1; one resumed from the final step trains nothing, and its
+// empty progress (step 0, loss 0) must not replace the step and loss the job reached (found by
+// the chaos soak: a worker killed just after the final save ended the job SUCCEEDED at step 0).
+bool TrainedSinceResume(const mt::v1::Progress& p, const mt::v1::Job& job) {
+  return job.resume_step() == 0 || p.step() > job.resume_step();
+}
+
 bool HoldsRanks(mt::v1::JobState s) {
   return s == mt::v1::JOB_STATE_SCHEDULED || s == mt::v1::JOB_STATE_RUNNING ||
          s == mt::v1::JOB_STATE_RESTARTING;
@@ -588,7 +596,8 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
   if (report.activity() != mt::v1::RANK_ACTIVITY_UNSPECIFIED) OnBeacon(entry, report);
   if (report.phase() != mt::v1::RANK_PHASE_UNSPECIFIED) rank.phase = report.phase();
   if (fallback.has_value()) MT_RETURN_IF_ERROR(RecordEvent(entry, *fallback));
-  if (report.has_progress() && report.rank() == ReporterRank(job.layout())) {
+  if (report.has_progress() && report.rank() == ReporterRank(job.layout()) &&
+      TrainedSinceResume(report.progress(), job)) {
     const int64_t total = job.progress().total_steps();
     *job.mutable_progress() = report.progress();
     if (job.progress().total_steps() == 0) job.mutable_progress()->set_total_steps(total);
@@ -636,7 +645,8 @@ absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
     rank.log_tail.erase(rank.log_tail.begin(), rank.log_tail.end() - kMaxLogLines);
   }
   ReleaseWorker(report.worker_id(), job.id());
-  if (report.rank() == ReporterRank(job.layout()) && report.has_final_progress()) {
+  if (report.rank() == ReporterRank(job.layout()) && report.has_final_progress() &&
+      TrainedSinceResume(report.final_progress(), job)) {
     const int64_t total = job.progress().total_steps();
     *job.mutable_progress() = report.final_progress();
     if (job.progress().total_steps() == 0) job.mutable_progress()->set_total_steps(total);

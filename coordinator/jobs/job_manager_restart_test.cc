@@ -301,6 +301,49 @@ TEST_F(JobManagerRestartTest, AJobRunningAcrossACoordinatorRestartIsStillWatched
   EXPECT_THAT(hung.reason(), HasSubstr("made no progress for 11 s"));
 }
 
+// Found by the chaos soak: a worker killed just after the final save restarts the job from that
+// checkpoint; the new attempt trains nothing and its reporter's progress (step 0, loss 0) used to
+// replace the final step and loss the job had reached, so it SUCCEEDED "at step 0".
+TEST_F(JobManagerRestartTest, AJobResumedFromItsFinalCheckpointKeepsItsFinalLoss) {
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  Assignments();
+  AllTraining(job);
+  mt::v1::RankExitReport done;
+  done.set_worker_id(job.placement(0).worker_id());
+  done.set_job_id(id);
+  done.set_attempt(0);
+  done.set_rank(0);
+  done.set_outcome(mt::v1::RANK_OUTCOME_SUCCEEDED);
+  done.mutable_final_progress()->set_step(20);
+  done.mutable_final_progress()->set_loss(1.25);
+  done.mutable_final_progress()->set_validation_loss(1.5);
+  ASSERT_TRUE(jobs_->OnRankExit(done).ok());
+  WriteCheckpoint(save_dir_, 20);
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_FAILED, "killed by signal 9").ok());
+  jobs_->AdvanceRestarts();
+  mt::v1::Job resumed = Now(id);
+  ASSERT_EQ(resumed.attempt(), 1);
+  ASSERT_EQ(resumed.resume_step(), 20);
+  Assignments();
+  AllTraining(resumed);
+  for (int rank = 0; rank < 2; ++rank) {
+    mt::v1::RankExitReport r;
+    r.set_worker_id(resumed.placement(rank).worker_id());
+    r.set_job_id(id);
+    r.set_attempt(1);
+    r.set_rank(rank);
+    r.set_outcome(mt::v1::RANK_OUTCOME_SUCCEEDED);
+    r.mutable_final_progress()->set_validation_loss(1.75);  // no step trained: step 0, loss 0
+    ASSERT_TRUE(jobs_->OnRankExit(r).ok());
+  }
+  const mt::v1::Job end = Now(id);
+  EXPECT_EQ(end.state(), mt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(end.progress().step(), 20);
+  EXPECT_EQ(end.progress().loss(), 1.25);
+  EXPECT_EQ(end.progress().validation_loss(), 1.5);
+}
+
 TEST_F(JobManagerRestartTest, NoSaveDirMaxRestartsAndDamagedCheckpointsFail) {
   // No checkpoint.save_dir: failed at once.
   const std::string a = Submit("");

@@ -9,8 +9,9 @@
 //      an ended job or of an older attempt lingers, and nothing of the soak runs at the end;
 //   3. the checkpoint catalog agrees with the checkpoint disk (catalog_check.h);
 //   4. the coordinator's resident memory grows by less than 5% after its warm-up (each run of it
-//      from rss_warmup after its start to its end, when that span lasts rss_warmup or more;
-//      ended jobs are kept to the newest 20, --keep_ended_jobs, so that its state is bounded).
+//      from rss_warmup after its start, and once its state is at its retention bound (the
+//      newest kKeepEndedJobs ended jobs are kept), to its end, when that span lasts rss_warmup
+//      or more).
 // A fault is injected only when every job in flight has a checkpoint newer than the one its
 // attempt resumed from (restart_policy.h, rule 4: a job failing again with no new checkpoint
 // fails on purpose; a fair soak does not hit it there). Not thread-safe; one soak at a time.

@@ -191,7 +191,12 @@ void Soak::SampleCoordinatorMemory() {
     rss_noted_ = absl::Now();
     Note(absl::StrFormat("coordinator RSS %.2f MiB", *rss / 1048576.0));
   }
-  if (!rss_baseline_.has_value() && absl::Now() - coordinator_started_ >= config_.rss_warmup) {
+  // After warm-up: the run's own (rss_warmup), and the coordinator's state at its retention
+  // bound (kKeepEndedJobs ended jobs: as many are deleted as end from then on).
+  int ended = 0;
+  for (const TrackedJob& j : jobs_) ended += j.ended;
+  if (!rss_baseline_.has_value() && absl::Now() - coordinator_started_ >= config_.rss_warmup &&
+      ended >= kKeepEndedJobs) {
     rss_baseline_ = rss;
     rss_baseline_at_ = absl::Now();
     if (!rss_first_baseline_.has_value()) {

@@ -56,10 +56,10 @@ absl::Status Soak::SetUp() {
   testutil::RigClusterOptions options;
   options.worker_nodes = config_.worker_nodes;
   options.prefix = "mtchaos";
-  // The newest 20 ended jobs are kept (retention, as a long-lived service runs it): the state a
+  // The newest ended jobs are kept (retention, as a long-lived service runs it): the state a
   // coordinator holds stays bounded, so its memory can be judged.
   options.coordinator_flags = {"--heartbeat_interval=500ms", "--lost_after=3s",
-                               "--keep_ended_jobs=20"};
+                               absl::StrCat("--keep_ended_jobs=", kKeepEndedJobs)};
   // glibc's malloc raises its mmap threshold to the largest block freed (up to 32 MiB) and keeps
   // up to twice that in the heap once freed: the coordinator's 8 MiB read buffers (hashing a
   // checkpoint's files when a job restarts) then stay resident, a one-off step of ~10 MiB that

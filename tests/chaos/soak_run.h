@@ -26,6 +26,9 @@
 
 namespace mt::chaos {
 
+// The coordinator keeps this many ended jobs (--keep_ended_jobs): its state is bounded.
+inline constexpr int kKeepEndedJobs = 6;
+
 // A job spec the soak trains, and the losses of its undisturbed run.
 struct Variant {
   std::string name;

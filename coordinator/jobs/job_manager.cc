@@ -39,6 +39,21 @@ bool TrainedSinceResume(const mt::v1::Progress& p, const mt::v1::Job& job) {
   return job.resume_step() == 0 || p.step() > job.resume_step();
 }
 
+// A job resumed from its final step (the last save committed, then a rank or worker was lost)
+// trains nothing more: what it reached is the checkpoint's step and losses, which its progress
+// may not show (the reporter's last report can predate the save: found by the chaos soak).
+void ProgressOfFinalCheckpoint(const mt::v1::CheckpointManifest& m, mt::v1::Job* job) {
+  mt::v1::Progress* p = job->mutable_progress();
+  if (p->total_steps() <= 0 || job->resume_step() < p->total_steps() ||
+      m.step() != job->resume_step()) {
+    return;
+  }
+  p->set_step(m.step());
+  p->set_consumed_samples(m.consumed_samples());
+  p->set_loss(m.loss());
+  if (!std::isnan(m.validation_loss())) p->set_validation_loss(m.validation_loss());
+}
+
 bool HoldsRanks(mt::v1::JobState s) {
   return s == mt::v1::JOB_STATE_SCHEDULED || s == mt::v1::JOB_STATE_RUNNING ||
          s == mt::v1::JOB_STATE_RESTARTING;
@@ -835,10 +850,12 @@ void JobManager::AdvanceRestarts() {
   for (const Ready& r : ready) {
     // Outside the lock: verification re-reads (and hashes) every file of the checkpoint.
     std::optional<FoundCheckpoint> latest;
+    mt::v1::CheckpointManifest manifest;
     std::string skipped;
     auto choice = checkpoint::ChooseCheckpoint(r.save_dir, /*verify=*/true);
     if (choice.ok()) {
       latest = FoundCheckpoint{choice->dir, choice->manifest.step()};
+      manifest = choice->manifest;
       skipped = absl::StrJoin(choice->problems, "; ");
     } else if (!absl::IsNotFound(choice.status())) {
       skipped = std::string(choice.status().message());
@@ -860,6 +877,7 @@ void JobManager::AdvanceRestarts() {
     entry->job.set_attempt(r.attempt + 1);
     entry->job.set_resume_from(d.resume_from);
     entry->job.set_resume_step(d.resume_step);
+    ProgressOfFinalCheckpoint(manifest, &entry->job);
     entry->job.clear_placement();
     if (!Transition(entry, mt::v1::JOB_STATE_PENDING, d.reason).ok()) {
       entry->job = before;

@@ -2,6 +2,7 @@
 // WorkerRegistry, a fake clock, and checkpoint directories written here: which state follows a
 // rank failure or a lost worker, what the restarted ranks are told to resume from, and when the
 // job fails instead. The same through real processes: tests/integration/restart_jobs_test.cc.
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,13 +39,16 @@ std::string SpecYaml(const std::string& save_dir, int max_restarts,
 }
 
 // A checkpoint at `step` that verifies (a manifest listing no files) and `latest` on it.
-void WriteCheckpoint(const std::string& save_dir, int64_t step) {
+void WriteCheckpoint(const std::string& save_dir, int64_t step, double loss = 0,
+                     double validation_loss = std::nan("")) {
   const std::string dir = save_dir + "/" + checkpoint::IterationDirName(step);
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   mt::v1::CheckpointManifest m;
   m.set_format(checkpoint::kFormatName);
   m.set_format_version(checkpoint::kFormatVersion);
   m.set_step(step);
+  m.set_loss(loss);
+  m.set_validation_loss(validation_loss);
   ASSERT_TRUE(checkpoint::WriteManifest(dir, m).ok());
   ASSERT_TRUE(checkpoint::WriteLatest(save_dir, step).ok());
 }
@@ -319,7 +323,7 @@ TEST_F(JobManagerRestartTest, AJobResumedFromItsFinalCheckpointKeepsItsFinalLoss
   done.mutable_final_progress()->set_loss(1.25);
   done.mutable_final_progress()->set_validation_loss(1.5);
   ASSERT_TRUE(jobs_->OnRankExit(done).ok());
-  WriteCheckpoint(save_dir_, 20);
+  WriteCheckpoint(save_dir_, 20, 1.25, 1.5);
   ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_FAILED, "killed by signal 9").ok());
   jobs_->AdvanceRestarts();
   mt::v1::Job resumed = Now(id);
@@ -335,6 +339,46 @@ TEST_F(JobManagerRestartTest, AJobResumedFromItsFinalCheckpointKeepsItsFinalLoss
     r.set_rank(rank);
     r.set_outcome(mt::v1::RANK_OUTCOME_SUCCEEDED);
     r.mutable_final_progress()->set_validation_loss(1.75);  // no step trained: step 0, loss 0
+    ASSERT_TRUE(jobs_->OnRankExit(r).ok());
+  }
+  const mt::v1::Job end = Now(id);
+  EXPECT_EQ(end.state(), mt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(end.progress().step(), 20);
+  EXPECT_EQ(end.progress().loss(), 1.25);
+  EXPECT_EQ(end.progress().validation_loss(), 1.5);
+}
+
+// The same when the reporter's last progress predates the final save (its worker was cut off
+// before it reported step 20): the job ends with the final checkpoint's step and losses.
+TEST_F(JobManagerRestartTest, AJobResumedFromItsFinalCheckpointEndsWithThatCheckpointsLoss) {
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  Assignments();
+  AllTraining(job);
+  mt::v1::RankReport last;
+  last.set_worker_id(job.placement(0).worker_id());
+  last.set_job_id(id);
+  last.set_attempt(0);
+  last.set_rank(0);
+  last.mutable_progress()->set_step(15);
+  last.mutable_progress()->set_loss(2.5);
+  ASSERT_TRUE(jobs_->OnRankReport(last).ok());
+  WriteCheckpoint(save_dir_, 20, 1.25, 1.5);
+  ASSERT_TRUE(Exit(job, 0, mt::v1::RANK_OUTCOME_FAILED, "worker lost").ok());
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_STOPPED, "stopped").ok());
+  jobs_->AdvanceRestarts();
+  mt::v1::Job resumed = Now(id);
+  ASSERT_EQ(resumed.resume_step(), 20);
+  Assignments();
+  AllTraining(resumed);
+  for (int rank = 0; rank < 2; ++rank) {
+    mt::v1::RankExitReport r;
+    r.set_worker_id(resumed.placement(rank).worker_id());
+    r.set_job_id(id);
+    r.set_attempt(1);
+    r.set_rank(rank);
+    r.set_outcome(mt::v1::RANK_OUTCOME_SUCCEEDED);
+    r.mutable_final_progress();  // no step trained
     ASSERT_TRUE(jobs_->OnRankExit(r).ok());
   }
   const mt::v1::Job end = Now(id);

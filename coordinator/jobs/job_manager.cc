@@ -31,6 +31,29 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
   return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
 }
 
+// Whether `p`, reported by the current attempt, is newer than what the job shows. An attempt
+// resumed from step S trains from S + 1; one resumed from the final step trains nothing, and its
+// empty progress (step 0, loss 0) must not replace the step and loss the job reached (found by
+// the chaos soak: a worker killed just after the final save ended the job SUCCEEDED at step 0).
+bool TrainedSinceResume(const mt::v1::Progress& p, const mt::v1::Job& job) {
+  return job.resume_step() == 0 || p.step() > job.resume_step();
+}
+
+// A job resumed from its final step (the last save committed, then a rank or worker was lost)
+// trains nothing more: what it reached is the checkpoint's step and losses, which its progress
+// may not show (the reporter's last report can predate the save: found by the chaos soak).
+void ProgressOfFinalCheckpoint(const mt::v1::CheckpointManifest& m, mt::v1::Job* job) {
+  mt::v1::Progress* p = job->mutable_progress();
+  if (p->total_steps() <= 0 || job->resume_step() < p->total_steps() ||
+      m.step() != job->resume_step()) {
+    return;
+  }
+  p->set_step(m.step());
+  p->set_consumed_samples(m.consumed_samples());
+  p->set_loss(m.loss());
+  if (!std::isnan(m.validation_loss())) p->set_validation_loss(m.validation_loss());
+}
+
 bool HoldsRanks(mt::v1::JobState s) {
   return s == mt::v1::JOB_STATE_SCHEDULED || s == mt::v1::JOB_STATE_RUNNING ||
          s == mt::v1::JOB_STATE_RESTARTING;
@@ -73,6 +96,9 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Store* store,
       entry->restart_cause = entry->job.reason();
       entry->restart_since = clock->Now();
     }
+    // Ranks that run on across the restart are watched again (hangs, stragglers), stalls
+    // counting from now: without it a rank stalled across a restart was never found hung.
+    if (HoldsRanks(entry->job.state())) m->StartHealth(entry.get());
     m->Reindex(*entry, mt::v1::JOB_STATE_UNSPECIFIED, entry->job.state());
     m->jobs_[id] = std::move(entry);
   }
@@ -599,7 +625,8 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
   if (report.activity() != mt::v1::RANK_ACTIVITY_UNSPECIFIED) OnBeacon(entry, report);
   if (report.phase() != mt::v1::RANK_PHASE_UNSPECIFIED) rank.phase = report.phase();
   if (fallback.has_value()) MT_RETURN_IF_ERROR(RecordEvent(entry, *fallback));
-  if (report.has_progress() && report.rank() == ReporterRank(job.layout())) {
+  if (report.has_progress() && report.rank() == ReporterRank(job.layout()) &&
+      TrainedSinceResume(report.progress(), job)) {
     const int64_t total = job.progress().total_steps();
     *job.mutable_progress() = report.progress();
     if (job.progress().total_steps() == 0) job.mutable_progress()->set_total_steps(total);
@@ -647,7 +674,8 @@ absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
     rank.log_tail.erase(rank.log_tail.begin(), rank.log_tail.end() - kMaxLogLines);
   }
   ReleaseWorker(report.worker_id(), job.id());
-  if (report.rank() == ReporterRank(job.layout()) && report.has_final_progress()) {
+  if (report.rank() == ReporterRank(job.layout()) && report.has_final_progress() &&
+      TrainedSinceResume(report.final_progress(), job)) {
     const int64_t total = job.progress().total_steps();
     *job.mutable_progress() = report.final_progress();
     if (job.progress().total_steps() == 0) job.mutable_progress()->set_total_steps(total);
@@ -836,10 +864,12 @@ void JobManager::AdvanceRestarts() {
   for (const Ready& r : ready) {
     // Outside the lock: verification re-reads (and hashes) every file of the checkpoint.
     std::optional<FoundCheckpoint> latest;
+    mt::v1::CheckpointManifest manifest;
     std::string skipped;
     auto choice = checkpoint::ChooseCheckpoint(r.save_dir, /*verify=*/true);
     if (choice.ok()) {
       latest = FoundCheckpoint{choice->dir, choice->manifest.step()};
+      manifest = choice->manifest;
       skipped = absl::StrJoin(choice->problems, "; ");
     } else if (!absl::IsNotFound(choice.status())) {
       skipped = std::string(choice.status().message());
@@ -861,6 +891,7 @@ void JobManager::AdvanceRestarts() {
     entry->job.set_attempt(r.attempt + 1);
     entry->job.set_resume_from(d.resume_from);
     entry->job.set_resume_step(d.resume_step);
+    ProgressOfFinalCheckpoint(manifest, &entry->job);
     entry->job.clear_placement();
     if (!Transition(entry, mt::v1::JOB_STATE_PENDING, d.reason).ok()) {
       entry->job = before;

@@ -2,6 +2,7 @@
 // WorkerRegistry, a fake clock, and checkpoint directories written here: which state follows a
 // rank failure or a lost worker, what the restarted ranks are told to resume from, and when the
 // job fails instead. The same through real processes: tests/integration/restart_jobs_test.cc.
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -24,7 +25,8 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::string SpecYaml(const std::string& save_dir, int max_restarts) {
+std::string SpecYaml(const std::string& save_dir, int max_restarts,
+                     const std::string& restart_extra = "") {
   return absl::StrCat(
       "name: r\n"
       "model: {num_layers: 2, hidden_size: 32, num_attention_heads: 2, seq_length: 16}\n"
@@ -33,17 +35,20 @@ std::string SpecYaml(const std::string& save_dir, int max_restarts) {
       "data:\n  data_path: /data/x\n"
       "  tokenizer: {vocab_file: /v.json, merge_file: /m.txt}\n",
       save_dir.empty() ? "" : absl::StrCat("checkpoint: {save_dir: ", save_dir, "}\n"),
-      "restart: {max_restarts: ", max_restarts, "}\n");
+      "restart: {max_restarts: ", max_restarts, restart_extra, "}\n");
 }
 
 // A checkpoint at `step` that verifies (a manifest listing no files) and `latest` on it.
-void WriteCheckpoint(const std::string& save_dir, int64_t step) {
+void WriteCheckpoint(const std::string& save_dir, int64_t step, double loss = 0,
+                     double validation_loss = std::nan("")) {
   const std::string dir = save_dir + "/" + checkpoint::IterationDirName(step);
   ASSERT_EQ(std::system(("mkdir -p " + dir).c_str()), 0);
   mt::v1::CheckpointManifest m;
   m.set_format(checkpoint::kFormatName);
   m.set_format_version(checkpoint::kFormatVersion);
   m.set_step(step);
+  m.set_loss(loss);
+  m.set_validation_loss(validation_loss);
   ASSERT_TRUE(checkpoint::WriteManifest(dir, m).ok());
   ASSERT_TRUE(checkpoint::WriteLatest(save_dir, step).ok());
 }
@@ -75,8 +80,9 @@ class JobManagerRestartTest : public ::testing::Test {
     }
   }
 
-  std::string Submit(const std::string& save_dir, int max_restarts = 3) {
-    auto parsed = spec::ParseYamlSpec(SpecYaml(save_dir, max_restarts));
+  std::string Submit(const std::string& save_dir, int max_restarts = 3,
+                     const std::string& restart_extra = "") {
+    auto parsed = spec::ParseYamlSpec(SpecYaml(save_dir, max_restarts, restart_extra));
     EXPECT_TRUE(parsed.ok()) << parsed.status();
     auto r = jobs_->Submit(parsed->spec, "");
     EXPECT_TRUE(r.ok()) << r.status();
@@ -269,6 +275,117 @@ TEST_F(JobManagerRestartTest, AHungRankDoesNotBlockTheRestartForEver) {
   ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_STOPPED, "killed").ok());  // frees its worker
   EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_SCHEDULED);
   EXPECT_EQ(registry_->Counts().idle, 1);
+}
+
+// Found by the chaos soak (tests/chaos): the jobs a restarted coordinator read back from its
+// store had no hang detector, so a rank that stalled across the restart was never found hung;
+// the healthy ranks' collective timeout ended the job instead, blaming one of them.
+TEST_F(JobManagerRestartTest, AJobRunningAcrossACoordinatorRestartIsStillWatchedForHangs) {
+  const std::string id = Submit(save_dir_, 3, ", hang_timeout_floor_seconds: 10");
+  Assignments();
+  AllTraining(Now(id));
+  ASSERT_EQ(Now(id).state(), mt::v1::JOB_STATE_RUNNING);
+  // The coordinator restarts: a new job manager over the same store.
+  jobs_.reset();
+  JobManagerOptions o;
+  o.coordinator_address = "localhost:1";
+  auto jobs = JobManager::Create(store_.get(), registry_.get(), &clock_, o);
+  ASSERT_TRUE(jobs.ok()) << jobs.status();
+  jobs_ = std::move(*jobs);
+  ASSERT_EQ(Now(id).state(), mt::v1::JOB_STATE_RUNNING);
+  // No beacon comes from the ranks (one is stopped, the other waits for it) for the floor.
+  clock_.Advance(absl::Seconds(9));
+  jobs_->CheckHangs();
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(2));
+  for (const std::string& w : workers_) ASSERT_TRUE(registry_->Heartbeat(w).ok());
+  jobs_->CheckHangs();
+  const mt::v1::Job hung = Now(id);
+  EXPECT_EQ(hung.state(), mt::v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(hung.reason(), HasSubstr("made no progress for 11 s"));
+}
+
+// Found by the chaos soak: a worker killed just after the final save restarts the job from that
+// checkpoint; the new attempt trains nothing and its reporter's progress (step 0, loss 0) used to
+// replace the final step and loss the job had reached, so it SUCCEEDED "at step 0".
+TEST_F(JobManagerRestartTest, AJobResumedFromItsFinalCheckpointKeepsItsFinalLoss) {
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  Assignments();
+  AllTraining(job);
+  mt::v1::RankExitReport done;
+  done.set_worker_id(job.placement(0).worker_id());
+  done.set_job_id(id);
+  done.set_attempt(0);
+  done.set_rank(0);
+  done.set_outcome(mt::v1::RANK_OUTCOME_SUCCEEDED);
+  done.mutable_final_progress()->set_step(20);
+  done.mutable_final_progress()->set_loss(1.25);
+  done.mutable_final_progress()->set_validation_loss(1.5);
+  ASSERT_TRUE(jobs_->OnRankExit(done).ok());
+  WriteCheckpoint(save_dir_, 20, 1.25, 1.5);
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_FAILED, "killed by signal 9").ok());
+  jobs_->AdvanceRestarts();
+  mt::v1::Job resumed = Now(id);
+  ASSERT_EQ(resumed.attempt(), 1);
+  ASSERT_EQ(resumed.resume_step(), 20);
+  Assignments();
+  AllTraining(resumed);
+  for (int rank = 0; rank < 2; ++rank) {
+    mt::v1::RankExitReport r;
+    r.set_worker_id(resumed.placement(rank).worker_id());
+    r.set_job_id(id);
+    r.set_attempt(1);
+    r.set_rank(rank);
+    r.set_outcome(mt::v1::RANK_OUTCOME_SUCCEEDED);
+    r.mutable_final_progress()->set_validation_loss(1.75);  // no step trained: step 0, loss 0
+    ASSERT_TRUE(jobs_->OnRankExit(r).ok());
+  }
+  const mt::v1::Job end = Now(id);
+  EXPECT_EQ(end.state(), mt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(end.progress().step(), 20);
+  EXPECT_EQ(end.progress().loss(), 1.25);
+  EXPECT_EQ(end.progress().validation_loss(), 1.5);
+}
+
+// The same when the reporter's last progress predates the final save (its worker was cut off
+// before it reported step 20): the job ends with the final checkpoint's step and losses.
+TEST_F(JobManagerRestartTest, AJobResumedFromItsFinalCheckpointEndsWithThatCheckpointsLoss) {
+  const std::string id = Submit(save_dir_);
+  mt::v1::Job job = Now(id);
+  Assignments();
+  AllTraining(job);
+  mt::v1::RankReport last;
+  last.set_worker_id(job.placement(0).worker_id());
+  last.set_job_id(id);
+  last.set_attempt(0);
+  last.set_rank(0);
+  last.mutable_progress()->set_step(15);
+  last.mutable_progress()->set_loss(2.5);
+  ASSERT_TRUE(jobs_->OnRankReport(last).ok());
+  WriteCheckpoint(save_dir_, 20, 1.25, 1.5);
+  ASSERT_TRUE(Exit(job, 0, mt::v1::RANK_OUTCOME_FAILED, "worker lost").ok());
+  ASSERT_TRUE(Exit(job, 1, mt::v1::RANK_OUTCOME_STOPPED, "stopped").ok());
+  jobs_->AdvanceRestarts();
+  mt::v1::Job resumed = Now(id);
+  ASSERT_EQ(resumed.resume_step(), 20);
+  Assignments();
+  AllTraining(resumed);
+  for (int rank = 0; rank < 2; ++rank) {
+    mt::v1::RankExitReport r;
+    r.set_worker_id(resumed.placement(rank).worker_id());
+    r.set_job_id(id);
+    r.set_attempt(1);
+    r.set_rank(rank);
+    r.set_outcome(mt::v1::RANK_OUTCOME_SUCCEEDED);
+    r.mutable_final_progress();  // no step trained
+    ASSERT_TRUE(jobs_->OnRankExit(r).ok());
+  }
+  const mt::v1::Job end = Now(id);
+  EXPECT_EQ(end.state(), mt::v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(end.progress().step(), 20);
+  EXPECT_EQ(end.progress().loss(), 1.25);
+  EXPECT_EQ(end.progress().validation_loss(), 1.5);
 }
 
 TEST_F(JobManagerRestartTest, NoSaveDirMaxRestartsAndDamagedCheckpointsFail) {

@@ -1,6 +1,6 @@
 // Many machines, for real, on one host (issue #15): network namespaces joined by a bridge
-// (netns_rig.h), the coordinator on 10.77.0.1 with a token, mtctl on 10.77.0.2, two CPU
-// worker daemons on each of 10.77.0.3 and 10.77.0.4 (--node node2/node3).
+// (rig_cluster.h over netns_rig.h), the coordinator on 10.77.0.1 with a token, mtctl on 10.77.0.2,
+// two CPU worker daemons on each of 10.77.0.3 and 10.77.0.4 (--node node2/node3).
 //   - a TP=2 (inside a node) x DP=2 (across nodes) job and a TP=2 x PP=2 (pipeline stages on
 //     different nodes) job train with the per-step losses of the same job with one rank (the
 //     parallel gate's tiny fp32 model and its 1e-5 tolerance); TP groups stay inside a node
@@ -21,17 +21,17 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
-#include "google/protobuf/util/json_util.h"
 #include "gtest/gtest.h"
 #include "mt/v1/job.pb.h"
-#include "tests/multinode/netns_rig.h"
-#include "tests/testutil/certs.h"
 #include "tests/testutil/cluster.h"
 #include "tests/testutil/job_fixture.h"
+#include "tests/testutil/netns_rig.h"
+#include "tests/testutil/rig_cluster.h"
 #include "tests/testutil/step_losses.h"
 #include "tests/testutil/subprocess.h"
 
@@ -41,9 +41,7 @@ namespace {
 using testutil::CommandResult;
 using testutil::NetnsRig;
 
-constexpr int kCoordinatorNode = 0;
-constexpr int kClientNode = 1;
-constexpr int kFirstWorkerNode = 2;
+constexpr int kFirstWorkerNode = testutil::RigCluster::kFirstWorkerNode;
 constexpr int kWorkerNodes = 2;
 constexpr int kWorkersPerNode = 2;
 constexpr int kSteps = 12;
@@ -68,33 +66,17 @@ std::string JobYaml(const std::string& name, int tp, int pp, int dp, const std::
 class MultinodeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<NetnsRig> rig = NetnsRig::Create(kFirstWorkerNode + kWorkerNodes);
-    if (!rig.ok()) GTEST_SKIP() << rig.status().message();
-    rig_ = std::make_unique<NetnsRig>(*std::move(rig));
-    bin_ = testutil::BinDir();
-    dir_ = testutil::MakeTempDir("multinode");
-    token_file_ = dir_ + "/token";
-    ASSERT_TRUE(testutil::RunCommand(
-                    {"/bin/sh", "-c", "echo multinode-rig-secret-0123456789 > " + token_file_})
-                    .ok());
-    // TLS as an operator runs it off loopback (docs/security.md): tokens never cross the
-    // bridge in clear text, and the ranks' rendezvous goes over TLS too.
-    absl::StatusOr<testutil::TestCerts> certs = testutil::MakeTestCerts(
-        dir_, {NetnsRig::Address(kCoordinatorNode), NetnsRig::Address6(kCoordinatorNode)});
-    ASSERT_TRUE(certs.ok()) << certs.status();
-    certs_ = *std::move(certs);
-    coordinator_address_ = ipv6_ ? "[" + NetnsRig::Address6(kCoordinatorNode) + "]:7070"
-                                 : NetnsRig::Address(kCoordinatorNode) + ":7070";
-    ASSERT_TRUE(
-        coordinator_
-            .Start(rig_->In(kCoordinatorNode,
-                            {bin_ + "/mt-coordinator", "--listen=" + coordinator_address_,
-                             "--auth_token_file=" + token_file_, "--allowed_root=" + dir_,
-                             "--tls_cert=" + certs_.server_cert, "--tls_key=" + certs_.server_key,
-                             "--state_dir=" + dir_ + "/state", "--heartbeat_interval=200ms",
-                             "--lost_after=2s", "--stop_grace_seconds=5", "--metrics_port=-1"}),
-                   dir_ + "/coordinator.log")
-            .ok());
+    testutil::RigClusterOptions options;
+    options.worker_nodes = kWorkerNodes;
+    options.ipv6 = ipv6_;
+    absl::StatusOr<std::unique_ptr<testutil::RigCluster>> cluster =
+        testutil::RigCluster::Create(testutil::BinDir(), options);
+    if (absl::IsFailedPrecondition(cluster.status())) GTEST_SKIP() << cluster.status().message();
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    rig_ = &cluster_->rig();
+    dir_ = cluster_->dir();
+    ASSERT_TRUE(cluster_->StartCoordinator().ok());
     for (int n = 0; n < kWorkerNodes; ++n) {
       for (int w = 0; w < kWorkersPerNode; ++w) ASSERT_NO_FATAL_FAILURE(StartWorker(n, w));
     }
@@ -103,82 +85,23 @@ class MultinodeTest : public ::testing::Test {
         << Mtctl({"workers"}).out << Log("coordinator");
   }
 
-  static std::string NodeName(int n) { return absl::StrCat("node", kFirstWorkerNode + n); }
-  std::string WorkerName(int n, int w) { return absl::StrCat(NodeName(n), "-w", w); }
-
-  void StartWorker(int n, int w) {
-    const std::string name = WorkerName(n, w);
-    auto& p = workers_[name];
-    p = std::make_unique<testutil::Subprocess>();
-    ASSERT_TRUE(p->Start(rig_->In(kFirstWorkerNode + n,
-                                  {bin_ + "/mt-worker", "--coordinator=" + coordinator_address_,
-                                   "--token_file=" + token_file_, "--tls_ca=" + certs_.ca,
-                                   "--node=" + NodeName(n), "--gpu=-1", "--cpu_cores=1",
-                                   "--metrics_port=-1", "--rank_port_range=29500-29600",
-                                   "--state_file=" + dir_ + "/" + name + ".id",
-                                   "--work_dir=" + dir_ + "/" + name}),
-                         dir_ + "/" + name + ".log")
-                    .ok());
-  }
-
+  static std::string WorkerName(int n, int w) { return testutil::RigCluster::WorkerName(n, w); }
+  void StartWorker(int n, int w) { ASSERT_TRUE(cluster_->StartWorker(n, w).ok()); }
+  testutil::Subprocess* Worker(const std::string& name) { return cluster_->worker(name); }
   CommandResult Mtctl(std::vector<std::string> args, absl::Duration timeout = absl::Seconds(60)) {
-    args.insert(args.begin(), {bin_ + "/mtctl", "--coordinator=" + coordinator_address_,
-                               "--token_file=" + token_file_, "--tls_ca=" + certs_.ca});
-    absl::StatusOr<CommandResult> r = testutil::RunCommand(rig_->In(kClientNode, args), timeout);
-    return r.ok() ? *r : CommandResult{-1, "", std::string(r.status().message())};
+    return cluster_->Mtctl(std::move(args), timeout);
   }
-
-  int IdleWorkers() {
-    const CommandResult r = Mtctl({"workers"});
-    int idle = 0;
-    for (size_t at = r.out.find("IDLE"); at != std::string::npos; at = r.out.find("IDLE", at + 1))
-      ++idle;
-    return r.exit_code == 0 ? idle : -1;
-  }
-
-  absl::StatusOr<mt::v1::Job> Describe(const std::string& id) {
-    const CommandResult r = Mtctl({"describe", id, "-o", "json"});
-    if (r.exit_code != 0) return absl::UnavailableError(r.err);
-    mt::v1::Job job;
-    google::protobuf::util::JsonParseOptions options;
-    options.ignore_unknown_fields = true;
-    if (!google::protobuf::util::JsonStringToMessage(r.out, &job, options).ok()) {
-      return absl::DataLossError(r.out);
-    }
-    return job;
-  }
-
+  int IdleWorkers() { return cluster_->IdleWorkers(); }
+  absl::StatusOr<mt::v1::Job> Describe(const std::string& id) { return cluster_->Describe(id); }
   bool WaitForState(const std::string& id, const std::string& state, absl::Duration timeout) {
-    return testutil::WaitFor(
-        [&] {
-          absl::StatusOr<mt::v1::Job> job = Describe(id);
-          return job.ok() && mt::v1::JobState_Name(job->state()) == state;
-        },
-        timeout);
+    return cluster_->WaitForState(id, state, timeout);
   }
-
   std::string Submit(const std::string& yaml, const std::string& file) {
-    const std::string path = dir_ + "/" + file;
-    EXPECT_TRUE(
-        testutil::RunCommand({"/bin/sh", "-c", "cat > " + path + " <<'EOF'\n" + yaml + "EOF\n"})
-            .ok());
-    const CommandResult r = Mtctl({"submit", path, "-o", "json"});
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    mt::v1::Job job;
-    google::protobuf::util::JsonParseOptions options;
-    options.ignore_unknown_fields = true;
-    if (!google::protobuf::util::JsonStringToMessage(r.out, &job, options).ok()) {
-      const std::string out(r.out);
-      return out.substr(0, out.find_first_of(" \n"));
-    }
-    return job.id();
+    absl::StatusOr<std::string> id = cluster_->Submit(yaml, file);
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or("");
   }
-
-  std::string Log(const std::string& name) {
-    absl::StatusOr<CommandResult> r =
-        testutil::RunCommand({"/usr/bin/tail", "-n", "30", dir_ + "/" + name + ".log"});
-    return r.ok() ? "\n--- " + name + ":\n" + r->out : "";
-  }
+  std::string Log(const std::string& name) { return cluster_->Log(name); }
 
   // Submits `yaml`, waits for it to succeed and returns its per-step losses (from mtctl logs).
   std::map<int, double> RunToSuccess(const std::string& yaml, const std::string& file) {
@@ -214,11 +137,9 @@ class MultinodeTest : public ::testing::Test {
   }
 
   bool ipv6_ = false;
-  std::unique_ptr<NetnsRig> rig_;
-  std::string bin_, dir_, token_file_, coordinator_address_;
-  testutil::TestCerts certs_;
-  testutil::Subprocess coordinator_;
-  std::map<std::string, std::unique_ptr<testutil::Subprocess>> workers_;
+  std::unique_ptr<testutil::RigCluster> cluster_;
+  NetnsRig* rig_ = nullptr;
+  std::string dir_;
 };
 
 // The nodes of `job`'s ranks, grouped by `group_of` (e.g. the DP replica or the PP stage).
@@ -343,8 +264,8 @@ TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobWaitsForCapacity) 
 TEST_F(MultinodeTest, AWorkerKilledAndStartedAgainOnItsNodeRegistersAgain) {
   const std::string name = WorkerName(1, 0);
   const std::string before = Mtctl({"workers"}).out;
-  workers_[name]->Signal(SIGKILL);
-  ASSERT_TRUE(workers_[name]->Wait(absl::Seconds(10)).ok());
+  Worker(name)->Signal(SIGKILL);
+  ASSERT_TRUE(Worker(name)->Wait(absl::Seconds(10)).ok());
   ASSERT_TRUE(testutil::WaitFor([&] { return IdleWorkers() == 3; }, absl::Seconds(20)))
       << Mtctl({"workers"}).out;
   ASSERT_NO_FATAL_FAILURE(StartWorker(1, 0));

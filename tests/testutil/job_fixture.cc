@@ -26,8 +26,9 @@ std::string TinyJob::Yaml() const {
       "training: {micro_batch_size: 2, global_batch_size: ", global_batch_size,
       ", train_iters: ", train_iters, ", lr: 3.0e-3, lr_warmup_iters: 2, seed: 7}\n",
       "data:\n  data_path: ", data_path, "\n  split: \"", split, "\"\n",
-      "  tokenizer: {vocab_file: /unused/vocab.json, merge_file: /unused/merges.txt}\n",
-      "evaluation: ", evaluation, "\n", "logging: {log_interval: ", log_interval, "}\n");
+      "  tokenizer: {vocab_file: ", tokenizer_dir, "/vocab.json, merge_file: ", tokenizer_dir,
+      "/merges.txt}\n", "evaluation: ", evaluation, "\n", "logging: {log_interval: ", log_interval,
+      "}\n");
   for (const std::string& section : sections) absl::StrAppend(&yaml, section, "\n");
   return yaml;
 }

@@ -40,6 +40,9 @@ struct TinyJob {
   std::string split = "90,10,0";
   std::string evaluation = "{eval_interval: 0}";
   int log_interval = 5;
+  // The directory of the tokenizer files the spec names (never read; a coordinator with
+  // --allowed-root wants it under a root).
+  std::string tokenizer_dir = "/unused";
   // Further top-level sections, each "key: value" without the newline (checkpoint, restart).
   std::vector<std::string> sections;
 };

@@ -31,7 +31,7 @@ class RendezvousClient {
 
  private:
   // Sets the deadline and the rank credential of one call.
-  void Prepare(grpc::ClientContext* context, absl::Duration deadline) const;
+  void Prepare(grpc::ClientContext* context, absl::Time deadline) const;
 
   std::unique_ptr<mt::v1::WorkerService::Stub> stub_;
   const std::string job_id_;

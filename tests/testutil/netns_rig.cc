@@ -1,4 +1,4 @@
-#include "tests/multinode/netns_rig.h"
+#include "tests/testutil/netns_rig.h"
 
 #include <unistd.h>
 
@@ -26,9 +26,9 @@ std::string NetnsRig::Address(int node) { return absl::StrCat("10.77.0.", node +
 
 std::string NetnsRig::Address6(int node) { return absl::StrCat("fd00:77::", node + 1); }
 
-absl::StatusOr<NetnsRig> NetnsRig::Create(int nodes) {
+absl::StatusOr<NetnsRig> NetnsRig::Create(int nodes, const std::string& name_prefix) {
   NetnsRig rig;
-  const std::string prefix = absl::StrCat("mt", ::getpid(), "-");
+  const std::string prefix = absl::StrCat(name_prefix, ::getpid(), "-");
   rig.hub_ = prefix + "hub";
   if (absl::Status s = Ip({"netns", "add", rig.hub_}); !s.ok()) {
     rig.hub_.clear();

@@ -4,8 +4,8 @@
 // machine's own namespace is touched. Everything is removed on destruction, also after a failed
 // test. Needs root (CAP_SYS_ADMIN, CAP_NET_ADMIN) and iproute2; Create says why when it cannot. Not
 // thread-safe: one test thread drives a rig.
-#ifndef MT_TESTS_MULTINODE_NETNS_RIG_H_
-#define MT_TESTS_MULTINODE_NETNS_RIG_H_
+#ifndef MT_TESTS_TESTUTIL_NETNS_RIG_H_
+#define MT_TESTS_TESTUTIL_NETNS_RIG_H_
 
 #include <string>
 #include <vector>
@@ -17,7 +17,9 @@ namespace mt::testutil {
 class NetnsRig {
  public:
   // Creates `nodes` namespaces; node i gets 10.77.0.(i+1)/24 and fd00:77::(i+1)/64 on its eth0.
-  static absl::StatusOr<NetnsRig> Create(int nodes);
+  // The namespaces are named PREFIX<pid>-hub and PREFIX<pid>-n<i> (so that a script can find
+  // and remove those of a run that was killed before its destructor ran).
+  static absl::StatusOr<NetnsRig> Create(int nodes, const std::string& prefix = "mt");
   NetnsRig(NetnsRig&& other) noexcept;
   NetnsRig& operator=(NetnsRig&&) = delete;
   ~NetnsRig();
@@ -39,4 +41,4 @@ class NetnsRig {
 
 }  // namespace mt::testutil
 
-#endif  // MT_TESTS_MULTINODE_NETNS_RIG_H_
+#endif  // MT_TESTS_TESTUTIL_NETNS_RIG_H_

@@ -121,10 +121,21 @@ class JobManager : private PlacementTarget {
   // file, outside the lock: call from a thread of its own (the server's restarter), not from
   // an RPC handler.
   void AdvanceRestarts();
-  // A worker (re-)registered reporting these running ranks; ranks the coordinator does not
-  // expect there are told to stop.
-  void OnWorkerRegistered(const mt::v1::Worker& worker,
-                          const std::vector<mt::v1::RunningRank>& running);
+  // --- Worker registration (job_manager_reconnect.cc) ---------------------------------------
+  // Registers a worker daemon (registry.h Register; `issued` receives its secrets) and squares
+  // what it says it runs (request.running) with what the coordinator placed on it, under one
+  // lock so that no placement comes between:
+  //   - ranks it runs that the coordinator does not expect there are told to stop (1 s grace:
+  //     their attempt is over, and one blocked in a collective ignores SIGTERM);
+  //   - a rank of a SCHEDULED/RUNNING job placed on it that it does not name keeps the worker
+  //     (BUSY). If that rank never reported, its assignment may never have reached the daemon
+  //     (the answer to an earlier registration, or the stream carrying it, was lost): it is
+  //     sent again (the daemon ignores an assignment of an attempt it already ran). If it did
+  //     report, it ended there and its exit report follows the registration: FailOrphans
+  //     fails it when none came within kMissingRankGrace.
+  absl::StatusOr<mt::v1::Worker> RegisterWorker(const mt::v1::RegisterRequest& request,
+                                                WorkerRegistry::Issued* issued);
+  static constexpr absl::Duration kMissingRankGrace = absl::Seconds(10);
 
   // --- Rendezvous ---------------------------------------------------------------------------
   absl::Status RendezvousSet(const std::string& job_id, int attempt, const std::string& key,
@@ -177,6 +188,9 @@ class JobManager : private PlacementTarget {
     mt::v1::RankOutcome outcome = mt::v1::RANK_OUTCOME_UNSPECIFIED;
     std::vector<std::string> log_tail;
     std::string message;
+    // Since when its worker, registering again, no longer names it (RegisterWorker); its exit
+    // report is awaited until kMissingRankGrace after. InfinitePast = not missing.
+    absl::Time missing_since = absl::InfinitePast();
   };
   struct JobEntry {
     int64_t id = 0;  // numeric part of job.id
@@ -217,6 +231,18 @@ class JobManager : private PlacementTarget {
   absl::Status OnPlaced(int64_t id, const mt::v1::PlanJobResponse& plan) override;
   // The assign commands for every rank of a job just placed.
   void SendAssignments(const mt::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The assign command of rank `rank` of `job`'s current placement.
+  mt::v1::WorkerCommand AssignCommand(const mt::v1::Job& job, int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // job_manager_reconnect.cc: RegisterWorker's two halves, and whether `worker_id` holds a rank
+  // of the job's current attempt that has not ended.
+  void StopUnexpectedRanks(const mt::v1::Worker& worker,
+                           const std::vector<mt::v1::RunningRank>& running)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void KeepPlacedRanks(const mt::v1::Worker& worker,
+                       const std::vector<mt::v1::RunningRank>& running)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool HoldsLiveRank(const JobEntry& entry, const std::string& worker_id);
   // Sends a stop to every rank of the job's current attempt still running and frees workers
   // whose ranks already ended.
   void StopRanks(JobEntry* entry, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -6,8 +6,9 @@
 //     parallel gate's tiny fp32 model and its 1e-5 tolerance); TP groups stay inside a node
 //     (from `mtctl describe -o json`);
 //   - a node's link cut mid-job: the job is detected as broken (the cause names the node) and
-//     held PENDING with the reason while its layout does not fit the nodes left; the node's
-//     workers register again once the link is back;
+//     held PENDING with the reason while its layout does not fit the nodes left; once the link
+//     is back the job trains again from its last checkpoint and ends with the undisturbed
+//     run's losses;
 //   - a worker killed with SIGKILL and started again with the same --node and state file
 //     registers again under the same id;
 //   - the same rig over IPv6 only (fd00:77::/64): a DP=4-across-nodes job trains like one rank.
@@ -267,12 +268,16 @@ TEST_F(MultinodeTest, PipelineStagesOnDifferentNodesTrainLikeOneRank) {
 // once its first checkpoint is in, node3's link to the bridge goes down. Its two workers stop
 // heartbeating: after --lost_after (2 s) the job goes RESTARTING with a cause naming node3, its
 // ranks on node2 are stopped (within --stop_grace_seconds), and it waits PENDING, saying
-// why (4 workers needed, 2 live). With the link back, node3's workers register again.
-TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobWaitsForCapacity) {
+// why (4 workers needed, 2 live). With the link back, node3's workers register again, the job
+// is placed again (the returning daemons' ranks of the old attempt are stopped first), resumes
+// from its checkpoint and ends with the per-step losses of the undisturbed one-rank run.
+TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobResumesWhenItComesBack) {
   constexpr int kCutSteps = 40;
   constexpr int kSaveEvery = 4;
   constexpr int kCutNode = kFirstWorkerNode + 1;  // node3
   const std::string data = testutil::WriteRepetitiveDataset(dir_, 64, 200);
+  const std::map<int, double> want =
+      RunToSuccess(JobYaml("ref", 1, 1, 1, data, kCutSteps), "ref.yaml");
   const std::string ckpt = dir_ + "/ckpt";
   const std::string id =
       Submit(JobYaml("cut", 2, 2, 1, data, kCutSteps,
@@ -320,24 +325,47 @@ TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobWaitsForCapacity) 
       << Mtctl({"describe", id}).out << Log("coordinator");
   const absl::Duration to_pending = absl::Now() - cut;
 
-  // Not yet: resuming once the link is back. The returning daemons' first registration can
-  // reach the coordinator while its reply waits behind TCP retransmissions of the cut
-  // connection; the daemon times out, registers again with no rank running, and the rank just
-  // placed on it is orphaned (a second failure with no new checkpoint then fails the job). So
-  // the job is cancelled before the link comes back, and only the return of the workers is
-  // checked here.
-  ASSERT_EQ(Mtctl({"cancel", id}).exit_code, 0);
+  // The link comes back: the job trains again (a step of the new attempt reported), from its
+  // checkpoint, and finishes.
   ASSERT_TRUE(rig_->SetLink(kCutNode, true).ok());
   const absl::Time restored = absl::Now();
-  ASSERT_TRUE(testutil::WaitFor([&] { return IdleWorkers() == kWorkerNodes * kWorkersPerNode; },
-                                absl::Seconds(60)))
-      << Mtctl({"workers"}).out << Log("coordinator") << Log("node3-w0");
-  const absl::Duration back = absl::Now() - restored;
+  int64_t resumed_at = 0;
+  int64_t first_step = 0;
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        absl::StatusOr<mt::v1::Job> job = Describe(id);
+        if (!job.ok() || job->attempt() < 1 || job->state() != mt::v1::JOB_STATE_RUNNING ||
+            job->progress().step() <= job->resume_step()) {
+          return false;
+        }
+        resumed_at = job->resume_step();
+        first_step = job->progress().step();
+        return true;
+      },
+      absl::Minutes(2)))
+      << Mtctl({"describe", id}).out << Log("coordinator") << Log("node3-w0");
+  const absl::Duration training_again = absl::Now() - restored;
+  EXPECT_GT(resumed_at, 0) << "restarted from scratch, not from the checkpoint";
+  ASSERT_TRUE(WaitForState(id, "JOB_STATE_SUCCEEDED", absl::Minutes(3)))
+      << Mtctl({"describe", id}).out << Mtctl({"logs", id}).out << Log("coordinator");
+  absl::StatusOr<mt::v1::Job> done = Describe(id);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->attempt(), 1) << "one restart, for the cut link";
+  // The resumed attempt's steps (its ranks' logs) are the undisturbed run's.
+  const std::map<int, double> got = testutil::StepLosses(Mtctl({"logs", id}).out);
+  ASSERT_TRUE(got.count(kCutSteps)) << Mtctl({"logs", id}).out;
+  EXPECT_GT(got.begin()->first, resumed_at);
+  for (const auto& [step, loss] : got) {
+    EXPECT_NEAR(loss, want.at(step), kRelTol * std::abs(want.at(step))) << "step " << step;
+  }
+  EXPECT_NEAR(done->progress().loss(), want.at(kCutSteps), kRelTol * want.at(kCutSteps));
   std::fprintf(stderr,
                "[multinode] cut link: detected in %s, PENDING (does not fit) %s after the cut; "
-               "workers IDLE again %s after the link came back\n",
+               "training again (step %lld reported, resumed from step %lld) %s after the link "
+               "came back\n",
                absl::FormatDuration(detection).c_str(), absl::FormatDuration(to_pending).c_str(),
-               absl::FormatDuration(back).c_str());
+               static_cast<long long>(first_step), static_cast<long long>(resumed_at),
+               absl::FormatDuration(training_again).c_str());
 }
 
 TEST_F(MultinodeTest, AWorkerKilledAndStartedAgainOnItsNodeRegistersAgain) {

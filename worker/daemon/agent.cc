@@ -373,7 +373,10 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
   const std::string key = Key(a.job_id(), a.attempt());
   {
     absl::MutexLock lock(&mu_);
-    if (ranks_.count(key) > 0) return;  // a re-sent assignment
+    // A re-sent assignment: of a rank running here, or of one that already ended here.
+    if (ranks_.count(key) > 0 || std::find(ended_.begin(), ended_.end(), key) != ended_.end()) {
+      return;
+    }
   }
   RankProcessOptions options;
   options.trainer_binary = config_.trainer_binary;
@@ -472,6 +475,8 @@ void Agent::ReportExit(const mt::v1::RankExitReport& report) {
                << " ended: " << report.message();
   if (observer_ != nullptr) observer_->OnRankExited(report);
   absl::MutexLock lock(&mu_);
+  ended_.push_back(Key(report.job_id(), report.attempt()));
+  if (ended_.size() > kRememberEnded) ended_.pop_front();
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread t([this, report, done] {
     struct MarkDone {

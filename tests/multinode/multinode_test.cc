@@ -9,6 +9,8 @@
 //     held PENDING with the reason while its layout does not fit the nodes left; once the link
 //     is back the job trains again from its last checkpoint and ends with the undisturbed
 //     run's losses;
+//   - three worker nodes, one of which dies for good under a TP=2 x DP=2 job: the job restarts
+//     from its last checkpoint on the nodes left and ends with the undisturbed run's losses;
 //   - a worker killed with SIGKILL and started again with the same --node and state file
 //     registers again under the same id;
 //   - the same rig over IPv6 only (fd00:77::/64): a DP=4-across-nodes job trains like one rank.
@@ -69,7 +71,7 @@ std::string JobYaml(const std::string& name, int tp, int pp, int dp, const std::
 class MultinodeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    absl::StatusOr<NetnsRig> rig = NetnsRig::Create(kFirstWorkerNode + kWorkerNodes);
+    absl::StatusOr<NetnsRig> rig = NetnsRig::Create(kFirstWorkerNode + worker_nodes_);
     if (!rig.ok()) GTEST_SKIP() << rig.status().message();
     rig_ = std::make_unique<NetnsRig>(*std::move(rig));
     bin_ = testutil::BinDir();
@@ -96,10 +98,10 @@ class MultinodeTest : public ::testing::Test {
                              "--lost_after=2s", "--stop_grace_seconds=5", "--metrics_port=-1"}),
                    dir_ + "/coordinator.log")
             .ok());
-    for (int n = 0; n < kWorkerNodes; ++n) {
+    for (int n = 0; n < worker_nodes_; ++n) {
       for (int w = 0; w < kWorkersPerNode; ++w) ASSERT_NO_FATAL_FAILURE(StartWorker(n, w));
     }
-    ASSERT_TRUE(testutil::WaitFor([&] { return IdleWorkers() == kWorkerNodes * kWorkersPerNode; },
+    ASSERT_TRUE(testutil::WaitFor([&] { return IdleWorkers() == worker_nodes_ * kWorkersPerNode; },
                                   absl::Seconds(60)))
         << Mtctl({"workers"}).out << Log("coordinator");
   }
@@ -205,6 +207,38 @@ class MultinodeTest : public ::testing::Test {
     return Describe(id);
   }
 
+  // The steps of `job`'s last attempt (its ranks' logs), which resumed after `resumed_at`, and
+  // its final loss are those of the undisturbed run `want` (`steps` long).
+  void ExpectResumedLike(const mt::v1::Job& job, const std::map<int, double>& want, int steps,
+                         int64_t resumed_at) {
+    const std::string logs = Mtctl({"logs", job.id()}).out;
+    const std::map<int, double> got = testutil::StepLosses(logs);
+    ASSERT_TRUE(got.count(steps)) << logs;
+    EXPECT_GT(got.begin()->first, resumed_at);
+    for (const auto& [step, loss] : got) {
+      EXPECT_NEAR(loss, want.at(step), kRelTol * std::abs(want.at(step))) << "step " << step;
+    }
+    EXPECT_NEAR(job.progress().loss(), want.at(steps), kRelTol * want.at(steps));
+  }
+
+  // Waits until `id` runs an attempt after the first and reports a step past the checkpoint it
+  // resumed from; returns that checkpoint's step and the step seen (both 0 on timeout).
+  std::pair<int64_t, int64_t> WaitForTrainingAgain(const std::string& id, absl::Duration timeout) {
+    std::pair<int64_t, int64_t> out{0, 0};
+    testutil::WaitFor(
+        [&] {
+          absl::StatusOr<mt::v1::Job> job = Describe(id);
+          if (!job.ok() || job->attempt() < 1 || job->state() != mt::v1::JOB_STATE_RUNNING ||
+              job->progress().step() <= job->resume_step()) {
+            return false;
+          }
+          out = {job->resume_step(), job->progress().step()};
+          return true;
+        },
+        timeout);
+    return out;
+  }
+
   static void ExpectSameLosses(const std::map<int, double>& got, const std::map<int, double>& want,
                                int steps) {
     ASSERT_EQ(want.size(), static_cast<size_t>(steps));
@@ -215,6 +249,7 @@ class MultinodeTest : public ::testing::Test {
   }
 
   bool ipv6_ = false;
+  int worker_nodes_ = kWorkerNodes;
   std::unique_ptr<NetnsRig> rig_;
   std::string bin_, dir_, token_file_, coordinator_address_;
   testutil::TestCerts certs_;
@@ -272,7 +307,7 @@ TEST_F(MultinodeTest, PipelineStagesOnDifferentNodesTrainLikeOneRank) {
 // is placed again (the returning daemons' ranks of the old attempt are stopped first), resumes
 // from its checkpoint and ends with the per-step losses of the undisturbed one-rank run.
 TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobResumesWhenItComesBack) {
-  constexpr int kCutSteps = 40;
+  constexpr int kCutSteps = 24;
   constexpr int kSaveEvery = 4;
   constexpr int kCutNode = kFirstWorkerNode + 1;  // node3
   const std::string data = testutil::WriteRepetitiveDataset(dir_, 64, 200);
@@ -329,21 +364,8 @@ TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobResumesWhenItComes
   // checkpoint, and finishes.
   ASSERT_TRUE(rig_->SetLink(kCutNode, true).ok());
   const absl::Time restored = absl::Now();
-  int64_t resumed_at = 0;
-  int64_t first_step = 0;
-  ASSERT_TRUE(testutil::WaitFor(
-      [&] {
-        absl::StatusOr<mt::v1::Job> job = Describe(id);
-        if (!job.ok() || job->attempt() < 1 || job->state() != mt::v1::JOB_STATE_RUNNING ||
-            job->progress().step() <= job->resume_step()) {
-          return false;
-        }
-        resumed_at = job->resume_step();
-        first_step = job->progress().step();
-        return true;
-      },
-      absl::Minutes(2)))
-      << Mtctl({"describe", id}).out << Log("coordinator") << Log("node3-w0");
+  const auto [resumed_at, first_step] = WaitForTrainingAgain(id, absl::Minutes(2));
+  ASSERT_GT(first_step, 0) << Mtctl({"describe", id}).out << Log("coordinator") << Log("node3-w0");
   const absl::Duration training_again = absl::Now() - restored;
   EXPECT_GT(resumed_at, 0) << "restarted from scratch, not from the checkpoint";
   ASSERT_TRUE(WaitForState(id, "JOB_STATE_SUCCEEDED", absl::Minutes(3)))
@@ -351,19 +373,92 @@ TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobResumesWhenItComes
   absl::StatusOr<mt::v1::Job> done = Describe(id);
   ASSERT_TRUE(done.ok()) << done.status();
   EXPECT_EQ(done->attempt(), 1) << "one restart, for the cut link";
-  // The resumed attempt's steps (its ranks' logs) are the undisturbed run's.
-  const std::map<int, double> got = testutil::StepLosses(Mtctl({"logs", id}).out);
-  ASSERT_TRUE(got.count(kCutSteps)) << Mtctl({"logs", id}).out;
-  EXPECT_GT(got.begin()->first, resumed_at);
-  for (const auto& [step, loss] : got) {
-    EXPECT_NEAR(loss, want.at(step), kRelTol * std::abs(want.at(step))) << "step " << step;
-  }
-  EXPECT_NEAR(done->progress().loss(), want.at(kCutSteps), kRelTol * want.at(kCutSteps));
+  ExpectResumedLike(*done, want, kCutSteps, resumed_at);
   std::fprintf(stderr,
                "[multinode] cut link: detected in %s, PENDING (does not fit) %s after the cut; "
                "training again (step %lld reported, resumed from step %lld) %s after the link "
                "came back\n",
                absl::FormatDuration(detection).c_str(), absl::FormatDuration(to_pending).c_str(),
+               static_cast<long long>(first_step), static_cast<long long>(resumed_at),
+               absl::FormatDuration(training_again).c_str());
+}
+
+// Three worker nodes. A TP=2 x DP=2 job takes two of them; one of those dies for good (its link
+// goes down and every process on it is killed, as when a machine loses power). The job is
+// restarted from its last checkpoint on the nodes left (the survivor and the idle third one),
+// keeps its TP groups inside a node, and ends with the undisturbed run's losses.
+class MultinodeThreeNodesTest : public MultinodeTest {
+ protected:
+  MultinodeThreeNodesTest() { worker_nodes_ = 3; }
+};
+
+TEST_F(MultinodeThreeNodesTest, ANodeGoneForGoodRestartsTheJobOnTheNodesLeft) {
+  constexpr int kJobSteps = 24;
+  constexpr int kSaveEvery = 4;
+  const std::string data = testutil::WriteRepetitiveDataset(dir_, 64, 200);
+  const std::map<int, double> want =
+      RunToSuccess(JobYaml("ref", 1, 1, 1, data, kJobSteps), "ref.yaml");
+  const std::string ckpt = dir_ + "/ckpt";
+  const std::string id =
+      Submit(JobYaml("gone", 2, 1, 2, data, kJobSteps,
+                     absl::StrCat("checkpoint: {save_dir: ", ckpt, ", save_interval: ", kSaveEvery,
+                                  "}\nrestart: {max_restarts: 2}\n")),
+             "gone.yaml");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitForState(id, "JOB_STATE_RUNNING", absl::Minutes(2)))
+      << Mtctl({"describe", id}).out;
+  absl::StatusOr<mt::v1::Job> first = Describe(id);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::set<std::string> used;
+  for (const mt::v1::RankPlacement& p : first->placement()) used.insert(p.node());
+  ASSERT_EQ(used.size(), 2u);
+  const std::string victim = *used.rbegin();
+  const int victim_index = std::stoi(victim.substr(4)) - kFirstWorkerNode;
+  const std::string latest = ckpt + "/latest_checkpointed_iteration.txt";
+  ASSERT_TRUE(
+      testutil::WaitFor([&] { return ::access(latest.c_str(), F_OK) == 0; }, absl::Minutes(2)))
+      << Mtctl({"describe", id}).out;
+
+  // The machine dies: no RST, no goodbye; its workers (and, with them, their ranks) are gone.
+  ASSERT_TRUE(rig_->SetLink(kFirstWorkerNode + victim_index, false).ok());
+  const absl::Time died = absl::Now();
+  for (int w = 0; w < kWorkersPerNode; ++w) workers_[WorkerName(victim_index, w)]->Signal(SIGKILL);
+  std::string cause;
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        absl::StatusOr<mt::v1::Job> job = Describe(id);
+        if (!job.ok() || job->state() != mt::v1::JOB_STATE_RESTARTING) return false;
+        cause = job->reason();
+        return true;
+      },
+      absl::Seconds(20)))
+      << Mtctl({"describe", id}).out << Log("coordinator");
+  const absl::Duration detection = absl::Now() - died;
+  EXPECT_THAT(cause, ::testing::HasSubstr("on node " + victim));
+
+  const auto [resumed_at, first_step] = WaitForTrainingAgain(id, absl::Minutes(2));
+  ASSERT_GT(first_step, 0) << Mtctl({"describe", id}).out << Log("coordinator");
+  const absl::Duration training_again = absl::Now() - died;
+  EXPECT_GT(resumed_at, 0) << "restarted from scratch, not from the checkpoint";
+  ASSERT_TRUE(WaitForState(id, "JOB_STATE_SUCCEEDED", absl::Minutes(3)))
+      << Mtctl({"describe", id}).out << Mtctl({"logs", id}).out << Log("coordinator");
+  absl::StatusOr<mt::v1::Job> done = Describe(id);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->attempt(), 1);
+  // On the nodes left, TP groups still inside a node.
+  const auto nodes_of_tp_group = NodesBy(*done, [](const auto& c) { return c.dp(); });
+  std::set<std::string> now_used;
+  for (const auto& [dp, in] : nodes_of_tp_group) {
+    EXPECT_EQ(in.size(), 1u) << "dp group " << dp;
+    now_used.insert(in.begin(), in.end());
+  }
+  EXPECT_EQ(now_used.size(), 2u);
+  EXPECT_EQ(now_used.count(victim), 0u);
+  ExpectResumedLike(*done, want, kJobSteps, resumed_at);
+  std::fprintf(stderr,
+               "[multinode] node %s gone: detected in %s; training again on the nodes left "
+               "(step %lld reported, resumed from step %lld) %s after it died\n",
+               victim.c_str(), absl::FormatDuration(detection).c_str(),
                static_cast<long long>(first_step), static_cast<long long>(resumed_at),
                absl::FormatDuration(training_again).c_str());
 }

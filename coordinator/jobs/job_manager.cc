@@ -588,7 +588,10 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
   }
   rank.missing_since = absl::InfinitePast();  // it runs: its worker has it
   if (report.activity() != mt::v1::RANK_ACTIVITY_UNSPECIFIED) OnBeacon(entry, report);
-  if (report.phase() != mt::v1::RANK_PHASE_UNSPECIFIED) rank.phase = report.phase();
+  if (report.phase() != mt::v1::RANK_PHASE_UNSPECIFIED) {
+    rank.phase = report.phase();
+    if (entry->hang != nullptr) entry->hang->OnPhase(report.rank(), report.phase(), clock_->Now());
+  }
   if (fallback.has_value()) MT_RETURN_IF_ERROR(RecordEvent(entry, *fallback));
   if (report.has_progress() && report.rank() == ReporterRank(job.layout())) {
     const int64_t total = job.progress().total_steps();

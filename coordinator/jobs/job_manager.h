@@ -161,8 +161,10 @@ class JobManager : private PlacementTarget {
   void SetCoordinatorAddress(const std::string& address);
 
   // --- Hang and straggler detection (job_manager_health.cc) -------------------------------
-  // Restarts RUNNING jobs with a hung rank (hang_detector.h) and refreshes every RUNNING
-  // job's "no progress for N s". Call periodically (the server's restarter).
+  // Restarts SCHEDULED and RUNNING jobs with a hung rank (hang_detector.h; SCHEDULED: a rank
+  // that does not reach training, within the floor from the placement, the event naming its
+  // phase) and refreshes their "no progress for N s". Call periodically (the server's
+  // restarter).
   void CheckHangs();
   // Per rank of RUNNING jobs, for metrics: the straggler ratio (when known).
   struct RankHealth {
@@ -265,6 +267,10 @@ class JobManager : private PlacementTarget {
   void OnBeacon(JobEntry* entry, const mt::v1::RankReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CheckHang(JobEntry* entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cause of a restart for a hung rank of a RUNNING job (`p99`: its p99 step time), and
+  // for one that did not reach training (job SCHEDULED).
+  static std::string HangCause(const JobEntry& entry, const Stall& h, absl::Duration p99);
+  static std::string StartupHangCause(const JobEntry& entry, const Stall& h);
   // Appends an event to the job's log without a change of state (e.g. a checkpoint skipped).
   absl::Status RecordEvent(JobEntry* entry, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

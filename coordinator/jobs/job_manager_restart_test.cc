@@ -271,6 +271,36 @@ TEST_F(JobManagerRestartTest, AHungRankDoesNotBlockTheRestartForEver) {
   EXPECT_EQ(registry_->Counts().idle, 1);
 }
 
+// A rank that never reaches training (SCHEDULED) is caught at the hang floor (60 s by default)
+// from the placement, named with its phase, and the job restarts like after a hang.
+TEST_F(JobManagerRestartTest, ARankThatNeverStartsTrainingIsAHangNamingItsPhase) {
+  const std::string id = Submit(save_dir_);
+  const mt::v1::Job job = Now(id);
+  Assignments();
+  mt::v1::RankReport starting;
+  starting.set_worker_id(job.placement(0).worker_id());
+  starting.set_job_id(id);
+  starting.set_rank(0);
+  starting.set_phase(mt::v1::RANK_PHASE_STARTING);
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(jobs_->OnRankReport(starting).ok());
+  clock_.Advance(absl::Seconds(58));
+  jobs_->CheckHangs();
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_GE(Now(id).progress().no_progress_seconds(), 58);
+  clock_.Advance(absl::Seconds(1));
+  jobs_->CheckHangs();
+  const mt::v1::Job hung = Now(id);
+  EXPECT_EQ(hung.state(), mt::v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(hung.reason(),
+              HasSubstr("hung at startup: rank 1 on worker " + job.placement(1).worker_id() +
+                        " (node " + job.placement(1).node() +
+                        ") did not reach training: not started (its trainer never reported), "
+                        "no progress for 60 s"));
+  EXPECT_THAT(hung.reason(), HasSubstr("restart 1 of at most 3"));
+  EXPECT_EQ(jobs_->HangsDetected(), 1);
+}
+
 TEST_F(JobManagerRestartTest, NoSaveDirMaxRestartsAndDamagedCheckpointsFail) {
   // No checkpoint.save_dir: failed at once.
   const std::string a = Submit("");

@@ -2,13 +2,16 @@
 // two worker daemons and their trainer processes (CPU, Gloo). One rank is SIGSTOPped after a
 // checkpoint: the coordinator shows "no progress for N s", marks the job hung within the
 // configured floor (naming the stopped rank, its worker and node, and its activity), stops
-// the ranks and restarts the job from its latest checkpoint, which then finishes.
+// the ranks and restarts the job from its latest checkpoint, which then finishes. A rank
+// stopped as soon as it is forked (never reaching training) is caught the same way, from the
+// placement, the event naming its startup phase.
 #include <dirent.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -152,6 +155,66 @@ TEST_F(HangJobsTest, AStoppedRankIsFoundWithinTheFloorNamedAndTheJobRestartsAndF
   EXPECT_EQ(done->progress().step(), kIters);
   EXPECT_GT(done->resume_step(), 0);
   EXPECT_EQ(done->resume_step() % 5, 0);
+  std::fprintf(stderr, "%s", EventText(id).c_str());
+}
+
+// A rank SIGSTOPped as soon as its process exists never reaches training: the job, SCHEDULED,
+// is found hung within the floor of its placement, the event naming the rank, its worker and
+// node and its startup phase; it restarts and finishes.
+TEST_F(HangJobsTest, ARankStoppedAtItsStartIsFoundWithinTheFloorNamingItsPhase) {
+  testutil::TinyJob job("starthang", data_, 20);
+  job.dp = "2";
+  job.sections = {
+      absl::StrCat("checkpoint: {save_dir: ", cluster_.dir(), "/ckpt, save_interval: 5}"),
+      absl::StrCat("restart: {max_restarts: 2, hang_timeout_floor_seconds: ", kFloorSeconds, "}")};
+  // The first trainer process either daemon forks is stopped at once.
+  const std::vector<std::string> nodes = {"w0", "w1"};
+  std::string stopped_node;
+  absl::Time stopped_at;
+  std::thread stopper([&] {
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;) {
+      for (const std::string& node : nodes) {
+        const std::vector<pid_t> ranks = ChildrenOf(cluster_.worker(node)->pid());
+        if (ranks.empty() || ::kill(ranks[0], SIGSTOP) != 0) continue;
+        stopped_ = ranks[0];
+        stopped_node = node;
+        stopped_at = absl::Now();
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  const std::string id = Submit(job.Yaml(), "starthang.yaml");
+  stopper.join();
+  ASSERT_GT(stopped_, 0) << "no trainer process appeared";
+  ASSERT_TRUE(
+      cluster_.WaitForState(id, mt::v1::JOB_STATE_RESTARTING, absl::Seconds(kFloorSeconds + 20)))
+      << EventText(id);
+  const double detection = absl::ToDoubleSeconds(absl::Now() - stopped_at);
+  std::fprintf(stderr, "startup hang detected %.2f s after SIGSTOP (floor %d s)\n", detection,
+               kFloorSeconds);
+  // The floor from the placement (just before the stop), plus the check period and polling.
+  EXPECT_GE(detection, kFloorSeconds - 1.0);
+  EXPECT_LE(detection, kFloorSeconds + 3.0);
+  const std::vector<mt::v1::JobEvent> events = Events(id);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[1].state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(events[2].state(), mt::v1::JOB_STATE_RESTARTING);
+  auto placed = cluster_.GetJob(id);
+  ASSERT_TRUE(placed.ok());
+  int rank = -1;
+  for (int r = 0; r < placed->placement_size(); ++r) {
+    if (placed->placement(r).node() == stopped_node) rank = r;
+  }
+  ASSERT_GE(rank, 0);
+  EXPECT_THAT(events[2].reason(),
+              HasSubstr(absl::StrCat("hung at startup: rank ", rank, " on worker ",
+                                     placed->placement(rank).worker_id(), " (node ", stopped_node,
+                                     ") did not reach training: ")));
+  EXPECT_THAT(events[2].reason(), MatchesRegex(".*: (not started|starting) .*"));
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(3)))
+      << EventText(id);
+  EXPECT_NE(::kill(stopped_, 0), 0) << "the stopped rank was not ended";
   std::fprintf(stderr, "%s", EventText(id).c_str());
 }
 

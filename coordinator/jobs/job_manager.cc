@@ -593,6 +593,15 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
     if (entry->hang != nullptr) entry->hang->OnPhase(report.rank(), report.phase(), clock_->Now());
   }
   if (fallback.has_value()) MT_RETURN_IF_ERROR(RecordEvent(entry, *fallback));
+  if (report.has_checkpoint_save_failure() &&
+      report.checkpoint_save_failure().step() != entry->failed_save_step) {
+    const mt::v1::CheckpointSaveFailure& f = report.checkpoint_save_failure();
+    entry->failed_save_step = f.step();
+    ++save_failures_;
+    MT_RETURN_IF_ERROR(RecordEvent(
+        entry, absl::StrCat("checkpoint save of step ", f.step(), " failed on rank ", report.rank(),
+                            " (", report.worker_id(), "): ", f.error())));
+  }
   if (report.has_progress() && report.rank() == ReporterRank(job.layout())) {
     const int64_t total = job.progress().total_steps();
     *job.mutable_progress() = report.progress();

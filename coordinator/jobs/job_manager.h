@@ -177,6 +177,9 @@ class JobManager : private PlacementTarget {
   std::map<std::string, double> NoProgressSeconds();
   // Hangs detected since the coordinator started.
   int64_t HangsDetected();
+  // Failed checkpoint saves (once per job and step, whatever the number of ranks that report
+  // it) since the coordinator started.
+  int64_t CheckpointSaveFailures();
 
   // One scheduling pass (also run after every submit, exit and registration).
   void Schedule();
@@ -206,6 +209,9 @@ class JobManager : private PlacementTarget {
     // Hang and straggler detection of the current attempt, from its placement.
     std::unique_ptr<HangDetector> hang;
     std::unique_ptr<StragglerTracker> stragglers;
+    // The step of the last failed save counted (-1: none), so that each rank's report of the
+    // same failure counts once.
+    int64_t failed_save_step = -1;
   };
 
   JobManager(Store* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options)
@@ -294,6 +300,7 @@ class JobManager : private PlacementTarget {
   // Jobs in each state (states with none are absent).
   std::map<mt::v1::JobState, int> state_counts_ ABSL_GUARDED_BY(mu_);
   int64_t hangs_detected_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t save_failures_ ABSL_GUARDED_BY(mu_) = 0;
   // Thread-safe on their own; pushed to and dropped from under mu_ so that they follow the
   // jobs' order of events.
   WorkerMailboxes mailboxes_;

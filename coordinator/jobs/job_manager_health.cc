@@ -153,4 +153,9 @@ int64_t JobManager::HangsDetected() {
   return hangs_detected_;
 }
 
+int64_t JobManager::CheckpointSaveFailures() {
+  absl::MutexLock lock(&mu_);
+  return save_failures_;
+}
+
 }  // namespace mt::coordinator

@@ -301,6 +301,41 @@ TEST_F(JobManagerRestartTest, ARankThatNeverStartsTrainingIsAHangNamingItsPhase)
   EXPECT_EQ(jobs_->HangsDetected(), 1);
 }
 
+// A failed save is counted once per job and step (every rank reports it) and recorded as an
+// event naming the step, the rank and the error.
+TEST_F(JobManagerRestartTest, AFailedSaveIsCountedOnceAndIsAnEvent) {
+  const std::string id = Submit(save_dir_);
+  const mt::v1::Job job = Now(id);
+  Assignments();
+  AllTraining(job);
+  EXPECT_EQ(jobs_->CheckpointSaveFailures(), 0);
+  for (int rank : {1, 0, 1}) {
+    mt::v1::RankReport r;
+    r.set_worker_id(job.placement(rank).worker_id());
+    r.set_job_id(id);
+    r.set_rank(rank);
+    r.mutable_checkpoint_save_failure()->set_step(8);
+    r.mutable_checkpoint_save_failure()->set_error("writing shard 1: No space left on device");
+    ASSERT_TRUE(jobs_->OnRankReport(r).ok());
+  }
+  EXPECT_EQ(jobs_->CheckpointSaveFailures(), 1);
+  auto events = jobs_->Get(id, true);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->events(events->events_size() - 1).reason(),
+            "checkpoint save of step 8 failed on rank 1 (" + job.placement(1).worker_id() +
+                "): writing shard 1: No space left on device");
+  // Another step's failure counts again; a report of an unknown job counts nothing.
+  mt::v1::RankReport again;
+  again.set_worker_id(job.placement(0).worker_id());
+  again.set_job_id(id);
+  again.set_rank(0);
+  again.mutable_checkpoint_save_failure()->set_step(12);
+  ASSERT_TRUE(jobs_->OnRankReport(again).ok());
+  again.set_job_id("j-99");
+  EXPECT_FALSE(jobs_->OnRankReport(again).ok());
+  EXPECT_EQ(jobs_->CheckpointSaveFailures(), 2);
+}
+
 TEST_F(JobManagerRestartTest, NoSaveDirMaxRestartsAndDamagedCheckpointsFail) {
   // No checkpoint.save_dir: failed at once.
   const std::string a = Submit("");

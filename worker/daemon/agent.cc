@@ -421,7 +421,7 @@ void Agent::ForwardReport(const mt::v1::RankReport& report) {
   if (observer_ != nullptr) observer_->OnRankReport(report);
   // Telemetry is for this daemon's metrics; the coordinator needs the rest.
   if (report.has_telemetry() && !report.has_progress() && !report.has_checkpoint() &&
-      !report.has_checkpoint_load()) {
+      !report.has_checkpoint_load() && !report.has_checkpoint_save_failure()) {
     return;
   }
   bool registered;
@@ -433,7 +433,10 @@ void Agent::ForwardReport(const mt::v1::RankReport& report) {
   if (registered && FlushUndelivered() && WriteReport(report)) return;
   // Saves and loads are the coordinator's catalog: kept until it is back. Progress is best
   // effort; the next report supersedes it.
-  if (!report.has_checkpoint() && !report.has_checkpoint_load()) return;
+  if (!report.has_checkpoint() && !report.has_checkpoint_load() &&
+      !report.has_checkpoint_save_failure()) {
+    return;
+  }
   if (undelivered_.size() >= kMaxUndelivered) {
     MT_LOG(WARNING) << "dropping an undelivered report of " << undelivered_.front().job_id()
                     << " (more than " << kMaxUndelivered << " kept)";

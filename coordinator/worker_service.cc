@@ -21,9 +21,8 @@ grpc::Status WorkerServiceImpl::Register(grpc::ServerContext* context,
                                          mt::v1::RegisterResponse* response) {
   MT_CHECK_AUTH(context);
   WorkerRegistry::Issued issued;
-  absl::StatusOr<mt::v1::Worker> w = registry_->Register(*request, &issued);
+  absl::StatusOr<mt::v1::Worker> w = jobs_->RegisterWorker(*request, &issued);
   if (!w.ok()) return rpc::ToGrpcStatus(w.status());
-  jobs_->OnWorkerRegistered(*w, {request->running().begin(), request->running().end()});
   response->set_worker_id(w->id());
   response->set_worker_credential(issued.credential);
   response->set_session(issued.session);

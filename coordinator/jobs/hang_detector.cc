@@ -14,7 +14,24 @@ bool SavesOrLoads(mt::v1::RankActivity a) {
   return a == mt::v1::RANK_ACTIVITY_SAVE || a == mt::v1::RANK_ACTIVITY_LOAD;
 }
 
+// Phases before training are ordered; training, evaluating and checkpointing are one.
+int PhaseOrder(mt::v1::RankPhase p) {
+  return std::min(static_cast<int>(p), static_cast<int>(mt::v1::RANK_PHASE_TRAINING));
+}
+
 }  // namespace
+
+std::string StartupPhaseName(mt::v1::RankPhase phase, mt::v1::RankActivity activity) {
+  if (activity == mt::v1::RANK_ACTIVITY_LOAD) return "loading a checkpoint";
+  switch (phase) {
+    case mt::v1::RANK_PHASE_UNSPECIFIED:
+      return "not started (its trainer never reported)";
+    case mt::v1::RANK_PHASE_STARTING:
+      return "starting (joining the rendezvous and process groups, building the model and data)";
+    default:
+      return "ready to train (waiting for the others)";
+  }
+}
 
 HangConfig HangConfig::FromSpec(const mt::v1::RestartPolicy& restart) {
   HangConfig c;
@@ -55,6 +72,13 @@ void HangDetector::OnBeacon(int rank, mt::v1::RankActivity activity, int64_t ste
   if (SavesOrLoads(activity) || activity == mt::v1::RANK_ACTIVITY_EVAL) {
     r.saved_or_evaluated = true;
   }
+}
+
+void HangDetector::OnPhase(int rank, mt::v1::RankPhase phase, absl::Time now) {
+  if (rank < 0 || rank >= static_cast<int>(ranks_.size()) || ranks_[rank].ended) return;
+  if (phase == mt::v1::RANK_PHASE_UNSPECIFIED || phase == ranks_[rank].phase) return;
+  ranks_[rank].phase = phase;
+  ranks_[rank].last_beacon = std::max(ranks_[rank].last_beacon, now);
 }
 
 void HangDetector::OnRankEnded(int rank) {
@@ -104,17 +128,17 @@ std::optional<Stall> HangDetector::Stalled(absl::Time now, absl::Duration at_lea
   if (!any) return std::nullopt;
   const absl::Duration timeout = Timeout();
   std::optional<Stall> blamed;
-  // Smaller is more to blame: (in a collective, step, activity within the step, stalled less
-  // long, rank). Activities are numbered in their order within a step (proto).
+  // Smaller is more to blame: (phase, in a collective, step, activity within the step, stalled
+  // less long, rank). Phases and activities are numbered in their order (proto).
   auto key = [](const Stall& s) {
-    return std::make_tuple(s.activity == mt::v1::RANK_ACTIVITY_COLLECTIVE, s.step,
-                           static_cast<int>(s.activity), -s.stalled_for, s.rank);
+    return std::make_tuple(PhaseOrder(s.phase), s.activity == mt::v1::RANK_ACTIVITY_COLLECTIVE,
+                           s.step, static_cast<int>(s.activity), -s.stalled_for, s.rank);
   };
   for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
     const Rank& r = ranks_[i];
     // A rank that moved within the last half of `at_least` is no suspect.
     if (r.ended || now - r.last_beacon < at_least / 2) continue;
-    const Stall s{i, r.activity, r.step, now - r.last_beacon, timeout};
+    const Stall s{i, r.phase, r.activity, r.step, now - r.last_beacon, timeout};
     if (!blamed.has_value() || key(s) < key(*blamed)) blamed = s;
   }
   return blamed;

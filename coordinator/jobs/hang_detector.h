@@ -14,11 +14,18 @@
 // save, load or evaluation are left out); before any step time is known the timeout is the
 // floor.
 //
+// Startup: the detector watches an attempt from its placement on, so a rank that never reaches
+// training (its process never reports, it hangs joining the rendezvous and process groups, in
+// building its model and data, or in loading) is caught with the same timeout: the floor, or
+// save_load_timeout while a rank loads. Phase reports (OnPhase: STARTING, TRAINING) are moves.
+//
 // Who is blamed: the others wait for the rank that is behind. Once some rank has been stalled
 // for the timeout, the suspects are the ranks stalled for at least half of it; the detector
-// names, in this order of preference, a suspect outside collectives, the one at the lowest
-// step, the earliest activity within that step (data, forward, backward, optimizer, save,
-// eval: the proto's order), the one stalled the longest, the lowest rank.
+// names, in this order of preference, a suspect in the earliest phase (not reported < starting
+// < training or later: a rank that has not started holds up those waiting for it in the
+// rendezvous), a suspect outside collectives, the one at the lowest step, the earliest activity
+// within that step (data, forward, backward, optimizer, save, eval: the proto's order), the one
+// stalled the longest, the lowest rank.
 //
 // Thread-compatible: the job manager calls it under its lock.
 #ifndef MT_COORDINATOR_JOBS_HANG_DETECTOR_H_
@@ -47,6 +54,8 @@ struct HangConfig {
 // A rank that has not moved, with what it was doing.
 struct Stall {
   int rank = 0;
+  // Its last reported phase (UNSPECIFIED = none yet: its process never reported).
+  mt::v1::RankPhase phase = mt::v1::RANK_PHASE_UNSPECIFIED;
   mt::v1::RankActivity activity = mt::v1::RANK_ACTIVITY_UNSPECIFIED;
   int64_t step = 0;  // the step of its last beacon (0 = none yet)
   absl::Duration stalled_for;
@@ -55,6 +64,10 @@ struct Stall {
 
 // "forward", "collective", ... ; "unknown" for UNSPECIFIED.
 std::string ActivityName(mt::v1::RankActivity activity);
+// What a rank that has not reached training was doing, for events: "not started (its trainer
+// never reported)", "starting (joining the rendezvous and process groups, building the model
+// and data)", "loading a checkpoint", or "ready to train (waiting for the others)".
+std::string StartupPhaseName(mt::v1::RankPhase phase, mt::v1::RankActivity activity);
 
 class HangDetector {
  public:
@@ -65,6 +78,8 @@ class HangDetector {
 
   // A beacon of `rank` (ignored when out of range or the rank ended).
   void OnBeacon(int rank, mt::v1::RankActivity activity, int64_t step, absl::Time now);
+  // The rank reported `phase` (a move when it changes; ignored like beacons otherwise).
+  void OnPhase(int rank, mt::v1::RankPhase phase, absl::Time now);
   // The rank ended (finished, failed or stopped): it is no longer watched.
   void OnRankEnded(int rank);
   // Stalls count from `now` at the earliest (the attempt started RUNNING).
@@ -85,6 +100,7 @@ class HangDetector {
  private:
   struct Rank {
     bool ended = false;
+    mt::v1::RankPhase phase = mt::v1::RANK_PHASE_UNSPECIFIED;
     mt::v1::RankActivity activity = mt::v1::RANK_ACTIVITY_UNSPECIFIED;
     int64_t step = 0;
     absl::Time last_beacon;

@@ -282,5 +282,79 @@ TEST_F(HangDetectorTest, StalledWithAShorterThresholdForDisplay) {
   EXPECT_EQ(d.LongestStall(clock_.Now()), absl::ZeroDuration());
 }
 
+TEST_F(HangDetectorTest, StartupPhaseNames) {
+  EXPECT_EQ(StartupPhaseName(mt::v1::RANK_PHASE_UNSPECIFIED, mt::v1::RANK_ACTIVITY_UNSPECIFIED),
+            "not started (its trainer never reported)");
+  EXPECT_EQ(StartupPhaseName(mt::v1::RANK_PHASE_STARTING, mt::v1::RANK_ACTIVITY_UNSPECIFIED),
+            "starting (joining the rendezvous and process groups, building the model and data)");
+  EXPECT_EQ(StartupPhaseName(mt::v1::RANK_PHASE_STARTING, RANK_ACTIVITY_LOAD),
+            "loading a checkpoint");
+  EXPECT_EQ(StartupPhaseName(mt::v1::RANK_PHASE_TRAINING, mt::v1::RANK_ACTIVITY_UNSPECIFIED),
+            "ready to train (waiting for the others)");
+}
+
+// A rank that never reaches training is caught from the placement on, with the floor.
+TEST_F(HangDetectorTest, ARankThatNeverStartsIsBlamedAtTheFloorFromThePlacement) {
+  HangDetector d(3, Config(10), clock_.Now());  // placed
+  clock_.Advance(absl::Seconds(1));
+  d.OnPhase(0, mt::v1::RANK_PHASE_STARTING, clock_.Now());
+  d.OnPhase(2, mt::v1::RANK_PHASE_STARTING, clock_.Now());
+  clock_.Advance(absl::Seconds(2));
+  d.OnPhase(2, mt::v1::RANK_PHASE_TRAINING, clock_.Now());  // ready, waits for the others
+  clock_.Advance(absl::Seconds(6));  // rank 1: 9 s since the placement, silent
+  EXPECT_FALSE(d.Hung(clock_.Now()).has_value());
+  clock_.Advance(absl::Seconds(1));
+  auto hung = d.Hung(clock_.Now());
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(hung->rank, 1);
+  EXPECT_EQ(hung->phase, mt::v1::RANK_PHASE_UNSPECIFIED);
+  EXPECT_EQ(hung->stalled_for, absl::Seconds(10));
+  EXPECT_EQ(hung->timeout, absl::Seconds(10));
+}
+
+// All three started; rank 0 and 2 got through to training and wait in a collective for rank 1,
+// stuck before (e.g. building its data): rank 1 is blamed, although it reported after rank 0.
+TEST_F(HangDetectorTest, TheRankStillStartingIsBlamedNotThoseWaitingForIt) {
+  HangDetector d(3, Config(10), clock_.Now());
+  d.OnPhase(0, mt::v1::RANK_PHASE_STARTING, clock_.Now());
+  clock_.Advance(absl::Milliseconds(500));
+  d.OnPhase(1, mt::v1::RANK_PHASE_STARTING, clock_.Now());
+  d.OnPhase(2, mt::v1::RANK_PHASE_STARTING, clock_.Now());
+  clock_.Advance(absl::Milliseconds(500));
+  d.OnPhase(0, mt::v1::RANK_PHASE_TRAINING, clock_.Now());
+  d.OnBeacon(0, RANK_ACTIVITY_COLLECTIVE, 0, clock_.Now());
+  d.OnPhase(2, mt::v1::RANK_PHASE_TRAINING, clock_.Now());
+  clock_.Advance(absl::Seconds(10));
+  auto hung = d.Hung(clock_.Now());
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(hung->rank, 1);
+  EXPECT_EQ(hung->phase, mt::v1::RANK_PHASE_STARTING);
+  EXPECT_EQ(StartupPhaseName(hung->phase, hung->activity),
+            "starting (joining the rendezvous and process groups, building the model and data)");
+  // A repeated phase is no move; an unknown rank or phase changes nothing.
+  d.OnPhase(1, mt::v1::RANK_PHASE_STARTING, clock_.Now());
+  d.OnPhase(1, mt::v1::RANK_PHASE_UNSPECIFIED, clock_.Now());
+  d.OnPhase(5, mt::v1::RANK_PHASE_TRAINING, clock_.Now());
+  EXPECT_EQ(d.Hung(clock_.Now())->rank, 1);
+  // Its move to training is progress.
+  d.OnPhase(1, mt::v1::RANK_PHASE_TRAINING, clock_.Now());
+  EXPECT_EQ(d.Hung(clock_.Now())->rank, 2);  // of those silent long, the one outside collectives
+}
+
+// Loading a checkpoint at startup has the save/load timeout, for every rank.
+TEST_F(HangDetectorTest, LoadingAtStartupHasTheSaveLoadTimeout) {
+  HangDetector d(2, Config(10, 10, 100), clock_.Now());
+  d.OnPhase(0, mt::v1::RANK_PHASE_STARTING, clock_.Now());
+  d.OnPhase(1, mt::v1::RANK_PHASE_STARTING, clock_.Now());
+  d.OnBeacon(0, RANK_ACTIVITY_LOAD, 40, clock_.Now());
+  clock_.Advance(absl::Seconds(99));
+  EXPECT_FALSE(d.Hung(clock_.Now()).has_value());
+  clock_.Advance(absl::Seconds(1));
+  auto hung = d.Hung(clock_.Now());
+  ASSERT_TRUE(hung.has_value());
+  EXPECT_EQ(hung->timeout, absl::Seconds(100));
+  EXPECT_EQ(hung->rank, 1);  // same phase; no load beacon yet, so at step 0, behind rank 0
+}
+
 }  // namespace
 }  // namespace mt::coordinator

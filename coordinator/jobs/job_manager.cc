@@ -547,25 +547,29 @@ absl::Status JobManager::OnPlaced(int64_t id, const mt::v1::PlanJobResponse& pla
 }
 
 void JobManager::SendAssignments(const mt::v1::Job& job) {
-  const std::string spec_bytes = job.spec().SerializeAsString();
-  for (const auto& p : job.placement()) {
-    mt::v1::WorkerCommand cmd;
-    mt::v1::Assignment* a = cmd.mutable_assign();
-    a->set_job_id(job.id());
-    a->set_attempt(job.attempt());
-    *a->mutable_coordinates() = p.coordinates();
-    *a->mutable_layout() = job.layout();
-    a->set_spec(spec_bytes);
-    a->set_coordinator_address(coordinator_address_.empty() ? options_.coordinator_address
-                                                            : coordinator_address_);
-    a->set_gpu_index(p.gpu_index());
-    a->set_resume_from(job.resume_from());
-    if (options_.rank_credentials != nullptr) {
-      a->set_rank_credential(
-          options_.rank_credentials->Issue(job.id(), job.attempt(), p.coordinates().rank()));
-    }
-    Enqueue(p.worker_id(), std::move(cmd));
+  for (int r = 0; r < job.placement_size(); ++r) {
+    Enqueue(job.placement(r).worker_id(), AssignCommand(job, r));
   }
+}
+
+mt::v1::WorkerCommand JobManager::AssignCommand(const mt::v1::Job& job, int rank) {
+  const mt::v1::RankPlacement& p = job.placement(rank);
+  mt::v1::WorkerCommand cmd;
+  mt::v1::Assignment* a = cmd.mutable_assign();
+  a->set_job_id(job.id());
+  a->set_attempt(job.attempt());
+  *a->mutable_coordinates() = p.coordinates();
+  *a->mutable_layout() = job.layout();
+  a->set_spec(job.spec().SerializeAsString());
+  a->set_coordinator_address(coordinator_address_.empty() ? options_.coordinator_address
+                                                          : coordinator_address_);
+  a->set_gpu_index(p.gpu_index());
+  a->set_resume_from(job.resume_from());
+  if (options_.rank_credentials != nullptr) {
+    a->set_rank_credential(
+        options_.rank_credentials->Issue(job.id(), job.attempt(), p.coordinates().rank()));
+  }
+  return cmd;
 }
 
 void JobManager::Enqueue(const std::string& worker_id, mt::v1::WorkerCommand command) {
@@ -622,9 +626,22 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
                                                       " runs on ", rank.worker_id, ", not ",
                                                       report.worker_id()));
   }
+  rank.missing_since = absl::InfinitePast();  // it runs: its worker has it
   if (report.activity() != mt::v1::RANK_ACTIVITY_UNSPECIFIED) OnBeacon(entry, report);
-  if (report.phase() != mt::v1::RANK_PHASE_UNSPECIFIED) rank.phase = report.phase();
+  if (report.phase() != mt::v1::RANK_PHASE_UNSPECIFIED) {
+    rank.phase = report.phase();
+    if (entry->hang != nullptr) entry->hang->OnPhase(report.rank(), report.phase(), clock_->Now());
+  }
   if (fallback.has_value()) MT_RETURN_IF_ERROR(RecordEvent(entry, *fallback));
+  if (report.has_checkpoint_save_failure() &&
+      report.checkpoint_save_failure().step() != entry->failed_save_step) {
+    const mt::v1::CheckpointSaveFailure& f = report.checkpoint_save_failure();
+    entry->failed_save_step = f.step();
+    ++save_failures_;
+    MT_RETURN_IF_ERROR(RecordEvent(
+        entry, absl::StrCat("checkpoint save of step ", f.step(), " failed on rank ", report.rank(),
+                            " (", report.worker_id(), "): ", f.error())));
+  }
   if (report.has_progress() && report.rank() == ReporterRank(job.layout()) &&
       TrainedSinceResume(report.progress(), job)) {
     const int64_t total = job.progress().total_steps();
@@ -652,7 +669,8 @@ absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
   MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(report.job_id()));
   mt::v1::Job& job = entry->job;
   if (report.attempt() != job.attempt()) {
-    ReleaseWorker(report.worker_id(), job.id());
+    // A late exit of an earlier attempt leaves a worker that the current one was placed on.
+    if (!HoldsLiveRank(*entry, report.worker_id())) ReleaseWorker(report.worker_id(), job.id());
     ScheduleLocked();
     return absl::OkStatus();
   }
@@ -736,6 +754,7 @@ void JobManager::OnWorkerLost(const std::string& worker_id) {
 
 void JobManager::FailOrphans() {
   absl::MutexLock lock(&mu_);
+  const absl::Time now = clock_->Now();
   bool changed = false;
   const std::vector<int64_t> placed(placed_.begin(), placed_.end());
   for (int64_t id : placed) {
@@ -749,8 +768,15 @@ void JobManager::FailOrphans() {
       const bool running_it =
           w.ok() && w->job_id() == entry->job.id() &&
           (w->state() == mt::v1::WORKER_STATE_BUSY || w->state() == mt::v1::WORKER_STATE_DRAINING);
-      if (running_it) continue;
-      const std::string why = absl::StrCat("worker ", rank.worker_id, " no longer runs rank ", r);
+      // Gone from a worker that registered again, and no exit report came within the grace.
+      const bool missing = rank.missing_since != absl::InfinitePast() &&
+                           now - rank.missing_since > kMissingRankGrace;
+      if (running_it && !missing) continue;
+      const std::string why =
+          running_it ? absl::StrCat("worker ", rank.worker_id, " registered again without rank ", r,
+                                    " and no exit report came within ",
+                                    absl::FormatDuration(kMissingRankGrace))
+                     : absl::StrCat("worker ", rank.worker_id, " no longer runs rank ", r);
       entry->ranks[r].outcome = mt::v1::RANK_OUTCOME_FAILED;
       entry->ranks[r].message = why;
       changed = FailOrRestart(entry.get(), why).ok() || changed;
@@ -758,27 +784,6 @@ void JobManager::FailOrphans() {
     }
   }
   if (changed) ScheduleLocked();
-}
-
-void JobManager::OnWorkerRegistered(const mt::v1::Worker& worker,
-                                    const std::vector<mt::v1::RunningRank>& running) {
-  absl::MutexLock lock(&mu_);
-  for (const auto& rr : running) {
-    auto entry = Find(rr.job_id());
-    const bool expected = entry.ok() && !IsTerminal((*entry)->job.state()) &&
-                          (*entry)->job.attempt() == rr.attempt() && rr.rank() >= 0 &&
-                          rr.rank() < static_cast<int>((*entry)->ranks.size()) &&
-                          (*entry)->ranks[rr.rank()].worker_id == worker.id();
-    if (!expected) {
-      mt::v1::WorkerCommand cmd;
-      cmd.mutable_stop()->set_job_id(rr.job_id());
-      cmd.mutable_stop()->set_attempt(rr.attempt());
-      cmd.mutable_stop()->set_grace_seconds(options_.stop_grace_seconds);
-      cmd.mutable_stop()->set_reason("the coordinator does not expect this rank here");
-      Enqueue(worker.id(), std::move(cmd));
-    }
-  }
-  ScheduleLocked();
 }
 
 absl::Status JobManager::CheckAttemptLive(const std::string& job_id, int attempt) {

@@ -129,10 +129,21 @@ class JobManager : private PlacementTarget {
   // file, outside the lock: call from a thread of its own (the server's restarter), not from
   // an RPC handler.
   void AdvanceRestarts();
-  // A worker (re-)registered reporting these running ranks; ranks the coordinator does not
-  // expect there are told to stop.
-  void OnWorkerRegistered(const mt::v1::Worker& worker,
-                          const std::vector<mt::v1::RunningRank>& running);
+  // --- Worker registration (job_manager_reconnect.cc) ---------------------------------------
+  // Registers a worker daemon (registry.h Register; `issued` receives its secrets) and squares
+  // what it says it runs (request.running) with what the coordinator placed on it, under one
+  // lock so that no placement comes between:
+  //   - ranks it runs that the coordinator does not expect there are told to stop (1 s grace:
+  //     their attempt is over, and one blocked in a collective ignores SIGTERM);
+  //   - a rank of a SCHEDULED/RUNNING job placed on it that it does not name keeps the worker
+  //     (BUSY). If that rank never reported, its assignment may never have reached the daemon
+  //     (the answer to an earlier registration, or the stream carrying it, was lost): it is
+  //     sent again (the daemon ignores an assignment of an attempt it already ran). If it did
+  //     report, it ended there and its exit report follows the registration: FailOrphans
+  //     fails it when none came within kMissingRankGrace.
+  absl::StatusOr<mt::v1::Worker> RegisterWorker(const mt::v1::RegisterRequest& request,
+                                                WorkerRegistry::Issued* issued);
+  static constexpr absl::Duration kMissingRankGrace = absl::Seconds(10);
 
   // --- Rendezvous ---------------------------------------------------------------------------
   absl::Status RendezvousSet(const std::string& job_id, int attempt, const std::string& key,
@@ -158,8 +169,10 @@ class JobManager : private PlacementTarget {
   void SetCoordinatorAddress(const std::string& address);
 
   // --- Hang and straggler detection (job_manager_health.cc) -------------------------------
-  // Restarts RUNNING jobs with a hung rank (hang_detector.h) and refreshes every RUNNING
-  // job's "no progress for N s". Call periodically (the server's restarter).
+  // Restarts SCHEDULED and RUNNING jobs with a hung rank (hang_detector.h; SCHEDULED: a rank
+  // that does not reach training, within the floor from the placement, the event naming its
+  // phase) and refreshes their "no progress for N s". Call periodically (the server's
+  // restarter).
   void CheckHangs();
   // Per rank of RUNNING jobs, for metrics: the straggler ratio (when known).
   struct RankHealth {
@@ -172,6 +185,9 @@ class JobManager : private PlacementTarget {
   std::map<std::string, double> NoProgressSeconds();
   // Hangs detected since the coordinator started.
   int64_t HangsDetected();
+  // Failed checkpoint saves (once per job and step, whatever the number of ranks that report
+  // it) since the coordinator started.
+  int64_t CheckpointSaveFailures();
 
   // One scheduling pass (also run after every submit, exit and registration).
   void Schedule();
@@ -185,6 +201,9 @@ class JobManager : private PlacementTarget {
     mt::v1::RankOutcome outcome = mt::v1::RANK_OUTCOME_UNSPECIFIED;
     std::vector<std::string> log_tail;
     std::string message;
+    // Since when its worker, registering again, no longer names it (RegisterWorker); its exit
+    // report is awaited until kMissingRankGrace after. InfinitePast = not missing.
+    absl::Time missing_since = absl::InfinitePast();
   };
   struct JobEntry {
     int64_t id = 0;  // numeric part of job.id
@@ -198,6 +217,9 @@ class JobManager : private PlacementTarget {
     // Hang and straggler detection of the current attempt, from its placement.
     std::unique_ptr<HangDetector> hang;
     std::unique_ptr<StragglerTracker> stragglers;
+    // The step of the last failed save counted (-1: none), so that each rank's report of the
+    // same failure counts once.
+    int64_t failed_save_step = -1;
   };
 
   JobManager(Store* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options)
@@ -225,6 +247,18 @@ class JobManager : private PlacementTarget {
   absl::Status OnPlaced(int64_t id, const mt::v1::PlanJobResponse& plan) override;
   // The assign commands for every rank of a job just placed.
   void SendAssignments(const mt::v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The assign command of rank `rank` of `job`'s current placement.
+  mt::v1::WorkerCommand AssignCommand(const mt::v1::Job& job, int rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // job_manager_reconnect.cc: RegisterWorker's two halves, and whether `worker_id` holds a rank
+  // of the job's current attempt that has not ended.
+  void StopUnexpectedRanks(const mt::v1::Worker& worker,
+                           const std::vector<mt::v1::RunningRank>& running)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void KeepPlacedRanks(const mt::v1::Worker& worker,
+                       const std::vector<mt::v1::RunningRank>& running)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool HoldsLiveRank(const JobEntry& entry, const std::string& worker_id);
   // Sends a stop to every rank of the job's current attempt still running and frees workers
   // whose ranks already ended.
   void StopRanks(JobEntry* entry, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -247,6 +281,10 @@ class JobManager : private PlacementTarget {
   void OnBeacon(JobEntry* entry, const mt::v1::RankReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool CheckHang(JobEntry* entry, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The cause of a restart for a hung rank of a RUNNING job (`p99`: its p99 step time), and
+  // for one that did not reach training (job SCHEDULED).
+  static std::string HangCause(const JobEntry& entry, const Stall& h, absl::Duration p99);
+  static std::string StartupHangCause(const JobEntry& entry, const Stall& h);
   // Appends an event to the job's log without a change of state (e.g. a checkpoint skipped).
   absl::Status RecordEvent(JobEntry* entry, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -270,6 +308,7 @@ class JobManager : private PlacementTarget {
   // Jobs in each state (states with none are absent).
   std::map<mt::v1::JobState, int> state_counts_ ABSL_GUARDED_BY(mu_);
   int64_t hangs_detected_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t save_failures_ ABSL_GUARDED_BY(mu_) = 0;
   // Thread-safe on their own; pushed to and dropped from under mu_ so that they follow the
   // jobs' order of events.
   WorkerMailboxes mailboxes_;

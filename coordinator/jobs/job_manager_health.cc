@@ -1,7 +1,8 @@
 // JobManager's hang and straggler detection (job_manager.h, "Hang and straggler detection"):
-// beacons feed each attempt's HangDetector and StragglerTracker; CheckHangs restarts a job
-// with a hung rank through the failure path (FailOrRestart: counted against max_restarts) and
-// keeps "no progress for N s" on every RUNNING job's progress.
+// beacons and phase reports feed each attempt's HangDetector and StragglerTracker; CheckHangs
+// restarts a job with a hung rank through the failure path (FailOrRestart: counted against
+// max_restarts), also one whose rank never reaches training (SCHEDULED, from the placement on),
+// and keeps "no progress for N s" on every SCHEDULED or RUNNING job's progress.
 #include <cmath>
 #include <string>
 
@@ -57,16 +58,9 @@ bool JobManager::CheckHang(JobEntry* entry, absl::Time now) {
   mt::v1::Progress* progress = entry->job.mutable_progress();
   if (std::optional<Stall> h = hang.Hung(now); h.has_value()) {
     ++hangs_detected_;
-    const std::string cause = absl::StrCat(
-        "hung: rank ", h->rank, " on worker ", entry->ranks[h->rank].worker_id, " (node ",
-        h->rank < entry->job.placement_size() ? entry->job.placement(h->rank).node() : "?",
-        ") made no progress for ", absl::ToInt64Seconds(h->stalled_for), " s in ",
-        ActivityName(h->activity), h->step > 0 ? absl::StrCat(" of step ", h->step) : "",
-        " (timeout ", absl::ToInt64Seconds(h->timeout),
-        " s: max(restart.hang_step_multiplier x p99 step time ",
-        absl::StrFormat("%.3g", absl::ToDoubleSeconds(hang.P99StepTime())),
-        " s, restart.hang_timeout_floor_seconds), or restart.save_load_timeout_seconds while "
-        "saving or loading)");
+    const std::string cause = entry->job.state() == mt::v1::JOB_STATE_SCHEDULED
+                                  ? StartupHangCause(*entry, *h)
+                                  : HangCause(*entry, *h, hang.P99StepTime());
     progress->set_no_progress_seconds(0);
     progress->clear_no_progress_detail();
     return FailOrRestart(entry, cause).ok();
@@ -87,6 +81,29 @@ bool JobManager::CheckHang(JobEntry* entry, absl::Time now) {
   return false;
 }
 
+std::string JobManager::HangCause(const JobEntry& entry, const Stall& h, absl::Duration p99) {
+  return absl::StrCat(
+      "hung: rank ", h.rank, " on worker ", entry.ranks[h.rank].worker_id, " (node ",
+      h.rank < entry.job.placement_size() ? entry.job.placement(h.rank).node() : "?",
+      ") made no progress for ", absl::ToInt64Seconds(h.stalled_for), " s in ",
+      ActivityName(h.activity), h.step > 0 ? absl::StrCat(" of step ", h.step) : "", " (timeout ",
+      absl::ToInt64Seconds(h.timeout), " s: max(restart.hang_step_multiplier x p99 step time ",
+      absl::StrFormat("%.3g", absl::ToDoubleSeconds(p99)),
+      " s, restart.hang_timeout_floor_seconds), or restart.save_load_timeout_seconds while "
+      "saving or loading)");
+}
+
+std::string JobManager::StartupHangCause(const JobEntry& entry, const Stall& h) {
+  return absl::StrCat(
+      "hung at startup: rank ", h.rank, " on worker ", entry.ranks[h.rank].worker_id, " (node ",
+      h.rank < entry.job.placement_size() ? entry.job.placement(h.rank).node() : "?",
+      ") did not reach training: ", StartupPhaseName(h.phase, h.activity), ", no progress for ",
+      absl::ToInt64Seconds(h.stalled_for), " s since the placement or its last report (timeout ",
+      absl::ToInt64Seconds(h.timeout),
+      " s: restart.hang_timeout_floor_seconds, or restart.save_load_timeout_seconds while "
+      "loading)");
+}
+
 void JobManager::CheckHangs() {
   absl::MutexLock lock(&mu_);
   const absl::Time now = clock_->Now();
@@ -95,7 +112,10 @@ void JobManager::CheckHangs() {
   const std::vector<int64_t> placed(placed_.begin(), placed_.end());
   for (int64_t id : placed) {
     JobEntry* entry = jobs_.at(id).get();
-    if (entry->job.state() != mt::v1::JOB_STATE_RUNNING || entry->hang == nullptr) continue;
+    // SCHEDULED: from the placement until every rank trains (a rank that never gets there).
+    const mt::v1::JobState state = entry->job.state();
+    if (state != mt::v1::JOB_STATE_RUNNING && state != mt::v1::JOB_STATE_SCHEDULED) continue;
+    if (entry->hang == nullptr) continue;
     changed = CheckHang(entry, now) || changed;
   }
   if (changed) ScheduleLocked();
@@ -131,6 +151,11 @@ std::map<std::string, double> JobManager::NoProgressSeconds() {
 int64_t JobManager::HangsDetected() {
   absl::MutexLock lock(&mu_);
   return hangs_detected_;
+}
+
+int64_t JobManager::CheckpointSaveFailures() {
+  absl::MutexLock lock(&mu_);
+  return save_failures_;
 }
 
 }  // namespace mt::coordinator

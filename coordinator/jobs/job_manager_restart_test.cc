@@ -388,6 +388,71 @@ TEST_F(JobManagerRestartTest, AJobResumedFromItsFinalCheckpointEndsWithThatCheck
   EXPECT_EQ(end.progress().validation_loss(), 1.5);
 }
 
+// A rank that never reaches training (SCHEDULED) is caught at the hang floor (60 s by default)
+// from the placement, named with its phase, and the job restarts like after a hang.
+TEST_F(JobManagerRestartTest, ARankThatNeverStartsTrainingIsAHangNamingItsPhase) {
+  const std::string id = Submit(save_dir_);
+  const mt::v1::Job job = Now(id);
+  Assignments();
+  mt::v1::RankReport starting;
+  starting.set_worker_id(job.placement(0).worker_id());
+  starting.set_job_id(id);
+  starting.set_rank(0);
+  starting.set_phase(mt::v1::RANK_PHASE_STARTING);
+  clock_.Advance(absl::Seconds(1));
+  ASSERT_TRUE(jobs_->OnRankReport(starting).ok());
+  clock_.Advance(absl::Seconds(58));
+  jobs_->CheckHangs();
+  EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_GE(Now(id).progress().no_progress_seconds(), 58);
+  clock_.Advance(absl::Seconds(1));
+  jobs_->CheckHangs();
+  const mt::v1::Job hung = Now(id);
+  EXPECT_EQ(hung.state(), mt::v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(hung.reason(),
+              HasSubstr("hung at startup: rank 1 on worker " + job.placement(1).worker_id() +
+                        " (node " + job.placement(1).node() +
+                        ") did not reach training: not started (its trainer never reported), "
+                        "no progress for 60 s"));
+  EXPECT_THAT(hung.reason(), HasSubstr("restart 1 of at most 3"));
+  EXPECT_EQ(jobs_->HangsDetected(), 1);
+}
+
+// A failed save is counted once per job and step (every rank reports it) and recorded as an
+// event naming the step, the rank and the error.
+TEST_F(JobManagerRestartTest, AFailedSaveIsCountedOnceAndIsAnEvent) {
+  const std::string id = Submit(save_dir_);
+  const mt::v1::Job job = Now(id);
+  Assignments();
+  AllTraining(job);
+  EXPECT_EQ(jobs_->CheckpointSaveFailures(), 0);
+  for (int rank : {1, 0, 1}) {
+    mt::v1::RankReport r;
+    r.set_worker_id(job.placement(rank).worker_id());
+    r.set_job_id(id);
+    r.set_rank(rank);
+    r.mutable_checkpoint_save_failure()->set_step(8);
+    r.mutable_checkpoint_save_failure()->set_error("writing shard 1: No space left on device");
+    ASSERT_TRUE(jobs_->OnRankReport(r).ok());
+  }
+  EXPECT_EQ(jobs_->CheckpointSaveFailures(), 1);
+  auto events = jobs_->Get(id, true);
+  ASSERT_TRUE(events.ok());
+  EXPECT_EQ(events->events(events->events_size() - 1).reason(),
+            "checkpoint save of step 8 failed on rank 1 (" + job.placement(1).worker_id() +
+                "): writing shard 1: No space left on device");
+  // Another step's failure counts again; a report of an unknown job counts nothing.
+  mt::v1::RankReport again;
+  again.set_worker_id(job.placement(0).worker_id());
+  again.set_job_id(id);
+  again.set_rank(0);
+  again.mutable_checkpoint_save_failure()->set_step(12);
+  ASSERT_TRUE(jobs_->OnRankReport(again).ok());
+  again.set_job_id("j-99");
+  EXPECT_FALSE(jobs_->OnRankReport(again).ok());
+  EXPECT_EQ(jobs_->CheckpointSaveFailures(), 2);
+}
+
 TEST_F(JobManagerRestartTest, NoSaveDirMaxRestartsAndDamagedCheckpointsFail) {
   // No checkpoint.save_dir: failed at once.
   const std::string a = Submit("");

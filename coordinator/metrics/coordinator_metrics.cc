@@ -109,6 +109,15 @@ class ClusterState : public prometheus::Collectable {
     m.counter.value = static_cast<double>(jobs_->HangsDetected());
     hangs.metric.push_back(std::move(m));
     out->push_back(std::move(hangs));
+    MetricFamily save_failures;
+    save_failures.name = "mt_coordinator_checkpoint_save_failures_total";
+    save_failures.help =
+        "Checkpoint saves that failed (once per job and step; the job's event says why).";
+    save_failures.type = prometheus::MetricType::Counter;
+    ClientMetric f;
+    f.counter.value = static_cast<double>(jobs_->CheckpointSaveFailures());
+    save_failures.metric.push_back(std::move(f));
+    out->push_back(std::move(save_failures));
   }
 
  private:

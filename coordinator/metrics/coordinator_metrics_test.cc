@@ -146,6 +146,8 @@ TEST(CoordinatorMetricsTest, ServesClusterStateAndServiceDiscovery) {
   EXPECT_THAT(r.body, HasSubstr("mt_coordinator_workers{node=\"n1\",state=\"lost\"} 0\n"));
   EXPECT_THAT(r.body, Not(HasSubstr("node=\"n2\"")));  // only a departed worker there
   EXPECT_THAT(r.body, HasSubstr("mt_coordinator_info{version="));
+  EXPECT_THAT(r.body, HasSubstr("# TYPE mt_coordinator_checkpoint_save_failures_total counter\n"
+                                "mt_coordinator_checkpoint_save_failures_total 0\n"));
   MT_ASSERT_OK_AND_ASSIGN(r, testutil::HttpGet(address, "/sd"));
   EXPECT_EQ(r.content_type, "application/json");
   google::protobuf::ListValue list = ParseList(r.body);

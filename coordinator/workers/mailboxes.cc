@@ -10,6 +10,21 @@ void WorkerMailboxes::Push(const std::string& worker_id, mt::v1::WorkerCommand c
   boxes_[worker_id].push_back(std::move(command));
 }
 
+bool WorkerMailboxes::PushAssignmentOnce(const std::string& worker_id,
+                                         mt::v1::WorkerCommand command) {
+  absl::MutexLock lock(&mu_);
+  std::deque<mt::v1::WorkerCommand>& box = boxes_[worker_id];
+  const mt::v1::Assignment& a = command.assign();
+  for (const mt::v1::WorkerCommand& queued : box) {
+    if (queued.has_assign() && queued.assign().job_id() == a.job_id() &&
+        queued.assign().attempt() == a.attempt()) {
+      return false;
+    }
+  }
+  box.push_back(std::move(command));
+  return true;
+}
+
 std::vector<mt::v1::WorkerCommand> WorkerMailboxes::Take(const std::string& worker_id,
                                                          absl::Duration timeout) {
   absl::MutexLock lock(&mu_);

@@ -22,6 +22,9 @@ namespace mt::coordinator {
 class WorkerMailboxes {
  public:
   void Push(const std::string& worker_id, mt::v1::WorkerCommand command);
+  // Pushes an assign command unless an assignment of the same job and attempt waits already
+  // (a re-sent assignment); returns whether it pushed.
+  bool PushAssignmentOnce(const std::string& worker_id, mt::v1::WorkerCommand command);
   // Everything queued for the worker, waiting up to `timeout` for something; empty when none
   // came (or after Shutdown).
   std::vector<mt::v1::WorkerCommand> Take(const std::string& worker_id, absl::Duration timeout);

@@ -27,6 +27,30 @@ TEST(WorkerMailboxesTest, TakesEverythingQueuedInOrder) {
   EXPECT_EQ(boxes.Take("w-2", absl::ZeroDuration()).size(), 1u);
 }
 
+mt::v1::WorkerCommand Assign(const std::string& job, int attempt) {
+  mt::v1::WorkerCommand c;
+  c.mutable_assign()->set_job_id(job);
+  c.mutable_assign()->set_attempt(attempt);
+  return c;
+}
+
+TEST(WorkerMailboxesTest, AnAssignmentIsQueuedOnceButSentAgainOnceTaken) {
+  WorkerMailboxes boxes;
+  EXPECT_TRUE(boxes.PushAssignmentOnce("w-1", Assign("j-1", 0)));
+  boxes.Push("w-1", Stop("j-2"));
+  EXPECT_FALSE(boxes.PushAssignmentOnce("w-1", Assign("j-1", 0)));
+  EXPECT_TRUE(boxes.PushAssignmentOnce("w-1", Assign("j-1", 1)));  // another attempt
+  EXPECT_TRUE(boxes.PushAssignmentOnce("w-2", Assign("j-1", 0)));  // another worker
+  auto got = boxes.Take("w-1", absl::ZeroDuration());
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].assign().attempt(), 0);
+  EXPECT_TRUE(got[1].has_stop());
+  EXPECT_EQ(got[2].assign().attempt(), 1);
+  // Taken (e.g. onto a stream that then broke): it can be sent again.
+  EXPECT_TRUE(boxes.PushAssignmentOnce("w-1", Assign("j-1", 0)));
+  EXPECT_EQ(boxes.Take("w-1", absl::ZeroDuration()).size(), 1u);
+}
+
 TEST(WorkerMailboxesTest, AWaitingTakeWakesOnPush) {
   WorkerMailboxes boxes;
   std::vector<mt::v1::WorkerCommand> got;

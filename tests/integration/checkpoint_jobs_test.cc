@@ -74,6 +74,29 @@ class CheckpointJobsTest : public testutil::JobFixture {
   }
 };
 
+// A save that fails (the save_dir is a regular file: no directory can be made in it) fails its
+// rank; the coordinator counts it once for the job (mt_coordinator_checkpoint_save_failures_total,
+// what the MtCheckpointSaveFailed alert watches) and names step, rank and error in an event.
+TEST_F(CheckpointJobsTest, AFailedSaveIsCountedAndNamedInTheJobsEvents) {
+  const std::string save_dir = cluster_.dir() + "/not-a-directory";
+  ASSERT_EQ(std::system(("echo x > " + save_dir).c_str()), 0);
+  const std::string id =
+      Submit(JobYaml("badsave", data_, 12, "{save_dir: " + save_dir + ", save_interval: 4}") +
+                 "restart: {max_restarts: 0}\n",
+             "badsave.yaml");
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_FAILED, absl::Minutes(2)))
+      << EventText(id);
+  const std::string events = EventText(id);
+  EXPECT_THAT(events, ::testing::ContainsRegex("checkpoint save of step 4 failed on rank [01] "
+                                               "\\(w-[0-9]+\\): "));
+  const std::string metrics = CoordinatorMetricsAddress();
+  ASSERT_FALSE(metrics.empty());
+  auto r = testutil::HttpGet(metrics, "/metrics");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_THAT(r->body, ::testing::HasSubstr("\nmt_coordinator_checkpoint_save_failures_total 1\n"))
+      << events;
+}
+
 // A job saving every 4 steps over two DP ranks; a second job resumes from its step-8
 // checkpoint and ends with exactly the loss of the first job's step 12.
 TEST_F(CheckpointJobsTest, SavedJobResumesWithTheSameLosses) {

@@ -2,21 +2,28 @@
 // two worker daemons and their trainer processes (CPU, Gloo). One rank is SIGSTOPped after a
 // checkpoint: the coordinator shows "no progress for N s", marks the job hung within the
 // configured floor (naming the stopped rank, its worker and node, and its activity), stops
-// the ranks and restarts the job from its latest checkpoint, which then finishes.
+// the ranks and restarts the job from its latest checkpoint, which then finishes. A rank
+// stopped as soon as it is forked (never reaching training) is caught the same way, from the
+// placement, the event naming its startup phase.
 #include <dirent.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/http.h"
 #include "tests/testutil/job_fixture.h"
 
 namespace mt {
@@ -153,6 +160,134 @@ TEST_F(HangJobsTest, AStoppedRankIsFoundWithinTheFloorNamedAndTheJobRestartsAndF
   EXPECT_GT(done->resume_step(), 0);
   EXPECT_EQ(done->resume_step() % 5, 0);
   std::fprintf(stderr, "%s", EventText(id).c_str());
+}
+
+// A rank SIGSTOPped as soon as its process exists never reaches training: the job, SCHEDULED,
+// is found hung within the floor of its placement, the event naming the rank, its worker and
+// node and its startup phase; it restarts and finishes.
+TEST_F(HangJobsTest, ARankStoppedAtItsStartIsFoundWithinTheFloorNamingItsPhase) {
+  testutil::TinyJob job("starthang", data_, 20);
+  job.dp = "2";
+  job.sections = {
+      absl::StrCat("checkpoint: {save_dir: ", cluster_.dir(), "/ckpt, save_interval: 5}"),
+      absl::StrCat("restart: {max_restarts: 2, hang_timeout_floor_seconds: ", kFloorSeconds, "}")};
+  // The first trainer process either daemon forks is stopped at once.
+  const std::vector<std::string> nodes = {"w0", "w1"};
+  std::string stopped_node;
+  absl::Time stopped_at;
+  std::thread stopper([&] {
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;) {
+      for (const std::string& node : nodes) {
+        const std::vector<pid_t> ranks = ChildrenOf(cluster_.worker(node)->pid());
+        if (ranks.empty() || ::kill(ranks[0], SIGSTOP) != 0) continue;
+        stopped_ = ranks[0];
+        stopped_node = node;
+        stopped_at = absl::Now();
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(1));
+    }
+  });
+  const std::string id = Submit(job.Yaml(), "starthang.yaml");
+  stopper.join();
+  ASSERT_GT(stopped_, 0) << "no trainer process appeared";
+  ASSERT_TRUE(
+      cluster_.WaitForState(id, mt::v1::JOB_STATE_RESTARTING, absl::Seconds(kFloorSeconds + 20)))
+      << EventText(id);
+  const double detection = absl::ToDoubleSeconds(absl::Now() - stopped_at);
+  std::fprintf(stderr, "startup hang detected %.2f s after SIGSTOP (floor %d s)\n", detection,
+               kFloorSeconds);
+  // The floor from the placement (just before the stop), plus the check period and polling.
+  EXPECT_GE(detection, kFloorSeconds - 1.0);
+  EXPECT_LE(detection, kFloorSeconds + 3.0);
+  const std::vector<mt::v1::JobEvent> events = Events(id);
+  ASSERT_GE(events.size(), 3u);
+  EXPECT_EQ(events[1].state(), mt::v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(events[2].state(), mt::v1::JOB_STATE_RESTARTING);
+  auto placed = cluster_.GetJob(id);
+  ASSERT_TRUE(placed.ok());
+  int rank = -1;
+  for (int r = 0; r < placed->placement_size(); ++r) {
+    if (placed->placement(r).node() == stopped_node) rank = r;
+  }
+  ASSERT_GE(rank, 0);
+  EXPECT_THAT(events[2].reason(),
+              HasSubstr(absl::StrCat("hung at startup: rank ", rank, " on worker ",
+                                     placed->placement(rank).worker_id(), " (node ", stopped_node,
+                                     ") did not reach training: ")));
+  EXPECT_THAT(events[2].reason(), MatchesRegex(".*: (not started|starting) .*"));
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_SUCCEEDED, absl::Minutes(3)))
+      << EventText(id);
+  EXPECT_NE(::kill(stopped_, 0), 0) << "the stopped rank was not ended";
+  std::fprintf(stderr, "%s", EventText(id).c_str());
+}
+
+// The value of `metric{labels}` in a Prometheus text exposition; nullopt when absent.
+std::optional<double> Sample(const std::string& text, const std::string& series) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    if (!absl::ConsumePrefix(&line, series + " ")) continue;
+    double v = 0;
+    if (absl::SimpleAtod(line, &v)) return v;
+  }
+  return std::nullopt;
+}
+
+// A slower rank, end to end: rank 1's every forward pass takes 100 ms longer
+// (MT_TEST_SLOW_RANK, read by the trainer: its daemons inherit it from this process). The
+// coordinator reports it as a straggler (an event naming the rank and worker, its
+// mt_job_rank_step_time_ratio above the threshold on the coordinator's /metrics); rank 0 is not.
+class StragglerJobsTest : public testutil::JobFixture {
+ protected:
+  void SetUp() override {
+    ::setenv("MT_TEST_SLOW_RANK", "1:100", 1);
+    ASSERT_NO_FATAL_FAILURE(JobFixture::SetUp());
+    StartWorkers(2, {}, /*node_per_worker=*/true);
+  }
+  void TearDown() override { ::unsetenv("MT_TEST_SLOW_RANK"); }
+};
+
+TEST_F(StragglerJobsTest, ASlowerRankIsReportedAsAStragglerWithItsRatio) {
+  constexpr double kThreshold = 1.1;  // two ranks: 5x as slow reads 2 x 5 / 6 = 1.67
+  testutil::TinyJob job("straggler", data_, 100000);
+  job.dp = "2";
+  job.log_interval = 1;
+  job.sections = {
+      absl::StrCat("restart: {straggler_threshold: ", kThreshold, ", straggler_window_steps: 5}")};
+  const std::string id = Submit(job.Yaml(), "straggler.yaml");
+  ASSERT_TRUE(cluster_.WaitForState(id, mt::v1::JOB_STATE_RUNNING, absl::Minutes(1)))
+      << EventText(id);
+  auto running = cluster_.GetJob(id);
+  ASSERT_TRUE(running.ok());
+  const std::string worker_id = running->placement(1).worker_id();
+  const absl::Time start = absl::Now();
+  const std::string metrics = CoordinatorMetricsAddress();
+  const std::string series =
+      absl::StrCat("mt_job_rank_step_time_ratio{job=\"", id, "\",rank=\"1\"}");
+  std::optional<double> ratio;
+  std::string event;
+  const bool seen = testutil::WaitFor(
+      [&] {
+        for (const mt::v1::JobEvent& e : Events(id)) {
+          if (absl::StrContains(e.reason(), "straggler: rank 1 on worker " + worker_id)) {
+            event = e.reason();
+          }
+        }
+        auto r = testutil::HttpGet(metrics, "/metrics");
+        if (r.ok()) ratio = Sample(r->body, series);
+        return !event.empty() && ratio.has_value() && *ratio > kThreshold;
+      },
+      absl::Seconds(20));
+  const double found = absl::ToDoubleSeconds(absl::Now() - start);
+  ASSERT_TRUE(seen) << "event: '" << event << "', ratio " << ratio.value_or(-1) << "\n"
+                    << EventText(id);
+  std::fprintf(stderr, "straggler reported %.2f s after RUNNING: %s; ratio %.2f\n", found,
+               event.c_str(), *ratio);
+  EXPECT_THAT(event, MatchesRegex(".*computes [0-9.]+x the job's median time per step over its "
+                                  "last 5 steps \\(restart.straggler_threshold 1.10\\)"));
+  for (const mt::v1::JobEvent& e : Events(id)) {
+    EXPECT_THAT(e.reason(), ::testing::Not(HasSubstr("straggler: rank 0"))) << EventText(id);
+  }
+  ASSERT_EQ(cluster_.Mtctl({"cancel", id}).exit_code, 0);
 }
 
 }  // namespace

@@ -6,8 +6,11 @@
 //     parallel gate's tiny fp32 model and its 1e-5 tolerance); TP groups stay inside a node
 //     (from `mtctl describe -o json`);
 //   - a node's link cut mid-job: the job is detected as broken (the cause names the node) and
-//     held PENDING with the reason while its layout does not fit the nodes left; the node's
-//     workers register again once the link is back;
+//     held PENDING with the reason while its layout does not fit the nodes left; once the link
+//     is back the job trains again from its last checkpoint and ends with the undisturbed
+//     run's losses;
+//   - three worker nodes, one of which dies for good under a TP=2 x DP=2 job: the job restarts
+//     from its last checkpoint on the nodes left and ends with the undisturbed run's losses;
 //   - a worker killed with SIGKILL and started again with the same --node and state file
 //     registers again under the same id;
 //   - the same rig over IPv6 only (fd00:77::/64): a DP=4-across-nodes job trains like one rank.
@@ -67,7 +70,7 @@ class MultinodeTest : public ::testing::Test {
  protected:
   void SetUp() override {
     testutil::RigClusterOptions options;
-    options.worker_nodes = kWorkerNodes;
+    options.worker_nodes = worker_nodes_;
     options.ipv6 = ipv6_;
     absl::StatusOr<std::unique_ptr<testutil::RigCluster>> cluster =
         testutil::RigCluster::Create(testutil::BinDir(), options);
@@ -77,10 +80,10 @@ class MultinodeTest : public ::testing::Test {
     rig_ = &cluster_->rig();
     dir_ = cluster_->dir();
     ASSERT_TRUE(cluster_->StartCoordinator().ok());
-    for (int n = 0; n < kWorkerNodes; ++n) {
+    for (int n = 0; n < worker_nodes_; ++n) {
       for (int w = 0; w < kWorkersPerNode; ++w) ASSERT_NO_FATAL_FAILURE(StartWorker(n, w));
     }
-    ASSERT_TRUE(testutil::WaitFor([&] { return IdleWorkers() == kWorkerNodes * kWorkersPerNode; },
+    ASSERT_TRUE(testutil::WaitFor([&] { return IdleWorkers() == worker_nodes_ * kWorkersPerNode; },
                                   absl::Seconds(60)))
         << Mtctl({"workers"}).out << Log("coordinator");
   }
@@ -127,6 +130,38 @@ class MultinodeTest : public ::testing::Test {
     return Describe(id);
   }
 
+  // The steps of `job`'s last attempt (its ranks' logs), which resumed after `resumed_at`, and
+  // its final loss are those of the undisturbed run `want` (`steps` long).
+  void ExpectResumedLike(const mt::v1::Job& job, const std::map<int, double>& want, int steps,
+                         int64_t resumed_at) {
+    const std::string logs = Mtctl({"logs", job.id()}).out;
+    const std::map<int, double> got = testutil::StepLosses(logs);
+    ASSERT_TRUE(got.count(steps)) << logs;
+    EXPECT_GT(got.begin()->first, resumed_at);
+    for (const auto& [step, loss] : got) {
+      EXPECT_NEAR(loss, want.at(step), kRelTol * std::abs(want.at(step))) << "step " << step;
+    }
+    EXPECT_NEAR(job.progress().loss(), want.at(steps), kRelTol * want.at(steps));
+  }
+
+  // Waits until `id` runs an attempt after the first and reports a step past the checkpoint it
+  // resumed from; returns that checkpoint's step and the step seen (both 0 on timeout).
+  std::pair<int64_t, int64_t> WaitForTrainingAgain(const std::string& id, absl::Duration timeout) {
+    std::pair<int64_t, int64_t> out{0, 0};
+    testutil::WaitFor(
+        [&] {
+          absl::StatusOr<mt::v1::Job> job = Describe(id);
+          if (!job.ok() || job->attempt() < 1 || job->state() != mt::v1::JOB_STATE_RUNNING ||
+              job->progress().step() <= job->resume_step()) {
+            return false;
+          }
+          out = {job->resume_step(), job->progress().step()};
+          return true;
+        },
+        timeout);
+    return out;
+  }
+
   static void ExpectSameLosses(const std::map<int, double>& got, const std::map<int, double>& want,
                                int steps) {
     ASSERT_EQ(want.size(), static_cast<size_t>(steps));
@@ -137,6 +172,7 @@ class MultinodeTest : public ::testing::Test {
   }
 
   bool ipv6_ = false;
+  int worker_nodes_ = kWorkerNodes;
   std::unique_ptr<testutil::RigCluster> cluster_;
   NetnsRig* rig_ = nullptr;
   std::string dir_;
@@ -188,12 +224,16 @@ TEST_F(MultinodeTest, PipelineStagesOnDifferentNodesTrainLikeOneRank) {
 // once its first checkpoint is in, node3's link to the bridge goes down. Its two workers stop
 // heartbeating: after --lost_after (2 s) the job goes RESTARTING with a cause naming node3, its
 // ranks on node2 are stopped (within --stop_grace_seconds), and it waits PENDING, saying
-// why (4 workers needed, 2 live). With the link back, node3's workers register again.
-TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobWaitsForCapacity) {
-  constexpr int kCutSteps = 40;
+// why (4 workers needed, 2 live). With the link back, node3's workers register again, the job
+// is placed again (the returning daemons' ranks of the old attempt are stopped first), resumes
+// from its checkpoint and ends with the per-step losses of the undisturbed one-rank run.
+TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobResumesWhenItComesBack) {
+  constexpr int kCutSteps = 24;
   constexpr int kSaveEvery = 4;
   constexpr int kCutNode = kFirstWorkerNode + 1;  // node3
   const std::string data = testutil::WriteRepetitiveDataset(dir_, 64, 200);
+  const std::map<int, double> want =
+      RunToSuccess(JobYaml("ref", 1, 1, 1, data, kCutSteps), "ref.yaml");
   const std::string ckpt = dir_ + "/ckpt";
   const std::string id =
       Submit(JobYaml("cut", 2, 2, 1, data, kCutSteps,
@@ -241,24 +281,107 @@ TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobWaitsForCapacity) 
       << Mtctl({"describe", id}).out << Log("coordinator");
   const absl::Duration to_pending = absl::Now() - cut;
 
-  // Not yet: resuming once the link is back. The returning daemons' first registration can
-  // reach the coordinator while its reply waits behind TCP retransmissions of the cut
-  // connection; the daemon times out, registers again with no rank running, and the rank just
-  // placed on it is orphaned (a second failure with no new checkpoint then fails the job). So
-  // the job is cancelled before the link comes back, and only the return of the workers is
-  // checked here.
-  ASSERT_EQ(Mtctl({"cancel", id}).exit_code, 0);
+  // The link comes back: the job trains again (a step of the new attempt reported), from its
+  // checkpoint, and finishes.
   ASSERT_TRUE(rig_->SetLink(kCutNode, true).ok());
   const absl::Time restored = absl::Now();
-  ASSERT_TRUE(testutil::WaitFor([&] { return IdleWorkers() == kWorkerNodes * kWorkersPerNode; },
-                                absl::Seconds(60)))
-      << Mtctl({"workers"}).out << Log("coordinator") << Log("node3-w0");
-  const absl::Duration back = absl::Now() - restored;
+  const auto [resumed_at, first_step] = WaitForTrainingAgain(id, absl::Minutes(2));
+  ASSERT_GT(first_step, 0) << Mtctl({"describe", id}).out << Log("coordinator") << Log("node3-w0");
+  const absl::Duration training_again = absl::Now() - restored;
+  EXPECT_GT(resumed_at, 0) << "restarted from scratch, not from the checkpoint";
+  ASSERT_TRUE(WaitForState(id, "JOB_STATE_SUCCEEDED", absl::Minutes(3)))
+      << Mtctl({"describe", id}).out << Mtctl({"logs", id}).out << Log("coordinator");
+  absl::StatusOr<mt::v1::Job> done = Describe(id);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->attempt(), 1) << "one restart, for the cut link";
+  ExpectResumedLike(*done, want, kCutSteps, resumed_at);
   std::fprintf(stderr,
                "[multinode] cut link: detected in %s, PENDING (does not fit) %s after the cut; "
-               "workers IDLE again %s after the link came back\n",
+               "training again (step %lld reported, resumed from step %lld) %s after the link "
+               "came back\n",
                absl::FormatDuration(detection).c_str(), absl::FormatDuration(to_pending).c_str(),
-               absl::FormatDuration(back).c_str());
+               static_cast<long long>(first_step), static_cast<long long>(resumed_at),
+               absl::FormatDuration(training_again).c_str());
+}
+
+// Three worker nodes. A TP=2 x DP=2 job takes two of them; one of those dies for good (its link
+// goes down and every process on it is killed, as when a machine loses power). The job is
+// restarted from its last checkpoint on the nodes left (the survivor and the idle third one),
+// keeps its TP groups inside a node, and ends with the undisturbed run's losses.
+class MultinodeThreeNodesTest : public MultinodeTest {
+ protected:
+  MultinodeThreeNodesTest() { worker_nodes_ = 3; }
+};
+
+TEST_F(MultinodeThreeNodesTest, ANodeGoneForGoodRestartsTheJobOnTheNodesLeft) {
+  constexpr int kJobSteps = 24;
+  constexpr int kSaveEvery = 4;
+  const std::string data = testutil::WriteRepetitiveDataset(dir_, 64, 200);
+  const std::map<int, double> want =
+      RunToSuccess(JobYaml("ref", 1, 1, 1, data, kJobSteps), "ref.yaml");
+  const std::string ckpt = dir_ + "/ckpt";
+  const std::string id =
+      Submit(JobYaml("gone", 2, 1, 2, data, kJobSteps,
+                     absl::StrCat("checkpoint: {save_dir: ", ckpt, ", save_interval: ", kSaveEvery,
+                                  "}\nrestart: {max_restarts: 2}\n")),
+             "gone.yaml");
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitForState(id, "JOB_STATE_RUNNING", absl::Minutes(2)))
+      << Mtctl({"describe", id}).out;
+  absl::StatusOr<mt::v1::Job> first = Describe(id);
+  ASSERT_TRUE(first.ok()) << first.status();
+  std::set<std::string> used;
+  for (const mt::v1::RankPlacement& p : first->placement()) used.insert(p.node());
+  ASSERT_EQ(used.size(), 2u);
+  const std::string victim = *used.rbegin();
+  const int victim_index = std::stoi(victim.substr(4)) - kFirstWorkerNode;
+  const std::string latest = ckpt + "/latest_checkpointed_iteration.txt";
+  ASSERT_TRUE(
+      testutil::WaitFor([&] { return ::access(latest.c_str(), F_OK) == 0; }, absl::Minutes(2)))
+      << Mtctl({"describe", id}).out;
+
+  // The machine dies: no RST, no goodbye; its workers (and, with them, their ranks) are gone.
+  ASSERT_TRUE(rig_->SetLink(kFirstWorkerNode + victim_index, false).ok());
+  const absl::Time died = absl::Now();
+  for (int w = 0; w < kWorkersPerNode; ++w) Worker(WorkerName(victim_index, w))->Signal(SIGKILL);
+  std::string cause;
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        absl::StatusOr<mt::v1::Job> job = Describe(id);
+        if (!job.ok() || job->state() != mt::v1::JOB_STATE_RESTARTING) return false;
+        cause = job->reason();
+        return true;
+      },
+      absl::Seconds(20)))
+      << Mtctl({"describe", id}).out << Log("coordinator");
+  const absl::Duration detection = absl::Now() - died;
+  EXPECT_THAT(cause, ::testing::HasSubstr("on node " + victim));
+
+  const auto [resumed_at, first_step] = WaitForTrainingAgain(id, absl::Minutes(2));
+  ASSERT_GT(first_step, 0) << Mtctl({"describe", id}).out << Log("coordinator");
+  const absl::Duration training_again = absl::Now() - died;
+  EXPECT_GT(resumed_at, 0) << "restarted from scratch, not from the checkpoint";
+  ASSERT_TRUE(WaitForState(id, "JOB_STATE_SUCCEEDED", absl::Minutes(3)))
+      << Mtctl({"describe", id}).out << Mtctl({"logs", id}).out << Log("coordinator");
+  absl::StatusOr<mt::v1::Job> done = Describe(id);
+  ASSERT_TRUE(done.ok()) << done.status();
+  EXPECT_EQ(done->attempt(), 1);
+  // On the nodes left, TP groups still inside a node.
+  const auto nodes_of_tp_group = NodesBy(*done, [](const auto& c) { return c.dp(); });
+  std::set<std::string> now_used;
+  for (const auto& [dp, in] : nodes_of_tp_group) {
+    EXPECT_EQ(in.size(), 1u) << "dp group " << dp;
+    now_used.insert(in.begin(), in.end());
+  }
+  EXPECT_EQ(now_used.size(), 2u);
+  EXPECT_EQ(now_used.count(victim), 0u);
+  ExpectResumedLike(*done, want, kJobSteps, resumed_at);
+  std::fprintf(stderr,
+               "[multinode] node %s gone: detected in %s; training again on the nodes left "
+               "(step %lld reported, resumed from step %lld) %s after it died\n",
+               victim.c_str(), absl::FormatDuration(detection).c_str(),
+               static_cast<long long>(first_step), static_cast<long long>(resumed_at),
+               absl::FormatDuration(training_again).c_str());
 }
 
 TEST_F(MultinodeTest, AWorkerKilledAndStartedAgainOnItsNodeRegistersAgain) {

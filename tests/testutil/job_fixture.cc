@@ -75,6 +75,16 @@ std::string JobFixture::EventText(const std::string& id) {
   return out;
 }
 
+std::string JobFixture::CoordinatorMetricsAddress() {
+  const std::string out = cluster_.Mtctl({"info", "-o", "json"}).out;
+  const std::string key = "\"metrics_url\": \"http://";
+  const size_t at = out.find(key);
+  if (at == std::string::npos) return "";
+  const size_t from = at + key.size();
+  const size_t end = out.find("/metrics", from);
+  return end == std::string::npos ? "" : out.substr(from, end - from);
+}
+
 std::vector<mt::v1::JobState> JobFixture::States(const std::string& id) {
   std::vector<mt::v1::JobState> states;
   for (const auto& e : Events(id)) states.push_back(e.state());

@@ -68,6 +68,8 @@ class JobFixture : public ::testing::Test {
   // The same, one line per event: "<attempt> <STATE>: <reason>", for failure messages.
   std::string EventText(const std::string& id);
   std::vector<mt::v1::JobState> States(const std::string& id);
+  // The coordinator's metrics endpoint (host:port, from `mtctl info -o json`); empty if none.
+  std::string CoordinatorMetricsAddress();
 
   Cluster cluster_{BinDir()};
   std::string data_;

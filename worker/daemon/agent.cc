@@ -373,7 +373,10 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
   const std::string key = Key(a.job_id(), a.attempt());
   {
     absl::MutexLock lock(&mu_);
-    if (ranks_.count(key) > 0) return;  // a re-sent assignment
+    // A re-sent assignment: of a rank running here, or of one that already ended here.
+    if (ranks_.count(key) > 0 || std::find(ended_.begin(), ended_.end(), key) != ended_.end()) {
+      return;
+    }
   }
   RankProcessOptions options;
   options.trainer_binary = config_.trainer_binary;
@@ -418,7 +421,7 @@ void Agent::ForwardReport(const mt::v1::RankReport& report) {
   if (observer_ != nullptr) observer_->OnRankReport(report);
   // Telemetry is for this daemon's metrics; the coordinator needs the rest.
   if (report.has_telemetry() && !report.has_progress() && !report.has_checkpoint() &&
-      !report.has_checkpoint_load()) {
+      !report.has_checkpoint_load() && !report.has_checkpoint_save_failure()) {
     return;
   }
   bool registered;
@@ -430,7 +433,10 @@ void Agent::ForwardReport(const mt::v1::RankReport& report) {
   if (registered && FlushUndelivered() && WriteReport(report)) return;
   // Saves and loads are the coordinator's catalog: kept until it is back. Progress is best
   // effort; the next report supersedes it.
-  if (!report.has_checkpoint() && !report.has_checkpoint_load()) return;
+  if (!report.has_checkpoint() && !report.has_checkpoint_load() &&
+      !report.has_checkpoint_save_failure()) {
+    return;
+  }
   if (undelivered_.size() >= kMaxUndelivered) {
     MT_LOG(WARNING) << "dropping an undelivered report of " << undelivered_.front().job_id()
                     << " (more than " << kMaxUndelivered << " kept)";
@@ -472,6 +478,8 @@ void Agent::ReportExit(const mt::v1::RankExitReport& report) {
                << " ended: " << report.message();
   if (observer_ != nullptr) observer_->OnRankExited(report);
   absl::MutexLock lock(&mu_);
+  ended_.push_back(Key(report.job_id(), report.attempt()));
+  if (ended_.size() > kRememberEnded) ended_.pop_front();
   auto done = std::make_shared<std::atomic<bool>>(false);
   std::thread t([this, report, done] {
     struct MarkDone {

@@ -161,6 +161,10 @@ class Agent {
   grpc::ClientContext* report_call_ ABSL_GUARDED_BY(mu_) = nullptr;
   std::atomic<bool> give_up_{false};  // the goodbye's deadline has passed
   std::map<std::string, std::unique_ptr<RankProcess>> ranks_ ABSL_GUARDED_BY(mu_);
+  // Keys of the last kRememberEnded ranks that ended here, oldest first: an assignment of one of
+  // them that comes again (the coordinator re-sends one it believes lost) is not started again.
+  static constexpr size_t kRememberEnded = 256;
+  std::deque<std::string> ended_ ABSL_GUARDED_BY(mu_);
   // The open ReportProgress stream, reopened when it breaks.
   absl::Mutex report_mu_;
   std::unique_ptr<grpc::ClientContext> report_context_ ABSL_GUARDED_BY(report_mu_);

@@ -31,6 +31,9 @@ class FakeSessionReporter : public SessionReporter {
   }
   void OnEval(const engine::EvalMetrics& e, int64_t) override { evals.push_back(e.iteration); }
   void OnSaved(const checkpoint::SaveInfo& info) override { saved.push_back(info.step); }
+  void OnSaveFailed(int64_t step, const absl::Status& error) override {
+    save_failed.push_back(step);
+  }
   void OnTrainingEnded(engine::Trainer&) override { ++ended; }
 
   absl::Status start_status;  // what OnTrainingStarted answers
@@ -45,6 +48,7 @@ class FakeSessionReporter : public SessionReporter {
   std::vector<int64_t> steps;
   std::vector<int64_t> evals;
   std::vector<int64_t> saved;
+  std::vector<int64_t> save_failed;  // steps whose save failed
   int ended = 0;
 };
 

@@ -44,6 +44,11 @@ void LogReporter::OnSaved(const checkpoint::SaveInfo& info) {
                static_cast<long long>(info.bytes), info.seconds);
 }
 
+void LogReporter::OnSaveFailed(int64_t step, const absl::Status& error) {
+  std::fprintf(stderr, "mt-worker train: saving step %lld failed: %s\n",
+               static_cast<long long>(step), std::string(error.message()).c_str());
+}
+
 void LogReporter::OnTrainingEnded(engine::Trainer&) {
   if (tensorboard_ == nullptr) return;
   if (absl::Status s = tensorboard_->Flush(); !s.ok()) {

@@ -123,6 +123,14 @@ void PipeReporter::OnSaved(const checkpoint::SaveInfo& info) {
   Send(r);
 }
 
+void PipeReporter::OnSaveFailed(int64_t step, const absl::Status& error) {
+  mt::v1::RankReport r;
+  mt::v1::CheckpointSaveFailure* f = r.mutable_checkpoint_save_failure();
+  f->set_step(step);
+  f->set_error(std::string(error.message()).substr(0, 1024));
+  Send(r);
+}
+
 void PipeReporter::OnTrainingEnded(engine::Trainer& trainer) {
   if (observability_ != nullptr) observability_->Finish(trainer.memory());
 }

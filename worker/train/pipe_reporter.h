@@ -40,6 +40,7 @@ class PipeReporter : public SessionReporter {
   void OnStep(const engine::StepMetrics& m, engine::Trainer& trainer) override;
   void OnEval(const engine::EvalMetrics& e, int64_t consumed_samples) override;
   void OnSaved(const checkpoint::SaveInfo& info) override;
+  void OnSaveFailed(int64_t step, const absl::Status& error) override;
   void OnTrainingEnded(engine::Trainer& trainer) override;
 
  private:

@@ -9,9 +9,13 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
 #include "common/rpc/dial.h"
@@ -95,6 +99,24 @@ std::string StageLabel(SessionStage stage, const std::string& load_dir) {
 absl::Duration CollectiveTimeout(const mt::v1::JobSpec& spec) {
   const int minutes = spec.restart().distributed_timeout_minutes();
   return absl::Minutes(minutes > 0 ? minutes : spec::kDefaultDistributedTimeoutMinutes);
+}
+
+// For tests only (tests/integration/hang_jobs_test.cc, a straggler end to end):
+// MT_TEST_SLOW_RANK="RANK:MS" makes every forward pass of rank RANK MS milliseconds longer, as a
+// slower machine would. Unset (always, outside that test) or another rank: no delay.
+absl::Duration TestSlowdown(int rank) {
+  const char* v = std::getenv("MT_TEST_SLOW_RANK");
+  std::pair<std::string, std::string> parts =
+      absl::StrSplit(v == nullptr ? "" : v, absl::MaxSplits(':', 1));
+  int slow_rank = -1;
+  int ms = 0;
+  if (!absl::SimpleAtoi(parts.first, &slow_rank) || !absl::SimpleAtoi(parts.second, &ms) ||
+      slow_rank != rank || ms <= 0 || ms > 10'000) {
+    return absl::ZeroDuration();
+  }
+  MT_LOG(WARNING) << "MT_TEST_SLOW_RANK: every forward pass of this rank is " << ms
+                  << " ms longer (a test's straggler)";
+  return absl::Milliseconds(ms);
 }
 
 // The trainer's runtime options for this rank.
@@ -219,8 +241,12 @@ int RunRankCommand(const std::vector<std::string>& args) {
   }
 
   SessionConfig config = RankSessionConfig(spec, assignment, *distributed);
-  config.trainer.on_activity = [&beacon](engine::Activity a, int64_t step) {
+  const absl::Duration slowdown = TestSlowdown(rank);
+  config.trainer.on_activity = [&beacon, slowdown](engine::Activity a, int64_t step) {
     beacon.Set(ToRankActivity(a), step);
+    if (slowdown > absl::ZeroDuration() && a == engine::Activity::kForward) {
+      absl::SleepFor(slowdown);
+    }
   };
   // The ranks of a save meet in the job's own store, never the coordinator's (which may be
   // away while the job trains).

@@ -123,7 +123,10 @@ class Session {
     if (saver_ == nullptr) return;
     for (const checkpoint::SaveInfo& info : saver_->TakeFinished()) {
       if (!info.status.ok()) {
-        if (save_status_.ok()) save_status_ = info.status;
+        if (save_status_.ok()) {
+          save_status_ = info.status;
+          reporter_.OnSaveFailed(info.step, info.status);
+        }
         continue;
       }
       ++result_.saves;
@@ -145,6 +148,7 @@ class Session {
     Tell(engine::Activity::kSave, trainer_->iteration());
     save_status_ = saver_->Save(*trainer_, result_.last_step.loss,
                                 result_.evaluated ? result_.last_eval.loss : std::nan(""));
+    if (!save_status_.ok()) reporter_.OnSaveFailed(trainer_->iteration(), save_status_);
     TakeSaves();
   }
 

@@ -1,5 +1,5 @@
 // Where one rank session (session.h) tells what happens: the checkpoint it starts from and the
-// damaged ones it skipped, progress, evaluations and saves. The front ends pick it:
+// damaged ones it skipped, progress, evaluations, saves and a failed save. The front ends pick it:
 // PipeReporter (pipe_reporter.h) for a rank of the service, reports to the daemon over the
 // report pipe; LogReporter (log_reporter.h) for `mt-worker train`, lines on stderr;
 // FakeSessionReporter (fake_session_reporter.h) records the calls for tests.
@@ -43,6 +43,8 @@ class SessionReporter {
   virtual void OnEval(const engine::EvalMetrics& eval, int64_t consumed_samples) = 0;
   // A save this rank finished (successful ones only: a failed save ends the session).
   virtual void OnSaved(const checkpoint::SaveInfo& info) = 0;
+  // A save of step `step` failed with `error` (the session then ends with it; told once).
+  virtual void OnSaveFailed(int64_t step, const absl::Status& error) = 0;
   // Training ended (done, stopped or failed), before the final save.
   virtual void OnTrainingEnded(engine::Trainer& trainer) = 0;
 };

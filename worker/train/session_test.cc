@@ -199,6 +199,7 @@ TEST(SessionTest, FailedAsyncSaveIsNeverHiddenByALaterSave) {
   EXPECT_THAT(std::string(r.status.message()), HasSubstr("the disk is full"));
   EXPECT_LT(r.iteration, 4);  // the failure stopped the run
   EXPECT_THAT(reporter.saved, ::testing::Not(::testing::Contains(1)));
+  EXPECT_EQ(reporter.save_failed, std::vector<int64_t>{1});  // told once (the metric counts it)
 }
 
 TEST(SessionTest, SyncSaveFailureEndsTheSession) {
@@ -213,6 +214,7 @@ TEST(SessionTest, SyncSaveFailureEndsTheSession) {
   EXPECT_EQ(r.failed_at, SessionStage::kSave);
   EXPECT_EQ(r.iteration, 2);
   EXPECT_TRUE(reporter.saved.empty());
+  EXPECT_EQ(reporter.save_failed, std::vector<int64_t>{2});
 }
 
 TEST(SessionTest, StopSignalStopsAndSavesWhereTheRunStopped) {

@@ -24,7 +24,7 @@ TEST(RendezvousOutageTest, ACallMadeWhileTheCoordinatorIsDownWaitsForItsReturn) 
   dial.address = cluster.address();
   auto channel = rpc::Dial(dial);
   ASSERT_TRUE(channel.ok()) << channel.status();
-  parallel::RendezvousClient rendezvous(*channel, "j-404", 0);
+  parallel::RendezvousClient rendezvous(*channel, "j-404", 0, /*rank=*/0, /*credential=*/"");
   // Connected once, as a rank's channel is when its coordinator goes away.
   ASSERT_FALSE(absl::IsUnavailable(rendezvous.Set("k", "v")));
   cluster.KillCoordinator(SIGKILL);
@@ -35,9 +35,10 @@ TEST(RendezvousOutageTest, ACallMadeWhileTheCoordinatorIsDownWaitsForItsReturn) 
   absl::SleepFor(absl::Seconds(2));
   ASSERT_TRUE(cluster.StartCoordinator().ok()) << cluster.Log("coordinator.log");
   const absl::Status s = set.get();
-  // The restarted coordinator answered: the job is unknown to it, which is this call's answer.
+  // The restarted coordinator answered: no rank of the job was issued to this caller (the job is
+  // unknown to it), which is this call's answer.
   EXPECT_FALSE(absl::IsUnavailable(s)) << s;
-  EXPECT_TRUE(absl::IsNotFound(s) || absl::IsFailedPrecondition(s)) << s;
+  EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_GE(absl::Now() - start, absl::Seconds(2));
 }
 

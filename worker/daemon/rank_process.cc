@@ -200,22 +200,33 @@ void RankProcess::WaitChild() {
   on_exit_(report);
 }
 
+// The trainer's group, and the trainer itself: a child stopped (or not yet scheduled) between
+// fork and its setsid has no group of its own yet, so the group's signal alone would miss it and
+// the worker would wait for it forever (seen with a rank SIGSTOPped as it was forked).
+// Never with a pid of 0 or -1 (no child was started): kill() would signal this whole process
+// group, or every process this user may signal.
+void RankProcess::SignalTrainer(int signal) const {
+  if (pid_ <= 0) return;
+  ::kill(-pid_, signal);
+  ::kill(pid_, signal);
+}
+
 void RankProcess::Stop(absl::Duration grace) {
   if (exited() || stop_requested_.exchange(true)) return;
-  ::kill(-pid_, SIGTERM);
+  SignalTrainer(SIGTERM);
   absl::MutexLock lock(&mu_);
   killer_ = std::thread([this, grace] {
     if (!exited_.WaitForNotificationWithTimeout(grace)) {
       MT_LOG(WARNING) << assignment_.job_id() << " rank " << assignment_.coordinates().rank()
                       << " still running " << absl::FormatDuration(grace)
                       << " after SIGTERM: SIGKILL";
-      ::kill(-pid_, SIGKILL);
+      SignalTrainer(SIGKILL);
     }
   });
 }
 
 RankProcess::~RankProcess() {
-  if (!exited()) ::kill(-pid_, SIGKILL);
+  if (!exited()) SignalTrainer(SIGKILL);
   if (waiter_.joinable()) waiter_.join();
   if (reader_.joinable()) reader_.join();
   std::thread killer;

@@ -59,6 +59,7 @@ class RankProcess {
   pid_t pid() const { return pid_; }
 
  private:
+  void SignalTrainer(int signal) const;
   RankProcess() = default;
   void ReadReports(int fd);
   void WaitChild();

@@ -16,6 +16,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "mt/v1/client_service.grpc.pb.h"
+#include "tests/testutil/service_spec.h"
 #include "tests/testutil/subprocess.h"
 
 namespace mt::coordinator {
@@ -58,21 +59,7 @@ constexpr char kAlice[] = "alice-token-0123456789abcdef";
 constexpr char kBob[] = "bob-token-0123456789abcdef";
 constexpr char kViewer[] = "viewer-token-0123456789abcdef";
 
-mt::v1::JobSpec Spec() {
-  mt::v1::JobSpec s;
-  s.set_name("owned");
-  s.mutable_model()->set_num_layers(2);
-  s.mutable_model()->set_hidden_size(32);
-  s.mutable_model()->set_num_attention_heads(2);
-  s.mutable_model()->set_seq_length(16);
-  s.mutable_training()->set_micro_batch_size(2);
-  s.mutable_training()->set_train_iters(7);
-  s.mutable_training()->set_lr(1e-3);
-  s.mutable_data()->add_data_path()->set_prefix("/data/x");
-  s.mutable_data()->mutable_tokenizer()->set_vocab_file("/v.json");
-  s.mutable_data()->mutable_tokenizer()->set_merge_file("/m.txt");
-  return s;
-}
+mt::v1::JobSpec Spec() { return testutil::ServiceJobSpec("owned"); }
 
 // A coordinator on the test's state directory, with the role tokens or without any.
 class OwnershipTest : public ::testing::Test {

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "mt/v1/client_service.grpc.pb.h"
 #include "mt/v1/worker_service.grpc.pb.h"
+#include "tests/testutil/service_spec.h"
 #include "tests/testutil/subprocess.h"
 
 namespace mt::coordinator {
@@ -28,21 +29,7 @@ namespace {
 constexpr char kToken[] = "s3cret-token-for-the-services-test-0123456789";
 
 // DP left to the scheduler, global batch left to DP.
-mt::v1::JobSpec AutoDpSpec() {
-  mt::v1::JobSpec s;
-  s.set_name("svc");
-  s.mutable_model()->set_num_layers(2);
-  s.mutable_model()->set_hidden_size(32);
-  s.mutable_model()->set_num_attention_heads(2);
-  s.mutable_model()->set_seq_length(16);
-  s.mutable_training()->set_micro_batch_size(2);
-  s.mutable_training()->set_train_iters(7);
-  s.mutable_training()->set_lr(1e-3);
-  s.mutable_data()->add_data_path()->set_prefix("/data/x");
-  s.mutable_data()->mutable_tokenizer()->set_vocab_file("/v.json");
-  s.mutable_data()->mutable_tokenizer()->set_merge_file("/m.txt");
-  return s;
-}
+mt::v1::JobSpec AutoDpSpec() { return testutil::ServiceJobSpec("svc"); }
 
 class ServicesTest : public ::testing::Test {
  protected:

@@ -128,11 +128,12 @@ std::optional<Stall> HangDetector::Stalled(absl::Time now, absl::Duration at_lea
   if (!any) return std::nullopt;
   const absl::Duration timeout = Timeout();
   std::optional<Stall> blamed;
-  // Smaller is more to blame: (phase, in a collective, step, activity within the step, stalled
+  // Smaller is more to blame: (phase, step, in a collective, activity within the step, stalled
   // less long, rank). Phases and activities are numbered in their order (proto).
   auto key = [](const Stall& s) {
-    return std::make_tuple(PhaseOrder(s.phase), s.activity == mt::v1::RANK_ACTIVITY_COLLECTIVE,
-                           s.step, static_cast<int>(s.activity), -s.stalled_for, s.rank);
+    return std::make_tuple(PhaseOrder(s.phase), s.step,
+                           s.activity == mt::v1::RANK_ACTIVITY_COLLECTIVE,
+                           static_cast<int>(s.activity), -s.stalled_for, s.rank);
   };
   for (int i = 0; i < static_cast<int>(ranks_.size()); ++i) {
     const Rank& r = ranks_[i];

@@ -23,9 +23,12 @@
 // for the timeout, the suspects are the ranks stalled for at least half of it; the detector
 // names, in this order of preference, a suspect in the earliest phase (not reported < starting
 // < training or later: a rank that has not started holds up those waiting for it in the
-// rendezvous), a suspect outside collectives, the one at the lowest step, the earliest activity
-// within that step (data, forward, backward, optimizer, save, eval: the proto's order), the one
-// stalled the longest, the lowest rank.
+// rendezvous), the one at the lowest step, within that step one outside collectives, the
+// earliest activity (data, forward, backward, optimizer, save, eval: the proto's order), the
+// one stalled the longest, the lowest rank. The step comes before "in a collective": what a
+// rank does after step s is labelled s (its stop vote, saves, evaluation) and step s + 1's
+// work s + 1, so a rank in a collective of step s while another is in step s + 1 is stuck in
+// a collective the others have left (its process stopped before it took their data).
 //
 // Thread-compatible: the job manager calls it under its lock.
 #ifndef MT_COORDINATOR_JOBS_HANG_DETECTOR_H_

@@ -18,6 +18,35 @@ constexpr size_t kMaxPathBytes = 4096;
 
 }  // namespace
 
+namespace {
+
+// Files that report a size of 0 (/proc, /sys, pipes): read until EOF, at most max_bytes. Takes
+// the descriptor. A process gone while its /proc file is read is an error (ESRCH), not a throw.
+absl::StatusOr<std::string> ReadToEnd(int fd, const std::string& path, uint64_t max_bytes) {
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return ErrnoStatus("reading", path, err);
+    }
+    if (n == 0) break;
+    if (out.size() + static_cast<size_t>(n) > max_bytes) {
+      ::close(fd);
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " is over the limit of ", max_bytes, " bytes"));
+    }
+    out.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return out;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus("opening", path, errno);
@@ -32,6 +61,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes
     return absl::FailedPreconditionError(
         absl::StrCat(path, " is ", st.st_size, " bytes, over the limit of ", max_bytes));
   }
+  if (st.st_size == 0) return ReadToEnd(fd, path, max_bytes);
   std::string out(static_cast<size_t>(st.st_size), '\0');
   size_t done = 0;
   while (done < out.size()) {

@@ -13,6 +13,8 @@
 namespace mt {
 
 // Reads a whole file, refusing files larger than max_bytes (the limit is named in the error).
+// Files that report a size of 0 (/proc, /sys) are read to their end; a process that exits while
+// its /proc file is read gives an error (ESRCH), never an exception.
 absl::StatusOr<std::string> ReadFile(const std::string& path, uint64_t max_bytes = 256ull << 20);
 
 // Writes `contents` to `path` so that a reader sees either the old file or the new one, never a

@@ -3,14 +3,12 @@
 #include <dirent.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <iterator>
-
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/base/files.h"
 
 namespace mt::chaos {
 namespace {
@@ -27,10 +25,10 @@ std::vector<pid_t> AllPids() {
   return out;
 }
 
-// /proc files report a size of 0: read them to their end.
+// A /proc file of `pid`; empty when the process is gone (also while it is being read: the
+// read then fails with ESRCH, which an istreambuf_iterator would throw through).
 std::string ReadProc(pid_t pid, const char* file) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/", file), std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return mt::ReadFile(absl::StrCat("/proc/", pid, "/", file)).value_or("");
 }
 
 // "<job>-a<attempt>-r<rank>" -> its three parts.

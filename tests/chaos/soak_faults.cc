@@ -174,19 +174,27 @@ void Soak::StopRank(const RankProcess& r) {
 }
 
 void Soak::FillDisk() {
-  const Recovery before = recoveries_.back();
+  // Every job's attempt now: one submitted while the disk is full counts from attempt 0.
+  std::map<std::string, int> before;
+  for (const TrackedJob& j : jobs_) {
+    if (!j.ended) before[j.id] = j.last.attempt();
+  }
   if (absl::Status s = disk_->Fill(64 << 10); !s.ok()) {
     Violation(absl::StrCat("filling the checkpoint disk: ", s.message()));
     return;
   }
-  // Full until a save fails (a job restarts), at most a few save intervals.
+  // Full until a save fails (a job restarts), at most a few save intervals. Held longer, a
+  // job restarted from its last checkpoint fails its next save too, and the restart policy
+  // rightly gives up on it (no new checkpoint since its restart): not what the soak checks.
   const absl::Time at = absl::Now();
   const bool failed = TickUntil(
       [&] {
         for (const TrackedJob& j : jobs_) {
-          const auto it = before.attempts.find(j.id);
-          if (it != before.attempts.end() &&
-              (j.last.attempt() > it->second || j.last.state() == mt::v1::JOB_STATE_RESTARTING)) {
+          if (j.reference) continue;
+          const auto it = before.find(j.id);
+          const int was = it == before.end() ? 0 : it->second;
+          if (j.last.attempt() > was || j.last.state() == mt::v1::JOB_STATE_RESTARTING ||
+              j.last.state() == mt::v1::JOB_STATE_FAILED) {
             return true;
           }
         }

@@ -14,13 +14,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/base/files.h"
 #include "common/checkpoint/checkpoint_dir.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/util/json_util.h"
@@ -55,8 +54,7 @@ std::vector<int> ProcessesMentioning(const std::string& needle) {
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream f(e.path() / "cmdline");
-    std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::string cmdline = mt::ReadFile(e.path() / "cmdline").value_or("");
     if (cmdline.find(needle) != std::string::npos && std::stoi(name) != ::getpid()) {
       out.push_back(std::stoi(name));
     }

@@ -9,7 +9,6 @@
 #include <signal.h>
 
 #include <cstdio>
-#include <fstream>
 #include <optional>
 #include <string>
 #include <thread>
@@ -21,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/base/files.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/http.h"
@@ -43,8 +43,8 @@ std::vector<pid_t> ChildrenOf(pid_t parent) {
   while (dirent* d = ::readdir(proc)) {
     pid_t pid = 0;
     if (!absl::SimpleAtoi(d->d_name, &pid)) continue;
-    std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Empty when the process is gone (ESRCH mid-read included).
+    const std::string stat = mt::ReadFile(absl::StrCat("/proc/", pid, "/stat")).value_or("");
     // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
     const size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;

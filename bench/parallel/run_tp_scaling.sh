@@ -75,13 +75,13 @@ for ((g = 0; g < tp; g++)); do
   pids+=($!)
 done
 sleep 2
-ours() {  # ours NAME TP SP -> the job's tokens/s on stdout
-  local name=$1 t=$2 sp=$3
+ours() {  # ours NAME TP SP [OVERLAP] -> the job's tokens/s on stdout
+  local name=$1 t=$2 sp=$3 overlap=${4:-false}
   # make_vocab_size_divisible_by * t = 128 * N: the same padded vocabulary at every TP.
   cat >"$D/$name.yaml" <<YAML
 name: tp-scaling-$name
 model: {num_layers: $layers, hidden_size: $hidden, num_attention_heads: $heads, seq_length: $seq, hidden_dropout: 0.0, attention_dropout: 0.0, make_vocab_size_divisible_by: $((vocab_multiple / t))}
-parallel: {tp: $t, pp: 1, dp: 1, sequence_parallel: $sp}
+parallel: {tp: $t, pp: 1, dp: 1, sequence_parallel: $sp, tp_comm_overlap: $overlap}
 training: {micro_batch_size: $micro, global_batch_size: $micro, train_iters: $iters, lr: 6.0e-4, lr_warmup_iters: 10, precision: bf16}
 data: {data_path: $data, split: "100,0,0", tokenizer: {vocab_file: /unused.json, merge_file: /unused.txt}}
 evaluation: {eval_interval: 0}
@@ -104,6 +104,7 @@ PY
 mt1=$(ours tp1 1 false) || { failed=1; echo "run_tp_scaling.sh: our TP=1 run failed ($D)" >&2; }
 mtn=$(ours "tp$tp" "$tp" false) || { failed=1; echo "run_tp_scaling.sh: our TP=$tp run failed ($D)" >&2; }
 mtsp=$(ours "tp${tp}sp" "$tp" true) || { failed=1; echo "run_tp_scaling.sh: our TP=$tp SP run failed ($D)" >&2; }
+mtov=$(ours "tp${tp}spov" "$tp" true true) || { failed=1; echo "run_tp_scaling.sh: our TP=$tp SP + tp_comm_overlap run failed ($D)" >&2; }
 kill "${pids[@]}" 2>/dev/null; wait 2>/dev/null
 
 # --- the peer: PyTorch at world 1 and N --------------------------------------------------------
@@ -124,10 +125,11 @@ peer() {  # peer N -> tokens/s of the group
 }
 pt1=$(peer 1) || { failed=1; echo "run_tp_scaling.sh: the PyTorch world-1 run failed ($D)" >&2; }
 ptn=$(peer "$tp") || { failed=1; echo "run_tp_scaling.sh: the PyTorch TP=$tp run failed ($D)" >&2; }
-python3 - "${mt1:-0}" "${mtn:-0}" "${mtsp:-0}" "${pt1:-0}" "${ptn:-0}" "$tp" "$size" "$micro" "$seq" <<'PY'
+python3 - "${mt1:-0}" "${mtn:-0}" "${mtsp:-0}" "${pt1:-0}" "${ptn:-0}" "$tp" "$size" "$micro" "$seq" "${mtov:-0}" <<'PY'
 import sys
 m1, mn, msp, p1, pn, n = map(float, sys.argv[1:7])
 size, micro, seq = sys.argv[7], sys.argv[8], sys.argv[9]
+mov = float(sys.argv[10])
 n = int(n)
 nan = float("nan")
 eff = lambda one, many: many / (n * one) if one > 0 and many > 0 else nan
@@ -137,9 +139,11 @@ print("TP scaling, GPT %s, micro-batch %s x %s, bf16 (tokens/s of the job; effic
 print("%-22s %12s %12s %10s" % ("impl", "TP=1 (1 GPU)", "TP=%d" % n, "efficiency"))
 print("%-22s %12.0f %12.0f %9.1f%%" % ("mt (service)", m1, mn, 100 * eff(m1, mn)))
 print("%-22s %12.0f %12.0f %9.1f%%" % ("mt (service) + SP", m1, msp, 100 * eff(m1, msp)))
+print("%-22s %12.0f %12.0f %9.1f%%" % ("mt + SP + tp overlap", m1, mov, 100 * eff(m1, mov)))
 print("%-22s %12.0f %12.0f %9.1f%%" % ("pytorch dtensor tp", p1, pn, 100 * eff(p1, pn)))
 print("mt / pytorch at TP=1: %.3f" % ratio(m1, p1))
-print("mt / pytorch at TP=%d: %.3f (with SP: %.3f)" % (n, ratio(mn, pn), ratio(msp, pn)))
+print("mt / pytorch at TP=%d: %.3f (with SP: %.3f, with SP + tp_comm_overlap: %.3f)"
+      % (n, ratio(mn, pn), ratio(msp, pn), ratio(mov, pn)))
 PY
 echo "logs: $D"
 exit $failed

@@ -38,6 +38,19 @@ TEST(Files, ReadFileEnforcesItsLimit) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
 }
 
+// /proc files report a size of 0; they are read to their end, within the limit.
+TEST(Files, ReadFileReadsProcFilesToTheirEnd) {
+  MT_ASSERT_OK_AND_ASSIGN(std::string stat, ReadFile("/proc/self/stat"));
+  EXPECT_EQ(stat.substr(0, stat.find(' ')), std::to_string(::getpid()));
+  MT_ASSERT_OK_AND_ASSIGN(std::string status, ReadFile("/proc/self/status"));
+  EXPECT_NE(status.find("\nVmRSS:"), std::string::npos);
+  MT_ASSERT_OK_AND_ASSIGN(std::string smaps, ReadFile("/proc/self/smaps"));
+  EXPECT_GT(smaps.size(), 4096u);                         // more than one read
+  EXPECT_NE(smaps.rfind("VmFlags:"), std::string::npos);  // to the last mapping
+  EXPECT_THAT(ReadFile("/proc/self/status", 100),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("limit of 100")));
+}
+
 TEST(Files, WriteIntoMissingDirectoryFailsCleanly) {
   EXPECT_THAT(WriteFileAtomically("/nonexistent-dir-mt/x", "a"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent-dir-mt/x")));

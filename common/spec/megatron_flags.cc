@@ -104,6 +104,7 @@ const std::vector<FlagSpec>& Flags() {
         {"--overlap-grad-reduce", Kind::kTrue, "parallel.overlap_grad_reduce", {}, ""},
         {"--overlap-param-gather", Kind::kTrue, "parallel.overlap_param_gather", {}, ""},
         {"--overlap-p2p-comm", Kind::kTrue, "parallel.overlap_p2p_comm", {}, ""},
+        {"--tp-comm-overlap", Kind::kTrue, "parallel.tp_comm_overlap", {}, ""},
         {"--ddp-bucket-size", Kind::kValue, "parallel.ddp_bucket_size", {}, ""},
         // training
         {"--micro-batch-size", Kind::kValue, "training.micro_batch_size", {}, ""},

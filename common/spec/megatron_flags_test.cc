@@ -249,6 +249,7 @@ INSTANTIATE_TEST_SUITE_P(Flags, SpecMegatronFieldTest, ::testing::Values(
     FieldCase{"--overlap-grad-reduce", "parallel.overlap_grad_reduce", "true"},
     FieldCase{"--overlap-param-gather", "parallel.overlap_param_gather", "true"},
     FieldCase{"--overlap-p2p-comm", "parallel.overlap_p2p_comm", "true"},
+    FieldCase{"--tp-comm-overlap", "parallel.tp_comm_overlap", "true"},
     FieldCase{"--ddp-bucket-size 10000000", "parallel.ddp_bucket_size", "10000000"},
     FieldCase{"--micro-batch-size 8", "training.micro_batch_size", "8"},
     FieldCase{"--global-batch-size 512", "training.global_batch_size", "512"},

@@ -355,6 +355,12 @@ void CheckParallel(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
         "tensor_model_parallel_size (--tensor-model-parallel-size) to 2 or more, or turn "
         "sequence_parallel off (Megatron-LM turns it off silently at TP=1; mt asks)");
   }
+  if (p.tp_comm_overlap() && !p.sequence_parallel()) {
+    c->Add(
+        "parallel.tp_comm_overlap needs parallel.sequence_parallel (--sequence-parallel): the "
+        "overlap splits the sequence-parallel all-gathers and reduce-scatters; turn "
+        "sequence_parallel on or tp_comm_overlap off");
+  }
   if (p.overlap_param_gather() && !p.use_distributed_optimizer()) {
     c->Add(
         "parallel.overlap_param_gather needs parallel.use_distributed_optimizer "

@@ -314,6 +314,12 @@ const Case kCases[] = {
      s->mutable_model()->set_seq_length(1023);
    }, "model.seq_length (1023) must be divisible by parallel.tensor_model_parallel_size (2) with "
       "parallel.sequence_parallel"},
+  {"tp_comm_overlap_needs_sp", [](S* s) { s->mutable_parallel()->set_tp_comm_overlap(true); },
+   "parallel.tp_comm_overlap needs parallel.sequence_parallel (--sequence-parallel)"},
+  {"tp_comm_overlap_ok", [](S* s) {
+     s->mutable_parallel()->set_sequence_parallel(true);
+     s->mutable_parallel()->set_tp_comm_overlap(true);
+   }, ""},
   {"cp_seq", [](S* s) {
      s->mutable_parallel()->set_context_parallel_size(3);
    }, "model.seq_length (1024) must be divisible by 2 * parallel.context_parallel_size (6)"},

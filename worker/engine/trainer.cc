@@ -154,6 +154,7 @@ model::ModelShard ModelShardOf(const TrainerOptions& options, const mt::v1::Para
     shard.tp_group = std::shared_ptr<const parallel::GroupHandle>(options.groups, &tp);
   }
   shard.sequence_parallel = p.sequence_parallel() && shard.tp_size > 1;
+  shard.tp_comm_overlap = p.tp_comm_overlap();
   return shard;
 }
 
@@ -419,6 +420,7 @@ struct PipelineStage {
       shard.tp_rank = groups->tp_rank();
       shard.tp_group = std::make_shared<parallel::GroupHandle>(groups->tp());
       shard.sequence_parallel = spec.parallel().sequence_parallel() && shard.tp_size > 1;
+      shard.tp_comm_overlap = spec.parallel().tp_comm_overlap();
       for (int i = c * per_chunk; i < (c + 1) * per_chunk; ++i) shard.layers.push_back(layers[i]);
       shard.pre_process = stage == 0 && c == 0;
       shard.post_process = stage == p - 1 && c == chunks - 1;

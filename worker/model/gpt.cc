@@ -25,6 +25,7 @@
 #include "worker/model/sharding.h"
 #include "worker/parallel/process_groups.h"
 #include "worker/parallel/tensor_parallel.h"
+#include "worker/parallel/tp_overlap.h"
 
 #if TORCH_VERSION_MAJOR >= 2
 #define MT_HAVE_FUSED_SDPA 1
@@ -177,20 +178,27 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
 ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool with_bias,
                                                    const ModelShard& shard,
                                                    const torch::TensorOptions& options)
-    : group_(shard.group()), sequence_parallel_(shard.sequence_parallel), tp_size_(shard.tp_size) {
+    : group_(shard.group()),
+      sequence_parallel_(shard.sequence_parallel),
+      tp_comm_overlap_(shard.sequence_parallel && shard.tp_comm_overlap),
+      tp_size_(shard.tp_size) {
   weight = register_parameter("weight", torch::empty({out / tp_size_, in}, options));
   if (with_bias) bias = register_parameter("bias", torch::empty({out / tp_size_}, options));
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
   if (tp_size_ == 1) return Linear(x, weight, bias);
+  if (tp_comm_overlap_) return parallel::AllGatherLinear(x, weight, bias, group_);
   return Linear(ToColumnParallel(x, group_, sequence_parallel_), weight, bias);
 }
 
 RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_bias,
                                              const ModelShard& shard,
                                              const torch::TensorOptions& options)
-    : group_(shard.group()), sequence_parallel_(shard.sequence_parallel), tp_size_(shard.tp_size) {
+    : group_(shard.group()),
+      sequence_parallel_(shard.sequence_parallel),
+      tp_comm_overlap_(shard.sequence_parallel && shard.tp_comm_overlap),
+      tp_size_(shard.tp_size) {
   weight = register_parameter("weight", torch::empty({out, in / tp_size_}, options));
   if (with_bias) bias = register_parameter("bias", torch::empty({out}, options));
 }
@@ -198,6 +206,10 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
   if (tp_size_ == 1) return Linear(x, weight, bias);
   TORCH_CHECK(group_ != nullptr, "a tensor-parallel model needs its TP group to run");
+  if (tp_comm_overlap_) {
+    torch::Tensor y = parallel::LinearReduceScatter(x, weight, group_);
+    return bias.defined() ? y + bias : y;
+  }
   torch::Tensor y = Linear(x, weight);
   y = sequence_parallel_ ? parallel::ReduceScatterToSequenceParallelRegion(y, group_)
                          : parallel::ReduceFromTensorParallelRegion(y, group_);

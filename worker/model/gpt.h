@@ -90,6 +90,9 @@ struct ModelShard {
   int tp_rank = 0;
   std::shared_ptr<const parallel::GroupHandle> tp_group;
   bool sequence_parallel = false;  // needs tp_size > 1 to mean anything
+  // The sequence-parallel linears overlap their communication with their GEMMs
+  // (parallel/tp_overlap.h); only with sequence_parallel.
+  bool tp_comm_overlap = false;
   // Pipeline: GLOBAL indices of the layers this module holds, consecutive and ascending;
   // empty = all of them.
   std::vector<int64_t> layers;
@@ -136,6 +139,7 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
  private:
   const parallel::GroupHandle* group_;
   bool sequence_parallel_;
+  bool tp_comm_overlap_;
   int tp_size_;
 };
 TORCH_MODULE(ColumnParallelLinear);
@@ -155,6 +159,7 @@ class RowParallelLinearImpl : public torch::nn::Module {
  private:
   const parallel::GroupHandle* group_;
   bool sequence_parallel_;
+  bool tp_comm_overlap_;
   int tp_size_;
 };
 TORCH_MODULE(RowParallelLinear);

@@ -1,7 +1,8 @@
 // The tensor-parallel GPT (one thread per TP rank over real Gloo groups) against the one-device
 // model with the same seed: the same loss on every rank and, per parameter, this rank's slice
 // of the one-device gradient; with and without sequence parallelism, tied and untied, TP 2
-// and 4, and with full recomputation (collectives rerun inside backward). fp32, no dropout;
+// and 4, with full recomputation (collectives rerun inside backward), and with the sequence-
+// parallel communication overlapped (--tp-comm-overlap, parallel/tp_overlap.h). fp32, no dropout;
 // tolerance 1e-5 relative (the same math, sums split over ranks in another order).
 #include <ATen/CPUGeneratorImpl.h>
 #include <gtest/gtest.h>
@@ -71,20 +72,20 @@ torch::Tensor SliceOf(const std::string& name, const torch::Tensor& full, int ra
   return full.narrow(dim, rank * part, part);
 }
 
-// (tp, sequence parallel, untied, full recompute)
-using Case = std::tuple<int, bool, bool, bool>;
+// (tp, sequence parallel, untied, full recompute, tp comm overlap)
+using Case = std::tuple<int, bool, bool, bool, bool>;
 
 std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
-  const auto [tp, sp, untie, recompute] = info.param;
+  const auto [tp, sp, untie, recompute, overlap] = info.param;
   return "tp" + std::to_string(tp) + (sp ? "_sp" : "") + (untie ? "_untied" : "_tied") +
-         (recompute ? "_recompute" : "");
+         (recompute ? "_recompute" : "") + (overlap ? "_overlap" : "");
 }
 
 class GptTensorParallelTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(GptTensorParallelTest, SameLossAndGradientsAsOneDevice) {
   if (!parallel::HasBackend("gloo")) GTEST_SKIP() << "no Gloo in this build";
-  const auto [tp, sp, untie, recompute] = GetParam();
+  const auto [tp, sp, untie, recompute, overlap] = GetParam();
   GptConfig c = TinyConfig(untie);
   if (recompute) {
     c.recompute_granularity = RecomputeGranularity::kFull;
@@ -101,6 +102,7 @@ TEST_P(GptTensorParallelTest, SameLossAndGradientsAsOneDevice) {
         shard.tp_rank = groups->tp_rank();
         shard.tp_group = std::shared_ptr<const parallel::GroupHandle>(groups, &groups->tp());
         shard.sequence_parallel = sp;
+        shard.tp_comm_overlap = overlap;
         ModelBuildOptions o;
         o.seed = kSeed;
         auto model = GptModel::Create(c, shard, o);
@@ -128,13 +130,15 @@ TEST_P(GptTensorParallelTest, SameLossAndGradientsAsOneDevice) {
   for (const std::string& e : errors) EXPECT_EQ(e, "");
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, GptTensorParallelTest,
-                         ::testing::Values(Case{2, false, false, false},
-                                           Case{2, false, true, false}, Case{2, true, false, false},
-                                           Case{2, true, true, false}, Case{4, false, false, false},
-                                           Case{4, true, true, false}, Case{2, true, false, true},
-                                           Case{4, false, true, true}),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, GptTensorParallelTest,
+    ::testing::Values(Case{2, false, false, false, false}, Case{2, false, true, false, false},
+                      Case{2, true, false, false, false}, Case{2, true, true, false, false},
+                      Case{4, false, false, false, false}, Case{4, true, true, false, false},
+                      Case{2, true, false, true, false}, Case{4, false, true, true, false},
+                      Case{2, true, false, false, true}, Case{4, true, true, false, true},
+                      Case{2, true, true, true, true}),
+    CaseName);
 
 }  // namespace
 }  // namespace mt::model

@@ -114,12 +114,17 @@ TEST_F(SecurityTest, TlsVerifiesTheServerAndRolesLimitTokens) {
       << Log("worker.log");
 
   // Roles: a read token cannot delete checkpoints or cancel (exit 5, PERMISSION_DENIED naming
-  // the role), nor can a submit token delete; a worker token cannot use the client service at
-  // all; admin passes the role check (and finds no such checkpoint: exit 3).
+  // the role), nor import; a submit token passes the role check of a delete (its ownership of
+  // the checkpoint's job comes next: here there is no such checkpoint, exit 3) but not that of
+  // an import; a worker token cannot use the client service at all; admin passes the role
+  // check (and finds no such checkpoint: exit 3).
   r = Mtctl({"checkpoints", "delete", "c-1", viewer, "--tls_ca=" + certs_.ca});
   EXPECT_EQ(r.exit_code, 5) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("DeleteCheckpoint needs the admin role"));
+  EXPECT_THAT(r.err, HasSubstr("DeleteCheckpoint needs the submit role"));
   r = Mtctl({"checkpoints", "delete", "c-1", "--token_file=" + TokenFile("alice"),
+             "--tls_ca=" + certs_.ca});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  r = Mtctl({"checkpoints", "import", dir_, "--token_file=" + TokenFile("alice"),
              "--tls_ca=" + certs_.ca});
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_THAT(r.err, HasSubstr("token 'alice' has role submit"));

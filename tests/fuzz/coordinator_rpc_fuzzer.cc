@@ -5,7 +5,8 @@
 // that does not parse is dropped). State persists across inputs, so sequences of calls
 // (register, submit, report, rendezvous, cancel) are reached.
 //
-// Byte 1: bits 0-2 the bearer token (6: none, 7: the body's first bytes, else the right one);
+// Byte 1: bits 0-2 the bearer token (5: a submit token's, whose jobs and checkpoints are its
+// own only; 6: none; 7: the body's first bytes; else the admin's);
 // bits 3-4 the rank credential of a rendezvous call (0: the one issued for the rank, attempt
 // and job the request names; 1: that of the rank of the job set up here; 2: the one of another
 // rank; 3: none); bit 5 the worker session of a heartbeat, deregistration or exit report
@@ -15,8 +16,9 @@
 // to reach.
 //
 // The three server-streaming RPCs (WatchJob, StreamAssignments, DownloadCheckpoint) need a
-// live stream; StreamAssignments' and ReportProgress's handling is reached through what their
-// handlers call (JobManager::TakeCommands, OnRankReport, CheckpointCatalog::OnCheckpointReport).
+// live stream, and ReportProgress a reading one: their handling is reached through what their
+// handlers call (JobManager::WaitForChange, TakeCommands, OnRankReport,
+// CheckpointCatalog::Download, OnCheckpointReport).
 //
 // Paths a request names (save/load/TensorBoard dirs, import/export/report directories) are
 // moved under the scratch directory, ".." defused, so no input touches files outside it.
@@ -52,6 +54,7 @@ namespace mt::coordinator {
 namespace {
 
 constexpr char kToken[] = "fuzz-token-0123456789abcdef";
+constexpr char kSubmitToken[] = "fuzz-submit-0123456789abcdef";  // a submit token's, "alice"
 constexpr char kRankKey[] = "000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f";
 
 std::string Confine(const std::string& path) {
@@ -82,7 +85,8 @@ RankCredentials MakeRankCredentials() {
 // One coordinator's services, as Server::Create wires them (without the gRPC server).
 struct Coordinator {
   Coordinator()
-      : auth({rpc::TokenEntry{rpc::Role::kAdmin, "fuzz", kToken}}),
+      : auth({rpc::TokenEntry{rpc::Role::kAdmin, "fuzz", kToken},
+              rpc::TokenEntry{rpc::Role::kSubmit, "alice", kSubmitToken}}),
         registry(&clock, absl::Seconds(30)),
         rank_credentials(MakeRankCredentials()) {
     const std::string state = fuzz::ScratchDir() + "/state";
@@ -263,7 +267,7 @@ void NoFix(Req*) {}
   } while (false)
 
 void Dispatch(Coordinator& c, uint8_t which, const Identity& id, absl::string_view body) {
-  switch (which % 24) {
+  switch (which % 27) {
     case 0:
       MT_RPC(client, SubmitJob, SubmitJobRequest, SubmitJobResponse,
              [](mt::v1::SubmitJobRequest* r) { ConfineSpec(r->mutable_spec()); });
@@ -369,10 +373,26 @@ void Dispatch(Coordinator& c, uint8_t which, const Identity& id, absl::string_vi
       }
       break;
     }
-    default: {  // StreamAssignments' handling: the worker's queued commands
+    case 23: {  // StreamAssignments' handling: the worker's queued commands
       mt::v1::StreamAssignmentsRequest request;
       if (!request.ParseFromArray(body.data(), static_cast<int>(body.size()))) return;
       (void)c.jobs->TakeCommands(request.worker_id(), absl::ZeroDuration());
+      break;
+    }
+    case 24:
+      MT_RPC(client, DeleteJob, DeleteJobRequest, Job, NoFix<mt::v1::DeleteJobRequest>);
+      break;
+    case 25: {  // WatchJob's handling: one snapshot, without waiting
+      mt::v1::WatchJobRequest request;
+      if (!request.ParseFromArray(body.data(), static_cast<int>(body.size()))) return;
+      (void)c.jobs->WaitForChange(request.job_id(), 0, absl::ZeroDuration());
+      break;
+    }
+    default: {  // DownloadCheckpoint's handling: every chunk, sent nowhere
+      mt::v1::DownloadCheckpointRequest request;
+      if (!request.ParseFromArray(body.data(), static_cast<int>(body.size()))) return;
+      (void)c.catalog->Download(request,
+                                [](const mt::v1::DownloadCheckpointChunk&) { return true; });
       break;
     }
   }
@@ -387,6 +407,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const absl::string_view body = mt::fuzz::AsView(data + 2, size - 2);
   mt::coordinator::Identity id;
   id.authorization = std::string("Bearer ") + mt::coordinator::kToken;
+  if (data[1] % 8 == 5) id.authorization = std::string("Bearer ") + mt::coordinator::kSubmitToken;
   if (data[1] % 8 == 6) id.authorization.clear();
   if (data[1] % 8 == 7) id.authorization = std::string(body.substr(0, 40));
   id.rank_mode = (data[1] >> 3) & 3;

@@ -13,7 +13,8 @@
 // (0: the session the worker it names got when it registered; 1: none). The set-up job (one
 // rank on one registered CPU worker, placed and its assignment taken) is made again when an
 // input ended it (checked every 64 inputs), so the rendezvous handlers have a live attempt
-// to reach.
+// to reach; a checkpoint imported under it likewise, for the checkpoint RPCs. The set-up job
+// belongs to the submit token's name ("alice").
 //
 // The three server-streaming RPCs (WatchJob, StreamAssignments, DownloadCheckpoint) need a
 // live stream, and ReportProgress a reading one: their handling is reached through what their
@@ -49,6 +50,7 @@
 #include "grpcpp/test/server_context_test_spouse.h"
 #include "tests/fuzz/fuzz_util.h"
 #include "tests/testutil/service_spec.h"
+#include "tests/testutil/test_checkpoint_files.h"
 
 namespace mt::coordinator {
 namespace {
@@ -120,6 +122,12 @@ struct Coordinator {
   // ever set up, so a long run's state stays bounded.
   void EnsureLiveJob() {
     if (calls++ % 64 != 0) return;
+    SetUpJob();
+    EnsureCheckpoint();
+  }
+
+  // EnsureLiveJob's job: kept while it is scheduled or running.
+  void SetUpJob() {
     if (!job_id.empty()) {
       absl::StatusOr<mt::v1::Job> job = jobs->Get(job_id, /*include_events=*/false);
       if (job.ok() && (job->state() == mt::v1::JOB_STATE_SCHEDULED ||
@@ -142,7 +150,8 @@ struct Coordinator {
     if (!w.ok()) return;
     setup_worker = w->id();
     sessions[w->id()] = issued.session;
-    if (!jobs->Submit(testutil::ServiceJobSpec("fuzz-live"), "").ok()) return;
+    // Owned by the submit token's name, so that its calls pass the ownership checks.
+    if (!jobs->Submit(testutil::ServiceJobSpec("fuzz-live"), "", "alice").ok()) return;
     for (const mt::v1::WorkerCommand& command : jobs->TakeCommands(w->id(), absl::ZeroDuration())) {
       if (!command.has_assign()) continue;
       job_id = command.assign().job_id();
@@ -151,16 +160,39 @@ struct Coordinator {
     }
   }
 
+  // EnsureLiveJob's checkpoint: when the one imported last is gone (an input deleted it), writes
+  // a one-tensor mt checkpoint under the scratch directory and imports it under the live job,
+  // so that the checkpoint RPCs (and their ownership checks) have a real entry to act on. At
+  // most 4096 are ever written.
+  void EnsureCheckpoint() {
+    if (!checkpoint_id.empty()) {
+      absl::StatusOr<mt::v1::Checkpoint> c = catalog->Get(checkpoint_id);
+      if (c.ok() && c->state() != mt::v1::CHECKPOINT_STATE_DELETED) return;
+    }
+    checkpoint_id.clear();
+    if (job_id.empty() || checkpoints >= 4096) return;
+    absl::StatusOr<std::string> dir = testutil::MakeTestCheckpoint(
+        fuzz::ScratchDir() + "/ckpt-" + std::to_string(++checkpoints), job_id, 1, 0.5,
+        /*commit=*/true, /*real_shard=*/true);
+    if (!dir.ok()) return;
+    mt::v1::ImportCheckpointRequest r;
+    r.set_directory(*dir);
+    r.set_job_id(job_id);
+    absl::StatusOr<mt::v1::Checkpoint> c = catalog->Import(r);
+    if (c.ok()) checkpoint_id = c->id();
+  }
+
   // The rank credential header of a rendezvous call naming (job, attempt, rank), per `mode`
   // (byte 1, bits 3-4); mode 1 is the set-up job's rank, whatever the request names.
-  std::string RankCredentialFor(int mode, const std::string& job, int job_attempt, int rank) const {
+  std::string RankCredentialFor(int mode, const std::string& job, int job_attempt,
+                                int job_rank) const {
     switch (mode) {
       case 0:
-        return rank_credentials.Issue(job, job_attempt, rank);
+        return rank_credentials.Issue(job, job_attempt, job_rank);
       case 1:
         return rank_credentials.Issue(job_id, attempt, rank);
       case 2:
-        return rank_credentials.Issue(job, job_attempt, rank + 1);
+        return rank_credentials.Issue(job, job_attempt, job_rank + 1);
       default:
         return "";
     }
@@ -179,8 +211,10 @@ struct Coordinator {
   std::map<std::string, std::string> sessions;  // worker id -> session of its registration
   int nodes = 0;
   uint64_t calls = 0;
-  std::string setup_worker;  // the worker EnsureLiveJob registered last
-  std::string job_id;        // its live job ("" when none could be set up)
+  std::string setup_worker;   // the worker EnsureLiveJob registered last
+  std::string job_id;         // its live job ("" when none could be set up)
+  std::string checkpoint_id;  // the checkpoint EnsureCheckpoint imported last
+  int checkpoints = 0;
   int attempt = 0;
   int rank = 0;
 };

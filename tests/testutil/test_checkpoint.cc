@@ -1,69 +1,19 @@
 #include "tests/testutil/test_checkpoint.h"
 
-#include <sys/stat.h>
-
 #include "absl/strings/str_cat.h"
-#include "common/base/files.h"
 #include "common/checkpoint/checkpoint_dir.h"
-#include "common/checkpoint/safetensors.h"
-#include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 
 namespace mt::testutil {
 
-std::string TestCheckpointBytes(int64_t step) {
-  return std::string(5000 + step, static_cast<char>(step));
-}
-
 std::string WriteTestCheckpoint(const std::string& save_dir, const std::string& job_id,
                                 int64_t step, double validation_loss, bool commit,
                                 bool real_shard) {
-  ::mkdir(save_dir.c_str(), 0755);
-  const std::string dir = absl::StrCat(save_dir, "/", checkpoint::IterationDirName(step));
-  ::mkdir(dir.c_str(), 0755);
-  const std::string shard = checkpoint::ShardFileName(0, 0);
-  const std::string bytes = TestCheckpointBytes(step);
-  if (real_shard) {
-    checkpoint::TensorView v{"model.w",
-                             checkpoint::DType::kU8,
-                             {static_cast<int64_t>(bytes.size())},
-                             bytes.data(),
-                             bytes.size()};
-    EXPECT_TRUE(checkpoint::WriteSafetensors(dir + "/" + shard, {v}, {}).ok());
-  } else {
-    EXPECT_TRUE(WriteFileAtomically(dir + "/" + shard, bytes).ok());
-  }
-  if (!commit) return dir;
-  auto digest = checkpoint::DigestFile(dir + "/" + shard);
-  EXPECT_TRUE(digest.ok());
-  mt::v1::CheckpointManifest m;
-  m.set_format(checkpoint::kFormatName);
-  m.set_format_version(checkpoint::kFormatVersion);
-  m.set_job_id(job_id);
-  m.set_step(step);
-  m.set_loss(10.0 / step);
-  m.set_validation_loss(validation_loss);
-  m.mutable_layout()->set_world_size(1);
-  m.mutable_layout()->set_tensor_model_parallel_size(1);
-  m.mutable_trainer()->set_consumed_samples(8 * step);
-  mt::v1::CheckpointFile* f = m.add_files();
-  f->set_path(shard);
-  f->set_size_bytes(digest.ok() ? digest->size : 0);
-  f->set_sha256(digest.ok() ? digest->sha256 : "");
-  *m.mutable_create_time() = google::protobuf::util::TimeUtil::SecondsToTimestamp(1000 + step);
-  if (real_shard) {
-    mt::v1::ManifestTensor* t = m.add_tensors();
-    t->set_name("model.w");
-    t->set_file(shard);
-    t->set_dtype("U8");
-    t->add_shape(5000 + step);
-    t->add_full_shape(5000 + step);
-    t->set_split_dim(-1);
-    t->set_tp_size(1);
-  }
-  EXPECT_TRUE(checkpoint::WriteManifest(dir, m).ok());
-  EXPECT_TRUE(checkpoint::WriteLatest(save_dir, step).ok());
-  return dir;
+  absl::StatusOr<std::string> dir =
+      MakeTestCheckpoint(save_dir, job_id, step, validation_loss, commit, real_shard);
+  if (dir.ok()) return *dir;
+  ADD_FAILURE() << "test checkpoint " << save_dir << " step " << step << ": " << dir.status();
+  return absl::StrCat(save_dir, "/", checkpoint::IterationDirName(step));
 }
 
 }  // namespace mt::testutil

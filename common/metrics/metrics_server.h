@@ -3,7 +3,8 @@
 // /metrics, and any further GET handlers the daemon adds (the coordinator's service discovery).
 // The registry is the daemon's object, passed in; nothing here is global.
 //
-// Optionally HTTPS (a certificate chain and key, TLS 1.2 at least) and a bearer token that
+// Optionally HTTPS (a certificate chain and key, TLS 1.2 at least; served by TlsListener,
+// tls_listener.h, in place of CivetWeb) and a bearer token that
 // every request must carry (Prometheus: `authorization: {credentials_file: ...}`); both
 // daemons follow one exposure rule, CheckMetricsExposure (docs/security.md).
 //

@@ -51,6 +51,21 @@ absl::Status ClientServiceImpl::CheckOwnJob(const rpc::Principal& caller, const 
   return CheckJobAccess(caller, *job, method);
 }
 
+absl::Status ClientServiceImpl::CheckOwnCheckpoint(const rpc::Principal& caller,
+                                                   const std::string& checkpoint_id,
+                                                   absl::string_view method) {
+  if (caller.role == rpc::Role::kAdmin) return absl::OkStatus();
+  // A checkpoint's job, and that job's owner, never change once they exist.
+  absl::StatusOr<mt::v1::Checkpoint> checkpoint = catalog_->Get(checkpoint_id);
+  if (!checkpoint.ok()) return checkpoint.status();
+  if (checkpoint->job_id().empty()) {
+    return CheckCheckpointAccess(caller, *checkpoint, nullptr, method);
+  }
+  absl::StatusOr<mt::v1::Job> job = jobs_->Get(checkpoint->job_id(), /*include_events=*/false);
+  if (!job.ok() && job.status().code() != absl::StatusCode::kNotFound) return job.status();
+  return CheckCheckpointAccess(caller, *checkpoint, job.ok() ? &*job : nullptr, method);
+}
+
 grpc::Status ClientServiceImpl::ListWorkers(grpc::ServerContext* context,
                                             const mt::v1::ListWorkersRequest* request,
                                             mt::v1::ListWorkersResponse* response) {
@@ -211,8 +226,13 @@ grpc::Status ClientServiceImpl::GetCheckpoint(grpc::ServerContext* context,
 grpc::Status ClientServiceImpl::DeleteCheckpoint(grpc::ServerContext* context,
                                                  const mt::v1::DeleteCheckpointRequest* request,
                                                  mt::v1::Checkpoint* response) {
-  MT_CHECK_AUTH(context);
+  rpc::Principal caller;
+  MT_CHECK_AUTH_AS(context, caller);
   if (catalog_ == nullptr) return NoCatalog();
+  if (absl::Status s = CheckOwnCheckpoint(caller, request->checkpoint_id(), "DeleteCheckpoint");
+      !s.ok()) {
+    return rpc::ToGrpcStatus(s);
+  }
   return Reply(catalog_->Delete(request->checkpoint_id()), response);
 }
 
@@ -238,8 +258,13 @@ grpc::Status ClientServiceImpl::DownloadCheckpoint(
 grpc::Status ClientServiceImpl::ExportCheckpoint(grpc::ServerContext* context,
                                                  const mt::v1::ExportCheckpointRequest* request,
                                                  mt::v1::ExportCheckpointResponse* response) {
-  MT_CHECK_AUTH(context);
+  rpc::Principal caller;
+  MT_CHECK_AUTH_AS(context, caller);
   if (catalog_ == nullptr) return NoCatalog();
+  if (absl::Status s = CheckOwnCheckpoint(caller, request->checkpoint_id(), "ExportCheckpoint");
+      !s.ok()) {
+    return rpc::ToGrpcStatus(s);
+  }
   return Reply(catalog_->Export(*request), response);
 }
 

@@ -85,6 +85,10 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
   // an unknown job.
   absl::Status CheckOwnJob(const rpc::Principal& caller, const std::string& job_id,
                            absl::string_view method);
+  // OK when `caller` may act on checkpoint `checkpoint_id` as `method`: the rule of its job
+  // (CheckCheckpointAccess); NOT_FOUND for an unknown checkpoint. Needs the catalog.
+  absl::Status CheckOwnCheckpoint(const rpc::Principal& caller, const std::string& checkpoint_id,
+                                  absl::string_view method);
 
   CheckpointCatalog* catalog_ = nullptr;
   const rpc::Authenticator* auth_;

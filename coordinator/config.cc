@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
+#include "common/metrics/metrics_server.h"
 #include "common/net/address.h"
 #include "common/rpc/auth.h"
 
@@ -87,12 +88,9 @@ absl::Status CoordinatorConfig::ValidateSecurity() const {
     return absl::InvalidArgumentError(
         absl::StrCat("--reflection '", reflection, "' must be auto, on or off"));
   }
-  if (metrics_port >= 0 && !metrics_public &&
-      !rpc::IsLoopbackAddress(absl::StrCat(metrics_host, ":0"))) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--metrics-host ", metrics_host,
-                     " is not a loopback address and /metrics and /sd answer without a token: add "
-                     "--metrics-public to serve them to the network anyway"));
+  if (metrics_port >= 0) {
+    return metrics::CheckMetricsExposure(metrics_host, !metrics_token_file.empty(), metrics_public,
+                                         "/metrics and /sd");
   }
   return absl::OkStatus();
 }

@@ -31,8 +31,13 @@ struct CoordinatorConfig {
   bool insecure_allow_plaintext = false;
   // gRPC server reflection (grpcurl): "auto" = only when listening on loopback, "on", "off".
   std::string reflection = "auto";
-  // Lets the metrics endpoint (unauthenticated /metrics and /sd) bind off loopback.
+  // Lets the metrics endpoint (/metrics and /sd) bind off loopback without a token.
   bool metrics_public = false;
+  // The metrics endpoint's bearer token (first token of the file; empty = none) and HTTPS
+  // files (common/metrics/metrics_security.h).
+  std::string metrics_token_file;
+  std::string metrics_tls_cert;
+  std::string metrics_tls_key;
   // How often workers heartbeat, and the silence after which a worker is LOST.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration lost_after = absl::Seconds(10);

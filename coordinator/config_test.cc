@@ -75,6 +75,9 @@ TEST(CoordinatorConfig, ReflectionAndMetricsExposure) {
   c.metrics_public = true;
   EXPECT_THAT(c.Validate(), IsOk());
   c.metrics_public = false;
+  c.metrics_token_file = "/etc/mt/metrics.token";  // a token is required instead
+  EXPECT_THAT(c.Validate(), IsOk());
+  c.metrics_token_file.clear();
   c.metrics_port = -1;  // off: nothing exposed
   EXPECT_THAT(c.Validate(), IsOk());
 }

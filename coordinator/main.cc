@@ -35,7 +35,15 @@ ABSL_FLAG(bool, insecure_allow_plaintext, false,
 ABSL_FLAG(std::string, reflection, "auto",
           "gRPC server reflection (grpcurl): auto = only when --listen is loopback, on, off.");
 ABSL_FLAG(bool, metrics_public, false,
-          "Allow a non-loopback --metrics-host: /metrics and /sd answer without a token.");
+          "Allow a non-loopback --metrics-host without --metrics-token-file: /metrics and /sd "
+          "then answer anyone who reaches them.");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "Token file whose first token every request to /metrics and /sd must carry as a "
+          "bearer token (Prometheus: authorization.credentials_file).");
+ABSL_FLAG(std::string, metrics_tls_cert, "",
+          "PEM server certificate (chain) for /metrics and /sd over HTTPS (with "
+          "--metrics-tls-key).");
+ABSL_FLAG(std::string, metrics_tls_key, "", "PEM private key of --metrics-tls-cert.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often workers are told to heartbeat.");
 ABSL_FLAG(absl::Duration, lost_after, absl::Seconds(10),
@@ -44,7 +52,8 @@ ABSL_FLAG(int, metrics_port, 9400,
           "Port of the Prometheus endpoint: /metrics, and /sd (HTTP service discovery of the "
           "workers' endpoints). 0 = any free port, -1 = off.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
-          "Address the Prometheus endpoint binds; 0.0.0.0 (with --metrics-public) for a "
+          "Address the Prometheus endpoint binds; 0.0.0.0 (with --metrics-token-file or "
+          "--metrics-public) for a "
           "Prometheus on another machine.");
 ABSL_FLAG(std::vector<std::string>, allowed_root, {},
           "Directory that every path of a job (data, tokenizer, save, load, TensorBoard) and of "
@@ -77,6 +86,9 @@ mt::coordinator::CoordinatorConfig ConfigFromFlags(int argc, char** argv) {
   config.insecure_allow_plaintext = absl::GetFlag(FLAGS_insecure_allow_plaintext);
   config.reflection = absl::GetFlag(FLAGS_reflection);
   config.metrics_public = absl::GetFlag(FLAGS_metrics_public);
+  config.metrics_token_file = absl::GetFlag(FLAGS_metrics_token_file);
+  config.metrics_tls_cert = absl::GetFlag(FLAGS_metrics_tls_cert);
+  config.metrics_tls_key = absl::GetFlag(FLAGS_metrics_tls_key);
   config.keep_ended_jobs = absl::GetFlag(FLAGS_keep_ended_jobs);
   config.ended_job_ttl = absl::GetFlag(FLAGS_ended_job_ttl);
   return config;

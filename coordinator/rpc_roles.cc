@@ -22,10 +22,13 @@ const std::vector<std::pair<absl::string_view, rpc::Access>>& RpcAccessTable() {
       {"DeleteJob", Access::kSubmit},
       {"VerifyCheckpoint", Access::kSubmit},
       {"DownloadCheckpoint", Access::kSubmit},
-      // The operator's: the cluster, and the coordinator's own file system.
+      // Only the checkpoints of the caller's own jobs (an admin's: any), checked by the
+      // handlers like CancelJob's; export writes inside the allowed roots only.
+      {"DeleteCheckpoint", Access::kSubmit},
+      {"ExportCheckpoint", Access::kSubmit},
+      // The operator's: the cluster, and registering a directory of the coordinator's file
+      // system (deleting an imported entry removes its files there).
       {"DrainWorker", Access::kAdmin},
-      {"DeleteCheckpoint", Access::kAdmin},
-      {"ExportCheckpoint", Access::kAdmin},
       {"ImportCheckpoint", Access::kAdmin},
       // WorkerService: workers and their ranks.
       {"Register", Access::kWorker},

@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
+#include "common/metrics/metrics_security.h"
 #include "common/rpc/auth.h"
 #include "common/rpc/tls.h"
 #include "common/rpc/worker_credential.h"
@@ -120,6 +121,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
     metrics::MetricsServerOptions options;
     options.host = config.metrics_host;
     options.port = config.metrics_port;
+    MT_RETURN_IF_ERROR(
+        metrics::ApplyMetricsSecurity({config.metrics_token_file, config.metrics_tls_cert,
+                                       config.metrics_tls_key, config.metrics_public},
+                                      "/metrics and /sd", &options));
     MT_RETURN_IF_ERROR(s->metrics_->Serve(options, s->jobs_.get(), s->registry_.get()));
     MT_LOG(INFO) << "metrics on " << s->metrics_->metrics_url() << ", service discovery on "
                  << s->metrics_->sd_url();

@@ -19,6 +19,7 @@
 #include "google/protobuf/util/time_util.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/subprocess.h"
+#include "tests/testutil/test_checkpoint.h"
 
 namespace mt::coordinator {
 namespace {
@@ -58,62 +59,6 @@ class FakeJobs : public CheckpointJobs {
   std::map<std::string, mt::v1::Job> jobs;
 };
 
-std::string FileBytes(int64_t step) { return std::string(5000 + step, static_cast<char>(step)); }
-
-// A committed checkpoint the way rank 0 leaves it: iter_<step>/ with a shard, manifest.json,
-// then `latest`.
-// With `real_shard`, the shard is a safetensors file of one U8 tensor that the manifest lists
-// (what an import checks); otherwise FileBytes(step).
-std::string WriteCheckpoint(const std::string& save_dir, const std::string& job_id, int64_t step,
-                            double validation_loss, bool commit = true, bool real_shard = false) {
-  ::mkdir(save_dir.c_str(), 0755);
-  const std::string dir = absl::StrCat(save_dir, "/", checkpoint::IterationDirName(step));
-  ::mkdir(dir.c_str(), 0755);
-  const std::string shard = checkpoint::ShardFileName(0, 0);
-  if (real_shard) {
-    const std::string bytes = FileBytes(step);
-    checkpoint::TensorView v{"model.w",
-                             checkpoint::DType::kU8,
-                             {static_cast<int64_t>(bytes.size())},
-                             bytes.data(),
-                             bytes.size()};
-    EXPECT_TRUE(checkpoint::WriteSafetensors(dir + "/" + shard, {v}, {}).ok());
-  } else {
-    EXPECT_TRUE(WriteFileAtomically(dir + "/" + shard, FileBytes(step)).ok());
-  }
-  if (!commit) return dir;
-  auto digest = checkpoint::DigestFile(dir + "/" + shard);
-  EXPECT_TRUE(digest.ok());
-  mt::v1::CheckpointManifest m;
-  m.set_format(checkpoint::kFormatName);
-  m.set_format_version(checkpoint::kFormatVersion);
-  m.set_job_id(job_id);
-  m.set_step(step);
-  m.set_loss(10.0 / step);
-  m.set_validation_loss(validation_loss);
-  m.mutable_layout()->set_world_size(1);
-  m.mutable_layout()->set_tensor_model_parallel_size(1);
-  m.mutable_trainer()->set_consumed_samples(8 * step);
-  mt::v1::CheckpointFile* f = m.add_files();
-  f->set_path(shard);
-  f->set_size_bytes(digest->size);
-  f->set_sha256(digest->sha256);
-  *m.mutable_create_time() = TimeUtil::SecondsToTimestamp(1000 + step);
-  if (real_shard) {
-    mt::v1::ManifestTensor* t = m.add_tensors();
-    t->set_name("model.w");
-    t->set_file(shard);
-    t->set_dtype("U8");
-    t->add_shape(5000 + step);
-    t->add_full_shape(5000 + step);
-    t->set_split_dim(-1);
-    t->set_tp_size(1);
-  }
-  EXPECT_TRUE(checkpoint::WriteManifest(dir, m).ok());
-  EXPECT_TRUE(checkpoint::WriteLatest(save_dir, step).ok());
-  return dir;
-}
-
 mt::v1::RankReport Report(const std::string& job_id, int rank, int64_t step,
                           const std::string& dir) {
   mt::v1::RankReport r;
@@ -140,7 +85,7 @@ class CatalogTest : public ::testing::Test {
   // Saves and reports a checkpoint of `job` at `step`; returns its entry.
   mt::v1::Checkpoint Save(const std::string& job, int64_t step, double vloss = std::nan("")) {
     const std::string save = jobs_.jobs[job].spec().checkpoint().save_dir();
-    const std::string dir = WriteCheckpoint(save, job, step, vloss);
+    const std::string dir = testutil::WriteTestCheckpoint(save, job, step, vloss);
     auto c = catalog_->OnCheckpointReport(Report(job, 0, step, dir));
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *c : mt::v1::Checkpoint();
@@ -167,14 +112,15 @@ TEST_F(CatalogTest, RegistersWritingThenCompleteFromTheManifest) {
   const std::string save = dir_ + "/ckpt";
   jobs_.Add("j-1", save);
   // Rank 1 reports before rank 0 committed the manifest.
-  const std::string dir = WriteCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
+  const std::string dir =
+      testutil::WriteTestCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
   MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint w,
                           catalog_->OnCheckpointReport(Report("j-1", 1, 4, dir)));
   EXPECT_EQ(w.state(), mt::v1::CHECKPOINT_STATE_WRITING);
   EXPECT_EQ(w.id(), "c-1");
   EXPECT_FALSE(w.is_latest());
 
-  WriteCheckpoint(save, "j-1", 4, 2.5);
+  testutil::WriteTestCheckpoint(save, "j-1", 4, 2.5);
   MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint c,
                           catalog_->OnCheckpointReport(Report("j-1", 0, 4, dir)));
   EXPECT_EQ(c.id(), "c-1");  // the same entry, completed
@@ -216,7 +162,8 @@ TEST_F(CatalogTest, LatestMovesAndUncommittedSavesAreDropped) {
   jobs_.Add("j-1", save);
   Save("j-1", 2);
   // A save at step 4 never committed (its manifest never appeared).
-  const std::string lost = WriteCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
+  const std::string lost =
+      testutil::WriteTestCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
   MT_ASSERT_OK(catalog_->OnCheckpointReport(Report("j-1", 1, 4, lost)).status());
   ASSERT_TRUE(checkpoint::RemoveTree(lost).ok());  // rank 0 removed the failed save
   Save("j-1", 6);
@@ -233,7 +180,8 @@ TEST_F(CatalogTest, LatestMovesAndUncommittedSavesAreDropped) {
 TEST_F(CatalogTest, AWritingEntryOfAnEndedJobCanBeDeleted) {
   const std::string save = dir_ + "/ckpt";
   jobs_.Add("j-1", save);
-  const std::string dead = WriteCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
+  const std::string dead =
+      testutil::WriteTestCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
   MT_ASSERT_OK_AND_ASSIGN(auto w, catalog_->OnCheckpointReport(Report("j-1", 1, 4, dead)));
   ASSERT_EQ(w.state(), mt::v1::CHECKPOINT_STATE_WRITING);
   EXPECT_THAT(catalog_->Delete(w.id()),
@@ -250,11 +198,13 @@ TEST_F(CatalogTest, AWritingEntryOfAnEndedJobCanBeDeleted) {
 TEST_F(CatalogTest, RegistersSavesWhoseReportsWereLost) {
   const std::string save = dir_ + "/ckpt";
   jobs_.Add("j-1", save);
-  WriteCheckpoint(save, "j-1", 2, std::nan(""));
-  WriteCheckpoint(save, "j-7", 3, std::nan(""));
-  const std::string lost = WriteCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
+  testutil::WriteTestCheckpoint(save, "j-1", 2, std::nan(""));
+  testutil::WriteTestCheckpoint(save, "j-7", 3, std::nan(""));
+  const std::string lost =
+      testutil::WriteTestCheckpoint(save, "j-1", 4, std::nan(""), /*commit=*/false);
   MT_ASSERT_OK(catalog_->OnCheckpointReport(Report("j-1", 1, 4, lost)).status());  // WRITING
-  WriteCheckpoint(save, "j-1", 4, std::nan(""));  // committed, but rank 0's report was lost
+  testutil::WriteTestCheckpoint(save, "j-1", 4,
+                                std::nan(""));  // committed, but rank 0's report was lost
   Save("j-1", 6);
   EXPECT_THAT(StatesByStep("j-1"),
               ElementsAre(::testing::Pair(2, mt::v1::CHECKPOINT_STATE_COMPLETE),
@@ -323,7 +273,7 @@ TEST_F(CatalogTest, VerifyFindsAFlippedBit) {
   EXPECT_EQ(ok.checkpoint().state(), mt::v1::CHECKPOINT_STATE_VERIFIED);
 
   const std::string shard = c.directory() + "/" + c.files(0).path();
-  std::string bytes = FileBytes(3);
+  std::string bytes = testutil::TestCheckpointBytes(3);
   bytes[100] ^= 0x04;
   ASSERT_TRUE(WriteFileAtomically(shard, bytes).ok());
   MT_ASSERT_OK_AND_ASSIGN(auto bad, catalog_->Verify(c.id()));
@@ -387,7 +337,7 @@ TEST_F(CatalogTest, DownloadStreamsEveryFileWithItsChecksum) {
     return true;
   }));
   ASSERT_EQ(files.size(), 2u);
-  EXPECT_EQ(files["mp_rank_00_000.safetensors"], FileBytes(7));
+  EXPECT_EQ(files["mp_rank_00_000.safetensors"], testutil::TestCheckpointBytes(7));
   EXPECT_EQ(sha["mp_rank_00_000.safetensors"], c.files(0).sha256());
   MT_ASSERT_OK_AND_ASSIGN(std::string manifest, ReadFile(c.directory() + "/manifest.json"));
   EXPECT_EQ(files["manifest.json"], manifest);
@@ -402,7 +352,8 @@ TEST_F(CatalogTest, DownloadStreamsEveryFileWithItsChecksum) {
 }
 
 TEST_F(CatalogTest, ImportsAnMtDirectoryOnce) {
-  const std::string dir = WriteCheckpoint(dir_ + "/elsewhere", "j-9", 5, 1.5, true, true);
+  const std::string dir =
+      testutil::WriteTestCheckpoint(dir_ + "/elsewhere", "j-9", 5, 1.5, true, true);
   mt::v1::ImportCheckpointRequest req;
   req.set_directory(dir + "/");
   MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint c, catalog_->Import(req));
@@ -437,7 +388,8 @@ TEST_F(CatalogTest, DownloadSendsNoFileFromOutsideTheCheckpoint) {
   jobs_.Add("j-1", save);
   const mt::v1::Checkpoint c = Save("j-1", 2);
   const std::string secret = dir_ + "/secret";
-  ASSERT_TRUE(WriteFileAtomically(secret, FileBytes(2)).ok());  // same bytes, same sha256
+  ASSERT_TRUE(WriteFileAtomically(secret, testutil::TestCheckpointBytes(2))
+                  .ok());  // same bytes, same sha256
   const std::string shard = c.directory() + "/" + c.files(0).path();
   ASSERT_EQ(::unlink(shard.c_str()), 0);
   ASSERT_EQ(::symlink(secret.c_str(), shard.c_str()), 0);
@@ -450,7 +402,7 @@ TEST_F(CatalogTest, DownloadSendsNoFileFromOutsideTheCheckpoint) {
                                    return true;
                                  }),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("outside")));
-  EXPECT_EQ(sent.find(FileBytes(2)), std::string::npos);
+  EXPECT_EQ(sent.find(testutil::TestCheckpointBytes(2)), std::string::npos);
 }
 
 // Every path or name a client gives is checked before anything is touched.
@@ -521,7 +473,7 @@ TEST_F(CatalogTest, RejectsTraversalAndBadNames) {
 // Issue #20: a manifest whose tensors contradict the shard, or files linked out of the
 // directory, never import as VERIFIED.
 TEST_F(CatalogTest, ImportRefusesAManifestThatContradictsItsShards) {
-  const std::string dir = WriteCheckpoint(dir_ + "/lying", "j-9", 5, 1.5, true, true);
+  const std::string dir = testutil::WriteTestCheckpoint(dir_ + "/lying", "j-9", 5, 1.5, true, true);
   MT_ASSERT_OK_AND_ASSIGN(mt::v1::CheckpointManifest m, checkpoint::ReadManifest(dir));
   m.mutable_tensors(0)->set_shape(0, 1 << 30);
   m.mutable_tensors(0)->set_full_shape(0, 1 << 30);
@@ -538,7 +490,8 @@ TEST_F(CatalogTest, ImportRefusesAManifestThatContradictsItsShards) {
 }
 
 TEST_F(CatalogTest, ImportRefusesFilesLinkedOutOfTheDirectory) {
-  const std::string dir = WriteCheckpoint(dir_ + "/linked", "j-9", 5, 1.5, true, true);
+  const std::string dir =
+      testutil::WriteTestCheckpoint(dir_ + "/linked", "j-9", 5, 1.5, true, true);
   const std::string outside = dir_ + "/outside-shard.safetensors";
   ASSERT_EQ(::rename((dir + "/mp_rank_00_000.safetensors").c_str(), outside.c_str()), 0);
   ASSERT_EQ(::symlink(outside.c_str(), (dir + "/mp_rank_00_000.safetensors").c_str()), 0);
@@ -546,7 +499,8 @@ TEST_F(CatalogTest, ImportRefusesFilesLinkedOutOfTheDirectory) {
   req.set_directory(dir);
   EXPECT_THAT(catalog_->Import(req),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("leads outside")));
-  const std::string dir2 = WriteCheckpoint(dir_ + "/linked2", "j-9", 6, 1.5, true, true);
+  const std::string dir2 =
+      testutil::WriteTestCheckpoint(dir_ + "/linked2", "j-9", 6, 1.5, true, true);
   const std::string manifest = dir_ + "/outside-manifest.json";
   ASSERT_EQ(::rename((dir2 + "/manifest.json").c_str(), manifest.c_str()), 0);
   ASSERT_EQ(::symlink(manifest.c_str(), (dir2 + "/manifest.json").c_str()), 0);
@@ -564,8 +518,9 @@ TEST_F(CatalogTest, ImportAndExportStayInsideTheAllowedRoots) {
   MT_ASSERT_OK_AND_ASSIGN(AllowedRoots roots, AllowedRoots::Create({allowed}));
   MT_ASSERT_OK_AND_ASSIGN(catalog_,
                           CheckpointCatalog::Create(store_.get(), &jobs_, &clock_, roots));
-  const std::string out_dir = WriteCheckpoint(outside, "j-9", 5, 1.5, true, true);
-  const std::string in_dir = WriteCheckpoint(allowed + "/ck", "j-9", 6, 1.5, true, true);
+  const std::string out_dir = testutil::WriteTestCheckpoint(outside, "j-9", 5, 1.5, true, true);
+  const std::string in_dir =
+      testutil::WriteTestCheckpoint(allowed + "/ck", "j-9", 6, 1.5, true, true);
   mt::v1::ImportCheckpointRequest im;
   im.set_directory(out_dir);
   EXPECT_THAT(catalog_->Import(im),

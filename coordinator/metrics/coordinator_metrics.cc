@@ -290,12 +290,12 @@ absl::Status CoordinatorMetrics::Serve(const metrics::MetricsServerOptions& opti
 
 std::string CoordinatorMetrics::metrics_url() {
   absl::MutexLock lock(&mu_);
-  return server_ == nullptr ? "" : absl::StrCat("http://", server_->address(), "/metrics");
+  return server_ == nullptr ? "" : server_->Url("/metrics");
 }
 
 std::string CoordinatorMetrics::sd_url() {
   absl::MutexLock lock(&mu_);
-  return server_ == nullptr ? "" : absl::StrCat("http://", server_->address(), "/sd");
+  return server_ == nullptr ? "" : server_->Url("/sd");
 }
 
 std::string ServiceDiscoveryJson(const std::vector<mt::v1::Worker>& workers) {

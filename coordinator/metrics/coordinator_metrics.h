@@ -50,7 +50,7 @@ class CoordinatorMetrics : public JobObserver {
   // `registry`, which outlive this) and /sd (service discovery).
   absl::Status Serve(const metrics::MetricsServerOptions& options, JobManager* jobs,
                      WorkerRegistry* registry);
-  // "http://host:port/metrics" and ".../sd"; empty before Serve.
+  // "http://host:port/metrics" and ".../sd" ("https://" with TLS); empty before Serve.
   std::string metrics_url();
   std::string sd_url();
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }

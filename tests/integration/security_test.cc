@@ -15,6 +15,7 @@
 #include "common/rpc/tls.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/certs.h"
+#include "tests/testutil/http.h"
 #include "tests/testutil/raw_call.h"
 #include "tests/testutil/subprocess.h"
 
@@ -22,6 +23,7 @@ namespace mt {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using testutil::CommandResult;
 using testutil::RunCommand;
 using testutil::Subprocess;
@@ -114,12 +116,17 @@ TEST_F(SecurityTest, TlsVerifiesTheServerAndRolesLimitTokens) {
       << Log("worker.log");
 
   // Roles: a read token cannot delete checkpoints or cancel (exit 5, PERMISSION_DENIED naming
-  // the role), nor can a submit token delete; a worker token cannot use the client service at
-  // all; admin passes the role check (and finds no such checkpoint: exit 3).
+  // the role), nor import; a submit token passes the role check of a delete (its ownership of
+  // the checkpoint's job comes next: here there is no such checkpoint, exit 3) but not that of
+  // an import; a worker token cannot use the client service at all; admin passes the role
+  // check (and finds no such checkpoint: exit 3).
   r = Mtctl({"checkpoints", "delete", "c-1", viewer, "--tls_ca=" + certs_.ca});
   EXPECT_EQ(r.exit_code, 5) << r.err;
-  EXPECT_THAT(r.err, HasSubstr("DeleteCheckpoint needs the admin role"));
+  EXPECT_THAT(r.err, HasSubstr("DeleteCheckpoint needs the submit role"));
   r = Mtctl({"checkpoints", "delete", "c-1", "--token_file=" + TokenFile("alice"),
+             "--tls_ca=" + certs_.ca});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  r = Mtctl({"checkpoints", "import", dir_, "--token_file=" + TokenFile("alice"),
              "--tls_ca=" + certs_.ca});
   EXPECT_EQ(r.exit_code, 5) << r.err;
   EXPECT_THAT(r.err, HasSubstr("token 'alice' has role submit"));
@@ -200,6 +207,72 @@ TEST_F(SecurityTest, PlaintextOffLoopbackIsRefusedUpFront) {
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->exit_code, 2);
   EXPECT_THAT(r->err, HasSubstr("refusing to send a bearer token in plaintext"));
+}
+
+// The worker's /metrics follows the coordinator's rules (common/metrics/metrics_security.h):
+// off loopback only with a token or --metrics-public; with --metrics-token-file every scrape
+// needs the bearer token; with --metrics-tls-cert/--metrics-tls-key it speaks HTTPS only.
+// Before, a worker served /metrics in clear text to anyone on any interface it bound.
+TEST_F(SecurityTest, WorkerMetricsNeedATokenOffLoopbackAndSpeakTls) {
+  const std::vector<std::string> base = {kBin + "mt-worker", "--coordinator=127.0.0.1:1",
+                                         "--node=nodem", "--gpu=-1"};
+  std::vector<std::string> argv = base;
+  argv.push_back("--metrics_host=0.0.0.0");
+  auto r = RunCommand(argv, absl::Seconds(30));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 2) << r->err;
+  EXPECT_THAT(r->err, HasSubstr("--metrics-host 0.0.0.0 is not a loopback address"));
+  EXPECT_THAT(r->err, HasSubstr("--metrics-token-file"));
+  argv = base;
+  argv.push_back("--metrics_tls_cert=" + certs_.server_cert);
+  r = RunCommand(argv, absl::Seconds(30));
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 2) << r->err;
+  EXPECT_THAT(r->err, HasSubstr("--metrics-tls-key"));
+
+  const std::string token = "metrics-token-0123456789abcdef";
+  ASSERT_THAT(WriteFileAtomically(dir_ + "/metrics.token", token + "\n"), testing::IsOk());
+  argv = base;
+  argv.insert(
+      argv.end(),
+      {"--metrics_host=0.0.0.0", "--metrics_token_file=" + dir_ + "/metrics.token",
+       "--metrics_tls_cert=" + certs_.server_cert, "--metrics_tls_key=" + certs_.server_key});
+  Subprocess worker;
+  ASSERT_THAT(worker.Start(argv, dir_ + "/worker-metrics.log"), testing::IsOk());
+  std::string port;
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        const std::string log = Log("worker-metrics.log");
+        const size_t at = log.find("metrics on https://");
+        if (at == std::string::npos) return false;
+        const size_t colon = log.find(':', at + std::string("metrics on https://").size());
+        const size_t slash = log.find("/metrics", colon);
+        if (colon == std::string::npos || slash == std::string::npos) return false;
+        port = log.substr(colon + 1, slash - colon - 1);
+        return true;
+      },
+      absl::Seconds(20)))
+      << Log("worker-metrics.log");
+  const std::string address = "127.0.0.1:" + port;
+  testutil::HttpGetOptions get;
+  get.tls_ca = certs_.ca;
+  auto scrape = testutil::HttpGet(address, "/metrics", get);
+  ASSERT_TRUE(scrape.ok()) << scrape.status();
+  EXPECT_EQ(scrape->status, 401);
+  EXPECT_THAT(scrape->body, Not(HasSubstr("mt_worker_info")));
+  get.bearer_token = token;
+  scrape = testutil::HttpGet(address, "/metrics", get);
+  ASSERT_TRUE(scrape.ok()) << scrape.status();
+  EXPECT_EQ(scrape->status, 200);
+  EXPECT_THAT(scrape->body, HasSubstr("mt_worker_info"));
+  get.tls_ca = certs_.other_ca;  // a CA that did not sign the worker's certificate
+  EXPECT_FALSE(testutil::HttpGet(address, "/metrics", get).ok());
+  auto plain = testutil::HttpGet(address, "/metrics", absl::Seconds(5));
+  if (plain.ok()) {
+    EXPECT_THAT(plain->body, Not(HasSubstr("mt_worker_info")));
+  }
+  worker.Signal(SIGTERM);
+  EXPECT_TRUE(worker.Wait(absl::Seconds(10)).ok());
 }
 
 }  // namespace

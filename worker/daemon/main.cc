@@ -10,7 +10,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 extern char** environ;
@@ -21,6 +23,7 @@ extern char** environ;
 #include "common/base/version.h"
 #include "common/cli/daemon.h"
 #include "common/cli/repeated_flag.h"
+#include "common/metrics/metrics_security.h"
 #include "common/metrics/metrics_server.h"
 #include "common/net/interfaces.h"
 #include "prometheus/registry.h"
@@ -57,7 +60,18 @@ ABSL_FLAG(std::vector<std::string>, allowed_root, {},
           "TensorBoard, resume) must lie in, symbolic links resolved; repeatable or "
           "comma-separated. A rank with a path outside is not started. Default: not confined.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
-          "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine.");
+          "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine "
+          "(with --metrics-token-file or --metrics-public).");
+ABSL_FLAG(std::string, metrics_token_file, "",
+          "Token file whose first token every request to /metrics must carry as a bearer token "
+          "(Prometheus: authorization.credentials_file); required for a non-loopback "
+          "--metrics-host unless --metrics-public.");
+ABSL_FLAG(std::string, metrics_tls_cert, "",
+          "PEM server certificate (chain) for /metrics over HTTPS (with --metrics-tls-key).");
+ABSL_FLAG(std::string, metrics_tls_key, "", "PEM private key of --metrics-tls-cert.");
+ABSL_FLAG(bool, metrics_public, false,
+          "Allow a non-loopback --metrics-host without --metrics-token-file: /metrics then "
+          "answers anyone who reaches it.");
 ABSL_FLAG(std::string, interface, "",
           "Network interface the ranks use to talk to other hosts: a name (eth0) or a CIDR "
           "block (10.77.0.0/24, fd00::/64). Default: the interface of the route to the "
@@ -107,6 +121,25 @@ mt::worker::AgentConfig ConfigFromFlags(int argc, char** argv) {
   return config;
 }
 
+// The Prometheus endpoint, as the --metrics-* flags say (metrics_security.h: token, TLS, and
+// the exposure rule the coordinator's endpoint follows too).
+absl::StatusOr<std::unique_ptr<mt::metrics::MetricsServer>> StartMetrics(
+    int port, const std::string& node,
+    std::vector<std::shared_ptr<prometheus::Collectable>> collectables) {
+  mt::metrics::MetricsServerOptions options;
+  options.host = absl::GetFlag(FLAGS_metrics_host);
+  options.port = port;
+  options.advertised_host = node;
+  if (absl::Status s = mt::metrics::ApplyMetricsSecurity(
+          {absl::GetFlag(FLAGS_metrics_token_file), absl::GetFlag(FLAGS_metrics_tls_cert),
+           absl::GetFlag(FLAGS_metrics_tls_key), absl::GetFlag(FLAGS_metrics_public)},
+          "/metrics", &options);
+      !s.ok()) {
+    return s;
+  }
+  return mt::metrics::MetricsServer::Start(options, std::move(collectables));
+}
+
 // Chooses the interface and the advertised address of this worker's ranks (their environment).
 absl::StatusOr<std::vector<std::string>> RankNetwork(const std::string& coordinator) {
   absl::StatusOr<mt::net::PortRange> ports =
@@ -151,18 +184,15 @@ int main(int argc, char** argv) {
     metrics = std::make_unique<mt::worker::metrics::WorkerMetrics>(
         registry.get(), mt::worker::DetectResources(config), mt::kVersion, &clock,
         absl::GetFlag(FLAGS_metrics_linger));
-    mt::metrics::MetricsServerOptions options;
-    options.host = absl::GetFlag(FLAGS_metrics_host);
-    options.port = port;
-    options.advertised_host = config.node;
-    auto server = mt::metrics::MetricsServer::Start(options, {registry});
+    absl::StatusOr<std::unique_ptr<mt::metrics::MetricsServer>> server =
+        StartMetrics(port, config.node, {registry});
     if (!server.ok()) {
       std::fprintf(stderr, "mt-worker: %s\n", std::string(server.status().message()).c_str());
       return 2;
     }
     metrics_server = *std::move(server);
     config.metrics_address = metrics_server->address();
-    MT_LOG(INFO) << "metrics on http://" << config.metrics_address << "/metrics";
+    MT_LOG(INFO) << "metrics on " << metrics_server->Url("/metrics");
   }
   auto agent = mt::worker::Agent::Create(config, metrics.get());
   if (!agent.ok()) {

@@ -211,6 +211,25 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                           "Time to serve each RPC, by service, method and status code (for a "
                           "streaming RPC: the stream's lifetime).")
                       .Register(r);
+  eval_loss_ = &prometheus::BuildGauge()
+                    .Name("mt_checkpoint_eval_loss")
+                    .Help(
+                        "Loss of the last `mtctl eval` of a checkpoint of the job (the job that "
+                        "saved it).")
+                    .Register(r);
+  eval_perplexity_ = &prometheus::BuildGauge()
+                          .Name("mt_checkpoint_eval_perplexity")
+                          .Help("Perplexity of the last `mtctl eval` of a checkpoint of the job.")
+                          .Register(r);
+  eval_step_ = &prometheus::BuildGauge()
+                    .Name("mt_checkpoint_eval_step")
+                    .Help("Step of the checkpoint the last `mtctl eval` of the job evaluated.")
+                    .Register(r);
+  eval_tokens_ = &prometheus::BuildCounter()
+                      .Name("mt_checkpoint_eval_tokens_total")
+                      .Help("Tokens evaluated by succeeded `mtctl eval` jobs.")
+                      .Register(r)
+                      .Add({});
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() {
@@ -249,6 +268,15 @@ void CoordinatorMetrics::ObserveRpc(const std::string& full_method, int code, do
 void CoordinatorMetrics::OnJobTransition(const mt::v1::Job& job, mt::v1::JobState from,
                                          mt::v1::JobState to, absl::Time now) {
   if (to == mt::v1::JOB_STATE_RESTARTING) restarts_->Increment();
+  if (to == mt::v1::JOB_STATE_SUCCEEDED && job.spec().inference().has_eval()) {
+    // Labelled by the job that saved the checkpoint: one series per training job evaluated.
+    const std::string& source = job.spec().inference().checkpoint_job_id();
+    const prometheus::Labels labels = {{"job", source.empty() ? "imported" : source}};
+    eval_loss_->Add(labels).Set(job.progress().validation_loss());
+    eval_perplexity_->Add(labels).Set(job.progress().validation_perplexity());
+    eval_step_->Add(labels).Set(static_cast<double>(job.progress().validation_step()));
+    eval_tokens_->Increment(static_cast<double>(job.progress().evaluated_tokens()));
+  }
   if (to == mt::v1::JOB_STATE_SUCCEEDED || to == mt::v1::JOB_STATE_FAILED ||
       to == mt::v1::JOB_STATE_CANCELLED) {
     finished_->Add({{"state", JobStateLabel(to)}}).Increment();

@@ -2,6 +2,8 @@
 //   - job and worker counts by state, the queue length: read from the job manager and the
 //     worker registry at scrape time (always current, no bookkeeping);
 //   - restarts, finished jobs and scheduling latency: from job state transitions (JobObserver);
+//   - the last `mtctl eval` result per job whose checkpoint was evaluated: from the eval job's
+//     transition to SUCCEEDED (labelled by the training job, like the workers' series);
 //   - RPC latency by service, method and code: a gRPC server interceptor;
 //   - /sd: Prometheus HTTP service discovery of the live workers' metrics endpoints.
 // No label is unbounded: states, methods and codes are fixed sets; nodes are the cluster's.
@@ -29,6 +31,7 @@
 #include "mt/v1/job.pb.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
+#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
@@ -67,6 +70,11 @@ class CoordinatorMetrics : public JobObserver {
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Histogram* scheduling_latency_;
   prometheus::Family<prometheus::Histogram>* rpc_seconds_;
+  // `mtctl eval` results, by the job that saved the evaluated checkpoint.
+  prometheus::Family<prometheus::Gauge>* eval_loss_;
+  prometheus::Family<prometheus::Gauge>* eval_perplexity_;
+  prometheus::Family<prometheus::Gauge>* eval_step_;
+  prometheus::Counter* eval_tokens_;
 
   absl::Mutex mu_;
   std::unique_ptr<metrics::MetricsServer> server_ ABSL_GUARDED_BY(mu_);

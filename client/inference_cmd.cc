@@ -273,13 +273,21 @@ int RunGenerate(const std::vector<std::string>& args, const GlobalOptions& optio
       texts[t.sample()] += t.text();
     }
     if (!t.done()) continue;
-    if (options.output != OutputFormat::kTable) {
+    if (options.output == OutputFormat::kJson) {
+      // One object per line (JSON Lines), as each sample ends.
+      std::printf(
+          "{\"job\": %s, \"sample\": %d, \"text\": %s, \"tokens\": %lld, "
+          "\"finish_reason\": %s}\n",
+          JsonString(job_id).c_str(), t.sample(), JsonString(texts[t.sample()]).c_str(),
+          static_cast<long long>(t.tokens()), JsonString(t.finish_reason()).c_str());
+    } else if (options.output == OutputFormat::kYaml) {
       JsonValue v = JsonValue::Object();
       v.Set("job", JsonValue::Str(job_id))
           .Set("sample", JsonValue::Int(t.sample()))
           .Set("text", JsonValue::Str(texts[t.sample()]))
           .Set("tokens", JsonValue::Int(t.tokens()))
           .Set("finish_reason", JsonValue::Str(t.finish_reason()));
+      std::printf("---\n");
       v.Print(options.output);
     } else if (!live) {
       std::printf("--- sample %d ---\n%s\n", t.sample(), texts[t.sample()].c_str());

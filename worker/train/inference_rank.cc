@@ -1,5 +1,6 @@
 #include "worker/train/inference_rank.h"
 
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -89,6 +90,10 @@ int RunInferenceRank(const mt::v1::JobSpec& spec, const mt::v1::Assignment& assi
                      const worker::ReportWriter& writer) {
   MT_LOG(INFO) << (spec.inference().has_eval() ? "evaluating " : "generating from ")
                << spec.inference().checkpoint_dir() << " for " << assignment.job_id();
+  // Nothing here to stop gracefully: a stop order (a cancel, the stream's client gone) ends the
+  // process at once instead of after the stop grace.
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
   worker::ProgressBeacon beacon(writer);
   mt::v1::RankReport started;
   started.set_phase(mt::v1::RANK_PHASE_EVALUATING);

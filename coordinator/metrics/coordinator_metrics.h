@@ -31,12 +31,12 @@
 #include "mt/v1/job.pb.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
-#include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 
 namespace mt::coordinator {
 
+class EvalResults;
 class JobManager;
 class WorkerRegistry;
 
@@ -57,6 +57,8 @@ class CoordinatorMetrics : public JobObserver {
   std::string metrics_url();
   std::string sd_url();
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+  // What /metrics serves besides the cluster state: the registry and the eval results.
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
 
   void OnJobTransition(const mt::v1::Job& job, mt::v1::JobState from, mt::v1::JobState to,
                        absl::Time now) override;
@@ -70,10 +72,8 @@ class CoordinatorMetrics : public JobObserver {
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Histogram* scheduling_latency_;
   prometheus::Family<prometheus::Histogram>* rpc_seconds_;
-  // `mtctl eval` results, by the job that saved the evaluated checkpoint.
-  prometheus::Family<prometheus::Gauge>* eval_loss_;
-  prometheus::Family<prometheus::Gauge>* eval_perplexity_;
-  prometheus::Family<prometheus::Gauge>* eval_step_;
+  // `mtctl eval` results, by the job that saved the evaluated checkpoint (coordinator_metrics.cc).
+  std::shared_ptr<EvalResults> eval_results_;
   prometheus::Counter* eval_tokens_;
 
   absl::Mutex mu_;

@@ -201,6 +201,33 @@ int PrintEvalResult(const mt::v1::Job& job, OutputFormat format) {
   return kExitOk;
 }
 
+// A sample's end: its JSON line, its YAML document, the text of one of several samples, or the
+// newline after the one sample streamed live.
+void PrintSampleEnd(const std::string& job_id, const mt::v1::GeneratedText& t,
+                    const std::string& text, bool live, OutputFormat format) {
+  if (format == OutputFormat::kJson) {
+    // One object per line (JSON Lines), as each sample ends.
+    std::printf(
+        "{\"job\": %s, \"sample\": %d, \"text\": %s, \"tokens\": %lld, "
+        "\"finish_reason\": %s}\n",
+        JsonString(job_id).c_str(), t.sample(), JsonString(text).c_str(),
+        static_cast<long long>(t.tokens()), JsonString(t.finish_reason()).c_str());
+  } else if (format == OutputFormat::kYaml) {
+    JsonValue v = JsonValue::Object();
+    v.Set("job", JsonValue::Str(job_id))
+        .Set("sample", JsonValue::Int(t.sample()))
+        .Set("text", JsonValue::Str(text))
+        .Set("tokens", JsonValue::Int(t.tokens()))
+        .Set("finish_reason", JsonValue::Str(t.finish_reason()));
+    std::printf("---\n");
+    v.Print(format);
+  } else if (!live) {
+    std::printf("--- sample %d ---\n%s\n", t.sample(), text.c_str());
+  } else {
+    std::printf("\n");
+  }
+}
+
 }  // namespace
 
 int RunEval(const std::vector<std::string>& args, const GlobalOptions& options) {
@@ -273,27 +300,7 @@ int RunGenerate(const std::vector<std::string>& args, const GlobalOptions& optio
       texts[t.sample()] += t.text();
     }
     if (!t.done()) continue;
-    if (options.output == OutputFormat::kJson) {
-      // One object per line (JSON Lines), as each sample ends.
-      std::printf(
-          "{\"job\": %s, \"sample\": %d, \"text\": %s, \"tokens\": %lld, "
-          "\"finish_reason\": %s}\n",
-          JsonString(job_id).c_str(), t.sample(), JsonString(texts[t.sample()]).c_str(),
-          static_cast<long long>(t.tokens()), JsonString(t.finish_reason()).c_str());
-    } else if (options.output == OutputFormat::kYaml) {
-      JsonValue v = JsonValue::Object();
-      v.Set("job", JsonValue::Str(job_id))
-          .Set("sample", JsonValue::Int(t.sample()))
-          .Set("text", JsonValue::Str(texts[t.sample()]))
-          .Set("tokens", JsonValue::Int(t.tokens()))
-          .Set("finish_reason", JsonValue::Str(t.finish_reason()));
-      std::printf("---\n");
-      v.Print(options.output);
-    } else if (!live) {
-      std::printf("--- sample %d ---\n%s\n", t.sample(), texts[t.sample()].c_str());
-    } else {
-      std::printf("\n");
-    }
+    PrintSampleEnd(job_id, t, texts[t.sample()], live, options.output);
     std::fflush(stdout);
     std::fprintf(stderr, "mtctl: sample %d: %lld tokens, finished by %s\n", t.sample(),
                  static_cast<long long>(t.tokens()), t.finish_reason().c_str());

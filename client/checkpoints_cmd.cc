@@ -70,6 +70,17 @@ void PrintCheckpoint(const mt::v1::Checkpoint& c) {
   if (c.loading_job_ids_size() > 0) {
     std::cout << "loaded by:   " << absl::StrJoin(c.loading_job_ids(), ", ") << "\n";
   }
+  if (c.evaluations_size() > 0) {
+    std::vector<std::vector<std::string>> evals;
+    for (const auto& e : c.evaluations()) {
+      evals.push_back({"  " + e.job_id(), LocalTime(e.time()), absl::StrFormat("%.6f", e.loss()),
+                       absl::StrFormat("%.4f", e.perplexity()), absl::StrCat(e.tokens()),
+                       absl::StrCat(e.data_path(), " (", e.split(), ")")});
+    }
+    std::cout << "evaluations:\n"
+              << FormatTable({"  JOB", "TIME", "LOSS", "PERPLEXITY", "TOKENS", "DATA (SPLIT)"},
+                             evals);
+  }
   std::vector<std::vector<std::string>> rows;
   for (const auto& f : c.files())
     rows.push_back({f.path(), BinaryBytes(f.size_bytes()), f.sha256()});

@@ -185,6 +185,7 @@ int RunDescribe(const std::vector<std::string>& args, const GlobalOptions& optio
                                     : absl::StrCat(t.train_samples(), " samples"))
             << "\n"
             << "progress     " << ProgressLine(j) << "\n";
+  if (j.spec().has_inference()) PrintInferenceTask(j);
   const auto& l = j.layout();
   if (l.world_size() > 0) {
     std::cout << "layout       world " << l.world_size() << " = tp "

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "client/common.h"
+#include "mt/v1/job.pb.h"
 
 namespace mt::client {
 
@@ -44,6 +45,11 @@ int RunPlan(const std::vector<std::string>& args, const GlobalOptions& options);
 // mtctl checkpoints ... (client/checkpoints_cmd.cc).
 int RunCheckpoints(const std::vector<std::string>& args, const GlobalOptions& options);
 int RunValidate(const std::vector<std::string>& args, const GlobalOptions& options);
+// mtctl eval | generate: jobs from a checkpoint (client/inference_cmd.cc).
+int RunEval(const std::vector<std::string>& args, const GlobalOptions& options);
+int RunGenerate(const std::vector<std::string>& args, const GlobalOptions& options);
+// `mtctl describe`'s lines for an eval or generation job: its checkpoint, task and result.
+void PrintInferenceTask(const mt::v1::Job& job);
 
 }  // namespace mt::client
 

@@ -74,6 +74,15 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
                                 const mt::v1::ImportCheckpointRequest* request,
                                 mt::v1::Checkpoint* response) override;
 
+  // Evaluation and generation jobs from a checkpoint (client_inference.cc; they need the
+  // catalog).
+  grpc::Status EvaluateCheckpoint(grpc::ServerContext* context,
+                                  const mt::v1::EvaluateCheckpointRequest* request,
+                                  mt::v1::SubmitJobResponse* response) override;
+  grpc::Status GenerateText(grpc::ServerContext* context,
+                            const mt::v1::GenerateTextRequest* request,
+                            grpc::ServerWriter<mt::v1::GenerateTextResponse>* writer) override;
+
   // Where GetClusterInfo finds the metrics URLs (optional; set before serving).
   void set_metrics(CoordinatorMetrics* metrics) { metrics_ = metrics; }
   // The roots every path of a submitted spec must resolve into (none = not confined; set
@@ -89,6 +98,16 @@ class ClientServiceImpl final : public mt::v1::ClientService::Service {
   // (CheckCheckpointAccess); NOT_FOUND for an unknown checkpoint. Needs the catalog.
   absl::Status CheckOwnCheckpoint(const rpc::Principal& caller, const std::string& checkpoint_id,
                                   absl::string_view method);
+
+  // The spec of an eval or generation job of `checkpoint` (client_inference.cc).
+  absl::StatusOr<mt::v1::JobSpec> InferenceSpecFor(const std::string& checkpoint,
+                                                   mt::v1::InferenceSpec inference,
+                                                   const std::string& name, int32_t priority,
+                                                   mt::v1::DeviceKind device);
+  // Streams a generation job's text until every sample is done (client_inference.cc).
+  grpc::Status StreamGenerated(grpc::ServerContext* context, const std::string& job_id,
+                               int64_t samples, const std::string& caller,
+                               grpc::ServerWriter<mt::v1::GenerateTextResponse>* writer);
 
   CheckpointCatalog* catalog_ = nullptr;
   const rpc::Authenticator* auth_;

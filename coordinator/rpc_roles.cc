@@ -30,6 +30,10 @@ const std::vector<std::pair<absl::string_view, rpc::Access>>& RpcAccessTable() {
       // system (deleting an imported entry removes its files there).
       {"DrainWorker", Access::kAdmin},
       {"ImportCheckpoint", Access::kAdmin},
+      // Evaluation and generation jobs from a checkpoint (`mtctl eval|generate`): jobs, as
+      // SubmitJob's, owned by the caller.
+      {"EvaluateCheckpoint", Access::kSubmit},
+      {"GenerateText", Access::kSubmit},
       // WorkerService: workers and their ranks.
       {"Register", Access::kWorker},
       {"Heartbeat", Access::kWorker},

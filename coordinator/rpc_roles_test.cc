@@ -106,7 +106,7 @@ TEST(RpcRoles, EveryRoleAgainstEveryRpc) {
               grpc::StatusCode::UNAUTHENTICATED)
         << method;
   }
-  // 26 methods x 4 roles; admin everywhere, worker on the worker service only.
+  // 28 methods x 4 roles; admin everywhere, worker on the worker service only.
   EXPECT_EQ(refused + allowed, 4 * static_cast<int>(AllMethods().size()));
   EXPECT_GT(refused, 40);
   (*server)->Shutdown();
@@ -134,6 +134,16 @@ TEST(RpcRoles, HealthStaysOpen) {
       testutil::RawCall(channel, "/mt.v1.ClientService/GetClusterInfo", "").status.error_code(),
       grpc::StatusCode::UNAUTHENTICATED);
   (*server)->Shutdown();
+}
+
+// Evaluation and generation jobs are jobs: a read token cannot start one, a submit token can.
+TEST(RpcRoles, EvalAndGenerateNeedSubmit) {
+  for (const char* method : {"EvaluateCheckpoint", "GenerateText"}) {
+    EXPECT_EQ(RequiredAccess(method), rpc::Access::kSubmit) << method;
+    EXPECT_FALSE(rpc::Allows(rpc::Role::kRead, RequiredAccess(method))) << method;
+    EXPECT_FALSE(rpc::Allows(rpc::Role::kWorker, RequiredAccess(method))) << method;
+    EXPECT_TRUE(rpc::Allows(rpc::Role::kSubmit, RequiredAccess(method))) << method;
+  }
 }
 
 TEST(RpcRoles, AllowsMatrix) {

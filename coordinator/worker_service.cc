@@ -108,7 +108,21 @@ grpc::Status WorkerServiceImpl::ReportRankExit(grpc::ServerContext* context,
   if (absl::Status s = CheckWorker(*context, request->worker_id()); !s.ok()) {
     return rpc::ToGrpcStatus(s);
   }
-  return rpc::ToGrpcStatus(jobs_->OnRankExit(*request));
+  const absl::Status s = jobs_->OnRankExit(*request);
+  if (s.ok() && request->outcome() == mt::v1::RANK_OUTCOME_SUCCEEDED) RecordEvaluation(*request);
+  return rpc::ToGrpcStatus(s);
+}
+
+void WorkerServiceImpl::RecordEvaluation(const mt::v1::RankExitReport& report) {
+  if (catalog_ == nullptr) return;
+  absl::StatusOr<mt::v1::Job> job = jobs_->Get(report.job_id(), /*include_events=*/false);
+  if (!job.ok() || !job->spec().inference().has_eval() ||
+      job->state() != mt::v1::JOB_STATE_SUCCEEDED) {
+    return;
+  }
+  if (absl::Status s = catalog_->RecordEvaluation(*job); !s.ok()) {
+    MT_LOG(WARNING) << "the result of " << job->id() << " is not in the catalog: " << s.message();
+  }
 }
 
 grpc::Status WorkerServiceImpl::RendezvousSet(grpc::ServerContext* context,

@@ -55,6 +55,9 @@ class WorkerServiceImpl final : public mt::v1::WorkerService::Service {
   void set_rank_credentials(const RankCredentials* credentials) { rank_credentials_ = credentials; }
 
  private:
+  // A SUCCEEDED eval job's result onto its checkpoint's catalog entry (outside the job
+  // manager's lock: the catalog asks the job manager about jobs).
+  void RecordEvaluation(const mt::v1::RankExitReport& report);
   // OK when the call carries the current session of `worker_id` (rpc::kWorkerSessionHeader);
   // NOT_FOUND for an unknown worker, PERMISSION_DENIED naming it otherwise.
   absl::Status CheckWorker(const grpc::ServerContext& context, const std::string& worker_id) const;

@@ -16,6 +16,7 @@
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
+#include "common/spec/inference.h"
 #include "common/spec/megatron_flags.h"
 #include "common/spec/spec_internal.h"
 
@@ -62,8 +63,17 @@ const std::set<std::string>& PathFields() {
                                                         "mt.v1.DataSpec.data_cache_path",
                                                         "mt.v1.CheckpointSpec.save_dir",
                                                         "mt.v1.CheckpointSpec.load_dir",
-                                                        "mt.v1.LoggingSpec.tensorboard_dir"};
+                                                        "mt.v1.LoggingSpec.tensorboard_dir",
+                                                        "mt.v1.InferenceSpec.checkpoint_dir",
+                                                        "mt.v1.EvalTask.data_path"};
   return *fields;
+}
+
+// Text a user writes, not a name or a path (a generation job's prompt and stop text): any UTF-8
+// without NUL, its size bounded by common/spec/inference.h; never run, so shell syntax is fine.
+bool IsFreeText(const FieldDescriptor* f) {
+  return f->full_name() == "mt.v1.GenerateTask.prompt" ||
+         f->full_name() == "mt.v1.GenerateTask.stop";
 }
 
 // "model.num_layers (--num-layers)" when the field has a Megatron flag.
@@ -786,12 +796,14 @@ void CheckAllFields(const Message& message, const std::string& prefix, Checker* 
             c->Path(value, at);
           } else if (value.find('\0') != std::string::npos) {
             c->Add(StrCat(at, " contains a NUL byte"));
-          } else if (value.size() > kMaxStringBytes) {
+          } else if (value.size() > kMaxStringBytes && !IsFreeText(f)) {
             c->Add(StrCat(at, " is ", value.size(), " bytes, over the limit of ", kMaxStringBytes));
           }
           if (!internal::IsValidUtf8(value)) {
-            c->Add(StrCat(at, " (", Quote(value), ") is not valid UTF-8"));
+            c->Add(IsFreeText(f) ? StrCat(at, " is not valid UTF-8")
+                                 : StrCat(at, " (", Quote(value), ") is not valid UTF-8"));
           }
+          if (IsFreeText(f)) break;
           if (const std::string meta = internal::FindShellMetacharacters(value); !meta.empty()) {
             c->Add(StrCat(at, " (", Quote(value), ") contains the shell metacharacter ",
                           Quote(meta),
@@ -923,6 +935,7 @@ std::vector<std::string> ListSpecProblems(const mt::v1::JobSpec& spec) {
   CheckCheckpoint(spec, &c);
   CheckRest(spec, &c);
   CheckAllFields(spec, "", &c);
+  for (std::string& problem : ListInferenceProblems(spec)) c.Add(std::move(problem));
   return c.Take();
 }
 

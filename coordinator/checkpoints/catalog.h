@@ -44,6 +44,7 @@
 #include "common/base/clock.h"
 #include "common/base/confine.h"
 #include "coordinator/store/store.h"
+#include "mt/v1/checkpoint.pb.h"
 #include "mt/v1/client_service.pb.h"
 #include "mt/v1/worker_service.pb.h"
 
@@ -94,6 +95,23 @@ class CheckpointCatalog {
   absl::StatusOr<mt::v1::ExportCheckpointResponse> Export(
       const mt::v1::ExportCheckpointRequest& request);
   absl::StatusOr<mt::v1::Checkpoint> Import(const mt::v1::ImportCheckpointRequest& request);
+
+  // --- Evaluation and generation jobs (catalog_inference.cc) ------------------------------
+  // What an eval or generation job loads for `checkpoint` (`mtctl eval|generate CHECKPOINT`):
+  // a catalog id (NOT_FOUND naming it; FAILED_PRECONDITION unless COMPLETE or VERIFIED), or an
+  // absolute directory inside the allowed roots: a checkpoint, or a save directory's latest
+  // good one (NOT_FOUND when it holds none). No file is hashed here (the rank verifies).
+  struct LoadTarget {
+    std::string checkpoint_id;  // empty when the directory is not in the catalog
+    std::string directory;
+    mt::v1::CheckpointManifest manifest;
+  };
+  absl::StatusOr<LoadTarget> ResolveForLoad(const std::string& checkpoint);
+  // Appends the result of a SUCCEEDED eval job (Job.progress) to its checkpoint's
+  // `evaluations` (the newest kMaxEvaluations kept). OK and nothing written when the
+  // checkpoint is not in the catalog.
+  absl::Status RecordEvaluation(const mt::v1::Job& job);
+  static constexpr int kMaxEvaluations = 32;
 
  private:
   CheckpointCatalog(Store* store, CheckpointJobs* jobs, const Clock* clock, AllowedRoots roots)

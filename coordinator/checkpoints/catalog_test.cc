@@ -546,3 +546,72 @@ TEST_F(CatalogTest, ImportAndExportStayInsideTheAllowedRoots) {
 
 }  // namespace
 }  // namespace mt::coordinator
+
+namespace mt::coordinator {
+namespace {
+
+// What eval and generation jobs load (catalog_inference.cc): an id or a directory, and the
+// result of an eval job on the entry.
+TEST_F(CatalogTest, ResolvesLoadTargetsAndRecordsEvaluations) {
+  const std::string save = dir_ + "/ckpt";
+  jobs_.Add("j-1", save);
+  const mt::v1::Checkpoint c = Save("j-1", 4, 2.5);
+  MT_ASSERT_OK_AND_ASSIGN(CheckpointCatalog::LoadTarget by_id, catalog_->ResolveForLoad(c.id()));
+  EXPECT_EQ(by_id.checkpoint_id, c.id());
+  EXPECT_EQ(by_id.directory, c.directory());
+  EXPECT_EQ(by_id.manifest.step(), 4);
+  // A save directory names its latest checkpoint, which the catalog knows.
+  MT_ASSERT_OK_AND_ASSIGN(CheckpointCatalog::LoadTarget by_dir, catalog_->ResolveForLoad(save));
+  EXPECT_EQ(by_dir.checkpoint_id, c.id());
+  EXPECT_EQ(by_dir.directory, c.directory());
+  EXPECT_THAT(catalog_->ResolveForLoad("c-99"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(catalog_->ResolveForLoad(dir_ + "/none"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(catalog_->ResolveForLoad("relative/dir"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(catalog_->ResolveForLoad(""), StatusIs(absl::StatusCode::kInvalidArgument));
+
+  mt::v1::Job eval;
+  eval.set_id("j-2");
+  eval.set_state(mt::v1::JOB_STATE_SUCCEEDED);
+  *eval.mutable_end_time() = TimeUtil::SecondsToTimestamp(6000);
+  mt::v1::InferenceSpec* inference = eval.mutable_spec()->mutable_inference();
+  inference->set_checkpoint_id(c.id());
+  inference->set_checkpoint_dir(c.directory());
+  inference->mutable_eval()->set_data_path("/data/valid");
+  inference->mutable_eval()->set_split("0,1,0");
+  eval.mutable_progress()->set_validation_loss(3.25);
+  eval.mutable_progress()->set_validation_perplexity(25.79);
+  eval.mutable_progress()->set_evaluated_tokens(96);
+  ASSERT_TRUE(catalog_->RecordEvaluation(eval).ok());
+  ASSERT_TRUE(catalog_->RecordEvaluation(eval).ok());  // once per job
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Checkpoint got, catalog_->Get(c.id()));
+  ASSERT_EQ(got.evaluations_size(), 1);
+  EXPECT_EQ(got.evaluations(0).job_id(), "j-2");
+  EXPECT_EQ(got.evaluations(0).time().seconds(), 6000);
+  EXPECT_EQ(got.evaluations(0).data_path(), "/data/valid");
+  EXPECT_EQ(got.evaluations(0).split(), "0,1,0");
+  EXPECT_DOUBLE_EQ(got.evaluations(0).loss(), 3.25);
+  EXPECT_DOUBLE_EQ(got.evaluations(0).perplexity(), 25.79);
+  EXPECT_EQ(got.evaluations(0).tokens(), 96);
+  // By directory when the id was not given; the newest kMaxEvaluations kept.
+  inference->clear_checkpoint_id();
+  for (int i = 3; i < 3 + CheckpointCatalog::kMaxEvaluations; ++i) {
+    eval.set_id(absl::StrCat("j-", i));
+    ASSERT_TRUE(catalog_->RecordEvaluation(eval).ok());
+  }
+  MT_ASSERT_OK_AND_ASSIGN(got, catalog_->Get(c.id()));
+  ASSERT_EQ(got.evaluations_size(), CheckpointCatalog::kMaxEvaluations);
+  EXPECT_EQ(got.evaluations(0).job_id(), "j-3");
+  // A checkpoint the catalog does not hold: nothing to record, no error.
+  inference->set_checkpoint_dir(dir_ + "/elsewhere");
+  EXPECT_TRUE(catalog_->RecordEvaluation(eval).ok());
+  // A deleted checkpoint does not load.
+  const mt::v1::Checkpoint c8 = Save("j-1", 8, 2.0);
+  jobs_.jobs["j-1"].set_state(mt::v1::JOB_STATE_SUCCEEDED);
+  ASSERT_TRUE(catalog_->Delete(c.id()).ok());
+  EXPECT_THAT(catalog_->ResolveForLoad(c.id()), StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_TRUE(catalog_->ResolveForLoad(c8.id()).ok());
+}
+
+}  // namespace
+}  // namespace mt::coordinator

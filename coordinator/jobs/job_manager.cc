@@ -615,6 +615,8 @@ absl::Status JobManager::OnRankReport(const mt::v1::RankReport& report) {
   absl::MutexLock lock(&mu_);
   MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(report.job_id()));
   mt::v1::Job& job = entry->job;
+  // Text may come after the rank's exit report has ended the job (another call): kept then too.
+  if (report.has_generated()) AppendGenerated(entry, report);
   if (report.attempt() != job.attempt() || IsTerminal(job.state())) return absl::OkStatus();
   if (report.rank() < 0 || report.rank() >= static_cast<int>(entry->ranks.size())) {
     return absl::InvalidArgumentError(

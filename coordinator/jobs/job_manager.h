@@ -189,6 +189,23 @@ class JobManager : private PlacementTarget {
   // it) since the coordinator started.
   int64_t CheckpointSaveFailures();
 
+  // --- Generation jobs (job_manager_generate.cc) ------------------------------------------
+  // The text a generation job's rank reported (RankReport.generated) is kept in memory until
+  // ReleaseGenerated (at most kMaxGeneratedBytes a job; a coordinator restart loses it).
+  // WaitForGenerated blocks until there is text after `cursor` (an index into the job's
+  // messages), the job ended, or `timeout`; it returns the messages from `cursor` on with the
+  // job's state and reason. NOT_FOUND for an unknown job.
+  struct GeneratedSince {
+    std::vector<mt::v1::GeneratedText> texts;
+    mt::v1::JobState state = mt::v1::JOB_STATE_UNSPECIFIED;
+    std::string reason;
+  };
+  absl::StatusOr<GeneratedSince> WaitForGenerated(const std::string& job_id, size_t cursor,
+                                                  absl::Duration timeout);
+  // Drops the job's text; later text is not kept.
+  void ReleaseGenerated(const std::string& job_id);
+  static constexpr int64_t kMaxGeneratedBytes = int64_t{64} << 20;
+
   // One scheduling pass (also run after every submit, exit and registration).
   void Schedule();
   // Wakes every waiter (watchers, mailboxes, rendezvous) so that they return.
@@ -220,6 +237,10 @@ class JobManager : private PlacementTarget {
     // The step of the last failed save counted (-1: none), so that each rank's report of the
     // same failure counts once.
     int64_t failed_save_step = -1;
+    // A generation job's text, until released (job_manager_generate.cc).
+    std::vector<mt::v1::GeneratedText> generated;
+    int64_t generated_bytes = 0;
+    bool generated_released = false;
   };
 
   JobManager(Store* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options)
@@ -287,6 +308,9 @@ class JobManager : private PlacementTarget {
   static std::string StartupHangCause(const JobEntry& entry, const Stall& h);
   // Appends an event to the job's log without a change of state (e.g. a checkpoint skipped).
   absl::Status RecordEvent(JobEntry* entry, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keeps a generation job's text for its stream (job_manager_generate.cc).
+  void AppendGenerated(JobEntry* entry, const mt::v1::RankReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Delete's checks and the store and count updates; the caller erases the entry.
   absl::Status DeleteLocked(JobEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -159,6 +159,36 @@ class RpcTimerFactory : public grpc::experimental::ServerInterceptorFactoryInter
 
 }  // namespace
 
+// The last `mtctl eval` result per job whose checkpoint was evaluated. A collectable of its own
+// so that the families (their TYPE lines) are exposed before the first evaluation too.
+class EvalResults : public prometheus::Collectable {
+ public:
+  void Set(const std::string& job, const mt::v1::Progress& p) {
+    absl::MutexLock lock(&mu_);
+    results_[job] = {p.validation_loss(), p.validation_perplexity(),
+                     static_cast<double>(p.validation_step())};
+  }
+
+  std::vector<MetricFamily> Collect() const override {
+    std::vector<MetricFamily> out = {
+        Gauges("mt_checkpoint_eval_loss",
+               "Loss of the last `mtctl eval` of a checkpoint of the job (the job that saved it)."),
+        Gauges("mt_checkpoint_eval_perplexity",
+               "Perplexity of the last `mtctl eval` of a checkpoint of the job."),
+        Gauges("mt_checkpoint_eval_step",
+               "Step of the checkpoint the last `mtctl eval` of the job evaluated.")};
+    absl::MutexLock lock(&mu_);
+    for (const auto& [job, values] : results_) {
+      for (size_t i = 0; i < out.size(); ++i) AddGauge(&out[i], {{"job", job}}, values[i]);
+    }
+    return out;
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  std::map<std::string, std::array<double, 3>> results_ ABSL_GUARDED_BY(mu_);
+};
+
 std::string GrpcCodeName(int code) {
   static const std::array<const char*, 17> kNames = {"OK",
                                                      "CANCELLED",
@@ -180,7 +210,9 @@ std::string GrpcCodeName(int code) {
   return code >= 0 && code < static_cast<int>(kNames.size()) ? kNames[code] : "UNKNOWN";
 }
 
-CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+CoordinatorMetrics::CoordinatorMetrics()
+    : registry_(std::make_shared<prometheus::Registry>()),
+      eval_results_(std::make_shared<EvalResults>()) {
   prometheus::Registry& r = *registry_;
   prometheus::BuildGauge()
       .Name("mt_coordinator_info")
@@ -211,6 +243,15 @@ CoordinatorMetrics::CoordinatorMetrics() : registry_(std::make_shared<prometheus
                           "Time to serve each RPC, by service, method and status code (for a "
                           "streaming RPC: the stream's lifetime).")
                       .Register(r);
+  eval_tokens_ = &prometheus::BuildCounter()
+                      .Name("mt_checkpoint_eval_tokens_total")
+                      .Help("Tokens evaluated by succeeded `mtctl eval` jobs.")
+                      .Register(r)
+                      .Add({});
+}
+
+std::vector<std::shared_ptr<prometheus::Collectable>> CoordinatorMetrics::collectables() const {
+  return {registry_, eval_results_};
 }
 
 CoordinatorMetrics::~CoordinatorMetrics() {
@@ -249,6 +290,12 @@ void CoordinatorMetrics::ObserveRpc(const std::string& full_method, int code, do
 void CoordinatorMetrics::OnJobTransition(const mt::v1::Job& job, mt::v1::JobState from,
                                          mt::v1::JobState to, absl::Time now) {
   if (to == mt::v1::JOB_STATE_RESTARTING) restarts_->Increment();
+  if (to == mt::v1::JOB_STATE_SUCCEEDED && job.spec().inference().has_eval()) {
+    // Labelled by the job that saved the checkpoint: one series per training job evaluated.
+    const std::string& source = job.spec().inference().checkpoint_job_id();
+    eval_results_->Set(source.empty() ? "imported" : source, job.progress());
+    eval_tokens_->Increment(static_cast<double>(job.progress().evaluated_tokens()));
+  }
   if (to == mt::v1::JOB_STATE_SUCCEEDED || to == mt::v1::JOB_STATE_FAILED ||
       to == mt::v1::JOB_STATE_CANCELLED) {
     finished_->Add({{"state", JobStateLabel(to)}}).Increment();
@@ -273,7 +320,7 @@ absl::Status CoordinatorMetrics::Serve(const metrics::MetricsServerOptions& opti
                                        JobManager* jobs, WorkerRegistry* registry) {
   auto state = std::make_shared<ClusterState>(jobs, registry);
   absl::StatusOr<std::unique_ptr<metrics::MetricsServer>> server =
-      metrics::MetricsServer::Start(options, {registry_, state});
+      metrics::MetricsServer::Start(options, {registry_, eval_results_, state});
   if (!server.ok()) return server.status();
   (*server)->Handle("/sd", [registry] {
     metrics::HttpResponse r;

@@ -2,6 +2,8 @@
 //   - job and worker counts by state, the queue length: read from the job manager and the
 //     worker registry at scrape time (always current, no bookkeeping);
 //   - restarts, finished jobs and scheduling latency: from job state transitions (JobObserver);
+//   - the last `mtctl eval` result per job whose checkpoint was evaluated: from the eval job's
+//     transition to SUCCEEDED (labelled by the training job, like the workers' series);
 //   - RPC latency by service, method and code: a gRPC server interceptor;
 //   - /sd: Prometheus HTTP service discovery of the live workers' metrics endpoints.
 // No label is unbounded: states, methods and codes are fixed sets; nodes are the cluster's.
@@ -34,6 +36,7 @@
 
 namespace mt::coordinator {
 
+class EvalResults;
 class JobManager;
 class WorkerRegistry;
 
@@ -54,6 +57,8 @@ class CoordinatorMetrics : public JobObserver {
   std::string metrics_url();
   std::string sd_url();
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
+  // What /metrics serves besides the cluster state: the registry and the eval results.
+  std::vector<std::shared_ptr<prometheus::Collectable>> collectables() const;
 
   void OnJobTransition(const mt::v1::Job& job, mt::v1::JobState from, mt::v1::JobState to,
                        absl::Time now) override;
@@ -67,6 +72,9 @@ class CoordinatorMetrics : public JobObserver {
   prometheus::Family<prometheus::Counter>* finished_;
   prometheus::Histogram* scheduling_latency_;
   prometheus::Family<prometheus::Histogram>* rpc_seconds_;
+  // `mtctl eval` results, by the job that saved the evaluated checkpoint (coordinator_metrics.cc).
+  std::shared_ptr<EvalResults> eval_results_;
+  prometheus::Counter* eval_tokens_;
 
   absl::Mutex mu_;
   std::unique_ptr<metrics::MetricsServer> server_ ABSL_GUARDED_BY(mu_);

@@ -157,5 +157,40 @@ TEST(CoordinatorMetricsTest, ServesClusterStateAndServiceDiscovery) {
       "127.0.0.1:5555");
 }
 
+// `mtctl eval` results (docs/inference.md): the families are exposed before the first one,
+// then one series per job whose checkpoint was evaluated, from the eval job's success.
+TEST(CoordinatorMetricsTest, EvalResultsByTheJobThatSavedTheCheckpoint) {
+  CoordinatorMetrics m;
+  std::string text = metrics::SerializeMetrics(m.collectables());
+  EXPECT_THAT(text, HasSubstr("# TYPE mt_checkpoint_eval_loss gauge\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mt_checkpoint_eval_perplexity gauge\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE mt_checkpoint_eval_step gauge\n"));
+  EXPECT_THAT(text, Not(HasSubstr("mt_checkpoint_eval_loss{")));
+  mt::v1::Job job;
+  job.set_id("j-9");
+  job.mutable_spec()->mutable_inference()->set_checkpoint_job_id("j-2");
+  job.mutable_spec()->mutable_inference()->mutable_eval()->set_data_path("/d");
+  job.mutable_progress()->set_validation_loss(2.5);
+  job.mutable_progress()->set_validation_perplexity(12.25);
+  job.mutable_progress()->set_validation_step(40);
+  job.mutable_progress()->set_evaluated_tokens(96);
+  m.OnJobTransition(job, mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_FAILED, absl::Now());
+  EXPECT_THAT(metrics::SerializeMetrics(m.collectables()),
+              Not(HasSubstr("mt_checkpoint_eval_loss{")));
+  m.OnJobTransition(job, mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED, absl::Now());
+  text = metrics::SerializeMetrics(m.collectables());
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_loss{job=\"j-2\"} 2.5\n"));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_perplexity{job=\"j-2\"} 12.25\n"));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_step{job=\"j-2\"} 40\n"));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_tokens_total 96\n"));
+  // A training job's success adds nothing.
+  mt::v1::Job training;
+  training.set_id("j-2");
+  training.mutable_progress()->set_validation_loss(1.0);
+  m.OnJobTransition(training, mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED, absl::Now());
+  EXPECT_THAT(metrics::SerializeMetrics(m.collectables()),
+              HasSubstr("mt_checkpoint_eval_loss{job=\"j-2\"} 2.5\n"));
+}
+
 }  // namespace
 }  // namespace mt::coordinator

@@ -431,10 +431,10 @@ void Agent::ForwardReport(const mt::v1::RankReport& report) {
   }
   absl::MutexLock lock(&report_mu_);
   if (registered && FlushUndelivered() && WriteReport(report)) return;
-  // Saves and loads are the coordinator's catalog: kept until it is back. Progress is best
-  // effort; the next report supersedes it.
+  // Saves and loads are the coordinator's catalog, generated text is a client's answer: kept
+  // until it is back. Progress is best effort; the next report supersedes it.
   if (!report.has_checkpoint() && !report.has_checkpoint_load() &&
-      !report.has_checkpoint_save_failure()) {
+      !report.has_checkpoint_save_failure() && !report.has_generated()) {
     return;
   }
   if (undelivered_.size() >= kMaxUndelivered) {

@@ -31,7 +31,8 @@ absl::Status CheckBatch(const engine::TokenBatch& batch, const model::GptConfig&
 }
 
 absl::StatusOr<EvalResult> EvaluateImpl(model::GptModel& gpt, engine::BatchSource& source,
-                                        int64_t rows, int64_t batches) {
+                                        int64_t rows, int64_t batches,
+                                        const std::function<void(int64_t)>& on_batch) {
   const auto start = std::chrono::steady_clock::now();
   torch::NoGradGuard no_grad;
   const torch::Device device = gpt.output_weight().device();
@@ -48,6 +49,7 @@ absl::StatusOr<EvalResult> EvaluateImpl(model::GptModel& gpt, engine::BatchSourc
     loss_sum = i == 0 ? loss : loss_sum + loss;
     ++out.batches;
     out.tokens += batch->rows * (batch->cols - 1);
+    if (on_batch) on_batch(out.batches);
   }
   if (out.batches == 0) return absl::OutOfRangeError("evaluation: no batch to evaluate");
   out.loss = loss_sum.item<double>() / static_cast<double>(out.batches);
@@ -59,7 +61,8 @@ absl::StatusOr<EvalResult> EvaluateImpl(model::GptModel& gpt, engine::BatchSourc
 }  // namespace
 
 absl::StatusOr<EvalResult> EvaluateLoss(model::GptModel& gpt, engine::BatchSource& source,
-                                        int64_t micro_batch_size, int64_t batches) {
+                                        int64_t micro_batch_size, int64_t batches,
+                                        const std::function<void(int64_t)>& on_batch) {
   if (micro_batch_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("--micro-batch-size ", micro_batch_size, ": want an integer >= 1"));
@@ -68,7 +71,7 @@ absl::StatusOr<EvalResult> EvaluateLoss(model::GptModel& gpt, engine::BatchSourc
   gpt.eval();
   absl::StatusOr<EvalResult> out;
   try {
-    out = EvaluateImpl(gpt, source, micro_batch_size, batches);
+    out = EvaluateImpl(gpt, source, micro_batch_size, batches, on_batch);
   } catch (const c10::Error& e) {
     out = absl::InternalError(absl::StrCat("evaluation: ", e.what_without_backtrace()));
   }

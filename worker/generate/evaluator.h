@@ -8,6 +8,7 @@
 #define MT_WORKER_GENERATE_EVALUATOR_H_
 
 #include <cstdint>
+#include <functional>
 
 #include "absl/status/statusor.h"
 #include "worker/engine/batch_source.h"
@@ -29,9 +30,11 @@ struct EvalResult {
 // `batches` micro-batches of `micro_batch_size` samples from `source`; batches < 0 = until the
 // source answers OUT_OF_RANGE (it ran out). Errors: a sample longer than the model's positions
 // or a token outside its vocabulary (INVALID_ARGUMENT), the source's errors, no batch at all
-// (OUT_OF_RANGE), LibTorch errors as INTERNAL.
+// (OUT_OF_RANGE), LibTorch errors as INTERNAL. `on_batch` (optional) hears the number of
+// micro-batches done after each one (a rank of an eval job beacons its progress with it).
 absl::StatusOr<EvalResult> EvaluateLoss(model::GptModel& gpt, engine::BatchSource& source,
-                                        int64_t micro_batch_size, int64_t batches);
+                                        int64_t micro_batch_size, int64_t batches,
+                                        const std::function<void(int64_t)>& on_batch = {});
 
 }  // namespace mt::generate
 

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <limits>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -36,6 +37,13 @@ int Fail(int code, const absl::Status& s) {
   std::fprintf(stderr, "mt-worker eval: %s\n", std::string(s.message()).c_str());
   if (code == kExitUsage && absl::IsInvalidArgument(s)) std::fputs(kUsage, stderr);
   return code;
+}
+
+const std::set<std::string>& ValueFlags() {
+  static const auto* flags = new std::set<std::string>{
+      "--data-path", "--split",  "--eval-iters", "--micro-batch-size", "--context-length",
+      "--seed",      "--device", "--dtype",      "--attention",        "-o"};
+  return *flags;
 }
 
 struct EvalPlan {
@@ -74,26 +82,6 @@ absl::StatusOr<EvalPlan> PlanFrom(const CommandArgs& args, const generate::Infer
   return p;
 }
 
-// The result on stdout: key=value, or one JSON object.
-void PrintResult(bool json, const generate::InferenceModel& loaded, const EvalPlan& plan,
-                 bool same_samples, const generate::EvalResult& r) {
-  const long long step = loaded.manifest.step();
-  if (json) {
-    std::printf(
-        "{\"checkpoint\":%s,\"step\":%lld,\"loss\":%.6f,\"perplexity\":%.6f,\"tokens\":%lld,"
-        "\"micro_batches\":%lld,\"micro_batch_size\":%lld,\"context_length\":%lld,"
-        "\"same_samples_as_training\":%s,\"seconds\":%.3f}\n",
-        JsonQuote(loaded.dir).c_str(), step, r.loss, r.perplexity, static_cast<long long>(r.tokens),
-        static_cast<long long>(r.batches), static_cast<long long>(plan.micro_batch),
-        static_cast<long long>(plan.context), same_samples ? "true" : "false", r.seconds);
-  } else {
-    std::printf(
-        "checkpoint=%s step=%lld loss=%.6f perplexity=%.4f tokens=%lld micro_batches=%lld\n",
-        loaded.dir.c_str(), step, r.loss, r.perplexity, static_cast<long long>(r.tokens),
-        static_cast<long long>(r.batches));
-  }
-}
-
 engine::EvalDataRequest RequestFor(const EvalPlan& plan, const mt::v1::JobSpec& training) {
   engine::EvalDataRequest request;
   request.prefix = plan.prefix;
@@ -110,39 +98,67 @@ engine::EvalDataRequest RequestFor(const EvalPlan& plan, const mt::v1::JobSpec& 
 
 const char* EvalCommandUsage() { return kUsage; }
 
+absl::StatusOr<EvalRun> EvaluateFromArgs(const std::vector<std::string>& argv,
+                                         const std::function<void(int64_t)>& on_batch,
+                                         bool* usage_error) {
+  *usage_error = true;
+  MT_ASSIGN_OR_RETURN(CommandArgs args, ParseCommandArgs(argv, ValueFlags(), {"--all"}));
+  if (args.positional.size() != 1) return absl::InvalidArgumentError("give one CHECKPOINT");
+  MT_RETURN_IF_ERROR(OutputFormatFrom(args).status());
+  if (!args.Has("--data-path")) {
+    return absl::InvalidArgumentError("--data-path PREFIX is required");
+  }
+  EvalRun run;
+  MT_ASSIGN_OR_RETURN(run.loaded,
+                      generate::LoadInferenceModel(args.positional[0], InferenceOptionsFrom(args)));
+  MT_ASSIGN_OR_RETURN(EvalPlan plan, PlanFrom(args, run.loaded));
+  MT_ASSIGN_OR_RETURN(engine::EvalData data,
+                      engine::EvaluationDataSource(RequestFor(plan, run.loaded.manifest.spec())));
+  run.micro_batch_size = plan.micro_batch;
+  run.context_length = plan.context;
+  run.same_samples_as_training = data.same_samples_as_training;
+  absl::StatusOr<generate::EvalResult> r =
+      generate::EvaluateLoss(*run.loaded.model, *data.source, plan.micro_batch,
+                             plan.iters > 0 ? plan.iters : -1, on_batch);
+  if (!r.ok()) {
+    *usage_error = absl::IsInvalidArgument(r.status());
+    return r.status();
+  }
+  run.result = *r;
+  *usage_error = false;
+  return run;
+}
+
+std::string EvalRunJson(const EvalRun& run) {
+  const generate::EvalResult& r = run.result;
+  return absl::StrFormat(
+      "{\"checkpoint\":%s,\"step\":%d,\"loss\":%.6f,\"perplexity\":%.6f,\"tokens\":%d,"
+      "\"micro_batches\":%d,\"micro_batch_size\":%d,\"context_length\":%d,"
+      "\"same_samples_as_training\":%s,\"seconds\":%.3f}",
+      JsonQuote(run.loaded.dir), run.loaded.manifest.step(), r.loss, r.perplexity, r.tokens,
+      r.batches, run.micro_batch_size, run.context_length,
+      run.same_samples_as_training ? "true" : "false", r.seconds);
+}
+
 int RunEvalCommand(const std::vector<std::string>& argv) {
-  absl::StatusOr<CommandArgs> args =
-      ParseCommandArgs(argv,
-                       {"--data-path", "--split", "--eval-iters", "--micro-batch-size",
-                        "--context-length", "--seed", "--device", "--dtype", "--attention", "-o"},
-                       {"--all"});
+  absl::StatusOr<CommandArgs> args = ParseCommandArgs(argv, ValueFlags(), {"--all"});
   if (!args.ok()) return Fail(kExitUsage, args.status());
   if (args->switches.count("--help") > 0) {
     std::fputs(kUsage, stdout);
     return kExitOk;
   }
-  if (args->positional.size() != 1) {
-    return Fail(kExitUsage, absl::InvalidArgumentError("give one CHECKPOINT"));
+  bool usage_error = false;
+  absl::StatusOr<EvalRun> run = EvaluateFromArgs(argv, {}, &usage_error);
+  if (!run.ok()) return Fail(usage_error ? kExitUsage : kExitFailed, run.status());
+  const generate::EvalResult& r = run->result;
+  if (*OutputFormatFrom(*args) == "json") {
+    std::printf("%s\n", EvalRunJson(*run).c_str());
+  } else {
+    std::printf(
+        "checkpoint=%s step=%lld loss=%.6f perplexity=%.4f tokens=%lld micro_batches=%lld\n",
+        run->loaded.dir.c_str(), static_cast<long long>(run->loaded.manifest.step()), r.loss,
+        r.perplexity, static_cast<long long>(r.tokens), static_cast<long long>(r.batches));
   }
-  absl::StatusOr<std::string> format = OutputFormatFrom(*args);
-  if (!format.ok()) return Fail(kExitUsage, format.status());
-  if (!args->Has("--data-path")) {
-    return Fail(kExitUsage, absl::InvalidArgumentError("--data-path PREFIX is required"));
-  }
-  absl::StatusOr<generate::InferenceModel> loaded =
-      generate::LoadInferenceModel(args->positional[0], InferenceOptionsFrom(*args));
-  if (!loaded.ok()) return Fail(kExitUsage, loaded.status());
-  absl::StatusOr<EvalPlan> plan = PlanFrom(*args, *loaded);
-  if (!plan.ok()) return Fail(kExitUsage, plan.status());
-  absl::StatusOr<engine::EvalData> data =
-      engine::EvaluationDataSource(RequestFor(*plan, loaded->manifest.spec()));
-  if (!data.ok()) return Fail(kExitUsage, data.status());
-  absl::StatusOr<generate::EvalResult> r = generate::EvaluateLoss(
-      *loaded->model, *data->source, plan->micro_batch, plan->iters > 0 ? plan->iters : -1);
-  if (!r.ok()) {
-    return Fail(absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitFailed, r.status());
-  }
-  PrintResult(*format == "json", *loaded, *plan, data->same_samples_as_training, *r);
   return kExitOk;
 }
 

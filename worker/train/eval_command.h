@@ -19,14 +19,39 @@
 #ifndef MT_WORKER_TRAIN_EVAL_COMMAND_H_
 #define MT_WORKER_TRAIN_EVAL_COMMAND_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/generate/evaluator.h"
+#include "worker/generate/inference_model.h"
 
 namespace mt::train {
 
 // `args` are the arguments after "eval".
 int RunEvalCommand(const std::vector<std::string>& args);
 const char* EvalCommandUsage();
+
+// What one evaluation computed, and on what.
+struct EvalRun {
+  generate::InferenceModel loaded;
+  int64_t micro_batch_size = 0;
+  int64_t context_length = 0;
+  bool same_samples_as_training = false;
+  generate::EvalResult result;
+};
+
+// The evaluation of `mt-worker eval ARGS` (args after "eval", without --help), also run by the
+// rank of an eval job (inference_rank.h) so that both compute the same numbers. `on_batch` as
+// generate::EvaluateLoss's. Errors name the flag; *usage_error says whether the input was at
+// fault (exit code 2) rather than the evaluation (1).
+absl::StatusOr<EvalRun> EvaluateFromArgs(const std::vector<std::string>& args,
+                                         const std::function<void(int64_t)>& on_batch,
+                                         bool* usage_error);
+// The result as `mt-worker eval -o json` prints it (one line, no newline).
+std::string EvalRunJson(const EvalRun& run);
 
 }  // namespace mt::train
 

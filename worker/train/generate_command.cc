@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <limits>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "absl/status/status.h"
@@ -129,6 +130,16 @@ void PrintText(const generate::GenerateResult& r, bool streamed) {
                static_cast<long long>(r.generated_tokens), r.prefill_seconds, r.decode_seconds);
 }
 
+const std::set<std::string>& ValueFlags() {
+  static const auto* flags =
+      new std::set<std::string>{"--prompt",      "--prompt-file", "--max-new-tokens",
+                                "--temperature", "--top-k",       "--top-p",
+                                "--seed",        "--stop",        "-n",
+                                "--device",      "--dtype",       "--attention",
+                                "--vocab-file",  "--merge-file",  "-o"};
+  return *flags;
+}
+
 int Fail(int code, const absl::Status& s) {
   std::fprintf(stderr, "mt-worker generate: %s\n", std::string(s.message()).c_str());
   if (code == kExitUsage && absl::IsInvalidArgument(s)) std::fputs(kUsage, stderr);
@@ -139,37 +150,47 @@ int Fail(int code, const absl::Status& s) {
 
 const char* GenerateCommandUsage() { return kUsage; }
 
+absl::StatusOr<GenerateRun> GenerateFromArgs(const std::vector<std::string>& argv,
+                                             const generate::TextCallback& on_text,
+                                             bool* usage_error) {
+  *usage_error = true;
+  MT_ASSIGN_OR_RETURN(CommandArgs args, ParseCommandArgs(argv, ValueFlags(), {}));
+  if (args.positional.size() != 1) return absl::InvalidArgumentError("give one CHECKPOINT");
+  MT_RETURN_IF_ERROR(OutputFormatFrom(args).status());
+  MT_ASSIGN_OR_RETURN(std::string prompt, PromptFrom(args));
+  // The sampling flags are checked before the (slow) load.
+  MT_RETURN_IF_ERROR(OptionsFrom(args, -1).status());
+  GenerateRun run;
+  MT_ASSIGN_OR_RETURN(run.loaded,
+                      generate::LoadInferenceModel(args.positional[0], InferenceOptionsFrom(args)));
+  MT_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Gpt2BpeTokenizer> tok,
+                      OpenTokenizer(args, run.loaded));
+  const tokenizer::Gpt2BpeTokenizer& t = *tok;
+  MT_ASSIGN_OR_RETURN(generate::GenerateOptions options, OptionsFrom(args, t.eod()));
+  absl::StatusOr<generate::GenerateResult> r = generate::Generate(
+      *run.loaded.model, t.Encode(prompt), options,
+      [&t](absl::Span<const int32_t> tokens) { return t.Decode(tokens); }, on_text);
+  if (!r.ok()) {
+    *usage_error = absl::IsInvalidArgument(r.status());
+    return r.status();
+  }
+  run.result = *std::move(r);
+  *usage_error = false;
+  return run;
+}
+
 int RunGenerateCommand(const std::vector<std::string>& argv) {
-  absl::StatusOr<CommandArgs> args =
-      ParseCommandArgs(argv,
-                       {"--prompt", "--prompt-file", "--max-new-tokens", "--temperature", "--top-k",
-                        "--top-p", "--seed", "--stop", "-n", "--device", "--dtype", "--attention",
-                        "--vocab-file", "--merge-file", "-o"},
-                       {});
+  absl::StatusOr<CommandArgs> args = ParseCommandArgs(argv, ValueFlags(), {});
   if (!args.ok()) return Fail(kExitUsage, args.status());
   if (args->switches.count("--help") > 0) {
     std::fputs(kUsage, stdout);
     return kExitOk;
   }
-  if (args->positional.size() != 1) {
-    return Fail(kExitUsage, absl::InvalidArgumentError("give one CHECKPOINT"));
-  }
   absl::StatusOr<std::string> format = OutputFormatFrom(*args);
   if (!format.ok()) return Fail(kExitUsage, format.status());
-  absl::StatusOr<std::string> prompt = PromptFrom(*args);
-  if (!prompt.ok()) return Fail(kExitUsage, prompt.status());
-  // The sampling flags are checked before the (slow) load.
-  absl::StatusOr<generate::GenerateOptions> probe = OptionsFrom(*args, -1);
-  if (!probe.ok()) return Fail(kExitUsage, probe.status());
-  absl::StatusOr<generate::InferenceModel> loaded =
-      generate::LoadInferenceModel(args->positional[0], InferenceOptionsFrom(*args));
-  if (!loaded.ok()) return Fail(kExitUsage, loaded.status());
-  auto tok = OpenTokenizer(*args, *loaded);
-  if (!tok.ok()) return Fail(kExitUsage, tok.status());
-  const tokenizer::Gpt2BpeTokenizer& t = **tok;
-  absl::StatusOr<generate::GenerateOptions> options = OptionsFrom(*args, t.eod());
-  if (!options.ok()) return Fail(kExitUsage, options.status());
-  const bool stream = *format == "text" && options->num_samples == 1;
+  // One sample streams as it comes (-o text); an -n the generation refuses is reported there.
+  const absl::StatusOr<int64_t> samples = args->Int("-n", 1, 1, 4096);
+  const bool stream = *format == "text" && samples.ok() && *samples == 1;
   generate::TextCallback on_text;
   if (stream) {
     on_text = [](int64_t, absl::string_view text) {
@@ -177,16 +198,13 @@ int RunGenerateCommand(const std::vector<std::string>& argv) {
       std::fflush(stdout);
     };
   }
-  absl::StatusOr<generate::GenerateResult> r = generate::Generate(
-      *loaded->model, t.Encode(*prompt), *options,
-      [&t](absl::Span<const int32_t> tokens) { return t.Decode(tokens); }, on_text);
-  if (!r.ok()) {
-    return Fail(absl::IsInvalidArgument(r.status()) ? kExitUsage : kExitFailed, r.status());
-  }
+  bool usage_error = false;
+  absl::StatusOr<GenerateRun> run = GenerateFromArgs(argv, on_text, &usage_error);
+  if (!run.ok()) return Fail(usage_error ? kExitUsage : kExitFailed, run.status());
   if (*format == "json") {
-    std::printf("%s\n", Json(*loaded, *r).c_str());
+    std::printf("%s\n", Json(run->loaded, run->result).c_str());
   } else {
-    PrintText(*r, stream);
+    PrintText(run->result, stream);
   }
   return kExitOk;
 }

@@ -20,11 +20,28 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "worker/generate/generator.h"
+#include "worker/generate/inference_model.h"
+
 namespace mt::train {
 
 // `args` are the arguments after "generate".
 int RunGenerateCommand(const std::vector<std::string>& args);
 const char* GenerateCommandUsage();
+
+struct GenerateRun {
+  generate::InferenceModel loaded;
+  generate::GenerateResult result;
+};
+
+// The generation of `mt-worker generate ARGS` (args after "generate", without --help), also run
+// by the rank of a generation job (inference_rank.h): `on_text` (optional) hears each sample's
+// text as it is produced. Errors name the flag; *usage_error says whether the input was at
+// fault (exit code 2) rather than the generation (1).
+absl::StatusOr<GenerateRun> GenerateFromArgs(const std::vector<std::string>& args,
+                                             const generate::TextCallback& on_text,
+                                             bool* usage_error);
 
 }  // namespace mt::train
 

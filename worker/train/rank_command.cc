@@ -29,6 +29,7 @@
 #include "worker/parallel/dist.h"
 #include "worker/parallel/rendezvous_client.h"
 #include "worker/report/report_channel.h"
+#include "worker/train/inference_rank.h"
 #include "worker/train/pipe_reporter.h"
 #include "worker/train/session.h"
 
@@ -202,6 +203,7 @@ int RunRankCommand(const std::vector<std::string>& args) {
                << assignment.attempt() << "), world " << layout.world_size();
   // One writer: its copies share the lock that keeps the beacon's frames whole.
   const worker::ReportWriter writer = worker::ReportWriter::FromEnvironment();
+  if (spec.has_inference()) return RunInferenceRank(spec, assignment, writer);
   PipeReporter reporter(writer, spec, assignment);
   reporter.Phase(mt::v1::RANK_PHASE_STARTING);
   worker::ProgressBeacon beacon(writer);

@@ -1,0 +1,179 @@
+#include "common/spec/inference.h"
+
+#include <string>
+#include <vector>
+
+#include "common/spec/validate.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace mt::spec {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+mt::v1::CheckpointManifest TrainedManifest() {
+  mt::v1::CheckpointManifest m;
+  m.set_job_id("j-4");
+  m.set_step(20);
+  mt::v1::JobSpec* s = m.mutable_spec();
+  s->set_name("train");
+  s->mutable_model()->set_num_layers(2);
+  s->mutable_model()->set_seq_length(16);
+  s->mutable_parallel()->set_tensor_model_parallel_size(2);
+  s->mutable_parallel()->set_pipeline_model_parallel_size(2);
+  s->mutable_training()->set_micro_batch_size(2);
+  s->mutable_training()->set_global_batch_size(16);
+  s->mutable_checkpoint()->set_save_dir("/ckpt");
+  s->mutable_logging()->set_tensorboard_dir("/tb");
+  s->mutable_data()->add_data_path()->set_prefix("/train/corpus");
+  m.mutable_model()->set_max_position_embeddings(32);
+  return m;
+}
+
+TEST(InferenceSpecTest, EvalTaskErrorsNameTheFlag) {
+  struct Case {
+    std::string want;
+    void (*edit)(mt::v1::EvalTask*);
+  };
+  const Case cases[] = {
+      {"--data-path PREFIX is required", [](mt::v1::EvalTask* t) { t->clear_data_path(); }},
+      {"--data-path \"rel\" must be absolute",
+       [](mt::v1::EvalTask* t) { t->set_data_path("rel"); }},
+      {"--eval-iters 0: want an integer in [1, ",
+       [](mt::v1::EvalTask* t) { t->set_eval_iters(0); }},
+      {"not both",
+       [](mt::v1::EvalTask* t) {
+         t->set_all(true);
+         t->set_eval_iters(3);
+       }},
+      {"--micro-batch-size -1", [](mt::v1::EvalTask* t) { t->set_micro_batch_size(-1); }},
+      {"--context-length 33: want an integer in [2, 32]",
+       [](mt::v1::EvalTask* t) { t->set_context_length(33); }},
+  };
+  for (const Case& c : cases) {
+    mt::v1::EvalTask t;
+    t.set_data_path("/data/corpus");
+    EXPECT_TRUE(ValidateEvalTask(t, 32).ok());
+    c.edit(&t);
+    const absl::Status s = ValidateEvalTask(t, 32);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << c.want;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+  }
+}
+
+TEST(InferenceSpecTest, GenerateTaskErrorsNameTheFlag) {
+  struct Case {
+    std::string want;
+    void (*edit)(mt::v1::GenerateTask*);
+  };
+  const Case cases[] = {
+      {"--prompt TEXT", [](mt::v1::GenerateTask* t) { t->clear_prompt(); }},
+      {"--prompt: ",
+       [](mt::v1::GenerateTask* t) { t->set_prompt(std::string(kMaxPromptBytes + 1, 'x')); }},
+      {"--max-new-tokens 0", [](mt::v1::GenerateTask* t) { t->set_max_new_tokens(0); }},
+      {"-n 65", [](mt::v1::GenerateTask* t) { t->set_num_samples(65); }},
+      {"--temperature -1", [](mt::v1::GenerateTask* t) { t->set_temperature(-1); }},
+      {"--top-k -3", [](mt::v1::GenerateTask* t) { t->set_top_k(-3); }},
+      {"--top-p 0:", [](mt::v1::GenerateTask* t) { t->set_top_p(0); }},
+      {"--top-p 1.5", [](mt::v1::GenerateTask* t) { t->set_top_p(1.5); }},
+  };
+  for (const Case& c : cases) {
+    mt::v1::GenerateTask t;
+    t.set_prompt("Call me Ishmael.");
+    EXPECT_TRUE(ValidateGenerateTask(t).ok());
+    c.edit(&t);
+    const absl::Status s = ValidateGenerateTask(t);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << c.want;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.want));
+  }
+}
+
+TEST(InferenceSpecTest, EvalJobRunsOneRankOnTheTasksDataAndSavesNothing) {
+  mt::v1::InferenceSpec inference;
+  inference.set_checkpoint_id("c-7");
+  inference.mutable_eval()->set_data_path("/valid/corpus");
+  inference.mutable_eval()->set_eval_iters(6);
+  auto spec = InferenceJobSpec(TrainedManifest(), "/ckpt/iter_0000020", inference, "eval", 5,
+                               mt::v1::DEVICE_KIND_CPU);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->name(), "eval");
+  EXPECT_EQ(spec->priority(), 5);
+  EXPECT_EQ(spec->parallel().tensor_model_parallel_size(), 1);
+  EXPECT_EQ(spec->parallel().pipeline_model_parallel_size(), 1);
+  EXPECT_EQ(spec->parallel().data_parallel_size(), 1);
+  EXPECT_EQ(spec->parallel().world_size(), 1);
+  EXPECT_EQ(spec->training().global_batch_size(), 2);
+  EXPECT_EQ(spec->checkpoint().save_dir(), "");
+  EXPECT_EQ(spec->checkpoint().load_dir(), "/ckpt/iter_0000020");
+  EXPECT_EQ(spec->logging().tensorboard_dir(), "");
+  EXPECT_EQ(spec->restart().max_restarts(), 0);
+  EXPECT_EQ(spec->resources().device(), mt::v1::DEVICE_KIND_CPU);
+  ASSERT_EQ(spec->data().data_path_size(), 1);
+  EXPECT_EQ(spec->data().data_path(0).prefix(), "/valid/corpus");
+  EXPECT_EQ(spec->data().split(), "969,30,1");
+  EXPECT_EQ(spec->inference().checkpoint_id(), "c-7");
+  EXPECT_EQ(spec->inference().checkpoint_dir(), "/ckpt/iter_0000020");
+  EXPECT_EQ(spec->inference().checkpoint_job_id(), "j-4");
+  EXPECT_THAT(ListInferenceProblems(*spec), ::testing::IsEmpty());
+  // What the rank reads is what the coordinator confines: a data path or checkpoint that
+  // differs from the spec's checked fields is refused.
+  mt::v1::JobSpec forged = *spec;
+  forged.mutable_inference()->mutable_eval()->set_data_path("/elsewhere");
+  forged.mutable_inference()->set_checkpoint_dir("/other");
+  forged.mutable_parallel()->set_world_size(2);
+  forged.mutable_checkpoint()->set_save_dir("/save");
+  EXPECT_THAT(
+      ListInferenceProblems(forged),
+      ElementsAre(HasSubstr("one rank"), HasSubstr("saves nothing"),
+                  HasSubstr("inference.checkpoint_dir"), HasSubstr("inference.eval.data_path")));
+
+  EXPECT_THAT(EvalCommandArgs(*spec, {"--device", "cpu"}),
+              ElementsAre("/ckpt/iter_0000020", "--data-path", "/valid/corpus", "--split",
+                          "969,30,1", "--eval-iters", "6", "--device", "cpu", "-o", "json"));
+}
+
+TEST(InferenceSpecTest, GenerateArgsCarryEveryFlagGiven) {
+  mt::v1::InferenceSpec inference;
+  mt::v1::GenerateTask* g = inference.mutable_generate();
+  g->set_prompt("-dash first");
+  g->set_temperature(0);
+  g->set_top_p(0.9);
+  g->set_num_samples(2);
+  g->set_stop("\n\n");
+  auto spec = InferenceJobSpec(TrainedManifest(), "/ckpt/iter_0000020", inference, "generate", 0,
+                               mt::v1::DEVICE_KIND_AUTO);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_THAT(
+      GenerateCommandArgs(*spec, {}),
+      ElementsAre("/ckpt/iter_0000020", "--prompt=-dash first", "--temperature", "0", "--top-p",
+                  "0.90000000000000002", "--stop=\n\n", "-n", "2", "-o", "json"));
+}
+
+// A prompt is text, not a name: shell syntax and newlines are fine there (and only there).
+TEST(InferenceSpecTest, PromptAndStopAreFreeText) {
+  mt::v1::InferenceSpec inference;
+  inference.mutable_generate()->set_prompt("a; b | c > d $(e)\n`f`");
+  inference.mutable_generate()->set_stop("\n;");
+  auto spec = InferenceJobSpec(TrainedManifest(), "/ckpt/iter_0000020", inference, "generate", 0,
+                               mt::v1::DEVICE_KIND_AUTO);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  for (const std::string& problem : ListSpecProblems(*spec)) {
+    EXPECT_THAT(problem, ::testing::Not(HasSubstr("inference.generate"))) << problem;
+  }
+  spec->set_name("bad;name");
+  EXPECT_THAT(ListSpecProblems(*spec), ::testing::Contains(HasSubstr("name")));
+}
+
+TEST(InferenceSpecTest, ACheckpointWithoutASpecIsRefused) {
+  mt::v1::CheckpointManifest m;
+  mt::v1::InferenceSpec inference;
+  inference.mutable_generate()->set_prompt("a");
+  auto spec = InferenceJobSpec(m, "/hf", inference, "generate", 0, mt::v1::DEVICE_KIND_AUTO);
+  EXPECT_TRUE(absl::IsFailedPrecondition(spec.status()));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("mt-worker eval|generate"));
+}
+
+}  // namespace
+}  // namespace mt::spec

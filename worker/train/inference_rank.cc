@@ -1,0 +1,115 @@
+#include "worker/train/inference_rank.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/base/logging.h"
+#include "common/spec/inference.h"
+#include "worker/engine/trainer.h"
+#include "worker/report/progress_beacon.h"
+#include "worker/train/eval_command.h"
+#include "worker/train/generate_command.h"
+
+namespace mt::train {
+namespace {
+
+int Fail(const absl::Status& status, const char* what) {
+  // The daemon puts the log's last line into the job's failure reason: make it the cause.
+  std::fprintf(stderr, "mt-train: %s: %s\n", what, std::string(status.message()).c_str());
+  std::fflush(stderr);
+  return 1;
+}
+
+void Send(worker::ReportWriter writer, const mt::v1::RankReport& report) {
+  if (absl::Status s = writer.Write(report); !s.ok()) {
+    MT_LOG(WARNING) << "report not sent: " << s.message();
+  }
+}
+
+int RunEval(const mt::v1::JobSpec& spec, const std::vector<std::string>& device,
+            const worker::ReportWriter& writer, worker::ProgressBeacon& beacon) {
+  bool usage_error = false;
+  absl::StatusOr<EvalRun> run = EvaluateFromArgs(
+      spec::EvalCommandArgs(spec, device),
+      [&beacon](int64_t batches) { beacon.Set(mt::v1::RANK_ACTIVITY_EVAL, batches); },
+      &usage_error);
+  if (!run.ok()) return Fail(run.status(), "evaluation");
+  MT_LOG(INFO) << "evaluated: " << EvalRunJson(*run);
+  mt::v1::RankReport report;
+  report.set_phase(mt::v1::RANK_PHASE_EVALUATING);
+  mt::v1::Progress* p = report.mutable_progress();
+  p->set_step(run->loaded.manifest.step());
+  p->set_validation_step(run->loaded.manifest.step());
+  p->set_validation_loss(run->result.loss);
+  p->set_validation_perplexity(run->result.perplexity);
+  p->set_evaluated_tokens(run->result.tokens);
+  Send(writer, report);
+  return 0;
+}
+
+int RunGenerate(const mt::v1::JobSpec& spec, const std::vector<std::string>& device,
+                const worker::ReportWriter& writer, worker::ProgressBeacon& beacon) {
+  int64_t pieces = 0;
+  auto on_text = [&](int64_t sample, absl::string_view text) {
+    beacon.Set(mt::v1::RANK_ACTIVITY_EVAL, ++pieces);
+    if (text.empty()) return;
+    mt::v1::RankReport report;
+    report.mutable_generated()->set_sample(static_cast<int32_t>(sample));
+    report.mutable_generated()->set_text(std::string(text));
+    Send(writer, report);
+  };
+  bool usage_error = false;
+  absl::StatusOr<GenerateRun> run =
+      GenerateFromArgs(spec::GenerateCommandArgs(spec, device), on_text, &usage_error);
+  if (!run.ok()) return Fail(run.status(), "generation");
+  const generate::GenerateResult& r = run->result;
+  for (size_t i = 0; i < r.samples.size(); ++i) {
+    mt::v1::RankReport report;
+    mt::v1::GeneratedText* g = report.mutable_generated();
+    g->set_sample(static_cast<int32_t>(i));
+    g->set_done(true);
+    g->set_finish_reason(r.samples[i].finish_reason);
+    g->set_tokens(static_cast<int64_t>(r.samples[i].tokens.size()));
+    Send(writer, report);
+  }
+  MT_LOG(INFO) << "generated " << r.samples.size() << " sample(s), " << r.prompt_tokens
+               << " prompt tokens, " << r.generated_tokens << " generated, first token "
+               << r.prefill_seconds << " s, decode " << r.decode_seconds << " s";
+  return 0;
+}
+
+}  // namespace
+
+int RunInferenceRank(const mt::v1::JobSpec& spec, const mt::v1::Assignment& assignment,
+                     const worker::ReportWriter& writer) {
+  MT_LOG(INFO) << (spec.inference().has_eval() ? "evaluating " : "generating from ")
+               << spec.inference().checkpoint_dir() << " for " << assignment.job_id();
+  // Nothing here to stop gracefully: a stop order (a cancel, the stream's client gone) ends the
+  // process at once instead of after the stop grace.
+  std::signal(SIGTERM, SIG_DFL);
+  std::signal(SIGINT, SIG_DFL);
+  worker::ProgressBeacon beacon(writer);
+  mt::v1::RankReport started;
+  started.set_phase(mt::v1::RANK_PHASE_EVALUATING);
+  Send(writer, started);
+  beacon.Set(mt::v1::RANK_ACTIVITY_LOAD, 0);
+  // The daemon's share of the CPU for a CPU rank, as a training rank takes it.
+  if (const char* threads = std::getenv("MT_CPU_THREADS");
+      assignment.gpu_index() < 0 && threads != nullptr && std::atoi(threads) > 0) {
+    engine::SetCpuThreads(std::atoi(threads));
+  }
+  // The daemon sets CUDA_VISIBLE_DEVICES to the rank's GPU: it is device 0 here.
+  const std::vector<std::string> device = {"--device",
+                                           assignment.gpu_index() >= 0 ? "cuda:0" : "cpu"};
+  if (spec.inference().has_eval()) return RunEval(spec, device, writer, beacon);
+  if (spec.inference().has_generate()) return RunGenerate(spec, device, writer, beacon);
+  return Fail(absl::InvalidArgumentError("the inference spec names no task"), "the assignment");
+}
+
+}  // namespace mt::train

@@ -179,6 +179,11 @@ void Server::SweepLoop() {
     if (++passes % 20 == 0) {
       const int n = jobs_->PruneEnded(config_.keep_ended_jobs, config_.ended_job_ttl);
       if (n > 0) MT_LOG(INFO) << "retention deleted " << n << " ended jobs";
+      // Saves left WRITING by a job that ended or moved on (catalog.h).
+      if (catalog_ != nullptr) {
+        const int settled = catalog_->ResolveStaleWriting();
+        if (settled > 0) MT_LOG(INFO) << "settled " << settled << " WRITING checkpoints";
+      }
     }
   }
 }

@@ -6,11 +6,11 @@
 //
 // Why not the step's time less every collective span (the measurement before, issue 19): the
 // DP gradient buckets are asynchronous; their spans run from the bucket's launch during the
-// last backward to the wait in the optimizer, so they also cover the backward compute after
-// the launch, on every rank. Subtracting them under-counted both ranks by that compute and a
-// rank 1.55x as slow read 2.6x. The DP wait (where a fast rank waits for a straggler) falls in
-// the optimizer phase, which is left out with the update's own compute (the same on every
-// rank); data waits, evaluation, saves and the stop vote are left out too.
+// last backward to the wait in the optimizer, so with overlapped reduction and several buckets
+// they also cover backward compute, on every rank, and subtracting them under-counts it (more
+// so on fast ranks, inflating a straggler's ratio). The DP wait (where a fast rank waits for a
+// straggler) falls in the optimizer phase, which is left out with the update's own compute
+// (the same on every rank); data waits, evaluation, saves and the stop vote are left out too.
 //
 // Thread-compatible: the training thread calls both methods.
 #ifndef MT_WORKER_TRAIN_COMPUTE_CLOCK_H_

@@ -21,6 +21,8 @@
 
 ABSL_FLAG(std::string, from_checkpoint, "",
           "submit: start the job from this catalog checkpoint (sets checkpoint.load_dir).");
+ABSL_FLAG(bool, no_save, false,
+          "cancel: kill the ranks at once, without saving the step they stopped at.");
 ABSL_FLAG(std::string, owner, "",
           "list: only the jobs of this owner (the NAME of the token that submitted them).");
 
@@ -307,15 +309,17 @@ int PrintJobResult(const absl::Status& status, const mt::v1::Job& job, absl::str
 
 int RunCancel(const std::vector<std::string>& args, const GlobalOptions& options) {
   if (args.empty() || args.size() > 2) {
-    return Fail(absl::InvalidArgumentError("usage: mtctl cancel JOB_ID [REASON]"));
+    return Fail(absl::InvalidArgumentError("usage: mtctl cancel JOB_ID [REASON] [--no-save]"));
   }
   auto stub = NewStub(options);
   if (!stub.ok()) return Fail(stub.status());
   mt::v1::CancelJobRequest request;
   request.set_job_id(args[0]);
   if (args.size() == 2) request.set_reason(args[1]);
+  request.set_no_save(absl::GetFlag(FLAGS_no_save));
   mt::v1::Job job;
-  return PrintJobResult(Call(stub->get(), &Stub::CancelJob, request, &job, kTimeout), job, "",
+  return PrintJobResult(Call(stub->get(), &Stub::CancelJob, request, &job, kTimeout), job,
+                        request.no_save() ? "" : " (the ranks save the step they stop at)",
                         options);
 }
 

@@ -46,7 +46,12 @@ const std::vector<Verb>& AllVerbs() {
        &RunWatch},
       {"logs", "the last lines of each rank's trainer log", "mtctl logs JOB_ID [RANK ...]",
        &RunLogs},
-      {"cancel", "stop every rank of a job and mark it cancelled", "mtctl cancel JOB_ID [REASON]",
+      {"cancel", "stop every rank of a job and mark it cancelled",
+       "mtctl cancel JOB_ID [REASON] [--no-save]\n\n"
+       "The job is CANCELLED at once. Its ranks stop as on SIGTERM: every rank at the same\n"
+       "step, which is saved to checkpoint.save_dir (within restart.save_load_timeout_seconds,\n"
+       "then they are killed); `mtctl describe` shows the step saved once they have exited.\n"
+       "--no-save kills the ranks at once, saving nothing.",
        &RunCancel},
       {"delete", "forget an ended job (its record, events and logs)",
        "mtctl delete JOB_ID\n\n"

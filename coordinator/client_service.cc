@@ -186,7 +186,8 @@ grpc::Status ClientServiceImpl::CancelJob(grpc::ServerContext* context,
   if (absl::Status s = CheckOwnJob(caller, request->job_id(), "CancelJob"); !s.ok()) {
     return rpc::ToGrpcStatus(s);
   }
-  return Reply(jobs_->Cancel(request->job_id(), request->reason(), caller.name), response);
+  return Reply(jobs_->Cancel(request->job_id(), request->reason(), caller.name, request->no_save()),
+               response);
 }
 
 grpc::Status ClientServiceImpl::DeleteJob(grpc::ServerContext* context,

@@ -67,6 +67,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->auth_ = std::make_unique<rpc::Authenticator>(std::move(tokens));
   MT_ASSIGN_OR_RETURN(s->store_, Store::Open(config.state_dir));
   s->registry_ = std::make_unique<WorkerRegistry>(clock, config.lost_after);
+  // Worker ids and their credentials outlive a restart (registry.h).
+  MT_RETURN_IF_ERROR(s->registry_->Persist(s->store_.get()));
   // The key of the ranks' rendezvous credentials, made once per state directory.
   MT_ASSIGN_OR_RETURN(const std::string rank_key,
                       s->store_->GetOrPutMeta("rank_credential_key", rpc::NewWorkerSecret()));
@@ -184,6 +186,11 @@ void Server::SweepLoop() {
     if (++passes % 20 == 0) {
       const int n = jobs_->PruneEnded(config_.keep_ended_jobs, config_.ended_job_ttl);
       if (n > 0) MT_LOG(INFO) << "retention deleted " << n << " ended jobs";
+      // Saves left WRITING by a job that ended or moved on (catalog.h).
+      if (catalog_ != nullptr) {
+        const int settled = catalog_->ResolveStaleWriting();
+        if (settled > 0) MT_LOG(INFO) << "settled " << settled << " WRITING checkpoints";
+      }
     }
   }
 }

@@ -30,6 +30,7 @@
 #include "common/checkpoint/reshard.h"
 #include "coordinator/checkpoints/checkpoint_state.h"
 #include "coordinator/checkpoints/retention.h"
+#include "coordinator/jobs/job_state.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace mt::coordinator {
@@ -126,6 +127,26 @@ std::vector<std::string> CheckFiles(const Checkpoint& c) {
   return problems;
 }
 
+// OK when a save of `job` at `step` that has not committed may still commit: its job has not
+// ended and `step` is past the save directory's `latest` (a running attempt saves only past
+// the checkpoint it resumed from, which is at most `latest`). A report failing this is late:
+// the job restarted, ended, or retention already removed that save. A save re-run below
+// `latest` (an attempt that fell back to an older checkpoint) is registered at its commit.
+absl::Status CheckSaveInFlight(const mt::v1::Job& job, const std::string& save_dir, int64_t step) {
+  if (IsTerminal(job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job.id(), " has ended (", mt::v1::JobState_Name(job.state()),
+                     "); its save at step ", step, " never committed and is not registered"));
+  }
+  absl::StatusOr<int64_t> latest = checkpoint::ReadLatest(save_dir);
+  if (latest.ok() && step <= *latest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "late report of ", job.id(), "'s save at step ", step, ": ", save_dir,
+        " already holds a committed checkpoint at step ", *latest, "; not registered"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateAbsolutePath(const std::string& path, const std::string& field) {
@@ -190,6 +211,8 @@ absl::StatusOr<Checkpoint> CheckpointCatalog::OnCheckpointReport(const mt::v1::R
   if (!manifest.ok()) {
     if (!absl::IsNotFound(manifest.status())) return manifest.status();
     if (existing.has_value()) return *existing;
+    // A settled save gets no WRITING entry: nothing would ever complete it.
+    MT_RETURN_IF_ERROR(CheckSaveInFlight(job, save_dir, r.step()));
     // Not committed yet: rank 0 commits once every rank has written its shard.
     Checkpoint c;
     c.set_job_id(job.id());
@@ -252,6 +275,64 @@ absl::StatusOr<Checkpoint> CheckpointCatalog::OnCheckpointReport(const mt::v1::R
     MT_LOG(WARNING) << "retention of " << job.id() << ": " << s.message();
   }
   return store_->GetCheckpoint(c.id());
+}
+
+int CheckpointCatalog::ResolveStaleWriting() {
+  std::vector<std::string> to_verify;
+  int settled = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<std::vector<Checkpoint>> all = store_->ListCheckpoints("");
+    if (!all.ok()) {
+      MT_LOG(WARNING) << "settling WRITING checkpoints: " << all.status().message();
+      return 0;
+    }
+    for (Checkpoint& c : *all) {
+      if (c.state() != mt::v1::CHECKPOINT_STATE_WRITING) continue;
+      absl::StatusOr<mt::v1::Job> job = jobs_->GetJob(c.job_id());
+      const std::string save_dir = Parent(Clean(c.directory()));
+      if (job.ok() && CheckSaveInFlight(*job, save_dir, c.step()).ok()) continue;
+      absl::StatusOr<bool> committed = SettleWritingLocked(&c);
+      if (!committed.ok()) {
+        MT_LOG(WARNING) << "settling " << c.id() << ": " << committed.status().message();
+        continue;
+      }
+      ++settled;
+      if (*committed) to_verify.push_back(c.id());
+      if (job.ok()) (void)RefreshLatestLocked(job->id(), save_dir);
+    }
+  }
+  // Hashing runs outside the lock (Verify takes it only to record the result).
+  for (const std::string& id : to_verify) {
+    if (absl::Status s = Verify(id).status(); !s.ok()) {
+      MT_LOG(WARNING) << "verifying settled checkpoint " << id << ": " << s.message();
+    }
+  }
+  return settled;
+}
+
+absl::StatusOr<bool> CheckpointCatalog::SettleWritingLocked(Checkpoint* c) {
+  absl::StatusOr<mt::v1::CheckpointManifest> m = checkpoint::ReadManifest(c->directory());
+  if (m.ok() && m->job_id() == c->job_id() && m->step() == c->step()) {
+    Checkpoint e = FromManifest(*m, c->directory(), clock_->Now());
+    e.set_id(c->id());
+    MT_RETURN_IF_ERROR(CheckCheckpointTransition(c->state(), e.state()));
+    MT_RETURN_IF_ERROR(store_->UpdateCheckpoint(e));
+    MT_LOG(INFO) << "checkpoint " << c->id() << " of " << c->job_id() << " at step " << c->step()
+                 << " was left WRITING; its manifest is committed: verifying its files";
+    *c = std::move(e);
+    return true;
+  }
+  // Never committed: the partial files go, unless the directory holds a committed checkpoint
+  // that is not this entry's (another job's or another step's manifest).
+  if (absl::IsNotFound(m.status()) && PathExists(c->directory())) {
+    MT_RETURN_IF_ERROR(checkpoint::RemoveTree(c->directory()));
+  }
+  MT_RETURN_IF_ERROR(MoveTo(c, mt::v1::CHECKPOINT_STATE_DELETED));
+  MT_RETURN_IF_ERROR(store_->UpdateCheckpoint(*c));
+  MT_LOG(INFO) << "checkpoint " << c->id() << " of " << c->job_id() << " at step " << c->step()
+               << " was left WRITING and never committed: removed";
+  return false;
 }
 
 absl::Status CheckpointCatalog::RefreshLatestLocked(const std::string& job_id,

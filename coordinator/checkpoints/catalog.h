@@ -10,6 +10,9 @@
 //   COMPLETE|VERIFIED|CORRUPT -> VERIFIED|CORRUPT   Verify re-hashed every file
 //   any but WRITING -> DELETED   Delete, or retention after a registration
 //   WRITING -> DELETED    Delete, once its job has ended (a save that never committed)
+//   WRITING -> COMPLETE -> VERIFIED|CORRUPT, or WRITING -> DELETED   ResolveStaleWriting, once
+//                         the save is settled (its job ended, or `latest` reached its step)
+// A report of a save that has not committed and is already settled registers nothing.
 // Imports enter as VERIFIED (they are hashed when imported).
 //
 // Guards: `latest` of a save directory (is_latest, from latest_checkpointed_iteration.txt) is
@@ -83,6 +86,13 @@ class CheckpointCatalog {
   // updates `latest`, then runs the job's retention policy. Returns the entry.
   absl::StatusOr<mt::v1::Checkpoint> OnCheckpointReport(const mt::v1::RankReport& report);
 
+  // Settles WRITING entries whose save can no longer commit (their job ended or is unknown, or
+  // their step is not past the save directory's `latest`): a committed manifest completes the
+  // entry and its files are hashed (VERIFIED or CORRUPT); otherwise it becomes DELETED and its
+  // partial files are removed. Returns how many entries it settled. The server runs it
+  // periodically; it hashes outside the lock.
+  int ResolveStaleWriting();
+
   absl::StatusOr<mt::v1::ListCheckpointsResponse> List(
       const mt::v1::ListCheckpointsRequest& request);
   absl::StatusOr<mt::v1::Checkpoint> Get(const std::string& checkpoint_id);
@@ -124,6 +134,10 @@ class CheckpointCatalog {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Removes the files and records DELETED; repoints `latest` when it was the latest.
   absl::Status RemoveLocked(mt::v1::Checkpoint* c, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One WRITING entry of a settled save (ResolveStaleWriting): true when it was completed from
+  // its manifest (to be verified), false when it was DELETED.
+  absl::StatusOr<bool> SettleWritingLocked(mt::v1::Checkpoint* c)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyRetentionLocked(const mt::v1::Job& job, const std::string& save_dir)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -193,6 +193,73 @@ TEST_F(CatalogTest, AWritingEntryOfAnEndedJobCanBeDeleted) {
   EXPECT_FALSE(PathExists(dead));
 }
 
+// A save report that arrives after its job moved on (found by the chaos soak: a rank's report
+// queued across a coordinator outage, delivered after retention removed that save, or after the
+// job restarted and ended) must not leave a WRITING entry that nothing will ever complete.
+TEST_F(CatalogTest, ALateSaveReportLeavesNoWritingEntry) {
+  const std::string save = dir_ + "/ckpt";
+  mt::v1::Job& job = jobs_.Add("j-1", save);
+  job.mutable_spec()->mutable_checkpoint()->mutable_retention()->set_keep_last(1);
+  const std::string first = absl::StrCat(save, "/", checkpoint::IterationDirName(2));
+  Save("j-1", 2);
+  Save("j-1", 4);  // retention removes step 2
+  ASSERT_FALSE(PathExists(first));
+  // Rank 1's report of the save at step 2, late.
+  EXPECT_THAT(catalog_->OnCheckpointReport(Report("j-1", 1, 2, first)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("late")));
+  EXPECT_THAT(StatesByStep("j-1"),
+              ElementsAre(::testing::Pair(2, mt::v1::CHECKPOINT_STATE_DELETED),
+                          ::testing::Pair(4, mt::v1::CHECKPOINT_STATE_COMPLETE)));
+  // The job ended: a report of a save of it that never committed registers nothing either.
+  job.set_state(mt::v1::JOB_STATE_SUCCEEDED);
+  const std::string dead = WriteCheckpoint(save, "j-1", 6, std::nan(""), /*commit=*/false);
+  EXPECT_THAT(catalog_->OnCheckpointReport(Report("j-1", 1, 6, dead)),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ended")));
+  EXPECT_EQ(StatesByStep("j-1").count(6), 0u);
+}
+
+// WRITING entries whose save is settled (its job ended, or its step is not newer than the
+// save directory's `latest`) are resolved by the sweep: a committed save whose files verify
+// becomes VERIFIED, one whose files do not CORRUPT, one never committed DELETED (its partial
+// files removed). A save still in flight (a running job, a step past `latest`) is left alone.
+TEST_F(CatalogTest, TheSweepResolvesSettledWritingEntries) {
+  const std::string save = dir_ + "/ckpt";
+  mt::v1::Job& job = jobs_.Add("j-1", save);
+  auto writing = [&](int64_t step) {
+    const std::string d = WriteCheckpoint(save, "j-1", step, std::nan(""), /*commit=*/false);
+    auto w = catalog_->OnCheckpointReport(Report("j-1", 1, step, d));
+    EXPECT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ(w->state(), mt::v1::CHECKPOINT_STATE_WRITING);
+    return d;
+  };
+  writing(2);  // rank 0 committed it later; its report was lost
+  WriteCheckpoint(save, "j-1", 2, 1.5);
+  const std::string never = writing(4);    // never committed
+  const std::string flipped = writing(6);  // committed, then a byte flipped
+  WriteCheckpoint(save, "j-1", 6, 1.25);
+  const std::string in_flight = writing(8);  // past `latest` (6) in a running job
+  {
+    const std::string shard = flipped + "/" + checkpoint::ShardFileName(0, 0);
+    std::string bytes = FileBytes(6);
+    bytes[100] ^= 1;
+    ASSERT_TRUE(WriteFileAtomically(shard, bytes).ok());
+  }
+  EXPECT_EQ(catalog_->ResolveStaleWriting(), 3);
+  EXPECT_THAT(StatesByStep("j-1"),
+              ElementsAre(::testing::Pair(2, mt::v1::CHECKPOINT_STATE_VERIFIED),
+                          ::testing::Pair(4, mt::v1::CHECKPOINT_STATE_DELETED),
+                          ::testing::Pair(6, mt::v1::CHECKPOINT_STATE_CORRUPT),
+                          ::testing::Pair(8, mt::v1::CHECKPOINT_STATE_WRITING)));
+  EXPECT_FALSE(PathExists(never));
+  EXPECT_TRUE(PathExists(in_flight));
+  EXPECT_EQ(catalog_->ResolveStaleWriting(), 0);  // nothing left to settle
+  // Once the job ends, its last save is settled too.
+  job.set_state(mt::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(catalog_->ResolveStaleWriting(), 1);
+  EXPECT_EQ(StatesByStep("j-1").at(8), mt::v1::CHECKPOINT_STATE_DELETED);
+  EXPECT_FALSE(PathExists(in_flight));
+}
+
 // A save whose reports were lost is registered with the next one; another job's checkpoint
 // in the same directory is not.
 TEST_F(CatalogTest, RegistersSavesWhoseReportsWereLost) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -102,7 +103,30 @@ absl::StatusOr<std::unique_ptr<JobManager>> JobManager::Create(Store* store,
     m->Reindex(*entry, mt::v1::JOB_STATE_UNSPECIFIED, entry->job.state());
     m->jobs_[id] = std::move(entry);
   }
+  MT_RETURN_IF_ERROR(m->RestoreRendezvous());
   return m;
+}
+
+absl::Status JobManager::RestoreRendezvous() {
+  MT_ASSIGN_OR_RETURN(std::vector<Store::RendezvousKey> kept, store_->AllRendezvousKeys());
+  std::set<std::pair<std::string, int>> stale;
+  int restored = 0;
+  for (const Store::RendezvousKey& k : kept) {
+    absl::StatusOr<JobEntry*> entry = Find(k.job_id);
+    if (entry.ok() && (*entry)->job.attempt() == k.attempt && HoldsRanks((*entry)->job.state())) {
+      rendezvous_.Restore(k);
+      ++restored;
+    } else {
+      stale.insert({k.job_id, k.attempt});
+    }
+  }
+  // Spaces of attempts that ended while the coordinator was away (or before it dropped them).
+  for (const auto& [job_id, attempt] : stale) {
+    MT_RETURN_IF_ERROR(store_->DropRendezvousSpace(job_id, attempt));
+  }
+  if (restored > 0) MT_LOG(INFO) << "restored " << restored << " rendezvous keys";
+  rendezvous_.Persist(store_);
+  return absl::OkStatus();
 }
 
 void JobManager::Reindex(const JobEntry& entry, mt::v1::JobState from, mt::v1::JobState to) {
@@ -348,7 +372,7 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
 }
 
 absl::StatusOr<mt::v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason,
-                                               const std::string& by) {
+                                               const std::string& by, bool no_save) {
   if (reason.size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 characters");
   absl::MutexLock lock(&mu_);
   MT_ASSIGN_OR_RETURN(JobEntry * entry, Find(job_id));
@@ -362,7 +386,15 @@ absl::StatusOr<mt::v1::Job> JobManager::Cancel(const std::string& job_id, const 
                               : absl::StrCat("cancelled", who, ": ", reason);
   const bool had_ranks = entry->job.state() != mt::v1::JOB_STATE_PENDING;
   MT_RETURN_IF_ERROR(Transition(entry, mt::v1::JOB_STATE_CANCELLED, why));
-  if (had_ranks) StopRanks(entry, why);
+  if (had_ranks) {
+    // The stop step is saved like a stop signal's: the ranks get the save's own timeout.
+    const mt::v1::JobSpec& spec = entry->job.spec();
+    const bool saves = !no_save && !spec.checkpoint().save_dir().empty();
+    const int grace =
+        options_.stop_grace_seconds + (saves ? spec.restart().save_load_timeout_seconds() : 0);
+    entry->cancel_saves = saves;
+    StopRanks(entry, why, grace, no_save);
+  }
   ScheduleLocked();
   return entry->job;
 }
@@ -585,7 +617,8 @@ void JobManager::ReleaseWorker(const std::string& worker_id, const std::string& 
   registry_->Release(worker_id, job_id);
 }
 
-void JobManager::StopRanks(JobEntry* entry, const std::string& reason) {
+void JobManager::StopRanks(JobEntry* entry, const std::string& reason, int grace_seconds,
+                           bool no_save) {
   const mt::v1::Job& job = entry->job;
   for (size_t r = 0; r < entry->ranks.size(); ++r) {
     RankState& rank = entry->ranks[r];
@@ -594,9 +627,42 @@ void JobManager::StopRanks(JobEntry* entry, const std::string& reason) {
     mt::v1::StopOrder* stop = cmd.mutable_stop();
     stop->set_job_id(job.id());
     stop->set_attempt(job.attempt());
-    stop->set_grace_seconds(options_.stop_grace_seconds);
+    stop->set_grace_seconds(grace_seconds > 0 ? grace_seconds : options_.stop_grace_seconds);
     stop->set_reason(reason);
+    stop->set_no_save(no_save);
     Enqueue(rank.worker_id, std::move(cmd));
+  }
+}
+
+void JobManager::RecordCancelOutcome(JobEntry* entry) {
+  const bool asked = *entry->cancel_saves;
+  entry->cancel_saves.reset();
+  const mt::v1::Job& job = entry->job;
+  const int64_t stop_step = job.progress().step();
+  std::string what;
+  if (!asked) {
+    what = job.spec().checkpoint().save_dir().empty() ? "the job saves no checkpoints"
+                                                      : "not saved (cancelled with no_save)";
+  } else {
+    // The save directory's `latest` moves last in a save (worker/checkpoint/FORMAT.md): it
+    // names the stop step only when that save committed. A small file, read under the lock
+    // once per cancelled job.
+    const std::string save_dir = job.spec().checkpoint().save_dir();
+    absl::StatusOr<int64_t> latest = checkpoint::ReadLatest(save_dir);
+    if (latest.ok() && *latest == stop_step) {
+      what = absl::StrCat("saved step ", stop_step, " to ", save_dir, "/",
+                          checkpoint::IterationDirName(stop_step));
+    } else {
+      what = absl::StrCat("the stop step was not saved (",
+                          latest.ok() ? absl::StrCat("latest checkpoint: step ", *latest)
+                                      : std::string("no checkpoint"),
+                          "; see the ranks' logs)");
+    }
+  }
+  const std::string event =
+      absl::StrCat("every rank stopped after the cancel at step ", stop_step, ": ", what);
+  if (absl::Status s = RecordEvent(entry, event); !s.ok()) {
+    MT_LOG(WARNING) << job.id() << ": recording the cancel's outcome: " << s.message();
   }
 }
 
@@ -719,6 +785,12 @@ absl::Status JobManager::OnRankExit(const mt::v1::RankExitReport& report) {
     }
   } else {
     ++entry->version;  // logs arrived for an ended job
+    if (entry->cancel_saves.has_value() &&
+        std::all_of(entry->ranks.begin(), entry->ranks.end(), [](const RankState& r) {
+          return r.outcome != mt::v1::RANK_OUTCOME_UNSPECIFIED;
+        })) {
+      RecordCancelOutcome(entry);
+    }
   }
   MT_LOG(INFO) << job.id() << " rank " << report.rank() << " " << Outcome(report.outcome())
                << " on " << report.worker_id() << (report.message().empty() ? "" : ": ")

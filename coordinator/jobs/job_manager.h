@@ -89,9 +89,13 @@ class JobManager : private PlacementTarget {
                                                    const std::string& owner = "");
   absl::StatusOr<mt::v1::Job> Get(const std::string& job_id, bool include_events);
   absl::StatusOr<mt::v1::ListJobsResponse> List(const mt::v1::ListJobsRequest& request);
-  // `by` (optional) names who cancelled, for the job's event log.
+  // `by` (optional) names who cancelled, for the job's event log. The job is CANCELLED at
+  // once; its ranks stop the way a stop signal stops them (every rank at the same step, saved
+  // when the job has checkpoint.save_dir), killed if they have not exited within the job's
+  // restart.save_load_timeout_seconds plus stop_grace_seconds. `no_save` kills them at once.
+  // Once every rank has exited, an event says which step was saved.
   absl::StatusOr<mt::v1::Job> Cancel(const std::string& job_id, const std::string& reason,
-                                     const std::string& by = "");
+                                     const std::string& by = "", bool no_save = false);
   // Forgets an ended job whose ranks have all exited (memory and store; its id is never
   // reused) and returns it. FAILED_PRECONDITION naming the fix otherwise.
   absl::StatusOr<mt::v1::Job> Delete(const std::string& job_id);
@@ -241,6 +245,8 @@ class JobManager : private PlacementTarget {
     std::vector<mt::v1::GeneratedText> generated;
     int64_t generated_bytes = 0;
     bool generated_released = false;
+    // Set by Cancel while the cancelled attempt's ranks stop: whether they were asked to save.
+    std::optional<bool> cancel_saves;
   };
 
   JobManager(Store* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options)
@@ -251,6 +257,9 @@ class JobManager : private PlacementTarget {
         scheduler_(registry) {}
 
   absl::StatusOr<JobEntry*> Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // At start-up: the rendezvous keys an earlier coordinator kept for attempts still holding
+  // ranks go back into rendezvous_ (the others are removed), which keeps every later write.
+  absl::Status RestoreRendezvous() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves a job to `to` with `reason`, persisting job and event together.
   absl::Status Transition(JobEntry* entry, mt::v1::JobState to, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -282,7 +291,12 @@ class JobManager : private PlacementTarget {
   static bool HoldsLiveRank(const JobEntry& entry, const std::string& worker_id);
   // Sends a stop to every rank of the job's current attempt still running and frees workers
   // whose ranks already ended.
-  void StopRanks(JobEntry* entry, const std::string& reason) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Sends a StopOrder to every rank still running: SIGTERM, SIGKILL after `grace_seconds`
+  // (0 = stop_grace_seconds); `no_save` = SIGKILL at once.
+  void StopRanks(JobEntry* entry, const std::string& reason, int grace_seconds = 0,
+                 bool no_save = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a cancel, once every rank has exited: an event naming the step saved (or not).
+  void RecordCancelOutcome(JobEntry* entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A rank of a SCHEDULED or RUNNING job failed (`cause`): RESTARTING with the other ranks
   // stopped, or FAILED (restart_policy.h DecideOnFailure). No-op in any other state.
   absl::Status FailOrRestart(JobEntry* entry, const std::string& cause)

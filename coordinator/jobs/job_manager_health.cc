@@ -40,12 +40,13 @@ void JobManager::OnBeacon(JobEntry* entry, const mt::v1::RankReport& report) {
         absl::StrCat("rank ", c.rank, " on worker ", entry->ranks[c.rank].worker_id);
     const int window = entry->stragglers->window();
     const std::string event =
-        c.straggling ? absl::StrFormat(
-                           "straggler: %s computes %.2fx the job's median time per step over its "
-                           "last %d steps (restart.straggler_threshold %.2f)",
-                           where, c.ratio, window, entry->stragglers->threshold())
-                     : absl::StrFormat("%s is no longer a straggler (%.2fx the job's median)",
-                                       where, c.ratio);
+        c.straggling
+            ? absl::StrFormat(
+                  "straggler: %s computes %.2fx the other ranks' median time per step over its "
+                  "last %d steps (restart.straggler_threshold %.2f)",
+                  where, c.ratio, window, entry->stragglers->threshold())
+            : absl::StrFormat("%s is no longer a straggler (%.2fx the other ranks' median)", where,
+                              c.ratio);
     // An event that is no transition; a store failure loses only this note.
     if (absl::Status s = RecordEvent(entry, event); !s.ok()) {
       MT_LOG(WARNING) << entry->job.id() << ": recording \"" << event << "\": " << s.message();

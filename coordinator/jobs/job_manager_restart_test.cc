@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "common/base/clock.h"
 #include "common/base/files.h"
 #include "common/base/status_matchers.h"
@@ -303,6 +304,80 @@ TEST_F(JobManagerRestartTest, AJobRunningAcrossACoordinatorRestartIsStillWatched
   const mt::v1::Job hung = Now(id);
   EXPECT_EQ(hung.state(), mt::v1::JOB_STATE_RESTARTING);
   EXPECT_THAT(hung.reason(), HasSubstr("made no progress for 11 s"));
+}
+
+// A cancel stops the ranks the way a stop signal does and gives their save the job's
+// save/load timeout before SIGKILL (it used to be the coordinator's 10 s stop grace, whatever
+// the size of the save); no_save kills at once. Once every rank has exited, an event names the
+// step saved.
+TEST_F(JobManagerRestartTest, CancelGivesTheStopSaveItsTimeoutAndSaysWhichStepWasSaved) {
+  const std::string id = Submit(save_dir_, 3, ", save_load_timeout_seconds: 120");
+  Assignments();
+  mt::v1::Job job = Now(id);
+  AllTraining(job);
+  MT_ASSERT_OK(jobs_->Cancel(id, "enough").status());
+  for (int r = 0; r < 2; ++r) {
+    std::vector<mt::v1::WorkerCommand> stops =
+        jobs_->TakeCommands(job.placement(r).worker_id(), absl::ZeroDuration());
+    ASSERT_EQ(stops.size(), 1u);
+    EXPECT_EQ(stops[0].stop().grace_seconds(), 10 + 120);  // stop grace + save/load timeout
+    EXPECT_FALSE(stops[0].stop().no_save());
+  }
+  WriteCheckpoint(save_dir_, 7);  // the ranks stopped at step 7 and saved it
+  for (int r = 0; r < 2; ++r) {
+    mt::v1::RankExitReport exit;
+    exit.set_worker_id(job.placement(r).worker_id());
+    exit.set_job_id(id);
+    exit.set_attempt(0);
+    exit.set_rank(r);
+    exit.set_outcome(mt::v1::RANK_OUTCOME_STOPPED);
+    exit.mutable_final_progress()->set_step(7);
+    MT_ASSERT_OK(jobs_->OnRankExit(exit));
+  }
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Job ended, jobs_->Get(id, true));
+  EXPECT_EQ(ended.state(), mt::v1::JOB_STATE_CANCELLED);
+  ASSERT_GE(ended.events_size(), 1);
+  EXPECT_EQ(ended.events(ended.events_size() - 1).reason(),
+            absl::StrCat("every rank stopped after the cancel at step 7: saved step 7 to ",
+                         save_dir_, "/", checkpoint::IterationDirName(7)));
+
+  const std::string other = Submit(save_dir_ + "2");
+  mt::v1::Job second = Now(other);
+  Assignments();
+  AllTraining(second);
+  MT_ASSERT_OK(jobs_->Cancel(other, "", "", /*no_save=*/true).status());
+  std::vector<mt::v1::WorkerCommand> stops =
+      jobs_->TakeCommands(second.placement(0).worker_id(), absl::ZeroDuration());
+  ASSERT_EQ(stops.size(), 1u);
+  EXPECT_TRUE(stops[0].stop().no_save());
+}
+
+// Rendezvous keys outlive a coordinator restart (issue 19): one rank published, the coordinator
+// restarted (a new job manager over the reopened store), another rank's read finds the key at
+// once instead of waiting out its timeout. Keys of an attempt that ended are removed.
+TEST_F(JobManagerRestartTest, RendezvousKeysSurviveACoordinatorRestart) {
+  const std::string id = Submit(save_dir_);
+  Assignments();
+  ASSERT_EQ(Now(id).state(), mt::v1::JOB_STATE_SCHEDULED);
+  MT_ASSERT_OK(jobs_->RendezvousSet(id, 0, "rank0/address", "10.0.0.1:4000"));
+  MT_ASSERT_OK(jobs_->RendezvousAdd(id, 0, "barrier", 1).status());
+  jobs_.reset();
+  store_.reset();
+  MT_ASSERT_OK_AND_ASSIGN(store_, Store::Open(dir_ + "/state"));
+  JobManagerOptions o;
+  o.coordinator_address = "localhost:1";
+  MT_ASSERT_OK_AND_ASSIGN(jobs_, JobManager::Create(store_.get(), registry_.get(), &clock_, o));
+  const absl::Time start = absl::Now();
+  MT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> got,
+                          jobs_->RendezvousGet(id, 0, {"rank0/address"}, absl::Seconds(5)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  EXPECT_EQ(got, std::vector<std::string>{"10.0.0.1:4000"});
+  MT_ASSERT_OK_AND_ASSIGN(int64_t count, jobs_->RendezvousAdd(id, 0, "barrier", 1));
+  EXPECT_EQ(count, 2);
+  // The attempt ends: its keys leave the store too.
+  MT_ASSERT_OK(jobs_->Cancel(id, "done").status());
+  MT_ASSERT_OK_AND_ASSIGN(std::vector<Store::RendezvousKey> kept, store_->AllRendezvousKeys());
+  EXPECT_TRUE(kept.empty());
 }
 
 // Found by the chaos soak: a worker killed just after the final save restarts the job from that

@@ -31,12 +31,15 @@ void StragglerTracker::Add(int rank, const std::vector<double>& seconds) {
   }
 }
 
-std::optional<double> StragglerTracker::JobMedian() const {
+std::optional<double> StragglerTracker::OthersMedian(int rank) const {
   std::vector<double> medians;
-  for (const std::deque<double>& t : times_) {
-    if (static_cast<int>(t.size()) == window_) medians.push_back(Median({t.begin(), t.end()}));
+  for (int r = 0; r < static_cast<int>(times_.size()); ++r) {
+    const std::deque<double>& t = times_[r];
+    if (r != rank && static_cast<int>(t.size()) == window_) {
+      medians.push_back(Median({t.begin(), t.end()}));
+    }
   }
-  if (medians.size() < 2) return std::nullopt;
+  if (medians.empty()) return std::nullopt;
   return Median(std::move(medians));
 }
 
@@ -44,11 +47,11 @@ std::optional<double> StragglerTracker::Ratio(int rank) const {
   if (rank < 0 || rank >= static_cast<int>(times_.size())) return std::nullopt;
   const std::deque<double>& t = times_[rank];
   if (static_cast<int>(t.size()) < window_) return std::nullopt;
-  const std::optional<double> job = JobMedian();
-  if (!job.has_value()) return std::nullopt;
+  const std::optional<double> others = OthersMedian(rank);
+  if (!others.has_value()) return std::nullopt;
   const double mine = Median({t.begin(), t.end()});
-  if (*job <= 0) return mine <= 0 ? 1.0 : std::optional<double>();
-  return mine / *job;
+  if (*others <= 0) return mine <= 0 ? 1.0 : std::optional<double>();
+  return mine / *others;
 }
 
 std::vector<StragglerTracker::Change> StragglerTracker::Update() {

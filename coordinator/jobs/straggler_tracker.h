@@ -4,7 +4,10 @@
 // the tracker compares compute times: each step's time less its collectives and data wait
 // (reported by the ranks' beacons, worker/report/progress_beacon.h). For each rank it keeps
 // the last `window` compute times; a rank's ratio is the median of its window over the median
-// of the ranks' medians (ranks with a full window only; at least two). A rank is a straggler
+// of the other ranks' medians (ranks with a full window only; at least one other). Leaving the
+// rank out is what makes the ratio its slowdown: with two ranks, a median that included the
+// straggler was the mean of both, so a rank 5x as slow read 2 x 5 / 6 = 1.67 and no ratio
+// could pass 2 (issue 19). A rank is a straggler
 // while its ratio exceeds `threshold` (restart.straggler_threshold) with a full window: the
 // window makes it persistent, not one slow step.
 //
@@ -28,8 +31,8 @@ class StragglerTracker {
   // More compute times of `rank`'s steps, oldest first (ignored when out of range; negative
   // and non-finite values are dropped).
   void Add(int rank, const std::vector<double>& seconds);
-  // The rank's ratio to the job's median; nullopt until it and one other rank have a full
-  // window.
+  // The rank's ratio to the other ranks' median; nullopt until it and one other rank have a
+  // full window.
   std::optional<double> Ratio(int rank) const;
 
   // A rank that started or stopped being a straggler.
@@ -45,8 +48,9 @@ class StragglerTracker {
   int window() const { return window_; }
 
  private:
-  // The job's median of the full windows' medians; nullopt with fewer than two.
-  std::optional<double> JobMedian() const;
+  // The median of the full windows' medians of every rank but `rank`; nullopt when no other
+  // rank has a full window.
+  std::optional<double> OthersMedian(int rank) const;
 
   const double threshold_;
   const int window_;

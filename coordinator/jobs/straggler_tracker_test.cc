@@ -39,7 +39,7 @@ TEST(StragglerTrackerTest, APersistentlySlowRankIsReportedOnceThenRecovers) {
   StragglerTracker t(4, 1.5, 5);
   for (int r = 0; r < 3; ++r) t.Add(r, Repeat(1.0, 5));
   t.Add(3, Repeat(2.0, 5));
-  // Medians 1, 1, 1, 2: the job's median is 1, rank 3's ratio 2.
+  // Medians 1, 1, 1, 2: the others' median is 1 for every rank, rank 3's ratio 2.
   EXPECT_DOUBLE_EQ(*t.Ratio(3), 2.0);
   EXPECT_DOUBLE_EQ(*t.Ratio(0), 1.0);
   auto changes = t.Update();
@@ -62,10 +62,26 @@ TEST(StragglerTrackerTest, AFewSlowStepsAreNotAStraggler) {
   t.Add(0, Repeat(1.0, 5));
   t.Add(1, {1.0, 1.0, 1.0, 9.0, 9.0});  // median 1
   EXPECT_TRUE(t.Update().empty());
-  t.Add(1, {9.0});  // 1, 1, 9, 9, 9: median 9; job median (1 + 9) / 2 = 5; ratio 1.8
+  t.Add(1, {9.0});  // 1, 1, 9, 9, 9: median 9; the other rank's median 1; ratio 9
   auto changes = t.Update();
   ASSERT_EQ(changes.size(), 1u);
-  EXPECT_DOUBLE_EQ(changes[0].ratio, 1.8);
+  EXPECT_DOUBLE_EQ(changes[0].ratio, 9.0);
+}
+
+// The ratio is the rank's slowdown against the others, also with two ranks (a median that
+// included the straggler read 2 x 5 / 6 = 1.67 for a rank 5x as slow, and never passed 2).
+TEST(StragglerTrackerTest, TheRatioIsTheSlowdownAgainstTheOtherRanks) {
+  StragglerTracker two(2, 1.5, 3);
+  two.Add(0, Repeat(0.05, 3));
+  two.Add(1, Repeat(0.25, 3));
+  EXPECT_NEAR(*two.Ratio(1), 5.0, 1e-12);
+  EXPECT_NEAR(*two.Ratio(0), 0.2, 1e-12);
+  StragglerTracker eight(8, 1.5, 3);
+  for (int r = 0; r < 7; ++r) eight.Add(r, Repeat(1.0 + 0.01 * r, 3));
+  eight.Add(7, Repeat(3.09, 3));
+  EXPECT_NEAR(*eight.Ratio(7), 3.0, 1e-12);  // the others' median: 1.03
+  // Rank 3's others: 1.00, 1.01, 1.02, 1.04, 1.05, 1.06, 3.09; their median 1.04.
+  EXPECT_NEAR(*eight.Ratio(3), 1.03 / 1.04, 1e-12);
 }
 
 TEST(StragglerTrackerTest, TheThresholdIsStrict) {

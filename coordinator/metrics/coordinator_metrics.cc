@@ -95,8 +95,9 @@ class ClusterState : public prometheus::Collectable {
       AddGauge(&stalled, {{"job", job}}, seconds);
     }
     out->push_back(std::move(stalled));
-    MetricFamily ratio = Gauges("mt_job_rank_step_time_ratio",
-                                "A rank's compute time per step over its job's median.");
+    MetricFamily ratio =
+        Gauges("mt_job_rank_step_time_ratio",
+               "A rank's compute time per step over the median of its job's other ranks.");
     for (const JobManager::RankHealth& h : jobs_->RankHealthSnapshot()) {
       AddGauge(&ratio, {{"job", h.job_id}, {"rank", std::to_string(h.rank)}}, h.step_time_ratio);
     }

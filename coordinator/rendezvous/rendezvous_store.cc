@@ -3,6 +3,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/logging.h"
 
 namespace mt::coordinator {
 
@@ -40,6 +41,12 @@ absl::Status RendezvousStore::Set(const std::string& job_id, int attempt, const 
   Space& space = spaces_[SpaceKey(job_id, attempt)];
   if (space.size() >= kMaxKeysPerSpace && !space.contains(key)) {
     return absl::ResourceExhaustedError("too many rendezvous keys for one job");
+  }
+  if (store_ != nullptr) {
+    if (absl::Status s = store_->PutRendezvousKey(job_id, attempt, key, value); !s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("keeping rendezvous key ", key, ": ", s.message()));
+    }
   }
   space[key] = value;
   return absl::OkStatus();
@@ -82,19 +89,46 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& job_id, int atte
                                              const std::string& key, int64_t delta) {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
   absl::MutexLock lock(&mu_);
-  std::string& v = spaces_[SpaceKey(job_id, attempt)][key];
+  Space& space = spaces_[SpaceKey(job_id, attempt)];
+  auto it = space.find(key);
   int64_t current = 0;
-  if (!v.empty() && !absl::SimpleAtoi(v, &current)) {
+  if (it != space.end() && !it->second.empty() && !absl::SimpleAtoi(it->second, &current)) {
     return absl::FailedPreconditionError(absl::StrCat("key ", key, " does not hold an integer"));
   }
+  if (it == space.end() && space.size() >= kMaxKeysPerSpace) {
+    return absl::ResourceExhaustedError("too many rendezvous keys for one job");
+  }
   current += delta;
-  v = std::to_string(current);
+  const std::string value = std::to_string(current);
+  if (store_ != nullptr) {
+    if (absl::Status s = store_->PutRendezvousKey(job_id, attempt, key, value); !s.ok()) {
+      return absl::UnavailableError(
+          absl::StrCat("keeping rendezvous key ", key, ": ", s.message()));
+    }
+  }
+  space[key] = value;
   return current;
 }
 
 void RendezvousStore::Drop(const std::string& job_id, int attempt) {
   absl::MutexLock lock(&mu_);
   spaces_.erase(SpaceKey(job_id, attempt));
+  if (store_ != nullptr) {
+    if (absl::Status s = store_->DropRendezvousSpace(job_id, attempt); !s.ok()) {
+      MT_LOG(WARNING) << "removing the rendezvous keys of " << job_id << " attempt " << attempt
+                      << ": " << s.message();
+    }
+  }
+}
+
+void RendezvousStore::Persist(Store* store) {
+  absl::MutexLock lock(&mu_);
+  store_ = store;
+}
+
+void RendezvousStore::Restore(const Store::RendezvousKey& kept) {
+  absl::MutexLock lock(&mu_);
+  spaces_[SpaceKey(kept.job_id, kept.attempt)][kept.key] = kept.value;
 }
 
 void RendezvousStore::Shutdown() {

@@ -6,9 +6,14 @@
 // an earlier attempt can never read a later attempt's keys. Whether an attempt may write is its
 // owner's decision (JobManager checks the job's state first); this class only keeps the keys.
 //
+// With a Store (Persist), every write is also kept in SQLite (table `rendezvous`) before it is
+// answered, and a dropped space is removed there: a coordinator restart between one rank's
+// publish and another's read loses nothing (the reader's retries find the key in the restarted
+// coordinator). Restore puts the kept keys of live attempts back at start-up.
+//
 // Thread-safe: one mutex guards every space; Get waits on it without blocking writers.
 // Lock order: callers may hold their own lock while calling in (JobManager does); this class
-// never calls out while holding its mutex.
+// calls out only to the Store (a leaf: its own mutex, no callbacks) while holding its mutex.
 #ifndef MT_COORDINATOR_RENDEZVOUS_RENDEZVOUS_STORE_H_
 #define MT_COORDINATOR_RENDEZVOUS_RENDEZVOUS_STORE_H_
 
@@ -23,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "coordinator/store/store.h"
 
 namespace mt::coordinator {
 
@@ -54,6 +60,11 @@ class RendezvousStore {
                               int64_t delta);
   // Forgets the space of (job, attempt); waiters on it time out.
   void Drop(const std::string& job_id, int attempt);
+  // Keeps every later write in `store` (which outlives this object). Call before the first
+  // write; Restore first to take back what an earlier coordinator kept.
+  void Persist(Store* store);
+  // Puts back a key kept by an earlier coordinator (at start-up, before Persist).
+  void Restore(const Store::RendezvousKey& kept);
   // Wakes every waiter; later Gets of missing keys return at once.
   void Shutdown();
 
@@ -63,6 +74,7 @@ class RendezvousStore {
 
   absl::Mutex mu_;
   bool shutdown_ ABSL_GUARDED_BY(mu_) = false;
+  Store* store_ ABSL_GUARDED_BY(mu_) = nullptr;  // optional (Persist)
   // By "job_id/attempt".
   absl::flat_hash_map<std::string, Space> spaces_ ABSL_GUARDED_BY(mu_);
 };

@@ -56,6 +56,17 @@ constexpr const char* kMigrations[] = {
       CREATE INDEX checkpoints_by_job ON checkpoints (job_id, step);
       CREATE INDEX checkpoints_by_directory ON checkpoints (directory);
     )sql",
+    // 3: worker identities (the SHA-256 of the credential issued with each id) and the
+    // rendezvous keys of live attempts, so that both outlive a coordinator restart.
+    R"sql(
+      CREATE TABLE worker_identities (id INTEGER PRIMARY KEY, credential_sha256 TEXT NOT NULL);
+      CREATE TABLE rendezvous (
+        job_id TEXT NOT NULL,
+        attempt INTEGER NOT NULL,
+        key TEXT NOT NULL,
+        value BLOB NOT NULL,
+        PRIMARY KEY (job_id, attempt, key));
+    )sql",
 };
 static_assert(sizeof(kMigrations) / sizeof(kMigrations[0]) == Store::kSchemaVersion);
 
@@ -425,6 +436,63 @@ absl::StatusOr<std::vector<mt::v1::Worker>> Store::AllWorkers() {
   while ((rc = st.Step()) == SQLITE_ROW) {
     MT_ASSIGN_OR_RETURN(mt::v1::Worker w, ParseBlob<mt::v1::Worker>(st.Text(0), "worker"));
     out.push_back(std::move(w));
+  }
+  MT_RETURN_IF_ERROR(st.Done(rc));
+  return out;
+}
+
+absl::Status Store::PutWorkerIdentity(int64_t id, const std::string& credential_sha256) {
+  if (id <= 0) return absl::InvalidArgumentError(absl::StrCat("bad worker id number ", id));
+  absl::MutexLock lock(&mu_);
+  Stmt st(db_, "INSERT OR REPLACE INTO worker_identities (id, credential_sha256) VALUES (?1, ?2)");
+  MT_RETURN_IF_ERROR(st.status());
+  st.Bind(1, id);
+  st.Bind(2, credential_sha256);
+  return st.Done(st.Step());
+}
+
+absl::StatusOr<std::vector<Store::WorkerIdentity>> Store::AllWorkerIdentities() {
+  absl::MutexLock lock(&mu_);
+  Stmt st(db_, "SELECT id, credential_sha256 FROM worker_identities ORDER BY id");
+  MT_RETURN_IF_ERROR(st.status());
+  std::vector<WorkerIdentity> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) out.push_back({st.Int(0), st.Text(1)});
+  MT_RETURN_IF_ERROR(st.Done(rc));
+  return out;
+}
+
+absl::Status Store::PutRendezvousKey(const std::string& job_id, int attempt, const std::string& key,
+                                     const std::string& value) {
+  absl::MutexLock lock(&mu_);
+  Stmt st(db_,
+          "INSERT OR REPLACE INTO rendezvous (job_id, attempt, key, value) "
+          "VALUES (?1, ?2, ?3, ?4)");
+  MT_RETURN_IF_ERROR(st.status());
+  st.Bind(1, job_id);
+  st.Bind(2, attempt);
+  st.Bind(3, key);
+  st.BindBlob(4, value);
+  return st.Done(st.Step());
+}
+
+absl::Status Store::DropRendezvousSpace(const std::string& job_id, int attempt) {
+  absl::MutexLock lock(&mu_);
+  Stmt st(db_, "DELETE FROM rendezvous WHERE job_id = ?1 AND attempt = ?2");
+  MT_RETURN_IF_ERROR(st.status());
+  st.Bind(1, job_id);
+  st.Bind(2, attempt);
+  return st.Done(st.Step());
+}
+
+absl::StatusOr<std::vector<Store::RendezvousKey>> Store::AllRendezvousKeys() {
+  absl::MutexLock lock(&mu_);
+  Stmt st(db_, "SELECT job_id, attempt, key, value FROM rendezvous ORDER BY job_id, attempt");
+  MT_RETURN_IF_ERROR(st.status());
+  std::vector<RendezvousKey> out;
+  int rc;
+  while ((rc = st.Step()) == SQLITE_ROW) {
+    out.push_back({st.Text(0), static_cast<int>(st.Int(1)), st.Text(2), st.Text(3)});
   }
   MT_RETURN_IF_ERROR(st.Done(rc));
   return out;

@@ -9,6 +9,8 @@
 //   workers(id, worker)                       worker = mt.v1.Worker bytes
 //   checkpoints(id, job_id, step, directory, state, create_ns, checkpoint)
 //                                             checkpoint = mt.v1.Checkpoint bytes (v2)
+//   worker_identities(id, credential_sha256)  the credential issued with w-<id> (v3)
+//   rendezvous(job_id, attempt, key, value)   keys of live attempts, dropped with them (v3)
 // Each write is one transaction; a job update and its event commit together or not at all.
 // Thread-safe: one connection guarded by a mutex (SQLite in serialized use).
 #ifndef MT_COORDINATOR_STORE_STORE_H_
@@ -32,7 +34,7 @@ namespace mt::coordinator {
 
 class Store {
  public:
-  static constexpr int kSchemaVersion = 2;
+  static constexpr int kSchemaVersion = 3;
 
   // Opens (creating when needed) <state_dir>/coordinator.db and migrates it to kSchemaVersion.
   // A database from a newer mt is refused (FAILED_PRECONDITION) rather than touched.
@@ -56,6 +58,26 @@ class Store {
 
   absl::Status PutWorker(const mt::v1::Worker& worker);
   absl::StatusOr<std::vector<mt::v1::Worker>> AllWorkers();
+
+  // --- Worker identities (coordinator/workers/registry.h owns the rules) -------------------
+  struct WorkerIdentity {
+    int64_t id = 0;                 // w-<id>
+    std::string credential_sha256;  // hex SHA-256 of the credential issued with the id
+  };
+  absl::Status PutWorkerIdentity(int64_t id, const std::string& credential_sha256);
+  absl::StatusOr<std::vector<WorkerIdentity>> AllWorkerIdentities();
+
+  // --- Rendezvous keys (coordinator/rendezvous/rendezvous_store.h owns the rules) ----------
+  struct RendezvousKey {
+    std::string job_id;
+    int attempt = 0;
+    std::string key;
+    std::string value;
+  };
+  absl::Status PutRendezvousKey(const std::string& job_id, int attempt, const std::string& key,
+                                const std::string& value);
+  absl::Status DropRendezvousSpace(const std::string& job_id, int attempt);
+  absl::StatusOr<std::vector<RendezvousKey>> AllRendezvousKeys();
 
   // --- Checkpoint catalog (coordinator/checkpoints/catalog.h owns the rules) ---------------
   // Inserts a new entry and fills its id ("c-<n>").

@@ -158,6 +158,49 @@ TEST(Store, Workers) {
   EXPECT_EQ(workers[0].resources().node(), "n2");
 }
 
+// A version-2 database (before worker identities and rendezvous keys were kept) is migrated,
+// keeping its jobs; identities and rendezvous keys are then kept and read back.
+TEST(Store, MigratesAVersion2DatabaseToIdentitiesAndRendezvousKeys) {
+  const std::string dir = testutil::MakeTempDir("store");
+  {
+    MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+    MT_ASSERT_OK(
+        store->CreateJob(NewJob("old"), "", Event(mt::v1::JOB_STATE_PENDING, "s", 1)).status());
+  }
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((dir + "/coordinator.db").c_str(), &db), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(db,
+                         "DROP TABLE worker_identities; DROP TABLE rendezvous; "
+                         "UPDATE meta SET value='2' WHERE key='schema_version'",
+                         nullptr, nullptr, nullptr),
+            SQLITE_OK);
+  sqlite3_close(db);
+  {
+    MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));
+    MT_ASSERT_OK_AND_ASSIGN(auto jobs, store->AllJobs());
+    ASSERT_EQ(jobs.size(), 1u);
+    MT_ASSERT_OK(store->PutWorkerIdentity(3, std::string(64, 'c')));
+    MT_ASSERT_OK(store->PutWorkerIdentity(1, std::string(64, 'a')));
+    EXPECT_THAT(store->PutWorkerIdentity(0, "x"), StatusIs(absl::StatusCode::kInvalidArgument));
+    MT_ASSERT_OK(store->PutRendezvousKey("j-1", 0, "k", std::string("v\0w", 3)));
+    MT_ASSERT_OK(store->PutRendezvousKey("j-1", 0, "k", "v2"));  // replaced
+    MT_ASSERT_OK(store->PutRendezvousKey("j-1", 1, "k", "other attempt"));
+    MT_ASSERT_OK(store->DropRendezvousSpace("j-1", 1));
+  }
+  MT_ASSERT_OK_AND_ASSIGN(auto store, Store::Open(dir));  // a coordinator restart
+  MT_ASSERT_OK_AND_ASSIGN(auto ids, store->AllWorkerIdentities());
+  ASSERT_EQ(ids.size(), 2u);
+  EXPECT_EQ(ids[0].id, 1);
+  EXPECT_EQ(ids[0].credential_sha256, std::string(64, 'a'));
+  EXPECT_EQ(ids[1].id, 3);
+  MT_ASSERT_OK_AND_ASSIGN(auto keys, store->AllRendezvousKeys());
+  ASSERT_EQ(keys.size(), 1u);
+  EXPECT_EQ(keys[0].job_id, "j-1");
+  EXPECT_EQ(keys[0].attempt, 0);
+  EXPECT_EQ(keys[0].key, "k");
+  EXPECT_EQ(keys[0].value, "v2");
+}
+
 // A version-1 database (before the checkpoint catalog) is migrated, keeping its jobs.
 TEST(Store, MigratesAVersion1DatabaseToTheCatalog) {
   const std::string dir = testutil::MakeTempDir("store");
@@ -169,7 +212,8 @@ TEST(Store, MigratesAVersion1DatabaseToTheCatalog) {
   sqlite3* db = nullptr;
   ASSERT_EQ(sqlite3_open((dir + "/coordinator.db").c_str(), &db), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(db,
-                         "DROP TABLE checkpoints; "
+                         "DROP TABLE checkpoints; DROP TABLE worker_identities; "
+                         "DROP TABLE rendezvous; "
                          "UPDATE meta SET value='1' WHERE key='schema_version'",
                          nullptr, nullptr, nullptr),
             SQLITE_OK);

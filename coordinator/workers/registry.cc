@@ -1,6 +1,8 @@
 #include "coordinator/workers/registry.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -65,6 +67,25 @@ absl::StatusOr<int64_t> ParseWorkerId(const std::string& id) {
 WorkerRegistry::WorkerRegistry(const Clock* clock, absl::Duration lost_after)
     : clock_(clock), lost_after_(lost_after) {}
 
+absl::Status WorkerRegistry::Persist(Store* store) {
+  MT_ASSIGN_OR_RETURN(std::vector<Store::WorkerIdentity> known, store->AllWorkerIdentities());
+  absl::MutexLock lock(&mu_);
+  for (const Store::WorkerIdentity& identity : known) {
+    secrets_[identity.id].credential = identity.credential_sha256;
+    next_id_ = std::max(next_id_, identity.id + 1);
+  }
+  store_ = store;
+  return absl::OkStatus();
+}
+
+absl::Status WorkerRegistry::RecordIdentity(int64_t id, const std::string& credential_sha256) {
+  if (store_ == nullptr) return absl::OkStatus();
+  absl::Status s = store_->PutWorkerIdentity(id, credential_sha256);
+  if (s.ok()) return s;
+  return absl::UnavailableError(
+      absl::StrCat("cannot record the identity of w-", id, ": ", s.message()));
+}
+
 absl::StatusOr<int64_t> WorkerRegistry::ClaimId(const mt::v1::RegisterRequest& request,
                                                 absl::Time now, std::string* credential) {
   const std::string& presented = request.worker_credential();
@@ -86,17 +107,21 @@ absl::StatusOr<int64_t> WorkerRegistry::ClaimId(const mt::v1::RegisterRequest& r
           absl::StrCat("every worker id up to w-", kMaxWorkerId, " was issued"));
     }
     *credential = rpc::NewWorkerSecret();
+    MT_RETURN_IF_ERROR(RecordIdentity(next_id_, rpc::HashWorkerSecret(*credential)));
     return next_id_++;
   }
   MT_ASSIGN_OR_RETURN(const int64_t id, ParseWorkerId(request.worker_id()));
   auto known = secrets_.find(id);
   if (known == secrets_.end()) {
-    // An id of an earlier coordinator (registrations are not persisted): adopted with the
-    // credential the daemon kept, or a new one; the counter moves past it.
+    // An id this coordinator's store does not know (issued before identities were kept, or no
+    // store): adopted with the credential the daemon kept, or a new one; the counter moves
+    // past it.
     MT_RETURN_IF_ERROR(cap());
     *credential = presented.empty() ? rpc::NewWorkerSecret() : "";
+    const std::string hash = rpc::HashWorkerSecret(presented.empty() ? *credential : presented);
+    MT_RETURN_IF_ERROR(RecordIdentity(id, hash));
     if (id >= next_id_) next_id_ = id + 1;
-    secrets_[id].credential = rpc::HashWorkerSecret(presented.empty() ? *credential : presented);
+    secrets_[id].credential = hash;
     return id;
   }
   if (!rpc::WorkerSecretMatches(presented, known->second.credential)) {
@@ -105,7 +130,13 @@ absl::StatusOr<int64_t> WorkerRegistry::ClaimId(const mt::v1::RegisterRequest& r
         ": the worker_credential does not match the one issued with this id (a copied or stale "
         "--state-file?); remove the state file to register as a new worker"));
   }
-  const mt::v1::Worker& w = workers_.at(id);
+  auto registered = workers_.find(id);
+  if (registered == workers_.end()) {
+    // Known from the store, not registered since this coordinator started.
+    MT_RETURN_IF_ERROR(cap());
+    return id;
+  }
+  const mt::v1::Worker& w = registered->second;
   const bool live = w.state() == mt::v1::WORKER_STATE_IDLE ||
                     w.state() == mt::v1::WORKER_STATE_BUSY ||
                     w.state() == mt::v1::WORKER_STATE_DRAINING;
@@ -166,7 +197,7 @@ absl::Status WorkerRegistry::Authenticate(const std::string& worker_id,
   MT_ASSIGN_OR_RETURN(const int64_t id, ParseWorkerId(worker_id));
   absl::MutexLock lock(&mu_);
   auto it = secrets_.find(id);
-  if (it == secrets_.end()) {
+  if (it == secrets_.end() || !workers_.contains(id)) {
     return absl::NotFoundError(absl::StrCat("worker ", worker_id, " is not registered"));
   }
   if (!rpc::WorkerSecretMatches(session, it->second.session)) {

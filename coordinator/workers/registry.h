@@ -16,9 +16,13 @@
 // when the answer to the daemon's last Register was lost): a second daemon holding a copy of
 // the state file is refused (ALREADY_EXISTS) while the first one is connected. A genuine restart of
 // the daemon (a new process, no session) is accepted once the old process's heartbeats have stopped
-// for lost_after, i.e. when the worker would be LOST. An unknown id (the coordinator restarted;
-// registrations are not persisted) is adopted with the credential it presents, counted against
-// kMaxWorkers like a new one. Thread-safe: every method takes the registry's mutex.
+// for lost_after, i.e. when the worker would be LOST. With a Store (Persist), every id issued
+// and the SHA-256 of its credential are kept in SQLite: after a coordinator restart a daemon
+// re-registering keeps its id by proving its credential (a wrong one is refused), and ids are
+// never issued twice. An id the store does not know (a database from before identities were
+// kept, or no store) is adopted with the credential it presents, counted against kMaxWorkers
+// like a new one, and kept from then on. Thread-safe: every method takes the registry's mutex;
+// the store's own mutex is taken inside it (a leaf).
 #ifndef MT_COORDINATOR_WORKERS_REGISTRY_H_
 #define MT_COORDINATOR_WORKERS_REGISTRY_H_
 
@@ -34,6 +38,7 @@
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "coordinator/scheduler/worker_pool.h"
+#include "coordinator/store/store.h"
 #include "mt/v1/worker_service.pb.h"
 
 namespace mt::coordinator {
@@ -62,6 +67,10 @@ class WorkerRegistry : public WorkerPool {
   };
 
   WorkerRegistry(const Clock* clock, absl::Duration lost_after);
+
+  // Loads the identities `store` keeps and records every later one there. Call once, before
+  // the first Register; `store` outlives the registry.
+  absl::Status Persist(Store* store);
 
   // Registers a new worker (empty request.worker_id) or re-registers a known one (see
   // Identity above). Returns the stored worker; `issued` (optional) receives its secrets.
@@ -116,8 +125,12 @@ class WorkerRegistry : public WorkerPool {
     std::string previous_session;
   };
   absl::btree_map<int64_t, SecretHashes> secrets_ ABSL_GUARDED_BY(mu_);
+  Store* store_ ABSL_GUARDED_BY(mu_) = nullptr;  // optional (Persist)
 
   // The id a registration gets, after checking its proof of identity (see Identity above).
+  // Keeps `id`'s credential digest in the store (when there is one); UNAVAILABLE if it cannot.
+  absl::Status RecordIdentity(int64_t id, const std::string& credential_sha256)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<int64_t> ClaimId(const mt::v1::RegisterRequest& request, absl::Time now,
                                   std::string* credential) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 };

@@ -3,7 +3,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/clock.h"
 #include "common/base/status_matchers.h"
+#include "coordinator/store/store.h"
 #include "gtest/gtest.h"
+#include "tests/testutil/subprocess.h"
 
 namespace mt::coordinator {
 namespace {
@@ -189,6 +191,41 @@ TEST_F(RegistryTest, AdoptedIdsCountAgainstTheCap) {
               StatusIs(absl::StatusCode::kResourceExhausted, HasSubstr("100000 workers")));
   EXPECT_THAT(registry_.Register(Request("n", 0)), StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_EQ(registry_.Counts().total, WorkerRegistry::kMaxWorkers);
+}
+
+// Worker ids and their credentials survive a coordinator restart (the store is reopened and a
+// new registry reads it): the daemon proves its credential and keeps its id; a wrong credential
+// is refused; a new worker never gets an id issued before the restart.
+TEST(RegistryPersistTest, IdentitiesSurviveACoordinatorRestart) {
+  const std::string dir = testutil::MakeTempDir("registry_persist");
+  FakeClock clock;
+  WorkerRegistry::Issued first;
+  {
+    MT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, Store::Open(dir));
+    WorkerRegistry before(&clock, absl::Seconds(10));
+    MT_ASSERT_OK(before.Persist(store.get()));
+    MT_ASSERT_OK_AND_ASSIGN(auto a, before.Register(Request("n1", 0), &first));
+    ASSERT_EQ(a.id(), "w-1");
+    MT_ASSERT_OK(before.Register(Request("n1", 1)).status());  // w-2
+  }
+  MT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<Store> store, Store::Open(dir));
+  WorkerRegistry after(&clock, absl::Seconds(10));
+  MT_ASSERT_OK(after.Persist(store.get()));
+  // Known but not registered since the restart: its calls are answered "register".
+  EXPECT_THAT(after.Authenticate("w-1", first.session), StatusIs(absl::StatusCode::kNotFound));
+  const std::string wrong(64, 'a');
+  EXPECT_THAT(after.Register(Request("n1", 0, "w-1", wrong)),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("w-1")));
+  EXPECT_THAT(after.Register(Request("n1", 0, "w-1")),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("w-1")));
+  WorkerRegistry::Issued again;
+  MT_ASSERT_OK_AND_ASSIGN(auto back,
+                          after.Register(Request("n1", 0, "w-1", first.credential), &again));
+  EXPECT_EQ(back.id(), "w-1");
+  EXPECT_TRUE(again.credential.empty());  // the one it holds stays valid
+  MT_ASSERT_OK(after.Authenticate("w-1", again.session));
+  MT_ASSERT_OK_AND_ASSIGN(auto fresh, after.Register(Request("n2", 0)));
+  EXPECT_EQ(fresh.id(), "w-3");
 }
 
 }  // namespace

@@ -60,11 +60,8 @@ absl::Status Soak::SetUp() {
   // coordinator holds stays bounded, so its memory can be judged.
   options.coordinator_flags = {"--heartbeat_interval=500ms", "--lost_after=3s",
                                absl::StrCat("--keep_ended_jobs=", kKeepEndedJobs)};
-  // glibc's malloc raises its mmap threshold to the largest block freed (up to 32 MiB) and keeps
-  // up to twice that in the heap once freed: the coordinator's 8 MiB read buffers (hashing a
-  // checkpoint's files when a job restarts) then stay resident, a one-off step of ~10 MiB that
-  // is no leak. A fixed threshold returns them, so that RSS follows live memory.
-  options.coordinator_env = {"MALLOC_MMAP_THRESHOLD_=131072"};
+  // No malloc tuning here: mt-coordinator fixes glibc's mmap threshold itself (its main.cc), so
+  // the RSS judged is the product's own.
   absl::StatusOr<std::unique_ptr<testutil::RigCluster>> cluster =
       testutil::RigCluster::Create(config_.bin_dir, options);
   if (!cluster.ok()) return cluster.status();

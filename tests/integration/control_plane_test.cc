@@ -148,6 +148,59 @@ TEST_F(ControlPlaneTest, ACopiedStateFileDoesNotTakeOverALiveWorker) {
       << Log("worker-thief--1.log");
 }
 
+// Worker identities outlive a coordinator restart (issue 19): the restarted coordinator still
+// knows w-1's credential, so a state file naming w-1 with another credential is refused (it
+// was adopted before: registrations lived in memory only) and the genuine daemon keeps w-1.
+TEST_F(ControlPlaneTest, AForgedCredentialIsRefusedAfterACoordinatorRestart) {
+  const std::string address = StartCoordinator();
+  const std::string state = cluster_.dir() + "/worker.state";
+  auto genuine = StartWorker("noded", -1, {"--state_file=" + state});
+  ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 1; },
+                                absl::Seconds(20)));
+  auto text = ReadFile(state);
+  ASSERT_TRUE(text.ok());
+  const size_t at = text->find("credential ");
+  ASSERT_NE(at, std::string::npos) << *text;
+  std::string forged = *text;
+  forged.replace(at + 11, 64, std::string(64, '7'));
+  ASSERT_NE(forged, *text);
+  ASSERT_TRUE(WriteFileAtomically(cluster_.dir() + "/forged.state", forged).ok());
+  genuine->Signal(SIGTERM);
+  ASSERT_TRUE(genuine->Wait(absl::Seconds(20)).ok());
+  cluster_.coordinator()->Signal(SIGKILL);
+  ASSERT_TRUE(cluster_.coordinator()->Wait(absl::Seconds(10)).ok());
+  ASSERT_EQ(StartCoordinator(), address);
+
+  StartWorker("forger", -1, {"--state_file=" + cluster_.dir() + "/forged.state"});
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        return Log("worker-forger--1.log").find("does not match the one issued") !=
+               std::string::npos;
+      },
+      absl::Seconds(20)))
+      << Log("worker-forger--1.log");
+  auto workers = ListWorkers();
+  ASSERT_TRUE(workers.ok());
+  for (const auto& w : workers->workers()) {
+    EXPECT_FALSE(w.resources().node() == "forger" && w.state() == mt::v1::WORKER_STATE_IDLE);
+  }
+  StartWorker("noded", -1, {"--state_file=" + state});
+  ASSERT_TRUE(testutil::WaitFor(
+      [&] {
+        auto w = ListWorkers();
+        if (!w.ok()) return false;
+        for (const auto& worker : w->workers()) {
+          if (worker.id() == "w-1" && worker.resources().node() == "noded" &&
+              worker.state() == mt::v1::WORKER_STATE_IDLE) {
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(20)))
+      << Log("coordinator.log");
+}
+
 TEST_F(ControlPlaneTest, BearerTokensAreRequiredWhenConfigured) {
   const std::string tokens = cluster_.dir() + "/tokens";
   ASSERT_THAT(WriteFileAtomically(tokens, "s3cret-token-0123456789\n"), testing::IsOk());

@@ -128,11 +128,10 @@ TEST_F(JobsTest, CoordinatorRestartMidJobKeepsTheJobAndItsHistory) {
   auto job = cluster_.GetJob(id, true);
   ASSERT_TRUE(job.ok());
   EXPECT_EQ(job->progress().step(), 60);
-  std::vector<mt::v1::JobState> states;
-  for (const auto& e : job->events()) states.push_back(e.state());
-  EXPECT_EQ(states, (std::vector<mt::v1::JobState>{
-                        mt::v1::JOB_STATE_PENDING, mt::v1::JOB_STATE_SCHEDULED,
-                        mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED}));
+  // Its transitions (notes within a state, e.g. a straggler on a loaded machine, aside).
+  EXPECT_EQ(States(id), (std::vector<mt::v1::JobState>{
+                            mt::v1::JOB_STATE_PENDING, mt::v1::JOB_STATE_SCHEDULED,
+                            mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED}));
 }
 
 TEST_F(JobsTest, InvalidSpecsAndUnknownIdsChangeNothing) {

@@ -67,6 +67,7 @@ class JobFixture : public ::testing::Test {
   std::vector<mt::v1::JobEvent> Events(const std::string& id);
   // The same, one line per event: "<attempt> <STATE>: <reason>", for failure messages.
   std::string EventText(const std::string& id);
+  // The states the job went through, oldest first (events within a state counted once).
   std::vector<mt::v1::JobState> States(const std::string& id);
   // The coordinator's metrics endpoint (host:port, from `mtctl info -o json`); empty if none.
   std::string CoordinatorMetricsAddress();

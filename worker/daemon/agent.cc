@@ -365,7 +365,12 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
     auto it = ranks_.find(Key(stop.job_id(), stop.attempt()));
     if (it == ranks_.end()) return;
     MT_LOG(INFO) << "stopping " << stop.job_id() << ": " << stop.reason();
-    it->second->Stop(absl::Seconds(stop.grace_seconds() > 0 ? stop.grace_seconds() : 10));
+    // no_save: SIGKILL at once (no stop step, no save); otherwise SIGTERM, and SIGKILL after
+    // the grace the coordinator chose (a cancel gives the save its timeout).
+    const absl::Duration grace =
+        stop.no_save() ? absl::ZeroDuration()
+                       : absl::Seconds(stop.grace_seconds() > 0 ? stop.grace_seconds() : 10);
+    it->second->Stop(grace);
     return;
   }
   if (!command.has_assign()) return;

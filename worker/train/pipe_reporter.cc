@@ -69,14 +69,13 @@ void PipeReporter::OnStep(const engine::StepMetrics& m, engine::Trainer& trainer
     UpdateProgress(m, trainer.memory());
     Phase(mt::v1::RANK_PHASE_TRAINING);
   }
-  double comm_seconds = 0;
+  double blocking_seconds = 0;
   for (const parallel::CommTime& c : trainer.TakeCommunication()) {
     observability_->AddCommunication(c.collective, c.group, c.seconds, c.calls);
-    comm_seconds += c.seconds;
+    if (ComputeClock::BlocksThePasses(c.group)) blocking_seconds += c.seconds;
   }
-  if (beacon_ != nullptr) {
-    beacon_->AddComputeSeconds(std::max(0.0, m.seconds - comm_seconds - m.data_seconds));
-  }
+  const double compute = compute_clock_.Take(blocking_seconds, std::chrono::steady_clock::now());
+  if (beacon_ != nullptr) beacon_->AddComputeSeconds(compute);
   observability_->OnStep(m, send, [&] { return trainer.memory(); });
 }
 

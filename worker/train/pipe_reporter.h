@@ -7,6 +7,7 @@
 #ifndef MT_WORKER_TRAIN_PIPE_REPORTER_H_
 #define MT_WORKER_TRAIN_PIPE_REPORTER_H_
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 #include "worker/metrics/rank_observability.h"
 #include "worker/report/progress_beacon.h"
 #include "worker/report/report_channel.h"
+#include "worker/train/compute_clock.h"
 #include "worker/train/session_reporter.h"
 
 namespace mt::train {
@@ -28,9 +30,15 @@ class PipeReporter : public SessionReporter {
 
   // A phase report with the progress so far (STARTING before the session runs).
   void Phase(mt::v1::RankPhase phase);
-  // Each step's compute time (its time less collectives and data wait) goes to `beacon`
+  // Each step's compute time (compute_clock.h: forward and backward less blocking
+  // collectives) goes to `beacon`
   // (outlives the reporter; null = nowhere).
   void set_beacon(worker::ProgressBeacon* beacon) { beacon_ = beacon; }
+  // The trainer's activity changes (its on_activity listener, on the training thread): they
+  // time each step's compute (compute_clock.h).
+  void OnActivity(engine::Activity activity) {
+    compute_clock_.OnActivity(activity, std::chrono::steady_clock::now());
+  }
 
   void OnSkippedCheckpoint(const std::string& problem) override;
   void OnLoadChosen(const std::string& directory, int64_t step) override;
@@ -58,6 +66,7 @@ class PipeReporter : public SessionReporter {
   int64_t log_interval_ = 1;
   bool warned_ = false;
   worker::ProgressBeacon* beacon_ = nullptr;
+  ComputeClock compute_clock_;
 };
 
 // The beacon's activity for the trainer's (worker/engine/activity.h).

@@ -244,8 +244,9 @@ int RunRankCommand(const std::vector<std::string>& args) {
 
   SessionConfig config = RankSessionConfig(spec, assignment, *distributed);
   const absl::Duration slowdown = TestSlowdown(rank);
-  config.trainer.on_activity = [&beacon, slowdown](engine::Activity a, int64_t step) {
+  config.trainer.on_activity = [&beacon, &reporter, slowdown](engine::Activity a, int64_t step) {
     beacon.Set(ToRankActivity(a), step);
+    reporter.OnActivity(a);
     if (slowdown > absl::ZeroDuration() && a == engine::Activity::kForward) {
       absl::SleepFor(slowdown);
     }

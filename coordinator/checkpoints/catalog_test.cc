@@ -212,7 +212,8 @@ TEST_F(CatalogTest, ALateSaveReportLeavesNoWritingEntry) {
                           ::testing::Pair(4, mt::v1::CHECKPOINT_STATE_COMPLETE)));
   // The job ended: a report of a save of it that never committed registers nothing either.
   job.set_state(mt::v1::JOB_STATE_SUCCEEDED);
-  const std::string dead = WriteCheckpoint(save, "j-1", 6, std::nan(""), /*commit=*/false);
+  const std::string dead =
+      testutil::WriteTestCheckpoint(save, "j-1", 6, std::nan(""), /*commit=*/false);
   EXPECT_THAT(catalog_->OnCheckpointReport(Report("j-1", 1, 6, dead)),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("ended")));
   EXPECT_EQ(StatesByStep("j-1").count(6), 0u);
@@ -226,21 +227,22 @@ TEST_F(CatalogTest, TheSweepResolvesSettledWritingEntries) {
   const std::string save = dir_ + "/ckpt";
   mt::v1::Job& job = jobs_.Add("j-1", save);
   auto writing = [&](int64_t step) {
-    const std::string d = WriteCheckpoint(save, "j-1", step, std::nan(""), /*commit=*/false);
+    const std::string d =
+        testutil::WriteTestCheckpoint(save, "j-1", step, std::nan(""), /*commit=*/false);
     auto w = catalog_->OnCheckpointReport(Report("j-1", 1, step, d));
     EXPECT_TRUE(w.ok()) << w.status();
     EXPECT_EQ(w->state(), mt::v1::CHECKPOINT_STATE_WRITING);
     return d;
   };
   writing(2);  // rank 0 committed it later; its report was lost
-  WriteCheckpoint(save, "j-1", 2, 1.5);
+  testutil::WriteTestCheckpoint(save, "j-1", 2, 1.5);
   const std::string never = writing(4);    // never committed
   const std::string flipped = writing(6);  // committed, then a byte flipped
-  WriteCheckpoint(save, "j-1", 6, 1.25);
+  testutil::WriteTestCheckpoint(save, "j-1", 6, 1.25);
   const std::string in_flight = writing(8);  // past `latest` (6) in a running job
   {
     const std::string shard = flipped + "/" + checkpoint::ShardFileName(0, 0);
-    std::string bytes = FileBytes(6);
+    std::string bytes = testutil::TestCheckpointBytes(6);
     bytes[100] ^= 1;
     ASSERT_TRUE(WriteFileAtomically(shard, bytes).ok());
   }

@@ -1,5 +1,6 @@
 #include "coordinator/jobs/restart_policy.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 namespace mt::coordinator {
@@ -23,13 +24,18 @@ FailureDecision DecideOnFailure(const mt::v1::Job& job, const std::string& cause
   return d;
 }
 
+bool IsOwnFailure(const std::string& cause) {
+  return absl::StartsWith(cause, "rank ") && absl::StrContains(cause, " failed: ") &&
+         !absl::StrContains(cause, "killed by signal");
+}
+
 RequeueDecision DecideRequeue(const mt::v1::Job& job, const std::string& cause,
                               const std::optional<FoundCheckpoint>& latest,
                               const std::string& skipped) {
   RequeueDecision d;
   const int64_t step = latest.has_value() ? latest->step : 0;
   const std::string damaged = skipped.empty() ? "" : absl::StrCat(" (skipped: ", skipped, ")");
-  if (job.attempt() > 0 && step <= job.resume_step()) {
+  if (job.attempt() > 0 && step <= job.resume_step() && IsOwnFailure(cause)) {
     d.reason = absl::StrCat(
         cause, "; not restarted: failed again with no new checkpoint since restart ", job.attempt(),
         job.resume_step() > 0 ? absl::StrCat(" (which resumed from step ", job.resume_step(), ")")

@@ -14,9 +14,13 @@
 //      (PENDING waits for capacity, possibly on other workers).
 //   3. No checkpoint in save_dir yet: the job restarts from its own start (checkpoint.load_dir
 //      or scratch), as a relaunched Megatron with an empty --load directory does.
-//   4. A failure with no checkpoint newer than the one the attempt resumed from (for the first
-//      attempt: none) fails the job with that reason instead of looping. So a job that
-//      crashes deterministically before its first save is tried at most twice.
+//   4. A failure of the job's own (a rank that exited with an error) with no checkpoint newer
+//      than the one the attempt resumed from (for the first attempt: none) fails the job with
+//      that reason instead of looping. So a job that crashes deterministically before its
+//      first save is tried at most twice. Failures of its surroundings (a lost worker or node,
+//      a rank gone from its worker, a rank killed by a signal, a hang) say nothing of the job
+//      and restart it from the same checkpoint, within max_restarts: two faults of a flaky
+//      node within one save interval must not end a run (found by the chaos soak).
 #ifndef MT_COORDINATOR_JOBS_RESTART_POLICY_H_
 #define MT_COORDINATOR_JOBS_RESTART_POLICY_H_
 
@@ -27,6 +31,11 @@
 #include "mt/v1/job.pb.h"
 
 namespace mt::coordinator {
+
+// Whether `cause` (as the job manager words it) is the job's own failure for rule 4: "rank R
+// on W failed: <message>" where the message is not a death by signal. Lost workers ("worker
+// ..."), hangs ("hung ...") and signals are not.
+bool IsOwnFailure(const std::string& cause);
 
 // Rule 1, when `cause` ("rank 1 on w-2 failed: exit code 1 ...") ended a rank of `job`.
 struct FailureDecision {

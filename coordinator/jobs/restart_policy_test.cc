@@ -92,5 +92,32 @@ TEST(RestartPolicy, DecideRequeue) {
   }
 }
 
+// Rule 4 holds only the job's own failures against it: faults of its surroundings restart it
+// from the same checkpoint (within max_restarts, which DecideOnFailure checks).
+TEST(RestartPolicy, OnlyTheJobsOwnFailuresEndItWithoutANewCheckpoint) {
+  EXPECT_TRUE(IsOwnFailure("rank 1 on w-2 failed: exit code 1: mt-train: reading the data"));
+  const std::string surroundings[] = {
+      "worker w-7 on node node4 running rank 1 was lost (no heartbeat for 3s)",
+      "worker w-3 registered again without rank 0 and no exit report came within 10s",
+      "worker w-3 no longer runs rank 0",
+      "rank 0 on w-5 failed: killed by signal 9 (Killed)",
+      "hung: rank 1 on worker w-2 (node n1) made no progress for 10 s in forward of step 7",
+      "hung at startup: rank 0 on worker w-1 (node n0) did not reach training: starting",
+  };
+  const FoundCheckpoint at8{"/ck/iter_0000008", 8};
+  for (const std::string& cause : surroundings) {
+    EXPECT_FALSE(IsOwnFailure(cause)) << cause;
+    const RequeueDecision d = DecideRequeue(MakeJob("/ck", 3, 2, 8), cause, at8, "");
+    EXPECT_TRUE(d.requeue) << cause;
+    EXPECT_EQ(d.resume_from, "/ck/iter_0000008") << cause;
+    EXPECT_EQ(d.resume_step, 8) << cause;
+    EXPECT_THAT(d.reason, HasSubstr("restart 3 from /ck/iter_0000008 (step 8)")) << cause;
+  }
+  // The same failure of its own ends it.
+  const RequeueDecision own = DecideRequeue(MakeJob("/ck", 3, 2, 8), kCause, at8, "");
+  EXPECT_FALSE(own.requeue);
+  EXPECT_THAT(own.reason, HasSubstr("failed again with no new checkpoint since restart 2"));
+}
+
 }  // namespace
 }  // namespace mt::coordinator

@@ -301,7 +301,7 @@ void NoFix(Req*) {}
   } while (false)
 
 void Dispatch(Coordinator& c, uint8_t which, const Identity& id, absl::string_view body) {
-  switch (which % 27) {
+  switch (which % 28) {
     case 0:
       MT_RPC(client, SubmitJob, SubmitJobRequest, SubmitJobResponse,
              [](mt::v1::SubmitJobRequest* r) { ConfineSpec(r->mutable_spec()); });
@@ -422,6 +422,13 @@ void Dispatch(Coordinator& c, uint8_t which, const Identity& id, absl::string_vi
       (void)c.jobs->WaitForChange(request.job_id(), 0, absl::ZeroDuration());
       break;
     }
+    case 26:  // an eval job of a catalog checkpoint (GenerateText's stream has no unary form)
+      MT_RPC(client, EvaluateCheckpoint, EvaluateCheckpointRequest, SubmitJobResponse,
+             [](mt::v1::EvaluateCheckpointRequest* r) {
+               r->set_checkpoint(Confine(r->checkpoint()));
+               r->mutable_eval()->set_data_path(Confine(r->eval().data_path()));
+             });
+      break;
     default: {  // DownloadCheckpoint's handling: every chunk, sent nowhere
       mt::v1::DownloadCheckpointRequest request;
       if (!request.ParseFromArray(body.data(), static_cast<int>(body.size()))) return;

@@ -131,7 +131,7 @@ TEST_F(HangJobsTest, AStoppedRankIsFoundWithinTheFloorNamedAndTheJobRestartsAndF
   EXPECT_GE(detection, kFloorSeconds - 0.5);
   EXPECT_LE(detection, kFloorSeconds + 3.0);
 
-  const std::vector<mt::v1::JobEvent> events = Events(id);
+  const std::vector<mt::v1::JobEvent> events = Transitions(id);
   ASSERT_GE(events.size(), 4u);
   const std::string& reason = events[3].reason();
   EXPECT_EQ(events[3].state(), mt::v1::JOB_STATE_RESTARTING);
@@ -200,7 +200,7 @@ TEST_F(HangJobsTest, ARankStoppedAtItsStartIsFoundWithinTheFloorNamingItsPhase) 
   // The floor from the placement (just before the stop), plus the check period and polling.
   EXPECT_GE(detection, kFloorSeconds - 1.0);
   EXPECT_LE(detection, kFloorSeconds + 3.0);
-  const std::vector<mt::v1::JobEvent> events = Events(id);
+  const std::vector<mt::v1::JobEvent> events = Transitions(id);
   ASSERT_GE(events.size(), 3u);
   EXPECT_EQ(events[1].state(), mt::v1::JOB_STATE_SCHEDULED);
   EXPECT_EQ(events[2].state(), mt::v1::JOB_STATE_RESTARTING);

@@ -99,7 +99,7 @@ TEST_F(RestartJobsTest, AKilledWorkerRestartsTheJobWhichEndsWithTheUndisturbedLo
   EXPECT_EQ(states[3], mt::v1::JOB_STATE_RESTARTING) << EventText(b);
   EXPECT_EQ(states[4], mt::v1::JOB_STATE_PENDING) << EventText(b);
   EXPECT_EQ(states.back(), mt::v1::JOB_STATE_SUCCEEDED);
-  const std::vector<mt::v1::JobEvent> events = Events(b);
+  const std::vector<mt::v1::JobEvent> events = Transitions(b);
   EXPECT_THAT(events[3].reason(), HasSubstr("restart 1 of at most 3"));
   EXPECT_EQ(events[4].attempt(), 1);
   // The restart resumed from the newest checkpoint saved before the kill (step 4k <= the kill

@@ -85,13 +85,18 @@ std::string JobFixture::CoordinatorMetricsAddress() {
   return end == std::string::npos ? "" : out.substr(from, end - from);
 }
 
+std::vector<mt::v1::JobEvent> JobFixture::Transitions(const std::string& id) {
+  std::vector<mt::v1::JobEvent> out;
+  for (mt::v1::JobEvent& e : Events(id)) {
+    // The job state machine has no self-edges: an event in the state before it is a note.
+    if (out.empty() || out.back().state() != e.state()) out.push_back(std::move(e));
+  }
+  return out;
+}
+
 std::vector<mt::v1::JobState> JobFixture::States(const std::string& id) {
   std::vector<mt::v1::JobState> states;
-  for (const auto& e : Events(id)) {
-    // Notes within a state (a straggler, a load fallback, a cancel's saved step) are no
-    // transitions: the job state machine has no self-edges.
-    if (states.empty() || states.back() != e.state()) states.push_back(e.state());
-  }
+  for (const mt::v1::JobEvent& e : Transitions(id)) states.push_back(e.state());
   return states;
 }
 

@@ -67,7 +67,10 @@ class JobFixture : public ::testing::Test {
   std::vector<mt::v1::JobEvent> Events(const std::string& id);
   // The same, one line per event: "<attempt> <STATE>: <reason>", for failure messages.
   std::string EventText(const std::string& id);
-  // The states the job went through, oldest first (events within a state counted once).
+  // The events that changed the job's state, oldest first: notes within a state (a straggler,
+  // a load fallback, a cancel's saved step), which a loaded machine may add anywhere, left out.
+  std::vector<mt::v1::JobEvent> Transitions(const std::string& id);
+  // The states the job went through, oldest first (Transitions' states).
   std::vector<mt::v1::JobState> States(const std::string& id);
   // The coordinator's metrics endpoint (host:port, from `mtctl info -o json`); empty if none.
   std::string CoordinatorMetricsAddress();

@@ -236,7 +236,7 @@ TEST(SpecYamlTest, UnknownKeys) {
               StatusIs(kInvalid, HasSubstr("parallel.xyzzy: unknown key; expected one of "
                                            "tensor_model_parallel_size, ")));
   EXPECT_THAT(ParseYamlSpec("parallel: {xyzzy: 1}\n"),
-              StatusIs(kInvalid, HasSubstr("ddp_bucket_size, cp, dp, pp, tp")));
+              StatusIs(kInvalid, HasSubstr("ddp_bucket_size, tp_comm_overlap, cp, dp, pp, tp")));
   EXPECT_THAT(ParseYamlSpec("[1, 2]: x\n"),
               StatusIs(kInvalid, "top level: keys must be plain names, got a list [line 1]"));
 }

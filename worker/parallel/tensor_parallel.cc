@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/rng.h"
+#include "worker/parallel/autograd_group.h"
 #include "worker/parallel/process_groups.h"
 
 namespace mt::parallel {
@@ -40,23 +41,6 @@ int64_t ChunkSize(const torch::Tensor& t, int64_t dim, const GroupHandle& g) {
   TORCH_CHECK(t.size(dim) % g.size == 0, "tensor-parallel split: dimension ", dim, " of size ",
               t.size(dim), " is not divisible by the ", g.name, " group size ", g.size);
   return t.size(dim) / g.size;
-}
-
-// The group as the backward pass holds it: the autograd context keeps it (and with it the c10d
-// object) alive as long as the graph.
-struct GroupRef : torch::CustomClassHolder {
-  GroupHandle handle;
-};
-
-c10::IValue Capsule(const GroupHandle& g) {
-  auto ref = c10::make_intrusive<GroupRef>();
-  ref->handle = g;
-  return c10::IValue::make_capsule(std::move(ref));
-}
-
-const GroupHandle& FromCapsule(AutogradContext* ctx, c10::intrusive_ptr<GroupRef>* keep) {
-  *keep = c10::static_intrusive_pointer_cast<GroupRef>(ctx->saved_data["group"].toCapsule());
-  return (*keep)->handle;
 }
 
 // One class per mapping: Forward and Backward name the collective of each direction.
@@ -97,12 +81,12 @@ template <Op kForward, Op kBackward>
 class Mapping : public torch::autograd::Function<Mapping<kForward, kBackward>> {
  public:
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, const GroupHandle* g) {
-    ctx->saved_data["group"] = Capsule(*g);
+    internal::SaveGroup(ctx, *g);
     return Apply(kForward, x, *g);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    c10::intrusive_ptr<GroupRef> keep;
-    const GroupHandle& g = FromCapsule(ctx, &keep);
+    const c10::intrusive_ptr<internal::GroupRef> keep = internal::SavedGroup(ctx);
+    const GroupHandle& g = keep->handle;
     return {Apply(kBackward, grad_outputs[0], g), torch::Tensor()};
   }
 };

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "worker/parallel/autograd_group.h"
 #include "worker/parallel/comm_stats.h"
 #include "worker/parallel/process_groups.h"
 
@@ -126,21 +127,6 @@ torch::Tensor RingReduceScatter(const GroupHandle& g,
   return {};  // not reached: the loop returns at its last step
 }
 
-// The group as the backward pass holds it (the autograd context keeps the c10d object alive).
-struct GroupRef : torch::CustomClassHolder {
-  GroupHandle handle;
-};
-
-c10::IValue Capsule(const GroupHandle& g) {
-  auto ref = c10::make_intrusive<GroupRef>();
-  ref->handle = g;
-  return c10::IValue::make_capsule(std::move(ref));
-}
-
-c10::intrusive_ptr<GroupRef> FromCapsule(AutogradContext* ctx) {
-  return c10::static_intrusive_pointer_cast<GroupRef>(ctx->saved_data["group"].toCapsule());
-}
-
 int64_t ChunkOfSequence(const torch::Tensor& t, const GroupHandle& g) {
   TORCH_CHECK(t.dim() == 3, "tensor-parallel overlap: activations are [b, s, h]; got ", t.dim(),
               " dimensions");
@@ -167,14 +153,14 @@ class AllGatherLinearFunction : public torch::autograd::Function<AllGatherLinear
       Seq(full, t, c).copy_(chunk);
     });
     (y.add_(bias), ...);
-    ctx->saved_data["group"] = Capsule(*g);
+    internal::SaveGroup(ctx, *g);
     ctx->saved_data["has_bias"] = sizeof...(Bias) == 1;
     ctx->save_for_backward({full, w});
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const c10::intrusive_ptr<GroupRef> keep = FromCapsule(ctx);
+    const c10::intrusive_ptr<internal::GroupRef> keep = internal::SavedGroup(ctx);
     const GroupHandle& g = keep->handle;
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor& full = saved[0];
@@ -201,13 +187,13 @@ class LinearReduceScatterFunction : public torch::autograd::Function<LinearReduc
     const torch::Tensor wt = w.t();
     torch::Tensor y =
         RingReduceScatter(*g, [&](int64_t t) { return ChunkGemm(Seq(xc, t, c), wt); }, {});
-    ctx->saved_data["group"] = Capsule(*g);
+    internal::SaveGroup(ctx, *g);
     ctx->save_for_backward({xc, w});
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
-    const c10::intrusive_ptr<GroupRef> keep = FromCapsule(ctx);
+    const c10::intrusive_ptr<internal::GroupRef> keep = internal::SavedGroup(ctx);
     const GroupHandle& g = keep->handle;
     const variable_list saved = ctx->get_saved_variables();
     const torch::Tensor& x = saved[0];

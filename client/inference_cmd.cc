@@ -156,20 +156,23 @@ absl::StatusOr<mt::v1::GenerateTask> GenerateTaskFromFlags() {
   return t;
 }
 
-// Polls the job until it ends (a watch would do as well; a poll survives reconnects simply).
+// Waits until the job ends; returns it as it ended.
 absl::StatusOr<mt::v1::Job> WaitForEnd(Stub* stub, const std::string& job_id) {
+  // The job's watch stream (what `mtctl watch` reads) ends when the job does; then the whole
+  // job, spec included, in one read.
+  mt::v1::WatchJobRequest watch;
+  watch.set_job_id(job_id);
+  grpc::ClientContext context;
+  auto reader = stub->WatchJob(&context, watch);
+  mt::v1::JobUpdate update;
+  while (reader->Read(&update)) {
+  }
+  MT_RETURN_IF_ERROR(rpc::FromGrpcStatus(reader->Finish()));
   mt::v1::GetJobRequest request;
   request.set_job_id(job_id);
-  for (;;) {
-    mt::v1::Job job;
-    MT_RETURN_IF_ERROR(Call(stub, &Stub::GetJob, request, &job, kTimeout));
-    const mt::v1::JobState s = job.state();
-    if (s == mt::v1::JOB_STATE_SUCCEEDED || s == mt::v1::JOB_STATE_FAILED ||
-        s == mt::v1::JOB_STATE_CANCELLED) {
-      return job;
-    }
-    absl::SleepFor(absl::Milliseconds(200));
-  }
+  mt::v1::Job job;
+  MT_RETURN_IF_ERROR(Call(stub, &Stub::GetJob, request, &job, kTimeout));
+  return job;
 }
 
 int PrintEvalResult(const mt::v1::Job& job, OutputFormat format) {

@@ -11,6 +11,7 @@
 #include "common/base/files.h"
 #include "common/spec/yaml_spec.h"
 #include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_manager_testing.h"
 #include "coordinator/store/store.h"
 #include "coordinator/workers/registry.h"
 #include "gtest/gtest.h"
@@ -31,30 +32,9 @@ std::string SpecYaml(const std::string& inference) {
       inference);
 }
 
-class JobManagerGenerateTest : public ::testing::Test {
+class JobManagerGenerateTest : public JobManagerTestBase {
  protected:
-  void SetUp() override {
-    const std::string dir = testutil::MakeTempDir("jm_generate");
-    auto store = Store::Open(dir + "/state");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    registry_ = std::make_unique<WorkerRegistry>(&clock_, absl::Seconds(10));
-    JobManagerOptions o;
-    o.coordinator_address = "localhost:1";
-    auto jobs = JobManager::Create(store_.get(), registry_.get(), &clock_, o);
-    ASSERT_TRUE(jobs.ok()) << jobs.status();
-    jobs_ = std::move(*jobs);
-    for (int i = 0; i < 2; ++i) {
-      mt::v1::RegisterRequest r;
-      r.mutable_resources()->set_node("n0");
-      r.mutable_resources()->set_gpu_index(-1);
-      r.mutable_resources()->set_device_name("cpu");
-      r.mutable_resources()->set_memory_bytes(int64_t{1} << 30);
-      r.mutable_resources()->set_cpu_cores(1);
-      auto w = registry_->Register(r);
-      ASSERT_TRUE(w.ok()) << w.status();
-    }
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(SetUpManager("jm_generate", 2)); }
 
   mt::v1::Job Submit(const std::string& inference) {
     auto parsed = spec::ParseYamlSpec(SpecYaml(inference));
@@ -88,11 +68,6 @@ class JobManagerGenerateTest : public ::testing::Test {
     }
     return out;
   }
-
-  FakeClock clock_{absl::FromUnixSeconds(1000)};
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<WorkerRegistry> registry_;
-  std::unique_ptr<JobManager> jobs_;
 };
 
 TEST_F(JobManagerGenerateTest, KeepsTheRanksTextUntilReleased) {

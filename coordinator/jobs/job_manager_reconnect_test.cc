@@ -14,6 +14,7 @@
 #include "common/base/clock.h"
 #include "common/spec/yaml_spec.h"
 #include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_manager_testing.h"
 #include "coordinator/store/store.h"
 #include "coordinator/workers/registry.h"
 #include "gmock/gmock.h"
@@ -25,37 +26,11 @@ namespace {
 
 using ::testing::HasSubstr;
 
-class JobManagerReconnectTest : public ::testing::Test {
+class JobManagerReconnectTest : public JobManagerTestBase {
  protected:
-  void SetUp() override {
-    dir_ = testutil::MakeTempDir("jm_reconnect");
-    auto store = Store::Open(dir_ + "/state");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    registry_ = std::make_unique<WorkerRegistry>(&clock_, absl::Seconds(10));
-    JobManagerOptions o;
-    o.coordinator_address = "localhost:1";
-    auto jobs = JobManager::Create(store_.get(), registry_.get(), &clock_, o);
-    ASSERT_TRUE(jobs.ok()) << jobs.status();
-    jobs_ = std::move(*jobs);
-    for (int i = 0; i < 3; ++i) {
-      WorkerRegistry::Issued issued;
-      auto w = registry_->Register(Request(i), &issued);
-      ASSERT_TRUE(w.ok()) << w.status();
-      workers_.push_back(w->id());
-      issued_[w->id()] = issued;
-    }
-  }
+  void SetUp() override { ASSERT_NO_FATAL_FAILURE(SetUpManager("jm_reconnect", 3)); }
 
-  static mt::v1::RegisterRequest Request(int node) {
-    mt::v1::RegisterRequest r;
-    r.mutable_resources()->set_node(absl::StrCat("n", node));
-    r.mutable_resources()->set_gpu_index(-1);
-    r.mutable_resources()->set_device_name("cpu");
-    r.mutable_resources()->set_memory_bytes(int64_t{1} << 30);
-    r.mutable_resources()->set_cpu_cores(1);
-    return r;
-  }
+  static mt::v1::RegisterRequest Request(int node) { return CpuWorker(node); }
 
   // The daemon of `worker_id` registers again (with its credential and the session it holds,
   // as after a failed heartbeat), naming `running`.
@@ -134,14 +109,6 @@ class JobManagerReconnectTest : public ::testing::Test {
     if (job_id != nullptr) *job_id = w.ok() ? w->job_id() : "";
     return w.ok() ? w->state() : mt::v1::WORKER_STATE_UNSPECIFIED;
   }
-
-  FakeClock clock_;
-  std::string dir_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<WorkerRegistry> registry_;
-  std::unique_ptr<JobManager> jobs_;
-  std::vector<std::string> workers_;
-  std::map<std::string, WorkerRegistry::Issued> issued_;
 };
 
 // The daemon's registration reached the coordinator but its answer did not; the job was placed

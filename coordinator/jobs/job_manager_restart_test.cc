@@ -15,6 +15,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/spec/yaml_spec.h"
 #include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_manager_testing.h"
 #include "coordinator/store/store.h"
 #include "coordinator/workers/registry.h"
 #include "gmock/gmock.h"
@@ -54,31 +55,11 @@ void WriteCheckpoint(const std::string& save_dir, int64_t step, double loss = 0,
   ASSERT_TRUE(checkpoint::WriteLatest(save_dir, step).ok());
 }
 
-class JobManagerRestartTest : public ::testing::Test {
+class JobManagerRestartTest : public JobManagerTestBase {
  protected:
   void SetUp() override {
-    dir_ = testutil::MakeTempDir("jm_restart");
+    ASSERT_NO_FATAL_FAILURE(SetUpManager("jm_restart", 3));
     save_dir_ = dir_ + "/ckpt";
-    auto store = Store::Open(dir_ + "/state");
-    ASSERT_TRUE(store.ok()) << store.status();
-    store_ = std::move(*store);
-    registry_ = std::make_unique<WorkerRegistry>(&clock_, absl::Seconds(10));
-    JobManagerOptions o;
-    o.coordinator_address = "localhost:1";
-    auto jobs = JobManager::Create(store_.get(), registry_.get(), &clock_, o);
-    ASSERT_TRUE(jobs.ok()) << jobs.status();
-    jobs_ = std::move(*jobs);
-    for (int i = 0; i < 3; ++i) {
-      mt::v1::RegisterRequest r;
-      r.mutable_resources()->set_node(absl::StrCat("n", i));
-      r.mutable_resources()->set_gpu_index(-1);
-      r.mutable_resources()->set_device_name("cpu");
-      r.mutable_resources()->set_memory_bytes(int64_t{1} << 30);
-      r.mutable_resources()->set_cpu_cores(1);
-      auto w = registry_->Register(r);
-      ASSERT_TRUE(w.ok()) << w.status();
-      workers_.push_back(w->id());
-    }
   }
 
   std::string Submit(const std::string& save_dir, int max_restarts = 3,
@@ -140,13 +121,7 @@ class JobManagerRestartTest : public ::testing::Test {
     return out;
   }
 
-  FakeClock clock_;
-  std::string dir_;
   std::string save_dir_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<WorkerRegistry> registry_;
-  std::unique_ptr<JobManager> jobs_;
-  std::vector<std::string> workers_;
 };
 
 TEST_F(JobManagerRestartTest, RankFailureRestartsFromTheLatestCheckpoint) {

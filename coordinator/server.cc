@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   if (config.metrics_port >= 0) s->metrics_ = std::make_unique<CoordinatorMetrics>();
   jm.observer = s->metrics_.get();
   jm.rank_credentials = s->rank_credentials_.get();
+  jm.allowed_roots = s->allowed_roots_.roots();
   MT_ASSIGN_OR_RETURN(s->jobs_, JobManager::Create(s->store_.get(), s->registry_.get(), clock, jm));
   s->client_service_ = std::make_unique<ClientServiceImpl>(s->auth_.get(), s->registry_.get(),
                                                            s->jobs_.get(), clock, s->start_time_);

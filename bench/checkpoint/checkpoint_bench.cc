@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -41,6 +42,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -50,6 +52,7 @@
 #include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"
 #include "common/checkpoint/reshard.h"
+#include "common/cli/help_version.h"
 #include "mt/v1/job_spec.pb.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/trainer_state.h"
@@ -210,6 +213,23 @@ std::unique_ptr<mt::checkpoint::Checkpointer> MakeCheckpointer(
   return std::move(*c);
 }
 
+// mkdir -p: the bench writes into <dir>/sync and <dir>/async.
+void MakeDirs(const std::string& dir) {
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i < dir.size() && dir[i] != '/') continue;
+    const std::string prefix = dir.substr(0, i);
+    struct stat st;
+    if (::stat(prefix.c_str(), &st) == 0) {
+      if (!S_ISDIR(st.st_mode)) Die("--dir " + dir + ": " + prefix + " is not a directory");
+      continue;
+    }
+    if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
+      Die("--dir " + dir + ": creating " + prefix + ": " + std::strerror(errno) +
+          " (name a directory you may write to)");
+    }
+  }
+}
+
 Args Parse(int argc, char** argv, bool* own_dir) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -261,172 +281,307 @@ Args Parse(int argc, char** argv, bool* own_dir) {
     a.dir = tmpl;
     *own_dir = true;
   } else {
-    // mkdir -p: the bench writes into <dir>/sync and <dir>/async.
-    for (size_t i = 1; i <= a.dir.size(); ++i) {
-      if (i < a.dir.size() && a.dir[i] != '/') continue;
-      const std::string prefix = a.dir.substr(0, i);
-      struct stat st;
-      if (::stat(prefix.c_str(), &st) == 0) {
-        if (!S_ISDIR(st.st_mode)) Die("--dir " + a.dir + ": " + prefix + " is not a directory");
-        continue;
-      }
-      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-        Die("--dir " + a.dir + ": creating " + prefix + ": " + std::strerror(errno) +
-            " (name a directory you may write to)");
-      }
-    }
+    MakeDirs(a.dir);
   }
   if (a.stage_device.empty() && a.device != "cpu") a.stage_device = "auto";
   if (a.stage_device == "none") a.stage_device.clear();
   return a;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  bool own_dir = false;  // a temporary directory of ours: removed at the end
-  const Args a = Parse(argc, argv, &own_dir);
-  const mt::v1::JobSpec spec = MakeSpec(a, 1000000000);
-  std::printf(
-      "checkpoint_bench: %d layers, hidden %d, seq %d, vocab %d, %s on %s, dir %s, files <= %d "
-      "MiB, %d I/O threads, load staged on %s\n",
-      a.layers, a.hidden, a.seq, a.vocab, a.precision.c_str(), a.device.c_str(), a.dir.c_str(),
-      a.max_file_mb, mt::checkpoint::DefaultIoThreads(),
-      a.stage_device.empty() ? "none (restore from host memory)" : a.stage_device.c_str());
-
-  // --- 1. save against dd write -------------------------------------------------------------
-  auto trainer = MakeTrainer(a, spec);
-  for (int i = 0; i < 2; ++i) Check(trainer->Step().status(), "step");  // optimizer state exists
-  mt::checkpoint::LocalExchange exchange;
-  const std::string save_dir = a.dir + "/sync";
-  auto sync = MakeCheckpointer(a, save_dir, spec, /*async=*/false, &exchange);
+// The random bytes the dd-style writes send: 8 MiB, incompressible.
+std::vector<char> RandomBuffer() {
   std::vector<char> buffer(8 << 20);
   std::mt19937_64 rng(1);
   for (size_t i = 0; i + 8 <= buffer.size(); i += 8) {
     const uint64_t r = rng();
     std::memcpy(buffer.data() + i, &r, 8);
   }
+  return buffer;
+}
+
+const char* Verdict(bool ok) { return ok ? "ok" : "MISSED"; }
+
+std::string SyncDir(const Args& a) { return a.dir + "/sync"; }
+
+void PrintSetup(const Args& a) {
+  std::printf(
+      "checkpoint_bench: %d layers, hidden %d, seq %d, vocab %d, %s on %s, dir %s, files <= %d "
+      "MiB, %d I/O threads, load staged on %s\n",
+      a.layers, a.hidden, a.seq, a.vocab, a.precision.c_str(), a.device.c_str(), a.dir.c_str(),
+      a.max_file_mb, mt::checkpoint::DefaultIoThreads(),
+      a.stage_device.empty() ? "none (restore from host memory)" : a.stage_device.c_str());
+}
+
+// --- 1. and 2.: save and load against dd ----------------------------------------------------
+
+// The figures of the save and load runs, one per run; the size and place of the last save.
+struct SaveLoadRuns {
   std::vector<double> save_s_all, save_bw, dd_write_bw, load_bw, restore_bw, dd_read_bw;
   int64_t bytes = 0;
   int files = 0;
   std::string last_dir;
-  for (int r = 0; r < a.repeat; ++r) {
-    Check(trainer->Step().status(), "step");
-    const auto start = Clock::now();
-    Check(sync->Save(*trainer, 0, 0), "save");
-    const double save_s = Seconds(start, Clock::now());
-    double snapshot_s = 0;
-    for (const auto& info : sync->TakeFinished()) {
-      Check(info.status, "save");
-      bytes = info.bytes;
-      files = info.files;
-      snapshot_s = info.snapshot_seconds;
-      last_dir = info.directory;
-    }
-    const std::string dd = a.dir + "/dd.bin";
-    const double dd_s = DdWrite(dd, buffer, bytes);
-    save_s_all.push_back(save_s);
-    save_bw.push_back(bytes / save_s);
-    dd_write_bw.push_back(bytes / dd_s);
+};
 
-    // --- 2. load against dd read (cold cache for both) ---------------------------------------
-    EvictTree(last_dir);
-    Evict(dd);
-    // The fresh trainer (model construction) is not I/O: built before the clock starts.
-    auto fresh = MakeTrainer(a, spec, 0);
-    const auto load_start = Clock::now();
-    mt::checkpoint::LoadOptions load_options;
-    load_options.keep_own_files = true;
-    load_options.stage_device = a.stage_device;
-    auto choice = mt::checkpoint::ChooseLoad(save_dir, load_options);  // read + SHA-256, once
-    if (!choice.ok() || !choice->has_value()) Die("no checkpoint to load");
-    const auto verified = Clock::now();
-    auto source = mt::checkpoint::OpenLoadSource(**choice);
-    if (!source.ok()) Die(std::string(source.status().message()));
-    mt::checkpoint::RestoreStats stats;
-    mt::checkpoint::RestoreOptions restore;
-    restore.stats = &stats;
-    Check(mt::checkpoint::RestoreTrainer(*fresh, **source, restore), "restore");
-    source->reset();
-    (*choice)->files.reset();
-    const auto loaded = Clock::now();
-    const double load_s = Seconds(load_start, loaded);
-    const double dd_read_s = DdRead(dd, buffer);
-    // What this run read stays out of the page cache: the async phases below start from the
-    // cache a training run has, not with the bench's earlier reads in it.
-    EvictTree(last_dir);
-    Evict(dd);
-    load_bw.push_back(bytes / load_s);
-    restore_bw.push_back(bytes / Seconds(verified, loaded));
-    dd_read_bw.push_back(bytes / dd_read_s);
-    std::printf(
-        "  run %d: %.1f MB in %d files  save %.3f s (snapshot %.3f)  dd write %.3f s  load %.3f s "
-        "(read+verify %.3f, restore %.3f: tensors %d staged, %d from memory, %d assembled)  dd "
-        "read %.3f s\n",
-        r + 1, bytes / 1e6, files, save_s, snapshot_s, dd_s, load_s, Seconds(load_start, verified),
-        Seconds(verified, loaded), stats.from_staged, stats.from_memory, stats.from_assembled,
-        dd_read_s);
+struct SaveTiming {
+  double save_s = 0;
+  double snapshot_s = 0;
+};
+
+// A sync save of the trainer's state, timed; the save's size and directory go to `runs`.
+SaveTiming TimedSave(mt::engine::Trainer& trainer, mt::checkpoint::Checkpointer& sync,
+                     SaveLoadRuns* runs) {
+  SaveTiming t;
+  const auto start = Clock::now();
+  Check(sync.Save(trainer, 0, 0), "save");
+  t.save_s = Seconds(start, Clock::now());
+  for (const auto& info : sync.TakeFinished()) {
+    Check(info.status, "save");
+    runs->bytes = info.bytes;
+    runs->files = info.files;
+    t.snapshot_s = info.snapshot_seconds;
+    runs->last_dir = info.directory;
   }
-  const double save_ratio = Median(save_bw) / Median(dd_write_bw);
-  const double load_ratio = Median(load_bw) / Median(dd_read_bw);
-  auto verdict = [](bool ok) { return ok ? "ok" : "MISSED"; };
+  return t;
+}
+
+struct LoadTiming {
+  double load_s = 0;     // the whole load
+  double verify_s = 0;   // ChooseLoad: read + SHA-256
+  double restore_s = 0;  // OpenLoadSource + RestoreTrainer
+  mt::checkpoint::RestoreStats stats;
+  // The chosen checkpoint (its device copies included), held by the caller until the end of the
+  // run, after the dd read.
+  std::optional<mt::checkpoint::LoadChoice> choice;
+};
+
+// What a rank does on resume, timed: the latest checkpoint in `save_dir` read, verified and
+// restored into `fresh`.
+LoadTiming TimedLoad(const Args& a, const std::string& save_dir, mt::engine::Trainer& fresh) {
+  LoadTiming t;
+  const auto load_start = Clock::now();
+  mt::checkpoint::LoadOptions load_options;
+  load_options.keep_own_files = true;
+  load_options.stage_device = a.stage_device;
+  auto choice = mt::checkpoint::ChooseLoad(save_dir, load_options);  // read + SHA-256, once
+  if (!choice.ok() || !choice->has_value()) Die("no checkpoint to load");
+  const auto verified = Clock::now();
+  auto source = mt::checkpoint::OpenLoadSource(**choice);
+  if (!source.ok()) Die(std::string(source.status().message()));
+  mt::checkpoint::RestoreOptions restore;
+  restore.stats = &t.stats;
+  Check(mt::checkpoint::RestoreTrainer(fresh, **source, restore), "restore");
+  source->reset();
+  (*choice)->files.reset();
+  const auto loaded = Clock::now();
+  t.load_s = Seconds(load_start, loaded);
+  t.verify_s = Seconds(load_start, verified);
+  t.restore_s = Seconds(verified, loaded);
+  t.choice = std::move(**choice);
+  return t;
+}
+
+// Run r of phases 1 and 2: a sync save against a dd write, then a load against a dd read.
+void SaveAndLoad(const Args& a, const mt::v1::JobSpec& spec, int r, mt::engine::Trainer& trainer,
+                 mt::checkpoint::Checkpointer& sync, std::vector<char>& buffer,
+                 SaveLoadRuns* runs) {
+  Check(trainer.Step().status(), "step");
+  const SaveTiming save = TimedSave(trainer, sync, runs);
+  const std::string dd = a.dir + "/dd.bin";
+  const double dd_s = DdWrite(dd, buffer, runs->bytes);
+  runs->save_s_all.push_back(save.save_s);
+  runs->save_bw.push_back(runs->bytes / save.save_s);
+  runs->dd_write_bw.push_back(runs->bytes / dd_s);
+
+  // --- 2. load against dd read (cold cache for both) -----------------------------------------
+  EvictTree(runs->last_dir);
+  Evict(dd);
+  // The fresh trainer (model construction) is not I/O: built before the clock starts.
+  auto fresh = MakeTrainer(a, spec, 0);
+  const LoadTiming load = TimedLoad(a, SyncDir(a), *fresh);
+  const double dd_read_s = DdRead(dd, buffer);
+  // What this run read stays out of the page cache: the async phases below start from the
+  // cache a training run has, not with the bench's earlier reads in it.
+  EvictTree(runs->last_dir);
+  Evict(dd);
+  runs->load_bw.push_back(runs->bytes / load.load_s);
+  runs->restore_bw.push_back(runs->bytes / load.restore_s);
+  runs->dd_read_bw.push_back(runs->bytes / dd_read_s);
+  std::printf(
+      "  run %d: %.1f MB in %d files  save %.3f s (snapshot %.3f)  dd write %.3f s  load %.3f s "
+      "(read+verify %.3f, restore %.3f: tensors %d staged, %d from memory, %d assembled)  dd "
+      "read %.3f s\n",
+      r + 1, runs->bytes / 1e6, runs->files, save.save_s, save.snapshot_s, dd_s, load.load_s,
+      load.verify_s, load.restore_s, load.stats.from_staged, load.stats.from_memory,
+      load.stats.from_assembled, dd_read_s);
+}
+
+struct IoRatios {
+  double save = 0;
+  double load = 0;
+};
+
+// Prints the medians of the save and load runs against dd; returns the ratios.
+IoRatios ReportSaveLoad(const Args& a, const SaveLoadRuns& runs) {
+  IoRatios ratios;
+  ratios.save = Median(runs.save_bw) / Median(runs.dd_write_bw);
+  ratios.load = Median(runs.load_bw) / Median(runs.dd_read_bw);
   std::printf("save  %8.1f MB/s   dd write %8.1f MB/s   ratio %.2f (target >= 0.80: %s)\n",
-              Median(save_bw) / 1e6, Median(dd_write_bw) / 1e6, save_ratio,
-              verdict(save_ratio >= 0.80));
+              Median(runs.save_bw) / 1e6, Median(runs.dd_write_bw) / 1e6, ratios.save,
+              Verdict(ratios.save >= 0.80));
   std::printf(
       "load  %8.1f MB/s   dd read  %8.1f MB/s   ratio %.2f (target >= 0.80: %s; load includes "
       "SHA-256 verification of every file)\n",
-      Median(load_bw) / 1e6, Median(dd_read_bw) / 1e6, load_ratio, verdict(load_ratio >= 0.80));
+      Median(runs.load_bw) / 1e6, Median(runs.dd_read_bw) / 1e6, ratios.load,
+      Verdict(ratios.load >= 0.80));
   std::printf("      restore alone (from the verified bytes: %s) %8.1f MB/s\n",
               a.stage_device.empty() ? "host memory" : "staged on the device while read",
-              Median(restore_bw) / 1e6);
+              Median(runs.restore_bw) / 1e6);
+  return ratios;
+}
 
-  // --- 3. async save cost to the step time --------------------------------------------------
-  // Two async checkpointers: the product's (the snapshot's copies overlap the next step) and one
-  // whose training thread waits for the copies (overlap_snapshot = false), each prepared as a
-  // run does at start-up.
-  struct Mode {
-    const char* name;
-    std::unique_ptr<mt::checkpoint::Checkpointer> ckpt;
-    std::vector<double> phases, stalls, tail_waits;
-    // Per save: the time beyond the A phases' step time of the 10 steps from the save on, and
-    // of the rest of its interval (the background write).
-    std::vector<double> around, rest;
-  };
-  Mode modes[2];
+// --- 3. async save cost to the step time ----------------------------------------------------
+
+struct Mode {
+  const char* name = nullptr;
+  std::unique_ptr<mt::checkpoint::Checkpointer> ckpt;
+  std::vector<double> phases, stalls, tail_waits;
+  // Per save: the time beyond the A phases' step time of the 10 steps from the save on, and
+  // of the rest of its interval (the background write).
+  std::vector<double> around, rest;
+};
+
+// Two async checkpointers: the product's (the snapshot's copies overlap the next step) and one
+// whose training thread waits for the copies (overlap_snapshot = false), each prepared as a
+// run does at start-up.
+std::array<Mode, 2> MakeModes(const Args& a, const mt::v1::JobSpec& spec,
+                              mt::engine::Trainer& trainer,
+                              mt::checkpoint::LocalExchange* exchange) {
+  std::array<Mode, 2> modes;
   modes[0].name = "overlapped";
   modes[1].name = "waited";
   for (int m = 0; m < 2; ++m) {
     modes[m].ckpt = MakeCheckpointer(a, a.dir + (m == 0 ? "/async" : "/async-waited"), spec,
-                                     /*async=*/true, &exchange, /*overlap=*/m == 0);
-    Check(modes[m].ckpt->Prepare(*trainer), "async checkpointer");
+                                     /*async=*/true, exchange, /*overlap=*/m == 0);
+    Check(modes[m].ckpt->Prepare(trainer), "async checkpointer");
   }
-  std::vector<double> step_times;  // of the last phase
-  // `steps` steps; with a mode, an async save after the phase's first step and every `every`
-  // steps after it, and the phase ends with waiting for the last save (timed).
-  auto phase = [&](int steps, int every, Mode* mode) {
-    step_times.clear();
-    const auto start = Clock::now();
-    for (int s = 0; s < steps; ++s) {
-      const auto t0 = Clock::now();
-      Check(trainer->Step().status(), "step");
-      if (mode != nullptr && s % every == 0) {
-        const auto t1 = Clock::now();
-        Check(mode->ckpt->Save(*trainer, 0, 0), "async save");
-        mode->stalls.push_back(Seconds(t1, Clock::now()));
+  return modes;
+}
+
+// `steps` steps; with a mode, an async save after the phase's first step and every `every`
+// steps after it, and the phase ends with waiting for the last save (timed). Returns the wall
+// time per step; `step_times` gets each step's.
+double RunPhase(mt::engine::Trainer& trainer, int steps, int every, Mode* mode,
+                std::vector<double>* step_times) {
+  step_times->clear();
+  const auto start = Clock::now();
+  for (int s = 0; s < steps; ++s) {
+    const auto t0 = Clock::now();
+    Check(trainer.Step().status(), "step");
+    if (mode != nullptr && s % every == 0) {
+      const auto t1 = Clock::now();
+      Check(mode->ckpt->Save(trainer, 0, 0), "async save");
+      mode->stalls.push_back(Seconds(t1, Clock::now()));
+    }
+    step_times->push_back(Seconds(t0, Clock::now()));
+  }
+  if (mode != nullptr) {
+    // The last save's rest beyond the phase's steps (0 while a save fits in its interval).
+    const auto t0 = Clock::now();
+    mode->ckpt->Wait();
+    mode->tail_waits.push_back(Seconds(t0, Clock::now()));
+  }
+  return Seconds(start, Clock::now()) / steps;
+}
+
+// The A phases' times per step, and each B and W phase's step times (by mode).
+struct PhaseTimes {
+  std::vector<double> phase_a;
+  std::vector<std::vector<double>> b_steps[2];
+};
+
+// A B A W A B A W ... A: --pairs of B and W phases of `steps` steps, saving every `every`.
+PhaseTimes RunPhases(const Args& a, mt::engine::Trainer& trainer, int steps, int every,
+                     std::array<Mode, 2>* modes, std::vector<double>* step_times) {
+  PhaseTimes times;
+  const MemInfo mem_start = ReadMemInfo();
+  std::printf("  memory before the phases: MemTotal %.1f GB, page cache %.1f GB\n",
+              mem_start.total_gb, mem_start.cached_gb);
+  times.phase_a.push_back(RunPhase(trainer, steps, 0, nullptr, step_times));
+  for (int p = 0; p < a.pairs; ++p) {
+    for (int m = 0; m < 2; ++m) {
+      Mode& mode = (*modes)[m];
+      mode.phases.push_back(RunPhase(trainer, steps, every, &mode, step_times));
+      times.b_steps[m].push_back(*step_times);
+      const double before = times.phase_a.back();
+      times.phase_a.push_back(RunPhase(trainer, steps, 0, nullptr, step_times));
+      const MemInfo mem = ReadMemInfo();
+      std::printf(
+          "  %d%c: A %.4f s/step, %c %.4f s/step (last save's wait at the end %.3f s), A %.4f "
+          "-> ratio %.3f; MemTotal %.1f GB, page cache %.1f GB\n",
+          p + 1, m == 0 ? 'B' : 'W', before, m == 0 ? 'B' : 'W', mode.phases.back(),
+          mode.tail_waits.back(), times.phase_a.back(),
+          mode.phases.back() / ((before + times.phase_a.back()) / 2), mem.total_gb, mem.cached_gb);
+    }
+  }
+  return times;
+}
+
+// Per save, where the time beyond `base` (the A phases' step time) went: the 10 steps from the
+// save on, and the rest of its interval.
+void AttributeSaves(double base, int every, const PhaseTimes& times, std::array<Mode, 2>* modes) {
+  for (int m = 0; m < 2; ++m) {
+    Mode& mode = (*modes)[m];
+    for (const auto& info : mode.ckpt->TakeFinished()) Check(info.status, "async save");
+    for (const std::vector<double>& t : times.b_steps[m]) {
+      for (size_t s0 = 0; s0 < t.size(); s0 += every) {
+        double around = 0, rest = 0;
+        for (size_t j = s0; j < std::min(t.size(), s0 + every); ++j) {
+          (j - s0 < 10 ? around : rest) += t[j] - base;
+        }
+        mode.around.push_back(around);
+        mode.rest.push_back(rest);
       }
-      step_times.push_back(Seconds(t0, Clock::now()));
     }
-    if (mode != nullptr) {
-      // The last save's rest beyond the phase's steps (0 while a save fits in its interval).
-      const auto t0 = Clock::now();
-      mode->ckpt->Wait();
-      mode->tail_waits.push_back(Seconds(t0, Clock::now()));
-    }
-    return Seconds(start, Clock::now()) / steps;
-  };
-  const double warm = phase(a.steps, 0, nullptr);  // the step time the interval is chosen from
-  const double save_time = Median(save_s_all);
+  }
+}
+
+struct AsyncResult {
+  int every = 0;
+  double ratio[2] = {0, 0};  // by mode: median phase against the A phases
+  double stall_s = 0;        // the overlapped mode's median stall in Save
+};
+
+// Prints each mode's figures against `base` and the verdict.
+AsyncResult ReportAsync(int every, double base, const std::vector<double>& phase_a,
+                        const std::array<Mode, 2>& modes) {
+  AsyncResult result;
+  result.every = every;
+  for (int m = 0; m < 2; ++m) {
+    const Mode& md = modes[m];
+    result.ratio[m] = Median(md.phases) / base;
+    std::printf(
+        "  %-10s: median %.4f s/step against %.4f (A from %.4f to %.4f)  ratio %.3f; per save: "
+        "training thread stalled %.4f s in Save, %+.4f s over the 10 steps from the save, %+.4f "
+        "s over the rest of the interval (medians)\n",
+        md.name, Median(md.phases), base, *std::min_element(phase_a.begin(), phase_a.end()),
+        *std::max_element(phase_a.begin(), phase_a.end()), result.ratio[m], Median(md.stalls),
+        Median(md.around), Median(md.rest));
+  }
+  std::printf(
+      "async save every %d steps: ratio %.3f (target <= 1.05: %s); with the training thread "
+      "waiting for the snapshot %.3f\n",
+      every, result.ratio[0], Verdict(result.ratio[0] <= 1.05), result.ratio[1]);
+  result.stall_s = Median(modes[0].stalls);
+  return result;
+}
+
+// The save interval is chosen from the sync save's time (`save_time`) and the step time; then
+// the phases run and their figures are printed.
+AsyncResult MeasureAsync(const Args& a, mt::engine::Trainer& trainer, double save_time,
+                         std::array<Mode, 2>* modes) {
+  std::vector<double> step_times;  // of the last phase
+  // The step time the interval is chosen from.
+  const double warm = RunPhase(trainer, a.steps, 0, nullptr, &step_times);
   const int every = a.save_every > 0
                         ? a.save_every
                         : std::max(1, static_cast<int>(std::ceil(2 * save_time / warm)));
@@ -437,64 +592,53 @@ int main(int argc, char** argv) {
       "A, W (async saves, training thread waits for the snapshot), A, ... x %d\n",
       save_time, warm, every, a.save_every > 0 ? "; overridden by --save-every" : "", steps,
       a.pairs);
-  std::vector<double> phase_a;
-  const MemInfo mem_start = ReadMemInfo();
-  std::printf("  memory before the phases: MemTotal %.1f GB, page cache %.1f GB\n",
-              mem_start.total_gb, mem_start.cached_gb);
-  phase_a.push_back(phase(steps, 0, nullptr));
-  std::vector<std::vector<double>> b_steps[2];
-  for (int p = 0; p < a.pairs; ++p) {
-    for (int m = 0; m < 2; ++m) {
-      modes[m].phases.push_back(phase(steps, every, &modes[m]));
-      b_steps[m].push_back(step_times);
-      const double before = phase_a.back();
-      phase_a.push_back(phase(steps, 0, nullptr));
-      const MemInfo mem = ReadMemInfo();
-      std::printf(
-          "  %d%c: A %.4f s/step, %c %.4f s/step (last save's wait at the end %.3f s), A %.4f "
-          "-> ratio %.3f; MemTotal %.1f GB, page cache %.1f GB\n",
-          p + 1, m == 0 ? 'B' : 'W', before, m == 0 ? 'B' : 'W', modes[m].phases.back(),
-          modes[m].tail_waits.back(), phase_a.back(),
-          modes[m].phases.back() / ((before + phase_a.back()) / 2), mem.total_gb, mem.cached_gb);
-    }
-  }
-  const double base = Median(phase_a);
-  for (int m = 0; m < 2; ++m) {
-    for (const auto& info : modes[m].ckpt->TakeFinished()) Check(info.status, "async save");
-    for (const std::vector<double>& t : b_steps[m]) {
-      for (size_t s0 = 0; s0 < t.size(); s0 += every) {
-        double around = 0, rest = 0;
-        for (size_t j = s0; j < std::min(t.size(), s0 + every); ++j) {
-          (j - s0 < 10 ? around : rest) += t[j] - base;
-        }
-        modes[m].around.push_back(around);
-        modes[m].rest.push_back(rest);
-      }
-    }
-  }
-  double ratio[2];
-  for (int m = 0; m < 2; ++m) {
-    const Mode& md = modes[m];
-    ratio[m] = Median(md.phases) / base;
-    std::printf(
-        "  %-10s: median %.4f s/step against %.4f (A from %.4f to %.4f)  ratio %.3f; per save: "
-        "training thread stalled %.4f s in Save, %+.4f s over the 10 steps from the save, %+.4f "
-        "s over the rest of the interval (medians)\n",
-        md.name, Median(md.phases), base, *std::min_element(phase_a.begin(), phase_a.end()),
-        *std::max_element(phase_a.begin(), phase_a.end()), ratio[m], Median(md.stalls),
-        Median(md.around), Median(md.rest));
-  }
-  const double async_ratio = ratio[0];
-  std::printf(
-      "async save every %d steps: ratio %.3f (target <= 1.05: %s); with the training thread "
-      "waiting for the snapshot %.3f\n",
-      every, async_ratio, verdict(async_ratio <= 1.05), ratio[1]);
-  const std::vector<double>& stalls = modes[0].stalls;
+  const PhaseTimes times = RunPhases(a, trainer, steps, every, modes, &step_times);
+  const double base = Median(times.phase_a);
+  AttributeSaves(base, every, times, modes);
+  return ReportAsync(every, base, times.phase_a, *modes);
+}
+
+void PrintResult(const IoRatios& io, const AsyncResult& async, const SaveLoadRuns& runs) {
   std::printf(
       "RESULT save_ratio=%.3f load_ratio=%.3f async_step_ratio=%.3f "
       "async_step_ratio_waited=%.3f save_every=%d stall_s=%.4f bytes=%lld files=%d\n",
-      save_ratio, load_ratio, async_ratio, ratio[1], every, Median(stalls),
-      static_cast<long long>(bytes), files);
+      io.save, io.load, async.ratio[0], async.ratio[1], async.every, async.stall_s,
+      static_cast<long long>(runs.bytes), runs.files);
+}
+
+}  // namespace
+
+constexpr char kUsage[] =
+    "usage: checkpoint_bench [--dir DIR] [--device cpu|cuda] [--layers N] [--hidden N] [--heads "
+    "N]\n"
+    "                        [--seq N] [--vocab N] [--micro-batch N] [--precision fp32|bf16]\n"
+    "                        [--repeat N] [--steps N] [--save-every N] [--max-file-mb N] [--pairs "
+    "N]\n"
+    "                        [--stage-device auto|cpu|cuda|none]\n"
+    "Checkpoint save and load against dd-style I/O of the same bytes, and the step-time cost of\n"
+    "async saves (bench/README.md).\n";
+
+int main(int argc, char** argv) {
+  if (mt::cli::AnswerHelpOrVersion(argc, argv, "checkpoint_bench", kUsage)) return 0;
+  bool own_dir = false;  // a temporary directory of ours: removed at the end
+  const Args a = Parse(argc, argv, &own_dir);
+  const mt::v1::JobSpec spec = MakeSpec(a, 1000000000);
+  PrintSetup(a);
+
+  // --- 1. save against dd write -------------------------------------------------------------
+  auto trainer = MakeTrainer(a, spec);
+  for (int i = 0; i < 2; ++i) Check(trainer->Step().status(), "step");  // optimizer state exists
+  mt::checkpoint::LocalExchange exchange;
+  auto sync = MakeCheckpointer(a, SyncDir(a), spec, /*async=*/false, &exchange);
+  std::vector<char> buffer = RandomBuffer();
+  SaveLoadRuns runs;
+  for (int r = 0; r < a.repeat; ++r) SaveAndLoad(a, spec, r, *trainer, *sync, buffer, &runs);
+  const IoRatios io = ReportSaveLoad(a, runs);
+
+  // --- 3. async save cost to the step time --------------------------------------------------
+  std::array<Mode, 2> modes = MakeModes(a, spec, *trainer, &exchange);
+  const AsyncResult async = MeasureAsync(a, *trainer, Median(runs.save_s_all), &modes);
+  PrintResult(io, async, runs);
   if (own_dir) mt::checkpoint::RemoveTree(a.dir).IgnoreError();
   return 0;
 }

@@ -11,11 +11,13 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/cli/help_version.h"
 #include "worker/generate/generator.h"
 #include "worker/model/gpt.h"
 
@@ -85,10 +87,10 @@ bool ConfigFor(const std::string& size, mt::model::GptConfig* c) {
 int main(int argc, char** argv) {
   Args a;
   mt::model::GptConfig config;
-  if (argc == 2 && std::string(argv[1]) == "--help") {
-    std::puts(
-        "decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32] "
-        "[--batches 1,16] [--prompt 128] [--new 128] [--repeat 3]");
+  if (mt::cli::AnswerHelpOrVersion(
+          argc, argv, "decode_bench",
+          "usage: decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32] "
+          "[--batches 1,16] [--prompt 128] [--new 128] [--repeat 3]")) {
     return 0;
   }
   if (!Parse(argc, argv, &a) || !ConfigFor(a.size, &config)) {
@@ -127,6 +129,8 @@ int main(int argc, char** argv) {
       if (r > 0)
         best_total = std::min(best_total, result->prefill_seconds + result->decode_seconds);
     }
+    // One new token has no decode step: its step figures are nan.
+    if (a.new_tokens < 2) best_step = std::numeric_limits<double>::quiet_NaN();
     std::printf(
         "mt size=%s dtype=%s batch=%lld prompt=%lld new=%lld ms_per_token=%.3f tokens_per_s=%.1f "
         "ttft_ms=%.2f total_ms_per_token=%.3f total_tokens_per_s=%.1f\n",

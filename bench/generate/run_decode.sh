@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The decode benchmark on the GPU machine: decode_bench (ours) and hf_generate.py
 # (transformers' generate, eager) in the same run, bf16, greedy, prompt 128, 128 new tokens, at
-# batch 1 and 16; then time to first token for a 1,024-token prompt. Prints the ratio table last.
+# batch 1 and 16; then time to first token for a 1,024-token prompt (the whole
+# context: one token follows it). Prints the ratio table last.
 #   bench/generate/run_decode.sh BUILD_DIR [SIZES (default "124m")]
 # MT_PYTHON / MT_PEER_LD_LIBRARY_PATH: the python with transformers and its library path (the
 # GPU suite sets them before sourcing .device/gpu-env.sh).
@@ -14,7 +15,7 @@ out=$(mktemp)
 status=0
 for s in $sizes; do
   timeout 120 "$build/bin/decode_bench" --size "$s" --batches 1,16 --prompt 128 --new 128 | tee -a "$out" || status=1
-  timeout 60 "$build/bin/decode_bench" --size "$s" --batches 1 --prompt 1024 --new 2 | tee -a "$out" || status=1
+  timeout 60 "$build/bin/decode_bench" --size "$s" --batches 1 --prompt 1024 --new 1 | tee -a "$out" || status=1
   if LD_LIBRARY_PATH=${MT_PEER_LD_LIBRARY_PATH-} "$py" -c "import transformers" 2>/dev/null; then
     LD_LIBRARY_PATH=${MT_PEER_LD_LIBRARY_PATH-} timeout 180 "$py" "$here/hf_generate.py" \
       --size "$s" --batches 1,16 --prompt 128 --new 128 | tee -a "$out"

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/time/clock.h"
 #include "common/base/clock.h"
+#include "common/cli/daemon.h"
 #include "common/metrics/metrics_server.h"
 #include "prometheus/registry.h"
 #include "tests/testutil/subprocess.h"
@@ -44,7 +44,10 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  mt::cli::ParseFlags(argc, argv,
+                      "What metrics cost a training step (the rank's "
+                      "observability path on and off, alternating); exits 1 over --max_overhead.",
+                      "metrics_overhead.cc");
   namespace engine = mt::engine;
   const int seq = absl::GetFlag(FLAGS_seq);
   mt::v1::JobSpec spec;

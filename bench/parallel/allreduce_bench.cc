@@ -18,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/cli/help_version.h"
 #include "common/layout/job_layout.h"
 #include "common/spec/defaults.h"
 #include "worker/parallel/process_groups.h"
@@ -126,7 +127,14 @@ int Run(int argc, char** argv) {
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: allreduce_bench --rank R --world N --master HOST:PORT [--sizes_mib 1,16,128,1024]\n"
+    "                       [--iters 20] [--warmup 5] [--backend nccl|gloo]\n"
+    "All-reduce bus bandwidth through mt's process groups, one process per rank (run_allreduce.sh\n"
+    "starts them next to the PyTorch peer); one JSON line per size on rank 0's stdout.\n";
+
 int main(int argc, char** argv) {
+  if (mt::cli::AnswerHelpOrVersion(argc, argv, "allreduce_bench", kUsage)) return 0;
   try {
     return Run(argc, argv);
   } catch (const std::exception& e) {

@@ -32,6 +32,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/cli/help_version.h"
 #include "common/layout/job_layout.h"
 #include "common/spec/defaults.h"
 #include "worker/model/gpt.h"
@@ -229,7 +230,14 @@ std::vector<StageResult> Measure(const Options& o, int p, int m, bool gpu) {
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: pipeline_bubble [--pp=2,4] [--micro-batches=4,8,16] [--chunks=1] [--layers=24]\n"
+    "                       [--hidden=1024] [--heads=16] [--seq=1024] [--micro-batch-size=4]\n"
+    "                       [--vocab=50304] [--dtype=bf16|fp32] [--steps=6] [--warmup=2]\n"
+    "The pipeline schedule's measured bubble per stage against the theory (p-1)/(v*m + p-1).\n";
+
 int main(int argc, char** argv) {
+  if (mt::cli::AnswerHelpOrVersion(argc, argv, "pipeline_bubble", kUsage)) return 0;
   const Options o = Parse(argc, argv);
   const bool gpu = torch::cuda::is_available() && mt::parallel::HasBackend("nccl");
   const int devices = gpu ? static_cast<int>(torch::cuda::device_count()) : 0;

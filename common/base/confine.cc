@@ -117,16 +117,26 @@ absl::Status CheckStaysInside(const std::string& dir, const std::string& name,
 
 absl::StatusOr<AllowedRoots> AllowedRoots::Create(const std::vector<std::string>& roots,
                                                   absl::string_view flag) {
+  absl::StatusOr<AllowedRoots> resolved = FromPeer(roots, flag);
+  if (!resolved.ok()) return resolved.status();
+  for (size_t i = 0; i < roots.size(); ++i) {
+    if (!IsDirectory(resolved->roots_[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", Quoted(roots[i]),
+                       " is not an existing directory; create it or drop the flag"));
+    }
+  }
+  return resolved;
+}
+
+absl::StatusOr<AllowedRoots> AllowedRoots::FromPeer(const std::vector<std::string>& roots,
+                                                    absl::string_view flag) {
   std::vector<std::string> resolved;
   for (const std::string& root : roots) {
     absl::StatusOr<std::string> r = ResolvePath(root);
     if (!r.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat(flag, " ", Quoted(root), ": ", r.status().message()));
-    }
-    if (!IsDirectory(*r)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          flag, " ", Quoted(root), " is not an existing directory; create it or drop the flag"));
     }
     resolved.push_back(*std::move(r));
   }

@@ -47,6 +47,11 @@ class AllowedRoots {
   // `flag` (e.g. "--allowed-root") and the root otherwise.
   static absl::StatusOr<AllowedRoots> Create(const std::vector<std::string>& roots,
                                              absl::string_view flag = "--allowed-root");
+  // Roots given by another host (the coordinator's, sent with each assignment): resolved here
+  // like any path, but a root need not exist on this host (a path under a missing root is
+  // still confined to it). INVALID_ARGUMENT naming `flag` for a relative or unresolvable root.
+  static absl::StatusOr<AllowedRoots> FromPeer(const std::vector<std::string>& roots,
+                                               absl::string_view flag);
 
   bool enabled() const { return !roots_.empty(); }
   const std::vector<std::string>& roots() const { return roots_; }

@@ -127,6 +127,28 @@ TEST(AllowedRoots, RootsMustBeExistingDirectories) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not absolute")));
 }
 
+// A peer's roots (the coordinator's, on a worker) need not exist here, but still confine, and
+// are resolved here: a link inside one leads where it leads on this host.
+TEST(AllowedRoots, PeerRootsNeedNotExistButStillConfine) {
+  const std::string d = TempDir();
+  MakeDir(d + "/data");
+  MakeDir(d + "/out");
+  Link(d + "/out", d + "/data/escape");
+  MT_ASSERT_OK_AND_ASSIGN(
+      AllowedRoots roots,
+      AllowedRoots::FromPeer({d + "/missing", d + "/data"}, "the coordinator's --allowed-root"));
+  EXPECT_TRUE(roots.enabled());
+  EXPECT_THAT(roots.Check(d + "/missing/ck/iter_1", "checkpoint.save_dir"), IsOk());
+  EXPECT_THAT(roots.Check(d + "/data/corpus", "data.data_path"), IsOk());
+  EXPECT_THAT(roots.Check(d + "/data/escape/ck", "checkpoint.save_dir"),
+              StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("checkpoint.save_dir")));
+  EXPECT_THAT(roots.Check(d + "/missing2", "logging.tensorboard_dir"),
+              StatusIs(absl::StatusCode::kPermissionDenied));
+  EXPECT_THAT(AllowedRoots::FromPeer({"relative"}, "the coordinator's --allowed-root"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the coordinator's --allowed-root 'relative'")));
+}
+
 TEST(AllowedRoots, ChecksResolvedPaths) {
   const std::string d = TempDir();
   MakeDir(d + "/data");

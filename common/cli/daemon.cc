@@ -12,8 +12,9 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "common/base/version.h"
+#include "common/cli/help_version.h"
 
 namespace mt::cli {
 
@@ -29,16 +30,14 @@ void NormalizeFlagNames(int argc, char** argv) {
   }
 }
 
-std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage) {
+std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage,
+                              const std::string& flags_file) {
   NormalizeFlagNames(argc, argv);
   absl::flags_internal::SetProgramInvocationName(argv[0]);
   absl::FlagsUsageConfig config;
-  config.version_string = [] {
-    return absl::StrCat("mt ", kVersion, " (API ", kApiVersion, ")\n");
-  };
-  config.contains_help_flags = [](absl::string_view path) {
-    return path.find("main") != absl::string_view::npos ||
-           path.find("/cli/") != absl::string_view::npos;
+  config.version_string = [] { return VersionLine("mt") + "\n"; };
+  config.contains_help_flags = [flags_file](absl::string_view path) {
+    return absl::StrContains(path, flags_file) || absl::StrContains(path, "/cli/");
   };
   config.normalize_filename = [](absl::string_view f) { return std::string(f); };
   absl::SetFlagsUsageConfig(config);
@@ -48,7 +47,7 @@ std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage) {
     const std::string arg = argv[i];
     if (arg == "--") break;
     if (arg == "--help" || arg == "-help" || arg == "-h") {
-      absl::flags_internal::FlagsHelp(std::cout, "main.cc",
+      absl::flags_internal::FlagsHelp(std::cout, flags_file,
                                       absl::flags_internal::HelpFormat::kHumanReadable, usage);
       std::exit(0);
     }

@@ -13,9 +13,11 @@ namespace mt::cli {
 void NormalizeFlagNames(int argc, char** argv);
 
 // Normalizes flag names (above), sets the usage text and the --version string, parses flags, and
-// returns the positional arguments (argv[0] first). Exits with status 2 and a message on a bad
-// flag.
-std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage);
+// returns the positional arguments (argv[0] first). --help lists the flags defined in files
+// whose path contains `flags_file` ("main.cc": a binary's thin main; a single-file tool names
+// its own file). Exits with status 2 and a message on a bad flag.
+std::vector<char*> ParseFlags(int argc, char** argv, const std::string& usage,
+                              const std::string& flags_file = "main.cc");
 
 // Blocks SIGTERM/SIGINT in the calling thread; threads started afterwards inherit the mask.
 // Call first thing in main, before any library starts threads. A signal the process inherited

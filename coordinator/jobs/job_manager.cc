@@ -597,6 +597,7 @@ mt::v1::WorkerCommand JobManager::AssignCommand(const mt::v1::Job& job, int rank
                                                           : coordinator_address_);
   a->set_gpu_index(p.gpu_index());
   a->set_resume_from(job.resume_from());
+  for (const std::string& root : options_.allowed_roots) a->add_allowed_roots(root);
   if (options_.rank_credentials != nullptr) {
     a->set_rank_credential(
         options_.rank_credentials->Issue(job.id(), job.attempt(), p.coordinates().rank()));

@@ -71,6 +71,10 @@ struct JobManagerOptions {
   // Issues each assignment's rank_credential (optional: none, assignments carry none and the
   // worker service refuses their rendezvous; outlives the manager).
   const RankCredentials* rank_credentials = nullptr;
+  // The coordinator's --allowed-root list (resolved), sent with every assignment so that the
+  // worker checks the job's paths against it again right before the rank starts
+  // (worker/daemon/assignment_paths.h); empty = not confined.
+  std::vector<std::string> allowed_roots;
 };
 
 class JobManager : private PlacementTarget {

@@ -24,6 +24,7 @@
 namespace mt::coordinator {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 class JobManagerReconnectTest : public JobManagerTestBase {
@@ -132,6 +133,34 @@ TEST_F(JobManagerReconnectTest, ARegistrationWhoseAnswerWasLostKeepsTheRankPlace
   EXPECT_EQ(Now(id).state(), mt::v1::JOB_STATE_SCHEDULED) << Now(id).reason();
   // No other job is placed on it.
   EXPECT_EQ(registry_->Counts().idle, 1);
+}
+
+// A confined coordinator's roots go with every assignment, for the worker's own check right
+// before the rank starts (worker/daemon/assignment_paths.h).
+class JobManagerConfinedTest : public JobManagerReconnectTest {
+ protected:
+  void SetUp() override {
+    JobManagerOptions o;
+    o.allowed_roots = {"/data", "/srv/ck"};
+    ASSERT_NO_FATAL_FAILURE(SetUpManager("jm_confined", 3, o));
+  }
+};
+
+TEST_F(JobManagerConfinedTest, EveryAssignmentCarriesTheCoordinatorsRoots) {
+  const mt::v1::Job job = Now(Submit());
+  ASSERT_EQ(job.placement_size(), 2);
+  for (int r = 0; r < job.placement_size(); ++r) {
+    const std::vector<mt::v1::Assignment> sent = Assignments(job.placement(r).worker_id());
+    ASSERT_EQ(sent.size(), 1u);
+    EXPECT_THAT(sent[0].allowed_roots(), ElementsAre("/data", "/srv/ck"));
+  }
+}
+
+TEST_F(JobManagerReconnectTest, AnUnconfinedCoordinatorSendsNoRoots) {
+  const mt::v1::Job job = Now(Submit());
+  const std::vector<mt::v1::Assignment> sent = Assignments(job.placement(0).worker_id());
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].allowed_roots_size(), 0);
 }
 
 // The assignment went out on a stream that broke before the daemon read it: registering again

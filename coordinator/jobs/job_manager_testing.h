@@ -21,15 +21,15 @@ namespace mt::coordinator {
 
 class JobManagerTestBase : public ::testing::Test {
  protected:
-  // A new state directory (named after `name`), the manager, and `workers` CPU workers on
-  // nodes n0, n1, ...: their ids in workers_, what the registry issued them in issued_.
-  void SetUpManager(const std::string& name, int workers) {
+  // A new state directory (named after `name`), the manager (with `o`; its coordinator address
+  // is set), and `workers` CPU workers on nodes n0, n1, ...: their ids in workers_, what the
+  // registry issued them in issued_.
+  void SetUpManager(const std::string& name, int workers, JobManagerOptions o = {}) {
     dir_ = testutil::MakeTempDir(name);
     auto store = Store::Open(dir_ + "/state");
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = std::move(*store);
     registry_ = std::make_unique<WorkerRegistry>(&clock_, absl::Seconds(10));
-    JobManagerOptions o;
     o.coordinator_address = "localhost:1";
     auto jobs = JobManager::Create(store_.get(), registry_.get(), &clock_, o);
     ASSERT_TRUE(jobs.ok()) << jobs.status();

@@ -83,6 +83,9 @@ class LostStore : public c10d::Store {
   int64_t getNumKeys() override { Lost(); }
   void wait(const std::vector<std::string>&) override { Lost(); }
   void wait(const std::vector<std::string>&, const std::chrono::milliseconds&) override { Lost(); }
+  // Pure in newer LibTorch (2.11's Store::clone), absent in Debian's: declared without
+  // `override` so that the fake builds against both.
+  c10::intrusive_ptr<c10d::Store> clone() { Lost(); }
 
  private:
   [[noreturn]] static void Lost() { throw std::system_error(ECONNRESET, std::system_category()); }

@@ -76,7 +76,8 @@ struct AgentConfig {
   std::vector<std::string> rank_environment;
   // --allowed-root (repeatable): every path of an assigned rank's spec, and its resume_from,
   // must resolve into one of these (assignment_paths.h); a rank whose paths do not is not
-  // started and is reported FAILED with the reason. Empty = not confined.
+  // started and is reported FAILED with the reason. Empty = only the coordinator's roots (sent
+  // with each assignment) confine.
   std::vector<std::string> allowed_roots;
 
   absl::Status Validate() const;

@@ -11,9 +11,12 @@
 
 namespace mt::worker {
 
-// OK when `roots` is empty or every path of the assignment's spec (common/spec
-// CheckPathsConfined) and its resume_from directory resolve into `roots`.
-// PERMISSION_DENIED listing the paths outside; INVALID_ARGUMENT for a spec that does not parse.
+// OK when every path of the assignment's spec (common/spec CheckPathsConfined) and its
+// resume_from directory resolve into `roots` (this worker's --allowed-root; empty = no
+// limit) and into the coordinator's roots the assignment carries (Assignment.allowed_roots;
+// empty = no limit): a confined coordinator's jobs stay confined on a worker started without
+// the flag. PERMISSION_DENIED listing the paths outside and whose roots they miss;
+// INVALID_ARGUMENT for a spec that does not parse or a coordinator root that is not absolute.
 absl::Status CheckAssignmentPaths(const mt::v1::Assignment& assignment, const AllowedRoots& roots);
 
 }  // namespace mt::worker

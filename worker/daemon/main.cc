@@ -58,7 +58,8 @@ ABSL_FLAG(absl::Duration, metrics_linger, absl::Seconds(30),
 ABSL_FLAG(std::vector<std::string>, allowed_root, {},
           "Directory that every path of an assigned rank (data, tokenizer, save, load, "
           "TensorBoard, resume) must lie in, symbolic links resolved; repeatable or "
-          "comma-separated. A rank with a path outside is not started. Default: not confined.");
+          "comma-separated. A rank with a path outside is not started. The coordinator's own "
+          "roots come with each assignment and are checked too; this flag narrows them.");
 ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
           "Address the Prometheus endpoint binds; 0.0.0.0 for a Prometheus on another machine "
           "(with --metrics-token-file or --metrics-public).");

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/cli/help_version.h"
 #include "worker/data/gpt_indices.h"
 #include "worker/data/index_cache.h"
 
@@ -30,7 +31,13 @@ int Fail(const absl::Status& s) {
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: mt_gpt_indices_bench [TOKENS=1000000000] [SEQ_LENGTH=1024] [CACHE_DIR=/tmp]\n"
+    "Times the sample-index build, then the cache file's write and read, for synthetic "
+    "documents.\n";
+
 int main(int argc, char** argv) {
+  if (mt::cli::AnswerHelpOrVersion(argc, argv, "mt_gpt_indices_bench", kUsage)) return 0;
   using namespace mt::data;
   const int64_t tokens = argc > 1 ? std::atoll(argv[1]) : 1000000000;
   const int64_t seq = argc > 2 ? std::atoll(argv[2]) : 1024;

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/durations.h"
 #include "common/base/status_macros.h"
 #include "worker/model/gpt.h"
 
@@ -54,7 +55,7 @@ absl::StatusOr<EvalResult> EvaluateImpl(model::GptModel& gpt, engine::BatchSourc
   if (out.batches == 0) return absl::OutOfRangeError("evaluation: no batch to evaluate");
   out.loss = loss_sum.item<double>() / static_cast<double>(out.batches);
   out.perplexity = std::exp(std::min(20.0, out.loss));
-  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  out.seconds = SecondsSince(start);
   return out;
 }
 

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/durations.h"
 #include "common/base/status_macros.h"
 #include "worker/generate/cached_forward.h"
 #include "worker/generate/kv_cache.h"
@@ -20,10 +21,6 @@ namespace mt::generate {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // One sample's progress and what of its text was already handed to on_text.
 struct SampleState {
@@ -150,10 +147,12 @@ absl::StatusOr<GenerateResult> Generate(model::GptModel& gpt, const std::vector<
   if (prompt.empty()) {
     return absl::InvalidArgumentError("--prompt: the prompt is empty (want at least one token)");
   }
-  if (static_cast<int64_t>(prompt.size()) >= context) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--prompt: ", prompt.size(), " tokens leave no room to generate in the model's context of ",
-        context, " tokens; shorten the prompt below ", context, " tokens"));
+  // A prompt may fill the context: the token chosen after it is never fed back, so it needs
+  // no position (generation then ends after that one token, finish reason "context").
+  if (static_cast<int64_t>(prompt.size()) > context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompt: ", prompt.size(), " tokens exceed the model's context of ", context,
+                     " tokens; shorten the prompt to at most ", context, " tokens"));
   }
   for (int32_t id : prompt) {
     if (id < 0 || id >= gpt.config().vocab_size) {

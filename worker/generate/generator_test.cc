@@ -240,11 +240,24 @@ TEST(GenerateTest, EndOfDocumentAndContextEndSamples) {
             kContext - static_cast<int64_t>(kPrompt.size()) + 1);
 }
 
+// A prompt that fills the context still gets its one next token (time to first token at the
+// full context is what the decode benchmark measures).
+TEST(GenerateTest, APromptFillingTheContextGivesOneToken) {
+  auto gpt = TinyModel(model::AttentionBackend::kMath);
+  std::vector<int32_t> full_prompt(kContext, 1);
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, full_prompt, Greedy(4), Letters));
+  ASSERT_EQ(r.samples.size(), 1u);
+  EXPECT_EQ(r.samples[0].tokens.size(), 1u);
+  EXPECT_EQ(r.samples[0].finish_reason, "context");
+  EXPECT_EQ(r.prompt_tokens, kContext);
+}
+
 TEST(GenerateTest, BadInputNamesTheFlag) {
   auto gpt = TinyModel(model::AttentionBackend::kMath);
-  std::vector<int32_t> long_prompt(kContext, 1);
+  std::vector<int32_t> long_prompt(kContext + 1, 1);
   EXPECT_THAT(Generate(*gpt, long_prompt, Greedy(4), Letters).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--prompt")));
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("--prompt: 33 tokens exceed the model's context of 32 tokens")));
   EXPECT_THAT(Generate(*gpt, {}, Greedy(4), Letters).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--prompt")));
   EXPECT_THAT(Generate(*gpt, {int32_t{kVocab}}, Greedy(4), Letters).status(),

@@ -7,8 +7,10 @@
 //
 // Same math as Megatron's / PyTorch's: loss_i = logsumexp(x_i) - x_i[t_i] in fp32 over all V
 // entries (padded vocabulary entries included, as Megatron does); mean over the N rows. The
-// gradient d mean / d x = (softmax(x) - onehot(t)) / N is written in the logits' dtype (bf16,
-// fp16 or fp32), which is the precision the eager path hands back to the output layer anyway.
+// gradient d mean / d x = (softmax(x) - onehot(t)) / N is written in the logits' dtype (bf16
+// or fp32), which is the precision the eager path hands back to the output layer anyway. fp16
+// logits take the eager chain: there the loss scale multiplies the gradient before it is
+// rounded, which a gradient written in the forward pass cannot have.
 // A target outside [0, V) makes its row's loss NaN (no host check: that would synchronise).
 //
 // No LibTorch in this header beyond the tensor type.
@@ -20,7 +22,7 @@
 namespace mt::kernels {
 
 // True when FusedCrossEntropy runs the fused kernel for these logits (a CUDA build and CUDA
-// logits of a floating dtype); false means it falls back to the eager chain (CPU, fp64).
+// logits in fp32 or bf16); false means it falls back to the eager chain (CPU, fp64, fp16).
 bool FusedCrossEntropyAvailable(const torch::Tensor& logits);
 
 // Mean cross entropy of logits [N, V] against targets [N] (int64), as an fp32 scalar with

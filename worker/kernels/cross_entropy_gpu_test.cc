@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdio>
+
 #include "worker/kernels/cross_entropy.h"
 
 namespace mt::kernels {
@@ -41,7 +43,8 @@ TEST_P(FusedCrossEntropyGpuTest, MatchesTorch) {
     auto logits = (torch::randn({n, vocab}, torch::kCUDA) * 3).to(dtype);
     auto targets =
         torch::randint(0, vocab, {n}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
-    ASSERT_TRUE(FusedCrossEntropyAvailable(logits));
+    // fp16 takes the eager chain (cross_entropy.h), which this test then checks.
+    ASSERT_EQ(FusedCrossEntropyAvailable(logits), dtype != torch::kHalf);
     const Result want = Reference(logits, targets);
     const Result got = Fused(logits, targets, /*grad_out=*/4096.0);
     EXPECT_NEAR(got.loss, want.loss, 1e-5 * std::abs(want.loss)) << "vocab " << vocab;
@@ -57,6 +60,30 @@ TEST_P(FusedCrossEntropyGpuTest, MatchesTorch) {
 INSTANTIATE_TEST_SUITE_P(Dtypes, FusedCrossEntropyGpuTest,
                          ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf));
 
+// fp16 training: the loss scale (here 2^16 over 4,096 rows) must reach the logits' gradient
+// before it is rounded to fp16, or the small probabilities' entries (softmax ~1e-7 here) flush
+// to zero. The fewest zeros an fp16 gradient can have is the exact gradient's, scaled and
+// rounded to fp16; a gradient rounded before the scale (p / 4096 is below fp16's smallest
+// subnormal for p < 1.2e-4: nearly every entry of a 50k vocabulary) has far more.
+TEST(FusedCrossEntropyGpu, Fp16KeepsTheSmallProbabilitiesGradients) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(5);
+  const int64_t n = 4096, vocab = 50304;
+  const double grad_out = 65536.0;
+  auto logits = (torch::randn({n, vocab}, torch::kCUDA) * 3).to(torch::kHalf);
+  auto targets =
+      torch::randint(0, vocab, {n}, torch::TensorOptions(torch::kCUDA).dtype(torch::kLong));
+  const Result got = Fused(logits, targets, grad_out);
+  const Result want = Reference(logits, targets);
+  const auto zeros = [](const torch::Tensor& t) {
+    return (t == 0).to(torch::kFloat).mean().item<double>();
+  };
+  const double least = zeros((want.grad * (grad_out / n)).to(torch::kHalf));
+  EXPECT_LE(zeros(got.grad), least + 1e-3) << "fewest possible " << least;
+  EXPECT_TRUE(torch::allclose(got.grad, want.grad, 1e-2, 2e-3))
+      << "max diff " << (got.grad - want.grad).abs().max().item<double>();
+}
+
 TEST(FusedCrossEntropyGpu, OutOfRangeTargetGivesNaN) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   auto logits = torch::randn({4, 256}, torch::kCUDA).to(torch::kBFloat16);
@@ -69,8 +96,13 @@ TEST(FusedCrossEntropyGpu, OutOfRangeTargetGivesNaN) {
 // FusedLinearCrossEntropy against linear + cross entropy in fp32 (the unfused path): loss
 // within 1e-4 relative (fp32) / 2e-3 (16-bit: the logits are rounded to the dtype before the
 // softmax on both fused paths, the reference keeps fp32 logits); d hidden and d weight within
-// 1e-4 relative + 1e-5 absolute (fp32) and 3e-2 relative + 2e-3 absolute (16-bit: the gradient of
-// the logits is rounded to the dtype before the products), both times the incoming gradient.
+// 1e-4 relative + 1e-5 absolute (fp32), both times the incoming gradient. In 16-bit the
+// gradients are held to what LibTorch's own unfused path in that dtype (mm + cross entropy,
+// rounded logits and logit gradients) reaches against the same fp32 reference: the largest
+// error no more than 1.5x LibTorch's. A fixed tolerance cannot be set for 16-bit d weight: where
+// a vocabulary row's sum cancels, the rounding of the 300 logit gradients is what is left
+// (the first H200 run of a fixed 3e-2 relative + 2e-3 absolute bound exceeded it by 0.0014 and
+// 0.0058 at vocabularies 1000 and 129).
 struct LinearResult {
   double loss;
   torch::Tensor dhidden, dweight;  // fp32
@@ -98,6 +130,21 @@ double Excess(const torch::Tensor& got, const torch::Tensor& want, double rtol, 
   return ((got - want).abs() - (atol + rtol * want.abs())).max().item<double>();
 }
 
+// LibTorch's unfused path in the inputs' own dtype: what 16-bit training without the fused
+// kernel computes.
+LinearResult LinearInDtype(const torch::Tensor& hidden, const torch::Tensor& weight,
+                           const torch::Tensor& targets, double grad_out) {
+  auto h = hidden.detach().clone().requires_grad_(true);
+  auto w = weight.detach().clone().requires_grad_(true);
+  auto loss = torch::nn::functional::cross_entropy(torch::mm(h, w.t()), targets);
+  (loss * grad_out).backward();
+  return {loss.item<double>(), h.grad().to(torch::kFloat), w.grad().to(torch::kFloat)};
+}
+
+double MaxError(const torch::Tensor& got, const torch::Tensor& want) {
+  return (got - want).abs().max().item<double>();
+}
+
 TEST_P(FusedCrossEntropyGpuTest, LinearMatchesUnfused) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto dtype = GetParam();
@@ -115,11 +162,23 @@ TEST_P(FusedCrossEntropyGpuTest, LinearMatchesUnfused) {
     EXPECT_NEAR(got.loss, want.loss, (fp32 ? 1e-4 : 2e-3) * std::abs(want.loss))
         << "vocab " << vocab;
     // Scale-free gradient comparison: divide by the incoming gradient.
-    const double rtol = fp32 ? 1e-4 : 3e-2, atol = fp32 ? 1e-5 : 2e-3;
-    EXPECT_LE(Excess(got.dhidden / grad_out * n, want.dhidden / grad_out * n, rtol, atol), 0.0)
-        << "d hidden, vocab " << vocab;
-    EXPECT_LE(Excess(got.dweight / grad_out * n, want.dweight / grad_out * n, rtol, atol), 0.0)
-        << "d weight, vocab " << vocab;
+    const double scale = n / grad_out;
+    if (fp32) {
+      EXPECT_LE(Excess(got.dhidden * scale, want.dhidden * scale, 1e-4, 1e-5), 0.0)
+          << "d hidden, vocab " << vocab;
+      EXPECT_LE(Excess(got.dweight * scale, want.dweight * scale, 1e-4, 1e-5), 0.0)
+          << "d weight, vocab " << vocab;
+    } else {
+      const LinearResult torch16 = LinearInDtype(hidden, weight, targets, grad_out);
+      const double ours_dh = MaxError(got.dhidden * scale, want.dhidden * scale);
+      const double torch_dh = MaxError(torch16.dhidden * scale, want.dhidden * scale);
+      const double ours_dw = MaxError(got.dweight * scale, want.dweight * scale);
+      const double torch_dw = MaxError(torch16.dweight * scale, want.dweight * scale);
+      std::printf("vocab %ld: d hidden error %.3g (LibTorch in dtype %.3g), d weight %.3g (%.3g)\n",
+                  static_cast<long>(vocab), ours_dh, torch_dh, ours_dw, torch_dw);
+      EXPECT_LE(ours_dh, 1.5 * torch_dh) << "d hidden, vocab " << vocab;
+      EXPECT_LE(ours_dw, 1.5 * torch_dw) << "d weight, vocab " << vocab;
+    }
     EXPECT_TRUE(got.dweight.is_contiguous());
   }
 }

@@ -31,17 +31,17 @@ cudaStream_t StreamOf(const torch::Tensor& t) {
   return at::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }
 
-// Inputs: x, residual (undefined: plain LayerNorm), weight, bias. Outputs: {sum, y} with a
-// residual, {y} without.
+// Inputs: x, residual, weight, bias, eps, add (false: plain LayerNorm; residual is then an
+// empty tensor, never read: autograd records every tensor input's device, so an undefined
+// tensor cannot be passed). Outputs: {sum, y} with a residual, {y} without.
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 torch::Tensor x, torch::Tensor residual,
                                                 torch::Tensor weight, torch::Tensor bias,
-                                                double eps) {
+                                                double eps, bool add) {
     const int64_t hidden = x.size(-1);
     const int64_t rows = hidden > 0 ? x.numel() / hidden : 0;
-    const bool add = residual.defined();
     const torch::Tensor xc = x.contiguous();
     const torch::Tensor rc = add ? residual.contiguous() : torch::Tensor();
     const torch::Tensor w = weight.contiguous(), b = bias.contiguous();
@@ -82,7 +82,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
         dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
         StreamOf(x));
     TORCH_CHECK(err == cudaSuccess, "FusedLayerNorm backward launch: ", cudaGetErrorString(err));
-    return {dx, add ? dx : torch::Tensor(), dw, db, torch::Tensor()};
+    return {dx, add ? dx : torch::Tensor(), dw, db, torch::Tensor(), torch::Tensor()};
   }
 };
 #endif
@@ -108,7 +108,8 @@ torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight
 #if MT_KERNELS_WITH_CUDA
   if (FusedLayerNormAvailable(x, weight) && bias.defined() &&
       bias.scalar_type() == weight.scalar_type()) {
-    return LayerNormFunction::apply(x, torch::Tensor(), weight, bias, eps)[0];
+    return LayerNormFunction::apply(x, torch::empty({0}, x.options()), weight, bias, eps,
+                                    /*add=*/false)[0];
   }
 #endif
   return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
@@ -124,7 +125,7 @@ std::pair<torch::Tensor, torch::Tensor> FusedAddLayerNorm(const torch::Tensor& x
   if (FusedLayerNormAvailable(x, weight) && bias.defined() &&
       bias.scalar_type() == weight.scalar_type() && residual.scalar_type() == x.scalar_type() &&
       residual.is_cuda()) {
-    auto out = LayerNormFunction::apply(x, residual, weight, bias, eps);
+    auto out = LayerNormFunction::apply(x, residual, weight, bias, eps, /*add=*/true);
     return {out[0], out[1]};
   }
 #endif

@@ -13,9 +13,16 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/cli/help_version.h"
 #include "worker/metrics/tensorboard_logger.h"
 
+constexpr char kUsage[] =
+    "usage: tensorboard_sample DIR\n"
+    "Writes a small, known TensorBoard run into DIR with the rank's own logger and prints it as "
+    "JSON.\n";
+
 int main(int argc, char** argv) {
+  if (mt::cli::AnswerHelpOrVersion(argc, argv, "tensorboard_sample", kUsage)) return 0;
   if (argc != 2) {
     std::fprintf(stderr, "usage: tensorboard_sample DIR\n");
     return 2;

@@ -609,11 +609,10 @@ void PrintResult(const IoRatios& io, const AsyncResult& async, const SaveLoadRun
 }  // namespace
 
 constexpr char kUsage[] =
-    "usage: checkpoint_bench [--dir DIR] [--device cpu|cuda] [--layers N] [--hidden N] [--heads "
-    "N]\n"
-    "                        [--seq N] [--vocab N] [--micro-batch N] [--precision fp32|bf16]\n"
-    "                        [--repeat N] [--steps N] [--save-every N] [--max-file-mb N] [--pairs "
-    "N]\n"
+    "usage: checkpoint_bench [--dir DIR] [--device cpu|cuda] [--layers N] [--hidden N]\n"
+    "                        [--heads N] [--seq N] [--vocab N] [--micro-batch N]\n"
+    "                        [--precision fp32|bf16] [--repeat N] [--steps N] [--save-every N]\n"
+    "                        [--max-file-mb N] [--pairs N]\n"
     "                        [--stage-device auto|cpu|cuda|none]\n"
     "Checkpoint save and load against dd-style I/O of the same bytes, and the step-time cost of\n"
     "async saves (bench/README.md).\n";

@@ -2,13 +2,19 @@
 // on a GPT-2 shape with random weights (the speed does not depend on the values).
 //
 //   decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32]
-//                [--batches 1,16] [--prompt 128] [--new 128] [--repeat 3]
+//                [--batches 1,16] [--prompt 128] [--new 128] [--repeat 3] [--no-cuda-graph]
 //
 // One line per batch size on stdout (key=value): ms per decode step and tokens/s of the decode
 // steps alone, time to first token (prefill), and the whole generation per new token (what
-// hf_generate.py measures of transformers); the best of --repeat runs after a warm-up.
+// hf_generate.py measures of transformers); the best of --repeat runs after a warm-up, through
+// one Generator (the warm-up captures the CUDA graph, the timed runs replay it). On CUDA both
+// decode paths run: the line's main figures are the CUDA graph's (Generate's default), and
+// eager_ms_per_token / graph_ms_per_token / graph_speedup compare the decode step without and
+// with the graph (capture_ms: the warm-up's capture). --no-cuda-graph runs the eager path
+// only (its figures are then the main ones; graph_ms_per_token=nan).
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -18,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/cli/help_version.h"
+#include "worker/generate/decode_graph.h"
 #include "worker/generate/generator.h"
 #include "worker/model/gpt.h"
 
@@ -31,12 +38,26 @@ struct Args {
   int64_t prompt = 128;
   int64_t new_tokens = 128;
   int repeat = 3;
+  bool cuda_graph = true;  // also measure the CUDA graph path (CUDA only)
+};
+
+// Best figures of --repeat timed runs, in seconds (step: per decode step).
+struct Timing {
+  double step = std::numeric_limits<double>::quiet_NaN();
+  double ttft = 1e30;
+  double total = 1e30;
+  double capture = 0.0;
 };
 
 bool Parse(int argc, char** argv, Args* a) {
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];
-    const std::string v = argv[i + 1];
+    if (k == "--no-cuda-graph") {
+      a->cuda_graph = false;
+      continue;
+    }
+    if (i + 1 >= argc) return false;
+    const std::string v = argv[++i];
     if (k == "--size") {
       a->size = v;
     } else if (k == "--device") {
@@ -60,7 +81,7 @@ bool Parse(int argc, char** argv, Args* a) {
       return false;
     }
   }
-  return argc % 2 == 1;
+  return true;
 }
 
 bool ConfigFor(const std::string& size, mt::model::GptConfig* c) {
@@ -82,6 +103,52 @@ bool ConfigFor(const std::string& size, mt::model::GptConfig* c) {
   return true;
 }
 
+// Runs --repeat + 1 generations (the first warms up and captures) through one Generator.
+bool Measure(mt::model::GptModel& gpt, const std::vector<int32_t>& prompt, const Args& a,
+             int64_t batch, bool cuda_graph, Timing* t) {
+  mt::generate::GenerateOptions o;
+  o.max_new_tokens = a.new_tokens;
+  o.num_samples = batch;
+  o.sampling.temperature = 0.0;
+  o.cuda_graph = cuda_graph;
+  auto no_text = [](absl::Span<const int32_t>) { return std::string(); };
+  mt::generate::Generator generator(gpt);
+  const double steps = static_cast<double>(a.new_tokens - 1);
+  double best_step = 1e30;
+  for (int r = 0; r <= a.repeat; ++r) {  // r = 0 warms up
+    auto result = generator.Generate(prompt, o, no_text);
+    if (!result.ok()) {
+      std::fprintf(stderr, "decode_bench: %s\n", std::string(result.status().message()).c_str());
+      return false;
+    }
+    if (r == 0) {
+      t->capture = result->graph_capture_seconds;
+      continue;
+    }
+    if (steps > 0) best_step = std::min(best_step, result->decode_seconds / steps);
+    t->ttft = std::min(t->ttft, result->prefill_seconds);
+    t->total = std::min(t->total, result->prefill_seconds + result->decode_seconds);
+  }
+  // One new token has no decode step: its step figures are nan.
+  t->step = steps > 0 ? best_step : std::numeric_limits<double>::quiet_NaN();
+  return true;
+}
+
+void Print(const Args& a, int64_t batch, const Timing& main, const Timing& eager,
+           const Timing& graph) {
+  const double b = static_cast<double>(batch);
+  std::printf(
+      "mt size=%s dtype=%s batch=%lld prompt=%lld new=%lld ms_per_token=%.3f tokens_per_s=%.1f "
+      "ttft_ms=%.2f total_ms_per_token=%.3f total_tokens_per_s=%.1f eager_ms_per_token=%.3f "
+      "graph_ms_per_token=%.3f graph_speedup=%.2f capture_ms=%.1f\n",
+      a.size.c_str(), a.dtype.c_str(), static_cast<long long>(batch),
+      static_cast<long long>(a.prompt), static_cast<long long>(a.new_tokens), main.step * 1e3,
+      b / main.step, main.ttft * 1e3, main.total * 1e3 / static_cast<double>(a.new_tokens),
+      b * static_cast<double>(a.new_tokens) / main.total, eager.step * 1e3, graph.step * 1e3,
+      eager.step / graph.step, graph.capture * 1e3);
+  std::fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -90,7 +157,7 @@ int main(int argc, char** argv) {
   if (mt::cli::AnswerHelpOrVersion(
           argc, argv, "decode_bench",
           "usage: decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32] "
-          "[--batches 1,16] [--prompt 128] [--new 128] [--repeat 3]")) {
+          "[--batches 1,16] [--prompt 128] [--new 128] [--repeat 3] [--no-cuda-graph]")) {
     return 0;
   }
   if (!Parse(argc, argv, &a) || !ConfigFor(a.size, &config)) {
@@ -110,36 +177,14 @@ int main(int argc, char** argv) {
   }
   std::vector<int32_t> prompt(static_cast<size_t>(a.prompt));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919) % 50257);
-  auto no_text = [](absl::Span<const int32_t>) { return std::string(); };
+  // One new token has no decode step: nothing for a graph to replay.
+  const bool graph = a.cuda_graph && build.device.is_cuda() &&
+                     mt::generate::DecodeGraph::Available() && a.new_tokens >= 2;
   for (int64_t batch : a.batches) {
-    mt::generate::GenerateOptions o;
-    o.max_new_tokens = a.new_tokens;
-    o.num_samples = batch;
-    o.sampling.temperature = 0.0;
-    double best_step = 1e30, best_ttft = 1e30, best_total = 1e30;
-    for (int r = 0; r <= a.repeat; ++r) {  // r = 0 warms up
-      auto result = mt::generate::Generate(**model, prompt, o, no_text);
-      if (!result.ok()) {
-        std::fprintf(stderr, "decode_bench: %s\n", std::string(result.status().message()).c_str());
-        return 1;
-      }
-      const double steps = static_cast<double>(a.new_tokens - 1);
-      if (r > 0 && steps > 0) best_step = std::min(best_step, result->decode_seconds / steps);
-      if (r > 0) best_ttft = std::min(best_ttft, result->prefill_seconds);
-      if (r > 0)
-        best_total = std::min(best_total, result->prefill_seconds + result->decode_seconds);
-    }
-    // One new token has no decode step: its step figures are nan.
-    if (a.new_tokens < 2) best_step = std::numeric_limits<double>::quiet_NaN();
-    std::printf(
-        "mt size=%s dtype=%s batch=%lld prompt=%lld new=%lld ms_per_token=%.3f tokens_per_s=%.1f "
-        "ttft_ms=%.2f total_ms_per_token=%.3f total_tokens_per_s=%.1f\n",
-        a.size.c_str(), a.dtype.c_str(), static_cast<long long>(batch),
-        static_cast<long long>(a.prompt), static_cast<long long>(a.new_tokens), best_step * 1e3,
-        static_cast<double>(batch) / best_step, best_ttft * 1e3,
-        best_total * 1e3 / static_cast<double>(a.new_tokens),
-        static_cast<double>(batch * a.new_tokens) / best_total);
-    std::fflush(stdout);
+    Timing eager, replayed;
+    if (!Measure(**model, prompt, a, batch, /*cuda_graph=*/false, &eager)) return 1;
+    if (graph && !Measure(**model, prompt, a, batch, /*cuda_graph=*/true, &replayed)) return 1;
+    Print(a, batch, graph ? replayed : eager, eager, replayed);
   }
   return 0;
 }

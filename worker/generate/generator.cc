@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <memory>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -14,6 +15,7 @@
 #include "common/base/durations.h"
 #include "common/base/status_macros.h"
 #include "worker/generate/cached_forward.h"
+#include "worker/generate/decode_graph.h"
 #include "worker/generate/kv_cache.h"
 #include "worker/model/gpt.h"
 
@@ -73,21 +75,80 @@ class Streamer {
   const TextCallback& on_text_;
 };
 
+}  // namespace
+
+// The cache and the decode step of the last call, reused by the next call of the same shape.
+class GeneratorState {
+ public:
+  struct Key {
+    int64_t batch = 0;
+    int64_t max_len = 0;
+    bool graph = false;
+    const void* weight = nullptr;  // the output weight's data: a moved or re-cast model differs
+    model::AttentionBackend backend = model::AttentionBackend::kAuto;
+
+    bool operator==(const Key& o) const {
+      return batch == o.batch && max_len == o.max_len && graph == o.graph && weight == o.weight &&
+             backend == o.backend;
+    }
+  };
+
+  Key key;
+  KvCache cache;
+  std::unique_ptr<DecodeGraph> step;  // CUDA only; after the cache: destroyed before it
+};
+
+namespace {
+
+// `state` ready for a call of `n` rows and `max_len` positions, its cache emptied.
+absl::Status PrepareState(model::GptModel& gpt, int64_t n, int64_t max_len, bool cuda_graph,
+                          std::unique_ptr<GeneratorState>& state) {
+  const torch::Tensor weight = gpt.output_weight();
+  GeneratorState::Key key;
+  key.batch = n;
+  key.max_len = max_len;
+  key.graph = weight.is_cuda() && cuda_graph && DecodeGraph::Available();
+  key.weight = weight.data_ptr();
+  key.backend = gpt.config().attention_backend;
+  if (state != nullptr && state->key == key) {
+    state->cache.Reset();
+    return absl::OkStatus();
+  }
+  state.reset();  // the old cache and graph go before the new ones are made
+  auto fresh = std::make_unique<GeneratorState>();
+  fresh->key = key;
+  MT_ASSIGN_OR_RETURN(fresh->cache, KvCache::Create(gpt.config(), n, max_len, weight.options()));
+  if (weight.is_cuda()) {
+    MT_ASSIGN_OR_RETURN(fresh->step,
+                        DecodeGraph::Create(gpt, fresh->cache, weight.device(), key.graph));
+  }
+  state = std::move(fresh);
+  return absl::OkStatus();
+}
+
+// The prompt repeated in `n` rows: [n, prompt size] int64 on `device`.
+torch::Tensor PromptRows(const std::vector<int32_t>& prompt, int64_t n,
+                         const torch::Device& device) {
+  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  const int64_t p = static_cast<int64_t>(ids.size());
+  return torch::tensor(ids, torch::kLong).to(device).unsqueeze(0).expand({n, p}).contiguous();
+}
+
+// Prefill, then decode until every sample is done. `state` was prepared for this call.
 absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
                                             const std::vector<int32_t>& prompt,
                                             const GenerateOptions& o, const Detokenizer& detokenize,
-                                            const TextCallback& on_text) {
+                                            const TextCallback& on_text, GeneratorState& state) {
   torch::NoGradGuard no_grad;
   const model::GptConfig& config = gpt.config();
-  const torch::Tensor weight = gpt.output_weight();
   const int64_t n = o.num_samples;
   const int64_t p = static_cast<int64_t>(prompt.size());
-  const int64_t max_len = std::min(config.max_positions(), p + o.max_new_tokens);
-  MT_ASSIGN_OR_RETURN(KvCache cache, KvCache::Create(config, n, max_len, weight.options()));
+  const int64_t max_len = state.key.max_len;
+  KvCache& cache = state.cache;
+  DecodeGraph* graph = state.step.get();
+  const int64_t replays_before = graph != nullptr ? graph->replays() : 0;
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(o.sampling.seed);
-  std::vector<int64_t> ids(prompt.begin(), prompt.end());
-  const torch::Tensor input =
-      torch::tensor(ids, torch::kLong).to(weight.device()).unsqueeze(0).expand({n, p}).contiguous();
+  const torch::Tensor input = PromptRows(prompt, n, gpt.output_weight().device());
 
   GenerateResult result;
   result.prompt_tokens = p;
@@ -116,11 +177,44 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
       all_done = all_done && s.done;
     }
     if (all_done) break;
-    logits = ForwardWithCache(gpt, next.view({n, 1}), cache);
+    logits = graph != nullptr ? graph->Step(next) : ForwardWithCache(gpt, next.view({n, 1}), cache);
   }
   result.decode_seconds = SecondsSince(start);
+  if (graph != nullptr) {
+    result.graph_replays = graph->replays() - replays_before;
+    if (replays_before == 0) result.graph_capture_seconds = graph->capture_seconds();
+  }
   for (SampleState& s : samples) result.samples.push_back(std::move(s.out));
   return result;
+}
+
+absl::Status ValidatePrompt(const model::GptModel& gpt, const std::vector<int32_t>& prompt) {
+  const int64_t context = gpt.config().max_positions();
+  if (prompt.empty()) {
+    return absl::InvalidArgumentError("--prompt: the prompt is empty (want at least one token)");
+  }
+  // A prompt may fill the context: the token chosen after it is never fed back, so it needs
+  // no position (generation then ends after that one token, finish reason "context").
+  if (static_cast<int64_t>(prompt.size()) > context) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prompt: ", prompt.size(), " tokens exceed the model's context of ", context,
+                     " tokens; shorten the prompt to at most ", context, " tokens"));
+  }
+  for (int32_t id : prompt) {
+    if (id < 0 || id >= gpt.config().vocab_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--prompt: token id ", id, " outside [0, ", gpt.config().vocab_size, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// LibTorch's error as a status: RESOURCE_EXHAUSTED for out-of-memory, INTERNAL otherwise.
+absl::Status FromTorchError(const c10::Error& e) {
+  const std::string what = e.what_without_backtrace();
+  return absl::StrContains(what, "out of memory")
+             ? absl::ResourceExhaustedError(absl::StrCat("generation: ", what))
+             : absl::InternalError(absl::StrCat("generation: ", what));
 }
 
 }  // namespace
@@ -142,36 +236,36 @@ absl::StatusOr<GenerateResult> Generate(model::GptModel& gpt, const std::vector<
                                         const GenerateOptions& options,
                                         const Detokenizer& detokenize,
                                         const TextCallback& on_text) {
+  Generator generator(gpt);
+  return generator.Generate(prompt, options, detokenize, on_text);
+}
+
+Generator::Generator(model::GptModel& gpt) : gpt_(gpt) {}
+Generator::~Generator() = default;
+void Generator::Reset() { state_.reset(); }
+
+absl::StatusOr<GenerateResult> Generator::Generate(const std::vector<int32_t>& prompt,
+                                                   const GenerateOptions& options,
+                                                   const Detokenizer& detokenize,
+                                                   const TextCallback& on_text) {
   MT_RETURN_IF_ERROR(ValidateGenerate(options));
-  const int64_t context = gpt.config().max_positions();
-  if (prompt.empty()) {
-    return absl::InvalidArgumentError("--prompt: the prompt is empty (want at least one token)");
-  }
-  // A prompt may fill the context: the token chosen after it is never fed back, so it needs
-  // no position (generation then ends after that one token, finish reason "context").
-  if (static_cast<int64_t>(prompt.size()) > context) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--prompt: ", prompt.size(), " tokens exceed the model's context of ", context,
-                     " tokens; shorten the prompt to at most ", context, " tokens"));
-  }
-  for (int32_t id : prompt) {
-    if (id < 0 || id >= gpt.config().vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--prompt: token id ", id, " outside [0, ", gpt.config().vocab_size, ")"));
-    }
-  }
-  const bool was_training = gpt.is_training();
-  gpt.eval();
+  MT_RETURN_IF_ERROR(ValidatePrompt(gpt_, prompt));
+  const int64_t max_len = std::min(gpt_.config().max_positions(),
+                                   static_cast<int64_t>(prompt.size()) + options.max_new_tokens);
+  const bool was_training = gpt_.is_training();
+  gpt_.eval();
   absl::StatusOr<GenerateResult> out;
   try {
-    out = GenerateImpl(gpt, prompt, options, detokenize, on_text);
+    absl::Status prepared =
+        PrepareState(gpt_, options.num_samples, max_len, options.cuda_graph, state_);
+    out = prepared.ok() ? GenerateImpl(gpt_, prompt, options, detokenize, on_text, *state_)
+                        : absl::StatusOr<GenerateResult>(prepared);
   } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    out = absl::StrContains(what, "out of memory")
-              ? absl::ResourceExhaustedError(absl::StrCat("generation: ", what))
-              : absl::InternalError(absl::StrCat("generation: ", what));
+    out = FromTorchError(e);
   }
-  gpt.train(was_training);
+  // After an error the cache or a half-made capture may be unusable: the next call starts anew.
+  if (!out.ok()) state_.reset();
+  gpt_.train(was_training);
   return out;
 }
 

@@ -6,12 +6,18 @@
 // each sample's new text, holding back bytes that might still turn out to start the stop text
 // (the stop text itself is never emitted).
 //
+// On CUDA the decode steps run StaticDecodeStep (decode_step.h) through a DecodeGraph
+// (decode_graph.h): replayed from a CUDA graph (cuda_graph, the default) or eagerly; the prefill
+// is ForwardWithCache. On the CPU every step is ForwardWithCache. A Generator keeps the KV cache
+// and the captured graph between calls of the same shape; Generate() is a Generator's one call.
+//
 // No LibTorch in this header. Thread-compatible.
 #ifndef MT_WORKER_GENERATE_GENERATOR_H_
 #define MT_WORKER_GENERATE_GENERATOR_H_
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,12 +32,17 @@ class GptModel;
 
 namespace mt::generate {
 
+class GeneratorState;  // generator.cc
+
 struct GenerateOptions {
   int64_t max_new_tokens = 64;  // >= 1 (--max-new-tokens)
   int64_t num_samples = 1;      // >= 1 (-n)
   SamplingOptions sampling;
   std::string stop;  // stop text; empty = none (--stop)
   int32_t eod = -1;  // end-of-document token that ends a sample; -1 = none
+  // On CUDA, replay each decode step from a CUDA graph (decode_graph.h); false runs the same
+  // step's kernels one by one. No effect on the CPU or in a build without CUDA graphs.
+  bool cuda_graph = true;
 };
 
 // INVALID_ARGUMENT naming the flag: the sampling values, --max-new-tokens, -n.
@@ -51,6 +62,9 @@ struct GenerateResult {
   double prefill_seconds = 0.0;  // prompt in, first tokens out (time to first token)
   double decode_seconds = 0.0;   // the decode steps after it
   int64_t kv_cache_bytes = 0;
+  int64_t graph_replays = 0;           // decode steps replayed from a CUDA graph
+  double graph_capture_seconds = 0.0;  // its warm-up and capture, if this call made it (within
+                                       // decode_seconds)
 };
 
 // Token ids -> text (the tokenizer's Decode).
@@ -66,6 +80,31 @@ absl::StatusOr<GenerateResult> Generate(model::GptModel& gpt, const std::vector<
                                         const GenerateOptions& options,
                                         const Detokenizer& detokenize,
                                         const TextCallback& on_text = {});
+
+// Generate with state kept between calls: the KV cache and (CUDA) the decode step's graph are
+// reused while the batch (num_samples), the length (prompt + max_new_tokens, at most the
+// context), cuda_graph and the model's output weight stay the same; another shape replaces them
+// (a new capture). `gpt` must outlive the Generator and keep its parameters' storage while it
+// holds a graph (in-place updates are fine; Reset() drops the state).
+class Generator {
+ public:
+  explicit Generator(model::GptModel& gpt);
+  ~Generator();
+  Generator(const Generator&) = delete;
+  Generator& operator=(const Generator&) = delete;
+
+  // As the free Generate above, on this Generator's model.
+  absl::StatusOr<GenerateResult> Generate(const std::vector<int32_t>& prompt,
+                                          const GenerateOptions& options,
+                                          const Detokenizer& detokenize,
+                                          const TextCallback& on_text = {});
+  // Frees the cache and the graph.
+  void Reset();
+
+ private:
+  model::GptModel& gpt_;
+  std::unique_ptr<GeneratorState> state_;
+};
 
 }  // namespace mt::generate
 

@@ -40,6 +40,17 @@ std::pair<torch::Tensor, torch::Tensor> KvCache::Append(int64_t layer, const tor
   return {keys.narrow(2, 0, length_ + n), values.narrow(2, 0, length_ + n)};
 }
 
+std::pair<torch::Tensor, torch::Tensor> KvCache::WriteAt(int64_t layer,
+                                                         const torch::Tensor& position,
+                                                         const torch::Tensor& k,
+                                                         const torch::Tensor& v) {
+  torch::Tensor& keys = keys_[static_cast<size_t>(layer)];
+  torch::Tensor& values = values_[static_cast<size_t>(layer)];
+  keys.index_copy_(2, position, k);
+  values.index_copy_(2, position, v);
+  return {keys, values};
+}
+
 int64_t KvCache::bytes() const {
   int64_t total = 0;
   for (const torch::Tensor& t : keys_) total += t.numel() * t.element_size();

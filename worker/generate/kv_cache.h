@@ -1,7 +1,9 @@
 // The key/value cache of incremental decoding: per layer one keys and one values tensor of
 // [batch, heads, max_len, head_dim], allocated once (Create) for the whole generation, so that
 // no decode step allocates cache memory; a step writes its new keys and values at positions
-// [length, length + n) in place and reads [0, length + n).
+// [length, length + n) in place and reads [0, length + n). A static-shape decode step
+// (decode_step.h) instead writes at a position held on the device (WriteAt) and reads the whole
+// cache, masking what lies after that position.
 //
 // Thread-compatible (one decoding thread).
 #ifndef MT_WORKER_GENERATE_KV_CACHE_H_
@@ -29,6 +31,11 @@ class KvCache {
   // moves on with Advance(n), once every layer has run.
   std::pair<torch::Tensor, torch::Tensor> Append(int64_t layer, const torch::Tensor& k,
                                                  const torch::Tensor& v);
+  // Writes k, v [batch, heads, 1, head_dim] of `layer` at the position held in `position` (one
+  // int64 on the cache's device: no host value, so a CUDA graph can capture it) and returns the
+  // layer's WHOLE keys and values [batch, heads, max_len, head_dim]. Does not move length().
+  std::pair<torch::Tensor, torch::Tensor> WriteAt(int64_t layer, const torch::Tensor& position,
+                                                  const torch::Tensor& k, const torch::Tensor& v);
   void Advance(int64_t n) { length_ += n; }
   void Reset() { length_ = 0; }
 

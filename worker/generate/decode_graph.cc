@@ -1,0 +1,128 @@
+#include "worker/generate/decode_graph.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/base/durations.h"
+
+#if MT_GENERATE_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace mt::generate {
+
+#if MT_GENERATE_WITH_CUDA
+struct DecodeGraph::Graph {
+  at::cuda::CUDAGraph graph;
+  bool ready = false;
+};
+#else
+struct DecodeGraph::Graph {};
+#endif
+
+namespace {
+// Eager runs on the side stream before the capture.
+constexpr int kWarmupSteps = 2;
+}  // namespace
+
+bool DecodeGraph::Available() { return MT_GENERATE_WITH_CUDA != 0; }
+
+absl::StatusOr<std::unique_ptr<DecodeGraph>> DecodeGraph::Create(model::GptModel& gpt,
+                                                                 KvCache& cache,
+                                                                 const torch::Device& device,
+                                                                 bool capture) {
+  if (capture && (!device.is_cuda() || !Available())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("CUDA graph decoding needs a CUDA device and a build against a CUDA "
+                     "LibTorch (device ",
+                     device.str(), ", CUDA graphs ", Available() ? "built" : "not built",
+                     "); decode without it (cuda_graph = false)"));
+  }
+  return std::unique_ptr<DecodeGraph>(new DecodeGraph(gpt, cache, device, capture));
+}
+
+DecodeGraph::DecodeGraph(model::GptModel& gpt, KvCache& cache, const torch::Device& device,
+                         bool capture)
+    : gpt_(gpt),
+      cache_(cache),
+      device_(device),
+      capture_(capture),
+      graph_(std::make_unique<Graph>()),
+      inputs_(DecodeInputs::For(cache, device)) {}
+
+DecodeGraph::~DecodeGraph() {
+  // The static output lives in the graph's pool: free it before the graph.
+  logits_ = torch::Tensor();
+}
+
+torch::Tensor DecodeGraph::RunStep() {
+  torch::NoGradGuard no_grad;
+  return StaticDecodeStep(gpt_, inputs_, cache_);
+}
+
+torch::Tensor DecodeGraph::Step(const torch::Tensor& tokens) {
+  TORCH_CHECK(cache_.length() < cache_.max_len(), "KV cache full: ", cache_.length(), " + 1 > ",
+              cache_.max_len());
+  inputs_.tokens.copy_(tokens.reshape({cache_.batch(), 1}));
+  inputs_.position.fill_(cache_.length());
+  torch::Tensor logits;
+  if (!capture_) {
+    logits = RunStep();
+  } else {
+#if MT_GENERATE_WITH_CUDA
+    if (!graph_->ready) Capture();
+    graph_->graph.replay();
+    ++replays_;
+    logits = logits_;
+#endif
+  }
+  cache_.Advance(1);
+  return logits;
+}
+
+#if MT_GENERATE_WITH_CUDA
+void DecodeGraph::Capture() {
+  const auto start = std::chrono::steady_clock::now();
+  const c10::DeviceIndex index = device_.index() < 0
+                                     ? c10::cuda::current_device()
+                                     : static_cast<c10::DeviceIndex>(device_.index());
+  c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
+  // The side stream starts after the prefill and the input copies of the current one.
+  at::cuda::CUDAEvent inputs_ready;
+  inputs_ready.record(current);
+  inputs_ready.block(side);
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    for (int i = 0; i < kWarmupSteps; ++i) RunStep();
+    graph_->graph.capture_begin();
+    try {
+      logits_ = RunStep();
+    } catch (...) {
+      // End the broken capture so that the stream works again; its own error is secondary.
+      try {
+        graph_->graph.capture_end();
+      } catch (...) {
+      }
+      logits_ = torch::Tensor();
+      throw;
+    }
+    graph_->graph.capture_end();
+  }
+  // The current stream replays after the side stream's warm-up writes.
+  at::cuda::CUDAEvent captured;
+  captured.record(side);
+  captured.block(current);
+  graph_->ready = true;
+  capture_seconds_ = SecondsSince(start);
+}
+#else
+void DecodeGraph::Capture() {}
+#endif
+
+}  // namespace mt::generate

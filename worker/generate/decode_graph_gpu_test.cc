@@ -1,0 +1,171 @@
+// The decode step replayed from a CUDA graph (decode_graph.h) on the GPU, label gpu (skips
+// without CUDA): greedy tokens equal the same step run eagerly, token for token, over 64 new
+// tokens of a small random GPT in fp32 and bf16 with the math and the fused attention, at batch
+// 1 and 3; in fp32 they also equal the dynamic-shape ForwardWithCache decoding; a replay
+// allocates nothing (the CUDA caching allocator's counters); a Generator captures once and
+// replays on its later calls.
+// The lead runs it on the GPU machine:
+//   ctest --test-dir BUILD -R "DecodeGraph(Replay)?GpuTest" --output-on-failure
+#include <torch/cuda.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/base/status_matchers.h"
+#include "gtest/gtest.h"
+#include "worker/generate/cached_forward.h"
+#include "worker/generate/decode_graph.h"
+#include "worker/generate/generator.h"
+#include "worker/generate/kv_cache.h"
+#include "worker/generate/test_models.h"
+
+#if MT_GENERATE_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
+namespace mt::generate {
+namespace {
+
+constexpr int64_t kNew = 64;
+constexpr int64_t kVocab = 1000;
+
+bool NoCudaGraphs() { return !torch::cuda::is_available() || !DecodeGraph::Available(); }
+
+TinyGptOptions GpuGpt(torch::ScalarType dtype, model::AttentionBackend backend) {
+  TinyGptOptions t;
+  t.layers = 4;
+  t.hidden = 128;
+  t.heads = 4;
+  t.context = 128;
+  t.vocab = kVocab;
+  t.backend = backend;
+  t.device = torch::Device(torch::kCUDA);
+  t.dtype = dtype;
+  return t;
+}
+
+std::vector<int32_t> Prompt() {
+  std::vector<int32_t> p;
+  for (int32_t i = 0; i < 16; ++i) p.push_back((i * 37 + 11) % static_cast<int32_t>(kVocab));
+  return p;
+}
+
+GenerateOptions Greedy(int64_t batch, bool graph) {
+  GenerateOptions o;
+  o.max_new_tokens = kNew;
+  o.num_samples = batch;
+  o.sampling.temperature = 0.0;
+  o.cuda_graph = graph;
+  return o;
+}
+
+// Greedy with ForwardWithCache for every step (the dynamic-shape path of the CPU).
+std::vector<int32_t> DynamicGreedy(model::GptModel& gpt, const std::vector<int32_t>& prompt) {
+  torch::NoGradGuard no_grad;
+  const torch::Tensor weight = gpt.output_weight();
+  const int64_t p = static_cast<int64_t>(prompt.size());
+  auto cache = KvCache::Create(gpt.config(), 1, p + kNew, weight.options());
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  std::vector<int64_t> ids(prompt.begin(), prompt.end());
+  torch::Tensor logits = ForwardWithCache(
+      gpt, torch::tensor(ids, torch::kLong).to(weight.device()).view({1, p}), *cache);
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < kNew; ++i) {
+    const torch::Tensor next = logits.narrow(-1, 0, kVocab).argmax(-1);
+    out.push_back(static_cast<int32_t>(next.item<int64_t>()));
+    if (i + 1 < kNew) logits = ForwardWithCache(gpt, next.view({1, 1}), *cache);
+  }
+  return out;
+}
+
+using Case = std::tuple<torch::ScalarType, model::AttentionBackend, int64_t>;
+class DecodeGraphGpuTest : public ::testing::TestWithParam<Case> {};
+
+std::string CaseName(const ::testing::TestParamInfo<Case>& info) {
+  const auto [dtype, backend, batch] = info.param;
+  return absl::StrCat(dtype == torch::kFloat ? "Fp32" : "Bf16",
+                      backend == model::AttentionBackend::kMath ? "Math" : "Fused", "Batch", batch);
+}
+
+TEST_P(DecodeGraphGpuTest, GreedyGraphEqualsEagerTokenForToken) {
+  if (NoCudaGraphs()) GTEST_SKIP() << "no CUDA (or a build without CUDA graphs)";
+  const auto [dtype, backend, batch] = GetParam();
+  auto gpt = TinyGpt(GpuGpt(dtype, backend));
+  ASSERT_NE(gpt, nullptr);
+  const std::vector<int32_t> prompt = Prompt();
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult eager,
+                          Generate(*gpt, prompt, Greedy(batch, false), LetterText));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult graph,
+                          Generate(*gpt, prompt, Greedy(batch, true), LetterText));
+  ASSERT_EQ(graph.samples.size(), static_cast<size_t>(batch));
+  for (size_t i = 0; i < graph.samples.size(); ++i) {
+    EXPECT_EQ(graph.samples[i].tokens.size(), static_cast<size_t>(kNew)) << "sample " << i;
+    EXPECT_EQ(graph.samples[i].tokens, eager.samples[i].tokens) << "sample " << i;
+  }
+  EXPECT_EQ(eager.graph_replays, 0);
+  EXPECT_EQ(graph.graph_replays, kNew - 1);  // every decode step; the first token is prefill's
+  EXPECT_GT(graph.graph_capture_seconds, 0.0);
+  if (dtype == torch::kFloat && batch == 1) {
+    EXPECT_EQ(graph.samples[0].tokens, DynamicGreedy(*gpt, prompt));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DtypeAttentionBatch, DecodeGraphGpuTest,
+                         ::testing::Combine(::testing::Values(torch::kFloat, torch::kBFloat16),
+                                            ::testing::Values(model::AttentionBackend::kMath,
+                                                              model::AttentionBackend::kAuto),
+                                            ::testing::Values(int64_t{1}, int64_t{3})),
+                         CaseName);
+
+TEST(DecodeGraphReplayGpuTest, ReplaysAllocateNothing) {
+  if (NoCudaGraphs()) GTEST_SKIP() << "no CUDA (or a build without CUDA graphs)";
+#if MT_GENERATE_WITH_CUDA
+  auto gpt = TinyGpt(GpuGpt(torch::kBFloat16, model::AttentionBackend::kAuto));
+  ASSERT_NE(gpt, nullptr);
+  torch::NoGradGuard no_grad;
+  const torch::Device device = gpt->output_weight().device();
+  MT_ASSERT_OK_AND_ASSIGN(KvCache cache,
+                          KvCache::Create(gpt->config(), 2, 100, gpt->output_weight().options()));
+  ForwardWithCache(*gpt, torch::ones({2, 10}, torch::TensorOptions(torch::kLong).device(device)),
+                   cache);
+  MT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DecodeGraph> step,
+                          DecodeGraph::Create(*gpt, cache, device, /*capture=*/true));
+  const torch::Tensor token =
+      torch::full({2}, 7, torch::TensorOptions(torch::kLong).device(device));
+  step->Step(token);  // captures
+  torch::cuda::synchronize();
+  using c10::cuda::CUDACachingAllocator::getDeviceStats;
+  const auto before = getDeviceStats(device.index() < 0 ? 0 : device.index());
+  constexpr int kSteps = 48;
+  for (int i = 0; i < kSteps; ++i) step->Step(token);
+  torch::cuda::synchronize();
+  const auto after = getDeviceStats(device.index() < 0 ? 0 : device.index());
+  EXPECT_EQ(after.allocation[0].allocated, before.allocation[0].allocated);
+  EXPECT_EQ(after.reserved_bytes[0].current, before.reserved_bytes[0].current);
+  EXPECT_EQ(step->replays(), kSteps + 1);
+  EXPECT_EQ(cache.length(), 10 + kSteps + 1);
+#endif
+}
+
+TEST(DecodeGraphReplayGpuTest, GeneratorCapturesOnceAndReplaysOnLaterCalls) {
+  if (NoCudaGraphs()) GTEST_SKIP() << "no CUDA (or a build without CUDA graphs)";
+  auto gpt = TinyGpt(GpuGpt(torch::kBFloat16, model::AttentionBackend::kAuto));
+  ASSERT_NE(gpt, nullptr);
+  Generator generator(*gpt);
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult first,
+                          generator.Generate(Prompt(), Greedy(2, true), LetterText));
+  EXPECT_GT(first.graph_capture_seconds, 0.0);
+  for (int call = 0; call < 2; ++call) {
+    MT_ASSERT_OK_AND_ASSIGN(GenerateResult again,
+                            generator.Generate(Prompt(), Greedy(2, true), LetterText));
+    EXPECT_EQ(again.graph_capture_seconds, 0.0) << "call " << call;
+    EXPECT_EQ(again.graph_replays, kNew - 1);
+    EXPECT_EQ(again.samples[0].tokens, first.samples[0].tokens) << "call " << call;
+  }
+}
+
+}  // namespace
+}  // namespace mt::generate

@@ -102,7 +102,7 @@ def spec_yaml(name, iters, for_validation=False):
         "  adam_eps: 1.0e-08",
         "  clip_grad: 1.0",
         "  precision: bf16",
-        "  recompute_granularity: none",
+        "  recompute_granularity: %s" % sizes.recompute(name),
         "  seed: 1234",
         "evaluation: {eval_interval: 0, eval_iters: 0}",
         "logging: {log_interval: 1}",

@@ -6,7 +6,7 @@
 //
 //   profile_step --spec FILE [--device cuda] [--warmup 5] [--steps 3] [--top 25]
 //                [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]
-//                [--fused-lm-head] [--fused-layernorm]
+//                [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]
 //
 // Needs a CUDA LibTorch >= 2.0 (Kineto); elsewhere it says so and exits 2.
 #include <torch/torch.h>
@@ -16,6 +16,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -39,7 +40,7 @@ namespace {
 constexpr char kUsage[] =
     "usage: profile_step --spec FILE [--device cuda] [--warmup N] [--steps N] [--top N]\n"
     "                    [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]\n"
-    "                    [--fused-lm-head] [--fused-layernorm]\n"
+    "                    [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]\n"
     "Profiles training steps of the job spec (synthetic tokens) and prints the top GPU kernels.\n";
 
 struct Args {
@@ -50,7 +51,8 @@ struct Args {
   int warmup = 5;
   int steps = 3;
   int top = 25;
-  bool fused_lm_head = false;
+  bool fused_lm_head = true;  // the trainer's defaults
+  bool fused_mlp = true;
   bool fused_layernorm = false;
 };
 
@@ -79,14 +81,17 @@ Args Parse(int argc, char** argv) {
       std::printf("profile_step %s\n", mt::kVersion);
       std::exit(0);
     }
-    if (name == "--fused-lm-head") {
-      a.fused_lm_head = true;
-      continue;
+    const std::pair<const char*, bool*> switches[] = {{"fused-lm-head", &a.fused_lm_head},
+                                                      {"fused-mlp", &a.fused_mlp},
+                                                      {"fused-layernorm", &a.fused_layernorm}};
+    bool matched = false;
+    for (const auto& [suffix, field] : switches) {
+      if (name == std::string("--") + suffix || name == std::string("--no-") + suffix) {
+        *field = name.rfind("--no-", 0) != 0;
+        matched = true;
+      }
     }
-    if (name == "--fused-layernorm") {
-      a.fused_layernorm = true;
-      continue;
-    }
+    if (matched) continue;
     if (i + 1 >= argc) Die("missing value for " + name + "\n" + kUsage);
     const std::string v = argv[++i];
     if (name == "--spec") {
@@ -192,6 +197,7 @@ int main(int argc, char** argv) {
   options.attention_backend = a.attention;
   options.log_progress = false;
   options.fused_lm_head = a.fused_lm_head;
+  options.fused_mlp = a.fused_mlp;
   options.fused_layernorm = a.fused_layernorm;
   auto trainer = mt::engine::Trainer::Create(job, options, std::move(data->train), nullptr);
   if (!trainer.ok()) Die("trainer: " + std::string(trainer.status().message()));

@@ -20,8 +20,21 @@ SIZES = {
     "350m": (24, 1024, 16, 1024, 16),
     "1.3b": (24, 2048, 16, 1024, 8),
     "tiny": (2, 128, 4, 128, 4),
+    # What users tune at 1.3B (issue #16): other micro-batches, and selective recomputation
+    # (the attention core recomputed in backward). Not in the default set; run with --modes ours
+    # (the peer has no recomputation switch).
+    "1.3b-mb4": (24, 2048, 16, 1024, 4),
+    "1.3b-mb16": (24, 2048, 16, 1024, 16),
+    "1.3b-sel": (24, 2048, 16, 1024, 8),
+    "1.3b-mb16-sel": (24, 2048, 16, 1024, 16),
 }
 DEFAULT_SIZES = ("124m", "350m", "1.3b")
+TUNING_SIZES = ("1.3b-mb4", "1.3b-mb16", "1.3b-sel", "1.3b-mb16-sel")
+
+
+def recompute(name):
+    """The spec's training.recompute_granularity for a size name."""
+    return "selective" if name.endswith("-sel") else "none"
 
 # DESIGN.md §9, one H200, PyTorch 2.11: tokens/s of eager and torch.compile.
 ANCHORS = {

@@ -614,6 +614,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   MT_ASSIGN_OR_RETURN(model::GptConfig config, model::GptConfig::FromSpec(spec));
   MT_ASSIGN_OR_RETURN(config.attention_backend, ParseBackend(options.attention_backend));
   config.fused_lm_head = options.fused_lm_head;
+  config.fused_mlp = options.fused_mlp;
   config.fused_layernorm = options.fused_layernorm;
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
                       LrSchedule::FromSpec(spec.training(), plan.global_batch_size));

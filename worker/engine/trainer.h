@@ -80,8 +80,10 @@ struct TrainerOptions {
   // "auto", "math" or "fused" (see model::AttentionBackend).
   std::string attention_backend = "auto";
   // The output layer and its loss fused into one autograd node on CUDA
-  // (model::GptConfig::fused_lm_head; off by default, see there).
-  bool fused_lm_head = false;
+  // (model::GptConfig::fused_lm_head; on by default, see there).
+  bool fused_lm_head = true;
+  // The MLP's element-wise work in cuBLASLt epilogues on CUDA (model::GptConfig::fused_mlp).
+  bool fused_mlp = true;
   // LayerNorm (+ the attention's residual add) through the fused kernels on CUDA
   // (model::GptConfig::fused_layernorm; off by default, see there).
   bool fused_layernorm = false;

@@ -8,6 +8,7 @@
 #include <ATen/cuda/CUDAContext.h>
 
 #include "worker/kernels/cross_entropy_launch.h"
+#include "worker/kernels/kind_of.h"
 #endif
 
 namespace mt::kernels {
@@ -19,17 +20,6 @@ torch::Tensor EagerCrossEntropy(const torch::Tensor& logits, const torch::Tensor
 }
 
 #if MT_KERNELS_WITH_CUDA
-FloatKind KindOf(torch::ScalarType t) {
-  switch (t) {
-    case torch::kBFloat16:
-      return FloatKind::kBFloat16;
-    case torch::kHalf:
-      return FloatKind::kFloat16;
-    default:
-      return FloatKind::kFloat32;
-  }
-}
-
 // forward: the kernel turns the logits into the gradient of the mean loss (in place) and
 // returns the mean; backward: that gradient times the incoming scalar gradient.
 class FusedCrossEntropyFunction : public torch::autograd::Function<FusedCrossEntropyFunction> {

@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-namespace mt::kernels {
+#include "worker/kernels/float_kind.h"
 
-enum class FloatKind { kFloat32, kBFloat16, kFloat16 };
+namespace mt::kernels {
 
 // For each of `rows` rows of `vocab` logits (row stride = vocab, in place): losses[r] =
 // logsumexp - logits[r][targets[r]] (fp32), then logits[r][j] = (softmax_j - [j == t]) *

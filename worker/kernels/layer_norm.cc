@@ -7,6 +7,7 @@
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
+#include "worker/kernels/kind_of.h"
 #include "worker/kernels/layer_norm_launch.h"
 #endif
 
@@ -16,17 +17,6 @@ namespace {
 constexpr int64_t kMaxHidden = 16384;  // 2 x hidden fp32 of shared memory in backward
 
 #if MT_KERNELS_WITH_CUDA
-FloatKind KindOf(torch::ScalarType t) {
-  switch (t) {
-    case torch::kBFloat16:
-      return FloatKind::kBFloat16;
-    case torch::kHalf:
-      return FloatKind::kFloat16;
-    default:
-      return FloatKind::kFloat32;
-  }
-}
-
 cudaStream_t StreamOf(const torch::Tensor& t) {
   return at::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }

@@ -1,6 +1,7 @@
 // See layer_norm.h. One warp per row; 16-byte vector loads when the row allows. Statistics
-// and every product in fp32. Backward: d gamma / d beta summed per block in shared memory,
-// then over blocks by a second kernel (one thread per column).
+// and every product in fp32. Backward: d gamma / d beta summed per lane in registers (rows up
+// to 2,048 wide in 16-bit), then per block in shared memory, then over blocks by a second
+// kernel (one thread per column).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -115,7 +116,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // partial: [2][gridDim.x][hidden] fp32 (d weight, then d bias), written whole by each block.
-template <typename T, int kVec>
+// A lane always sees the same columns (packs lane, lane + 32, ...), so with kPacks > 0 (at least
+// ceil(packs / 32)) it sums its columns' d weight / d bias over all its rows in registers and
+// adds them to the block's shared sums once at the end; kPacks = 0 (wider rows) adds every
+// row's products to shared memory, where the block's eight warps contend for the same words.
+template <typename T, int kVec, int kPacks>
 __global__ void __launch_bounds__(kThreads)
     BackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd, const T* weight,
                    const T* dsum, T* dx, float* partial, int64_t rows, int64_t hidden) {
@@ -128,24 +133,45 @@ __global__ void __launch_bounds__(kThreads)
   const int lane = threadIdx.x % 32;
   const int64_t npacks = hidden / kVec;
   const P* wr = reinterpret_cast<const P*>(weight);
+  float rdw[kPacks > 0 ? kPacks : 1][kVec] = {};
+  float rdb[kPacks > 0 ? kPacks : 1][kVec] = {};
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarps) {
     const P* dyr = reinterpret_cast<const P*>(dy + row * hidden);
     const P* xr = reinterpret_cast<const P*>(x + row * hidden);
     const float mu = mean[row], rs = rstd[row];
     float a1 = 0.0f, a2 = 0.0f;
-    for (int64_t p = lane; p < npacks; p += 32) {
-      const P g = dyr[p], a = xr[p], w = wr[p];
+    if constexpr (kPacks > 0) {
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float xhat = (F(a.v[k]) - mu) * rs;
-        const float d = F(g.v[k]);
-        const float gw = d * F(w.v[k]);
-        a1 += gw;
-        a2 += gw * xhat;
-        const int64_t c = p * kVec + k;
-        atomicAdd(&sdw[c], d * xhat);
-        atomicAdd(&sdb[c], d);
+      for (int j = 0; j < kPacks; ++j) {
+        const int64_t p = lane + 32 * j;
+        if (p >= npacks) break;
+        const P g = dyr[p], a = xr[p], w = wr[p];
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const float xhat = (F(a.v[k]) - mu) * rs;
+          const float d = F(g.v[k]);
+          const float gw = d * F(w.v[k]);
+          a1 += gw;
+          a2 += gw * xhat;
+          rdw[j][k] += d * xhat;
+          rdb[j][k] += d;
+        }
+      }
+    } else {
+      for (int64_t p = lane; p < npacks; p += 32) {
+        const P g = dyr[p], a = xr[p], w = wr[p];
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) {
+          const float xhat = (F(a.v[k]) - mu) * rs;
+          const float d = F(g.v[k]);
+          const float gw = d * F(w.v[k]);
+          a1 += gw;
+          a2 += gw * xhat;
+          const int64_t c = p * kVec + k;
+          atomicAdd(&sdw[c], d * xhat);
+          atomicAdd(&sdb[c], d);
+        }
       }
     }
     const float m1 = WarpSum(a1) / static_cast<float>(hidden);
@@ -165,6 +191,18 @@ __global__ void __launch_bounds__(kThreads)
         o.v[k] = To<T>(v);
       }
       dxr[p] = o;
+    }
+  }
+  if constexpr (kPacks > 0) {
+#pragma unroll
+    for (int j = 0; j < kPacks; ++j) {
+      const int64_t p = lane + 32 * j;
+      if (p >= npacks) break;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        atomicAdd(&sdw[p * kVec + k], rdw[j][k]);
+        atomicAdd(&sdb[p * kVec + k], rdb[j][k]);
+      }
     }
   }
   __syncthreads();
@@ -238,7 +276,20 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
                                                partial, rows, hidden);
     return cudaGetLastError();
   };
-  const cudaError_t err = vec ? launch(BackwardKernel<T, kVec>) : launch(BackwardKernel<T, 1>);
+  // Packs per lane: the register path up to 8 (hidden 2,048 in 16-bit, 1,024 in fp32).
+  const int64_t per_lane = (hidden / (vec ? kVec : 1) + 31) / 32;
+  cudaError_t err;
+  if (!vec) {
+    err = per_lane <= 8 ? launch(BackwardKernel<T, 1, 8>) : launch(BackwardKernel<T, 1, 0>);
+  } else if (per_lane <= 2) {
+    err = launch(BackwardKernel<T, kVec, 2>);
+  } else if (per_lane <= 4) {
+    err = launch(BackwardKernel<T, kVec, 4>);
+  } else if (per_lane <= 8) {
+    err = launch(BackwardKernel<T, kVec, 8>);
+  } else {
+    err = launch(BackwardKernel<T, kVec, 0>);
+  }
   if (err != cudaSuccess) return err;
   const int threads = 256;
   FinishKernel<T><<<static_cast<unsigned>((hidden + threads - 1) / threads), threads, 0, stream>>>(

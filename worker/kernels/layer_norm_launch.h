@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "worker/kernels/cross_entropy_launch.h"  // FloatKind
+#include "worker/kernels/float_kind.h"
 
 namespace mt::kernels {
 

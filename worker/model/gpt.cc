@@ -19,6 +19,7 @@
 #include "common/base/rng.h"
 #include "common/base/status_macros.h"
 #include "worker/kernels/cross_entropy.h"
+#include "worker/kernels/fused_mlp.h"
 #include "worker/kernels/layer_norm.h"
 #include "worker/model/recompute.h"
 #include "worker/model/sdpa_backend.h"
@@ -282,7 +283,8 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
   return linear_proj(context);
 }
 
-MlpImpl::MlpImpl(const GptConfig& c, const ModelShard& shard, const torch::TensorOptions& options) {
+MlpImpl::MlpImpl(const GptConfig& c, const ModelShard& shard, const torch::TensorOptions& options)
+    : fused_(c.fused_mlp && shard.tp_size == 1) {
   linear_fc1 = register_module(
       "linear_fc1", ColumnParallelLinear(c.hidden_size, c.ffn_size(), true, shard, options));
   linear_fc2 = register_module(
@@ -290,6 +292,16 @@ MlpImpl::MlpImpl(const GptConfig& c, const ModelShard& shard, const torch::Tenso
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (fused_) {
+    const torch::Tensor rows = x.reshape({-1, x.size(-1)});
+    const torch::Tensor &w1 = linear_fc1->weight, &b1 = linear_fc1->bias;
+    const torch::Tensor &w2 = linear_fc2->weight, &b2 = linear_fc2->bias;
+    if (kernels::FusedMlpAvailable(rows, w1, b1, w2, b2)) {
+      std::vector<int64_t> sizes = x.sizes().vec();
+      sizes.back() = w2.size(0);
+      return kernels::FusedMlp(rows, w1, b1, w2, b2).view(sizes);
+    }
+  }
   return linear_fc2(torch::gelu(linear_fc1(x), "tanh"));
 }
 

@@ -204,6 +204,9 @@ class MlpImpl : public torch::nn::Module {
 
   ColumnParallelLinear linear_fc1{nullptr};
   RowParallelLinear linear_fc2{nullptr};
+
+ private:
+  bool fused_ = false;  // GptConfig::fused_mlp with tp = 1: kernels::FusedMlp where it runs
 };
 TORCH_MODULE(Mlp);
 

@@ -3,6 +3,7 @@
 //   to bf16, and its loss is the fp32 loss within bf16 tolerance (2e-2 relative);
 // - fused_lm_head gives the default head's loss and gradients (bf16 tolerances there);
 // - fused_layernorm gives LibTorch's LayerNorm's loss and gradients (fp32 and bf16);
+// - fused_mlp gives the unfused MLP's loss and gradients (fp32 and bf16);
 // - pipeline stages chained on the device give the whole model's loss (the same kernels:
 //   1e-3 relative);
 // - the vocabulary-parallel cross entropy (no group: one rank) on CUDA is the full cross
@@ -141,6 +142,36 @@ TEST(GptGpuTest, FusedLayerNormMatchesLibTorchs) {
       EXPECT_LE(((g - w).abs() - (1e-3 * w.abs() + 1e-4 * scale)).max().item<double>(), 0.0)
           << name;
     }
+  }
+  const double l16 = run(false, torch::kBFloat16).at("loss").item<double>();
+  EXPECT_NEAR(run(true, torch::kBFloat16).at("loss").item<double>(), l16, 1e-2 * l16);
+}
+
+// fused_mlp (kernels::FusedMlp: bias + GELU and their gradients in cuBLASLt epilogues) against
+// the unfused MLP on the same model: fp32 loss within 1e-5 relative and every gradient within
+// 1e-3 relative + 1e-4 x its largest entry; bf16 loss within 1e-2 relative.
+TEST(GptGpuTest, FusedMlpMatchesTheUnfusedMlp) {
+  MT_SKIP_WITHOUT_GPU();
+  const torch::Tensor sample = Sample(SmallConfig()).to(torch::kCUDA);
+  auto run = [&](bool fused, torch::ScalarType dtype) {
+    GptConfig c = SmallConfig();
+    c.fused_mlp = fused;
+    auto m = Build(c, {}, torch::kCUDA, dtype);
+    const torch::Tensor loss = m->LossOnSample(sample);
+    loss.backward();
+    std::map<std::string, torch::Tensor> out{{"loss", loss.detach().to(torch::kFloat)}};
+    for (const auto& p : m->named_parameters()) out[p.key()] = p.value().grad().to(torch::kFloat);
+    return out;
+  };
+  const auto want = run(false, torch::kFloat);
+  const auto got = run(true, torch::kFloat);
+  const double l = want.at("loss").item<double>();
+  EXPECT_NEAR(got.at("loss").item<double>(), l, 1e-5 * l);
+  for (const auto& [name, w] : want) {
+    if (name == "loss") continue;
+    const double scale = w.abs().max().item<double>();
+    const torch::Tensor& g = got.at(name);
+    EXPECT_LE(((g - w).abs() - (1e-3 * w.abs() + 1e-4 * scale)).max().item<double>(), 0.0) << name;
   }
   const double l16 = run(false, torch::kBFloat16).at("loss").item<double>();
   EXPECT_NEAR(run(true, torch::kBFloat16).at("loss").item<double>(), l16, 1e-2 * l16);

@@ -49,13 +49,32 @@ struct TrainArgs {
   std::string load;
   int64_t save_interval = -1;  // < 0 = the spec's
   bool async_save = false;
-  bool fused_lm_head = false;
+  bool fused_lm_head = true;
+  bool fused_mlp = true;
   bool fused_layernorm = false;
   bool help = false;
 };
 
+// The switch `name` turns on or off (--fused-X / --no-fused-X), or null.
+bool* FusedSwitch(const std::string& name, TrainArgs* args, bool* on) {
+  const struct {
+    const char* suffix;
+    bool TrainArgs::*field;
+  } switches[] = {{"fused-lm-head", &TrainArgs::fused_lm_head},
+                  {"fused-mlp", &TrainArgs::fused_mlp},
+                  {"fused-layernorm", &TrainArgs::fused_layernorm}};
+  for (const auto& s : switches) {
+    if (name == absl::StrCat("--", s.suffix) || name == absl::StrCat("--no-", s.suffix)) {
+      *on = !absl::StartsWith(name, "--no-");
+      return &(args->*s.field);
+    }
+  }
+  return nullptr;
+}
+
 absl::StatusOr<TrainArgs> ParseArgs(const std::vector<std::string>& args) {
   TrainArgs out;
+  bool on = false;
   for (size_t i = 0; i < args.size(); ++i) {
     std::string name = args[i];
     std::string value;
@@ -109,12 +128,9 @@ absl::StatusOr<TrainArgs> ParseArgs(const std::vector<std::string>& args) {
     } else if (name == "--async-save") {
       if (has_value) return absl::InvalidArgumentError("--async-save takes no value");
       out.async_save = true;
-    } else if (name == "--fused-lm-head") {
-      if (has_value) return absl::InvalidArgumentError("--fused-lm-head takes no value");
-      out.fused_lm_head = true;
-    } else if (name == "--fused-layernorm") {
-      if (has_value) return absl::InvalidArgumentError("--fused-layernorm takes no value");
-      out.fused_layernorm = true;
+    } else if (bool* flag = FusedSwitch(name, &out, &on)) {
+      if (has_value) return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
+      *flag = on;
     } else {
       return absl::InvalidArgumentError(absl::StrCat("unknown argument \"", args[i], "\""));
     }
@@ -181,6 +197,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.device = args.device;
   c.trainer.attention_backend = args.attention;
   c.trainer.fused_lm_head = args.fused_lm_head;
+  c.trainer.fused_mlp = args.fused_mlp;
   c.trainer.fused_layernorm = args.fused_layernorm;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
                            job.training().precision() == mt::v1::PRECISION_FP16;
@@ -255,7 +272,8 @@ const char* TrainCommandUsage() {
          "                       [--train-iters N] [--peak-tflops F] [--attention "
          "auto|math|fused|cudnn|flash]\n"
          "                       [--save DIR] [--load DIR] [--save-interval N] [--async-save]\n"
-         "                       [--fused-lm-head] [--fused-layernorm]\n"
+         "                       [--[no-]fused-lm-head] [--[no-]fused-mlp] "
+         "[--[no-]fused-layernorm]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -272,8 +290,11 @@ const char* TrainCommandUsage() {
          "                     --save the same directory continue a run where it stopped\n"
          "  --save-interval N  steps between saves (0: only at the end)\n"
          "  --async-save       write checkpoints in the background\n"
-         "  --fused-lm-head    output layer and loss in one autograd node on CUDA (experimental)\n"
-         "  --fused-layernorm  LayerNorm (+ residual add) kernels on CUDA (experimental)\n"
+         "  --no-fused-lm-head the output layer and its loss as separate steps (default: one\n"
+         "                     autograd node on CUDA)\n"
+         "  --no-fused-mlp     the MLP's bias, GELU and their gradients as separate kernels\n"
+         "                     (default: in the GEMMs' cuBLASLt epilogues on CUDA)\n"
+         "  --fused-layernorm  LayerNorm (+ residual add) kernels on CUDA (experimental, off)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

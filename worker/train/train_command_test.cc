@@ -16,6 +16,7 @@ namespace mt::train {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string WriteSpec(const std::string& name, const std::string& yaml) {
   const std::string path = ::testing::TempDir() + "/" + name;
@@ -174,6 +175,32 @@ TEST(TrainCommandTest, UsageAndSpecErrorsExitWithTwo) {
   EXPECT_THAT(err, HasSubstr("unknown argument \"--bogus\""));
   EXPECT_THAT(err, HasSubstr("hidden_sise"));
   EXPECT_THAT(err, HasSubstr("--save-interval \"-1\": want an integer >= 0"));
+}
+
+// The fused paths are on by default; each has a --no- switch; the model says what it runs.
+TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
+  const std::string spec = WriteSpec("tiny3.yaml", kTinyYaml);
+  auto run = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"--spec", spec, "--synthetic-data", "--train-iters=2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ::testing::internal::CaptureStdout();
+    ::testing::internal::CaptureStderr();
+    const int rc = RunTrainCommand(args);
+    ::testing::internal::GetCapturedStdout();
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 0) << err;
+    return err;
+  };
+  const std::string defaults = run({});
+  EXPECT_THAT(defaults, HasSubstr(" lm_head=fused mlp=fused"));
+  EXPECT_THAT(defaults, Not(HasSubstr("layernorm=fused")));
+  const std::string off = run({"--no-fused-mlp", "--no-fused-lm-head", "--fused-layernorm"});
+  EXPECT_THAT(off, Not(HasSubstr("lm_head=fused")));
+  EXPECT_THAT(off, Not(HasSubstr("mlp=fused")));
+  EXPECT_THAT(off, HasSubstr(" layernorm=fused"));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunTrainCommand({"--spec", spec, "--fused-mlp=1"}), 2);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("--fused-mlp takes no value"));
 }
 
 TEST(TrainCommandTest, Help) {

@@ -1,0 +1,184 @@
+#include "worker/kernels/fused_mlp.h"
+
+#include <torch/torch.h>
+
+#if MT_KERNELS_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "worker/kernels/gemm_lt_launch.h"
+#include "worker/kernels/kind_of.h"
+#endif
+
+namespace mt::kernels {
+namespace {
+
+torch::Tensor EagerMlp(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
+                       const torch::Tensor& w2, const torch::Tensor& b2) {
+  return torch::addmm(b2, torch::gelu(torch::addmm(b1, x, w1.t()), "tanh"), w2.t());
+}
+
+#if MT_KERNELS_WITH_CUDA
+constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;  // cuBLASLt's advice for Hopper
+
+// One LtMatmul on the current stream of `like`'s device, in `like`'s dtype. False when
+// cuBLASLt has no algorithm for it and a fallback is allowed (nothing was queued).
+bool RunLt(LtMatmulArgs args, const torch::Tensor& like, bool allow_fallback, const char* what) {
+  const torch::Tensor workspace =
+      torch::empty({kWorkspaceBytes}, like.options().dtype(torch::kByte));
+  args.kind = KindOf(like.scalar_type());
+  const int status =
+      LtMatmul(args, at::cuda::getCurrentCUDABlasLtHandle(), workspace.data_ptr(), kWorkspaceBytes,
+               at::cuda::getCurrentCUDAStream(like.device().index()).stream());
+  if (status == 0) return true;
+  TORCH_CHECK(status == kLtNoAlgorithm && allow_fallback, "FusedMlp ", what,
+              ": cuBLASLt: ", LtStatusName(status));
+  return false;
+}
+
+// h = gelu(x w1^T + b1) [N, F] by the fc1 GEMM's epilogue; with `pre` defined it also gets the
+// pre-activation (backward's aux). All contiguous.
+bool Fc1Gelu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
+             const torch::Tensor& h, const torch::Tensor& pre, bool allow_fallback) {
+  LtMatmulArgs g;
+  g.transpose_a = true;  // w1 [F, K] row-major is K x F column-major: op(A) = F x K
+  g.m = w1.size(0);
+  g.n = x.size(0);
+  g.k = x.size(1);
+  g.a = w1.data_ptr();
+  g.lda = g.k;
+  g.b = x.data_ptr();  // x [N, K] row-major: K x N column-major
+  g.ldb = g.k;
+  g.d = h.data_ptr();  // F x N column-major: h [N, F] row-major
+  g.ldd = g.m;
+  g.bias = b1.data_ptr();
+  g.epilogue = pre.defined() ? LtEpilogue::kGeluAuxBias : LtEpilogue::kGeluBias;
+  if (pre.defined()) {
+    g.aux = pre.data_ptr();
+    g.ldaux = g.m;
+  }
+  return RunLt(g, x, allow_fallback, "fc1 forward");
+}
+
+// dpre = (dy w2) * gelu'(pre) [N, F] by the GEMM that computes fc2's input gradient, and with
+// `db1` defined fc1's bias gradient (dpre summed over the N rows). All contiguous.
+bool DGelu(const torch::Tensor& dy, const torch::Tensor& w2, const torch::Tensor& pre,
+           const torch::Tensor& dpre, const torch::Tensor& db1, bool allow_fallback) {
+  LtMatmulArgs g;
+  g.m = w2.size(1);  // F: w2 [H, F] row-major is F x H column-major, op(A) as stored
+  g.n = dy.size(0);
+  g.k = w2.size(0);
+  g.a = w2.data_ptr();
+  g.lda = g.m;
+  g.b = dy.data_ptr();  // dy [N, H] row-major: H x N column-major
+  g.ldb = g.k;
+  g.d = dpre.data_ptr();
+  g.ldd = g.m;
+  g.aux = pre.data_ptr();
+  g.ldaux = g.m;
+  g.epilogue = db1.defined() ? LtEpilogue::kDGeluBGrad : LtEpilogue::kDGelu;
+  if (db1.defined()) g.bias_grad = db1.data_ptr();
+  return RunLt(g, dy, allow_fallback, "fc2 backward");
+}
+
+// Inputs: x, w1, b1, w2, b2 (contiguous), then the two options. Saves x, w1, w2, the
+// pre-activation and h (what the unfused chain keeps too).
+class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               torch::Tensor w1, torch::Tensor b1, torch::Tensor w2,
+                               torch::Tensor b2, int64_t backward_mode, bool allow_fallback) {
+    const int64_t n = x.size(0), f = w1.size(0);
+    torch::Tensor pre = torch::empty({n, f}, x.options());
+    torch::Tensor h = torch::empty({n, f}, x.options());
+    if (!Fc1Gelu(x, w1, b1, h, pre, allow_fallback)) {
+      pre = torch::addmm(b1, x, w1.t());
+      h = torch::gelu(pre, "tanh");
+    }
+    ctx->save_for_backward({x, w1, w2, pre, h});
+    ctx->saved_data["backward"] = backward_mode;
+    ctx->saved_data["allow_fallback"] = allow_fallback;
+    return torch::addmm(b2, h, w2.t());
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &x = saved[0], &w1 = saved[1], &w2 = saved[2], &pre = saved[3],
+                        &h = saved[4];
+    const torch::Tensor dy = grad_outputs[0].to(x.scalar_type()).contiguous();
+    const auto mode = static_cast<MlpBackward>(ctx->saved_data["backward"].toInt());
+    torch::Tensor dpre, db1;
+    if (mode != MlpBackward::kUnfused) {
+      dpre = torch::empty_like(pre);
+      if (ctx->needs_input_grad(2) && mode == MlpBackward::kDGeluBGrad) {
+        db1 = torch::empty({pre.size(1)}, pre.options());
+      }
+      if (!DGelu(dy, w2, pre, dpre, db1, ctx->saved_data["allow_fallback"].toBool())) {
+        dpre = torch::Tensor();
+        db1 = torch::Tensor();
+      }
+    }
+    if (!dpre.defined()) dpre = torch::gelu_backward(torch::mm(dy, w2), pre, "tanh");
+    if (ctx->needs_input_grad(2) && !db1.defined()) db1 = dpre.sum(0);
+    torch::Tensor dx, dw1, dw2, db2;
+    if (ctx->needs_input_grad(0)) dx = torch::mm(dpre, w1);
+    if (ctx->needs_input_grad(1)) dw1 = torch::mm(dpre.t(), x);
+    if (ctx->needs_input_grad(3)) dw2 = torch::mm(dy.t(), h);
+    if (ctx->needs_input_grad(4)) db2 = dy.sum(0);
+    return {dx, dw1, db1, dw2, db2, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+bool NeedsGrad(std::initializer_list<const torch::Tensor*> tensors) {
+  if (!torch::GradMode::is_enabled()) return false;
+  for (const torch::Tensor* t : tensors) {
+    if (t->requires_grad()) return true;
+  }
+  return false;
+}
+#endif
+
+}  // namespace
+
+bool FusedMlpAvailable(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
+                       const torch::Tensor& w2, const torch::Tensor& b2) {
+#if MT_KERNELS_WITH_CUDA
+  const auto t = x.scalar_type();
+  if (t != torch::kFloat && t != torch::kBFloat16 && t != torch::kHalf) return false;
+  for (const torch::Tensor* p : {&x, &w1, &b1, &w2, &b2}) {
+    if (!p->defined() || !p->is_cuda() || p->scalar_type() != t) return false;
+  }
+  if (x.dim() != 2 || w1.dim() != 2 || w2.dim() != 2 || b1.dim() != 1 || b2.dim() != 1) {
+    return false;
+  }
+  const int64_t n = x.size(0), k = x.size(1), f = w1.size(0), h = w2.size(0);
+  if (w1.size(1) != k || b1.size(0) != f || w2.size(1) != f || b2.size(0) != h) return false;
+  return n > 0 && n % 8 == 0 && k % 8 == 0 && f % 8 == 0 && h % 8 == 0;
+#else
+  (void)x, (void)w1, (void)b1, (void)w2, (void)b2;
+  return false;
+#endif
+}
+
+torch::Tensor FusedMlp(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
+                       const torch::Tensor& w2, const torch::Tensor& b2,
+                       const FusedMlpOptions& options) {
+#if MT_KERNELS_WITH_CUDA
+  if (FusedMlpAvailable(x, w1, b1, w2, b2)) {
+    const torch::Tensor xc = x.contiguous(), w1c = w1.contiguous(), b1c = b1.contiguous(),
+                        w2c = w2.contiguous();
+    if (NeedsGrad({&x, &w1, &b1, &w2, &b2})) {
+      return FusedMlpFunction::apply(xc, w1c, b1c, w2c, b2, static_cast<int64_t>(options.backward),
+                                     options.allow_fallback);
+    }
+    // Inference: the GELU in the epilogue, no pre-activation kept.
+    const torch::Tensor h = torch::empty({x.size(0), w1.size(0)}, x.options());
+    if (Fc1Gelu(xc, w1c, b1c, h, torch::Tensor(), options.allow_fallback)) {
+      return torch::addmm(b2, h, w2c.t());
+    }
+  }
+#endif
+  return EagerMlp(x, w1, b1, w2, b2);
+}
+
+}  // namespace mt::kernels

@@ -1,0 +1,183 @@
+// See gemm_lt_launch.h. Host code only: descriptors, one heuristic query, one cublasLtMatmul.
+#include <cublasLt.h>
+
+#include <cstdint>
+
+#include "worker/kernels/gemm_lt_launch.h"
+
+namespace mt::kernels {
+namespace {
+
+cudaDataType_t DataTypeOf(FloatKind kind) {
+  switch (kind) {
+    case FloatKind::kBFloat16:
+      return CUDA_R_16BF;
+    case FloatKind::kFloat16:
+      return CUDA_R_16F;
+    default:
+      return CUDA_R_32F;
+  }
+}
+
+cublasLtEpilogue_t EpilogueOf(LtEpilogue e) {
+  switch (e) {
+    case LtEpilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case LtEpilogue::kGeluBias:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case LtEpilogue::kGeluAuxBias:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case LtEpilogue::kDGelu:
+      return CUBLASLT_EPILOGUE_DGELU;
+    case LtEpilogue::kDGeluBGrad:
+      return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    default:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+  }
+}
+
+// The largest power of two (up to 256, cuBLASLt's default assumption) dividing the address:
+// cuBLASLt must be told when a buffer is less aligned than that, or it may pick a kernel that
+// reads past what the address allows.
+uint32_t AlignmentOf(const void* p) {
+  const auto address = reinterpret_cast<uintptr_t>(p);
+  uint32_t a = 256;
+  while (a > 1 && address % a != 0) a /= 2;
+  return a;
+}
+
+// The descriptors of one call, destroyed with it.
+struct Descriptors {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  ~Descriptors() {
+    if (preference != nullptr) cublasLtMatmulPreferenceDestroy(preference);
+    if (d != nullptr) cublasLtMatrixLayoutDestroy(d);
+    if (b != nullptr) cublasLtMatrixLayoutDestroy(b);
+    if (a != nullptr) cublasLtMatrixLayoutDestroy(a);
+    if (op != nullptr) cublasLtMatmulDescDestroy(op);
+  }
+};
+
+#define MT_LT_TRY(call)                                             \
+  do {                                                              \
+    const cublasStatus_t mt_lt_status = (call);                     \
+    if (mt_lt_status != CUBLAS_STATUS_SUCCESS) return mt_lt_status; \
+  } while (0)
+
+template <typename T>
+cublasStatus_t SetOp(cublasLtMatmulDesc_t op, cublasLtMatmulDescAttributes_t attribute,
+                     const T& value) {
+  return cublasLtMatmulDescSetAttribute(op, attribute, &value, sizeof(value));
+}
+
+cublasStatus_t DescribeOperation(const LtMatmulArgs& g, Descriptors* s) {
+  MT_LT_TRY(cublasLtMatmulDescCreate(&s->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = g.transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t tb = g.transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_TRANSA, ta));
+  MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_TRANSB, tb));
+  MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE, EpilogueOf(g.epilogue)));
+  switch (g.epilogue) {
+    case LtEpilogue::kBias:
+    case LtEpilogue::kGeluBias:
+      MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias));
+      break;
+    case LtEpilogue::kGeluAuxBias:
+      MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias));
+      MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux));
+      MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldaux));
+      break;
+    case LtEpilogue::kDGeluBGrad:
+      MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias_grad));
+      [[fallthrough]];
+    case LtEpilogue::kDGelu:
+      MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux));
+      MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldaux));
+      break;
+    default:
+      break;
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t DescribeMatrices(const LtMatmulArgs& g, Descriptors* s) {
+  const cudaDataType_t t = DataTypeOf(g.kind);
+  // Stored shapes: op(A) is m x k, so A is k x m when transposed.
+  MT_LT_TRY(cublasLtMatrixLayoutCreate(&s->a, t, g.transpose_a ? g.k : g.m,
+                                       g.transpose_a ? g.m : g.k, g.lda));
+  MT_LT_TRY(cublasLtMatrixLayoutCreate(&s->b, t, g.transpose_b ? g.n : g.k,
+                                       g.transpose_b ? g.k : g.n, g.ldb));
+  MT_LT_TRY(cublasLtMatrixLayoutCreate(&s->d, t, g.m, g.n, g.ldd));
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+cublasStatus_t DescribePreference(const LtMatmulArgs& g, size_t workspace_bytes, Descriptors* s) {
+  MT_LT_TRY(cublasLtMatmulPreferenceCreate(&s->preference));
+  const uint64_t bytes = workspace_bytes;
+  MT_LT_TRY(cublasLtMatmulPreferenceSetAttribute(
+      s->preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &bytes, sizeof(bytes)));
+  const struct {
+    cublasLtMatmulPreferenceAttributes_t attribute;
+    const void* pointer;
+  } alignments[] = {{CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, g.a},
+                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, g.b},
+                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, g.d},
+                    {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, g.d}};
+  for (const auto& a : alignments) {
+    const uint32_t value = AlignmentOf(a.pointer);
+    MT_LT_TRY(
+        cublasLtMatmulPreferenceSetAttribute(s->preference, a.attribute, &value, sizeof(value)));
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+int LtMatmul(const LtMatmulArgs& g, void* lt_handle, void* workspace, size_t workspace_bytes,
+             cudaStream_t stream) {
+  auto handle = static_cast<cublasLtHandle_t>(lt_handle);
+  Descriptors s;
+  MT_LT_TRY(DescribeOperation(g, &s));
+  MT_LT_TRY(DescribeMatrices(g, &s));
+  MT_LT_TRY(DescribePreference(g, workspace_bytes, &s));
+  cublasLtMatmulHeuristicResult_t heuristic = {};
+  int found = 0;
+  MT_LT_TRY(cublasLtMatmulAlgoGetHeuristic(handle, s.op, s.a, s.b, s.d, s.d, s.preference, 1,
+                                           &heuristic, &found));
+  if (found == 0) return kLtNoAlgorithm;
+  const float alpha = 1.0f, beta = 0.0f;
+  MT_LT_TRY(cublasLtMatmul(handle, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d,
+                           &heuristic.algo, workspace, workspace_bytes, stream));
+  return 0;
+}
+
+const char* LtStatusName(int status) {
+  switch (status) {
+    case 0:
+      return "CUBLAS_STATUS_SUCCESS";
+    case kLtNoAlgorithm:
+      return "no cuBLASLt algorithm for this problem";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default:
+      return "a cuBLAS error";
+  }
+}
+
+#undef MT_LT_TRY
+
+}  // namespace mt::kernels

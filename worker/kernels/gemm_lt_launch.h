@@ -1,0 +1,58 @@
+// One cuBLASLt matmul with a fused epilogue (bias, GELU and their gradients), for the CUDA side:
+// plain pointers, no LibTorch. Column-major, cuBLAS's convention: D [m x n] = epilogue(op(A)
+// op(B)) with op(A) m x k and op(B) k x n; a row-major [r, c] tensor is a column-major c x r
+// matrix with leading dimension c. A, B, D, the bias (or its gradient) and the aux matrix are
+// all of one FloatKind; products accumulate in fp32 (no TF32 for fp32 inputs).
+#ifndef MT_WORKER_KERNELS_GEMM_LT_LAUNCH_H_
+#define MT_WORKER_KERNELS_GEMM_LT_LAUNCH_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "worker/kernels/float_kind.h"
+
+namespace mt::kernels {
+
+enum class LtEpilogue {
+  kNone,
+  kBias,         // D = A B + bias            (bias [m], read)
+  kGeluBias,     // D = gelu(A B + bias)      (tanh GELU)
+  kGeluAuxBias,  // D = gelu(A B + bias), aux = A B + bias (written: what backward needs)
+  kDGelu,        // D = (A B) * gelu'(aux)    (aux read)
+  kDGeluBGrad,   // as kDGelu, and bias_grad [m] = D summed over its n columns
+};
+
+struct LtMatmulArgs {
+  FloatKind kind = FloatKind::kFloat32;
+  bool transpose_a = false;
+  bool transpose_b = false;
+  int64_t m = 0, n = 0, k = 0;
+  const void* a = nullptr;
+  int64_t lda = 0;
+  const void* b = nullptr;
+  int64_t ldb = 0;
+  void* d = nullptr;
+  int64_t ldd = 0;
+  LtEpilogue epilogue = LtEpilogue::kNone;
+  const void* bias = nullptr;  // kBias, kGeluBias, kGeluAuxBias
+  void* bias_grad = nullptr;   // kDGeluBGrad
+  void* aux = nullptr;         // kGeluAuxBias (written), kDGelu / kDGeluBGrad (read): m x n
+  int64_t ldaux = 0;           // a multiple of 8
+};
+
+// Queues the matmul on `stream` with the cuBLASLt handle `lt_handle` (a cublasLtHandle_t) and
+// `workspace` (device memory of `workspace_bytes`). Returns 0 when queued, else the
+// cublasStatus_t; kLtNoAlgorithm when cuBLASLt offers no algorithm for this problem (the caller
+// may then take another path: nothing was queued).
+inline constexpr int kLtNoAlgorithm = -1;
+int LtMatmul(const LtMatmulArgs& args, void* lt_handle, void* workspace, size_t workspace_bytes,
+             cudaStream_t stream);
+
+// A name for LtMatmul's status (e.g. "CUBLAS_STATUS_NOT_SUPPORTED").
+const char* LtStatusName(int status);
+
+}  // namespace mt::kernels
+
+#endif  // MT_WORKER_KERNELS_GEMM_LT_LAUNCH_H_

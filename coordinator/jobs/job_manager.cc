@@ -426,6 +426,7 @@ absl::Status JobManager::DeleteLocked(JobEntry* entry) {
   MT_RETURN_IF_ERROR(store_->DeleteJob(job.id()));
   auto c = state_counts_.find(job.state());
   if (c != state_counts_.end() && --c->second <= 0) state_counts_.erase(c);
+  if (options_.observer != nullptr) options_.observer->OnJobDeleted(job);
   MT_LOG(INFO) << job.id() << " deleted (" << ShortName(job.state()) << ")";
   return absl::OkStatus();
 }

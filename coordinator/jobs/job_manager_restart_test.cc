@@ -655,5 +655,43 @@ TEST_F(JobManagerRestartTest, RetentionDeletesTheOldestEndedJobs) {
   EXPECT_EQ(Now(running).state(), mt::v1::JOB_STATE_SCHEDULED);  // live jobs are never pruned
 }
 
+// What an observer is told of deletions (the coordinator's metrics drop a deleted job's
+// series on it, coordinator_metrics.h).
+class DeletionRecorder : public JobObserver {
+ public:
+  void OnJobTransition(const mt::v1::Job&, mt::v1::JobState, mt::v1::JobState,
+                       absl::Time) override {}
+  void OnJobDeleted(const mt::v1::Job& job) override {
+    deleted.push_back(absl::StrCat(job.id(), " ", mt::v1::JobState_Name(job.state())));
+  }
+  std::vector<std::string> deleted;
+};
+
+class JobManagerDeletionTest : public JobManagerRestartTest {
+ protected:
+  void SetUp() override {
+    JobManagerOptions o;
+    o.observer = &recorder_;
+    ASSERT_NO_FATAL_FAILURE(SetUpManager("jm_deletion", 3, o));
+  }
+  DeletionRecorder recorder_;
+};
+
+TEST_F(JobManagerDeletionTest, TheObserverHearsOfEveryDeletionByHandAndByRetention) {
+  const std::string a = Submit("");  // placed
+  const std::string b = Submit("");  // pending
+  const std::string c = Submit("");
+  ASSERT_TRUE(jobs_->Cancel(b, "").ok());
+  ASSERT_TRUE(jobs_->Cancel(c, "").ok());
+  EXPECT_FALSE(jobs_->Delete(a).ok());  // live: not deleted, not reported
+  EXPECT_THAT(recorder_.deleted, ::testing::IsEmpty());
+  ASSERT_TRUE(jobs_->Delete(b).ok());
+  EXPECT_EQ(jobs_->PruneEnded(0, absl::Nanoseconds(1)), 0);  // c ended just now
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_EQ(jobs_->PruneEnded(0, absl::Nanoseconds(1)), 1);
+  EXPECT_THAT(recorder_.deleted,
+              ::testing::ElementsAre(b + " JOB_STATE_CANCELLED", c + " JOB_STATE_CANCELLED"));
+}
+
 }  // namespace
 }  // namespace mt::coordinator

@@ -15,6 +15,9 @@ class JobObserver {
   // `job` is already in state `to` (attempt, times and reason updated).
   virtual void OnJobTransition(const mt::v1::Job& job, mt::v1::JobState from, mt::v1::JobState to,
                                absl::Time now) = 0;
+  // `job` (ended) was deleted, by hand or by retention: whatever is kept for it goes, so that
+  // what an observer holds stays bounded by the jobs the coordinator keeps.
+  virtual void OnJobDeleted(const mt::v1::Job& job) {}
 };
 
 }  // namespace mt::coordinator

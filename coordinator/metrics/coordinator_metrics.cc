@@ -169,6 +169,10 @@ class EvalResults : public prometheus::Collectable {
     results_[job] = {p.validation_loss(), p.validation_perplexity(),
                      static_cast<double>(p.validation_step())};
   }
+  void Erase(const std::string& job) {
+    absl::MutexLock lock(&mu_);
+    results_.erase(job);
+  }
 
   std::vector<MetricFamily> Collect() const override {
     std::vector<MetricFamily> out = {
@@ -315,6 +319,12 @@ void CoordinatorMetrics::OnJobTransition(const mt::v1::Job& job, mt::v1::JobStat
     scheduling_latency_->Observe(std::max(0.0, absl::ToDoubleSeconds(now - since)));
   }
   if (it != pending_since_.end()) pending_since_.erase(it);
+}
+
+void CoordinatorMetrics::OnJobDeleted(const mt::v1::Job& job) {
+  eval_results_->Erase(job.id());
+  absl::MutexLock lock(&mu_);
+  pending_since_.erase(job.id());
 }
 
 absl::Status CoordinatorMetrics::Serve(const metrics::MetricsServerOptions& options,

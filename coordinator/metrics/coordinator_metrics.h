@@ -6,7 +6,8 @@
 //     transition to SUCCEEDED (labelled by the training job, like the workers' series);
 //   - RPC latency by service, method and code: a gRPC server interceptor;
 //   - /sd: Prometheus HTTP service discovery of the live workers' metrics endpoints.
-// No label is unbounded: states, methods and codes are fixed sets; nodes are the cluster's.
+// No label is unbounded: states, methods and codes are fixed sets; nodes are the cluster's;
+// jobs are those the coordinator keeps (a deleted job's eval series go with it).
 //
 //   auto metrics = std::make_unique<CoordinatorMetrics>();
 //   options.observer = metrics.get();                      // before the job manager exists
@@ -62,6 +63,8 @@ class CoordinatorMetrics : public JobObserver {
 
   void OnJobTransition(const mt::v1::Job& job, mt::v1::JobState from, mt::v1::JobState to,
                        absl::Time now) override;
+  // Drops the job's `mtctl eval` series (those labelled by it) and its scheduling timer.
+  void OnJobDeleted(const mt::v1::Job& job) override;
 
   // Records one finished RPC (the interceptor's entry point; public for tests).
   void ObserveRpc(const std::string& full_method, int code, double seconds);

@@ -192,5 +192,28 @@ TEST(CoordinatorMetricsTest, EvalResultsByTheJobThatSavedTheCheckpoint) {
               HasSubstr("mt_checkpoint_eval_loss{job=\"j-2\"} 2.5\n"));
 }
 
+// A deleted job's series go with it (retention deletes jobs for good: series labelled by
+// them would otherwise pile up for as long as the coordinator runs); others stay.
+TEST(CoordinatorMetricsTest, DeletingAJobDropsItsEvalSeries) {
+  CoordinatorMetrics m;
+  for (const auto& [source, loss] : {std::pair<std::string, double>{"j-2", 2.5}, {"j-3", 3.5}}) {
+    mt::v1::Job eval;
+    eval.set_id(source + "-eval");
+    eval.mutable_spec()->mutable_inference()->set_checkpoint_job_id(source);
+    eval.mutable_spec()->mutable_inference()->mutable_eval()->set_data_path("/d");
+    eval.mutable_progress()->set_validation_loss(loss);
+    eval.mutable_progress()->set_validation_step(40);
+    m.OnJobTransition(eval, mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED, absl::Now());
+  }
+  mt::v1::Job training;
+  training.set_id("j-2");
+  training.set_state(mt::v1::JOB_STATE_SUCCEEDED);
+  m.OnJobDeleted(training);
+  const std::string text = metrics::SerializeMetrics(m.collectables());
+  EXPECT_THAT(text, Not(HasSubstr("{job=\"j-2\"}")));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_loss{job=\"j-3\"} 3.5\n"));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_step{job=\"j-3\"} 40\n"));
+}
+
 }  // namespace
 }  // namespace mt::coordinator

@@ -11,6 +11,7 @@
 //                                             checkpoint = mt.v1.Checkpoint bytes (v2)
 //   worker_identities(id, credential_sha256)  the credential issued with w-<id> (v3)
 //   rendezvous(job_id, attempt, key, value)   keys of live attempts, dropped with them (v3)
+//   index checkpoints_by_state                entries by state (v4)
 // Each write is one transaction; a job update and its event commit together or not at all.
 // Thread-safe: one connection guarded by a mutex (SQLite in serialized use).
 #ifndef MT_COORDINATOR_STORE_STORE_H_
@@ -34,7 +35,9 @@ namespace mt::coordinator {
 
 class Store {
  public:
-  static constexpr int kSchemaVersion = 3;
+  static constexpr int kSchemaVersion = 4;
+  // SQLite's page cache of the connection, at most (store.cc says why).
+  static constexpr int kPageCacheKiB = 512;
 
   // Opens (creating when needed) <state_dir>/coordinator.db and migrates it to kSchemaVersion.
   // A database from a newer mt is refused (FAILED_PRECONDITION) rather than touched.
@@ -87,6 +90,10 @@ class Store {
   absl::StatusOr<mt::v1::Checkpoint> GetCheckpoint(const std::string& checkpoint_id);
   // Entries filed under `job_id` ("" = every entry), oldest first.
   absl::StatusOr<std::vector<mt::v1::Checkpoint>> ListCheckpoints(const std::string& job_id);
+  // Entries in `state`, oldest first; reads those rows only (an index), so that a periodic
+  // pass over a few entries costs nothing in proportion to the whole catalog.
+  absl::StatusOr<std::vector<mt::v1::Checkpoint>> ListCheckpointsInState(
+      mt::v1::CheckpointState state);
   // The newest entry for `directory` that is not DELETED, if any.
   absl::StatusOr<std::optional<mt::v1::Checkpoint>> FindCheckpointByDirectory(
       const std::string& directory);

@@ -91,16 +91,36 @@ std::vector<std::pair<pid_t, std::string>> ProcessesMentioning(const std::string
 }
 
 std::optional<int64_t> ResidentBytes(pid_t pid) {
+  const std::optional<ResidentMemory> m = ReadResidentMemory(pid);
+  if (!m.has_value()) return std::nullopt;
+  return m->total;
+}
+
+std::optional<ResidentMemory> ReadResidentMemory(pid_t pid) {
+  ResidentMemory m;
+  bool has_total = false;
   for (absl::string_view line : absl::StrSplit(ReadProc(pid, "status"), '\n')) {
-    if (!absl::ConsumePrefix(&line, "VmRSS:")) continue;
+    int64_t* field = nullptr;
+    if (absl::ConsumePrefix(&line, "VmRSS:")) {
+      field = &m.total;
+      has_total = true;
+    } else if (absl::ConsumePrefix(&line, "RssAnon:")) {
+      field = &m.anon;
+    } else if (absl::ConsumePrefix(&line, "RssFile:") || absl::ConsumePrefix(&line, "RssShmem:")) {
+      field = &m.file;
+    } else {
+      continue;
+    }
     line = absl::StripAsciiWhitespace(line);
     int64_t kib = 0;
-    if (absl::ConsumeSuffix(&line, " kB") &&
-        absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kib)) {
-      return kib * 1024;
+    if (!absl::ConsumeSuffix(&line, " kB") ||
+        !absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &kib)) {
+      return std::nullopt;
     }
+    *field += kib * 1024;
   }
-  return std::nullopt;
+  if (!has_total) return std::nullopt;
+  return m;
 }
 
 }  // namespace mt::chaos

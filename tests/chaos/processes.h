@@ -38,6 +38,17 @@ std::vector<std::pair<pid_t, std::string>> ProcessesMentioning(const std::string
 // VmRSS of `pid` in bytes; nullopt when it is gone or unreadable.
 std::optional<int64_t> ResidentBytes(pid_t pid);
 
+// VmRSS and its parts (/proc/PID/status), in bytes: anonymous memory (the heap, malloc's
+// arenas, stacks: what the process allocated) and file-backed pages (mostly the code of the
+// binary and its libraries, resident once a code path first runs; shared, clean, not
+// allocated by the process).
+struct ResidentMemory {
+  int64_t total = 0;  // VmRSS
+  int64_t anon = 0;   // RssAnon
+  int64_t file = 0;   // RssFile + RssShmem
+};
+std::optional<ResidentMemory> ReadResidentMemory(pid_t pid);
+
 }  // namespace mt::chaos
 
 #endif  // MT_TESTS_CHAOS_PROCESSES_H_

@@ -41,6 +41,13 @@ TEST(ProcessesTest, ThisProcessHasAResidentSize) {
   ASSERT_TRUE(rss.has_value());
   EXPECT_GT(*rss, 1 << 20);
   EXPECT_FALSE(ResidentBytes(-5).has_value());
+  const auto m = ReadResidentMemory(::getpid());
+  ASSERT_TRUE(m.has_value());
+  EXPECT_GT(m->anon, 0);
+  EXPECT_GT(m->file, 0);
+  // RssAnon + RssFile + RssShmem = VmRSS, sampled a moment apart.
+  EXPECT_NEAR(static_cast<double>(m->anon + m->file), static_cast<double>(m->total), 1 << 20);
+  EXPECT_FALSE(ReadResidentMemory(-5).has_value());
 }
 
 }  // namespace

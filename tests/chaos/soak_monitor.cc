@@ -184,12 +184,15 @@ void Soak::CheckProcesses() {
 void Soak::SampleCoordinatorMemory() {
   testutil::Subprocess* c = cluster_->coordinator();
   if (c == nullptr || !c->running()) return;
-  const std::optional<int64_t> rss = ResidentBytes(c->pid());
-  if (!rss.has_value()) return;
+  const std::optional<ResidentMemory> parts = ReadResidentMemory(c->pid());
+  if (!parts.has_value()) return;
+  const std::optional<int64_t> rss = parts->total;
   rss_last_ = rss;
+  parts_last_ = *parts;
   if (absl::Now() - rss_noted_ >= absl::Minutes(1)) {
     rss_noted_ = absl::Now();
-    Note(absl::StrFormat("coordinator RSS %.2f MiB", *rss / 1048576.0));
+    Note(absl::StrFormat("coordinator RSS %.2f MiB (anon %.2f, file %.2f)", *rss / 1048576.0,
+                         parts->anon / 1048576.0, parts->file / 1048576.0));
   }
   // After warm-up: the run's own (rss_warmup), and the coordinator's state at its retention
   // bound (kKeepEndedJobs ended jobs: as many are deleted as end from then on).
@@ -198,12 +201,14 @@ void Soak::SampleCoordinatorMemory() {
   if (!rss_baseline_.has_value() && absl::Now() - coordinator_started_ >= config_.rss_warmup &&
       ended >= kKeepEndedJobs) {
     rss_baseline_ = rss;
+    parts_baseline_ = *parts;
     rss_baseline_at_ = absl::Now();
     if (!rss_first_baseline_.has_value()) {
       rss_first_baseline_ = rss;
       report_.coordinator_rss_baseline_mib = *rss / 1048576.0;
     }
-    Note(absl::StrFormat("coordinator RSS baseline %.1f MiB", *rss / 1048576.0));
+    Note(absl::StrFormat("coordinator RSS baseline %.1f MiB (anon %.2f, file %.2f)",
+                         *rss / 1048576.0, parts->anon / 1048576.0, parts->file / 1048576.0));
   }
 }
 
@@ -219,9 +224,11 @@ void Soak::EndCoordinatorRun() {
     const bool judged = span >= config_.rss_warmup;
     Note(
         absl::StrFormat("coordinator RSS %.1f MiB at the end of its run, %+.2f%% over the %s "
-                        "since its baseline%s",
+                        "since its baseline (anon %+.2f MiB, file %+.2f MiB)%s",
                         *rss_last_ / 1048576.0, 100 * growth,
                         absl::FormatDuration(absl::Trunc(span, absl::Seconds(1))),
+                        (parts_last_.anon - parts_baseline_.anon) / 1048576.0,
+                        (parts_last_.file - parts_baseline_.file) / 1048576.0,
                         judged ? "" : " (too short to judge)"));
     if (judged) {
       ++report_.coordinator_runs_judged;

@@ -125,6 +125,8 @@ class Soak {
   // The coordinator's current run, for its memory.
   absl::Time coordinator_started_;
   std::optional<int64_t> rss_baseline_, rss_last_, rss_first_baseline_;
+  // Its anonymous and file-backed parts at the baseline and last sample (for the notes).
+  ResidentMemory parts_baseline_, parts_last_;
   absl::Time rss_baseline_at_;
   absl::Time rss_noted_ = absl::InfinitePast();  // the last RSS line on stderr (one a minute)
   // When a process was first seen breaking a rule ("pid:rule" -> time), for its grace.

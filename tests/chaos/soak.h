@@ -11,7 +11,8 @@
 //   4. the coordinator's resident memory grows by less than 5% after its warm-up (each run of it
 //      from rss_warmup after its start, and once its state is at its retention bound (the
 //      newest kKeepEndedJobs ended jobs are kept), to its end, when that span lasts rss_warmup
-//      or more).
+//      or more), as the level (median) of its last 30 s of samples against its first 30 s
+//      (rss_level.h: a single sample measures where the steady-state swing stood).
 // A fault is injected only when every job in flight has a checkpoint newer than the one its
 // attempt resumed from (restart_policy.h, rule 4: a job failing again with no new checkpoint
 // fails on purpose; a fair soak does not hit it there). Not thread-safe; one soak at a time.

@@ -11,12 +11,15 @@
 #include "google/protobuf/util/json_util.h"
 #include "mt/v1/client_service.pb.h"
 #include "tests/chaos/catalog_check.h"
+#include "tests/chaos/rss_level.h"
 #include "tests/chaos/soak_run.h"
 
 namespace mt::chaos {
 namespace {
 
 constexpr absl::Duration kTick = absl::Seconds(1);
+// The span of samples whose median is the coordinator's memory level (rss_level.h).
+constexpr absl::Duration kLevelWindow = absl::Seconds(30);
 // A rank whose parent is not a live worker daemon of the soak: the daemon's death kills its
 // ranks at once (PR_SET_PDEATHSIG); allow for scheduling.
 constexpr absl::Duration kOrphanGrace = absl::Seconds(10);
@@ -189,6 +192,7 @@ void Soak::SampleCoordinatorMemory() {
   const std::optional<int64_t> rss = parts->total;
   rss_last_ = rss;
   parts_last_ = *parts;
+  if (rss_baseline_.has_value()) rss_samples_.push_back({absl::Now(), *rss});
   if (absl::Now() - rss_noted_ >= absl::Minutes(1)) {
     rss_noted_ = absl::Now();
     Note(absl::StrFormat("coordinator RSS %.2f MiB (anon %.2f, file %.2f)", *rss / 1048576.0,
@@ -203,6 +207,7 @@ void Soak::SampleCoordinatorMemory() {
     rss_baseline_ = rss;
     parts_baseline_ = *parts;
     rss_baseline_at_ = absl::Now();
+    rss_samples_ = {{rss_baseline_at_, *rss}};
     if (!rss_first_baseline_.has_value()) {
       rss_first_baseline_ = rss;
       report_.coordinator_rss_baseline_mib = *rss / 1048576.0;
@@ -212,36 +217,42 @@ void Soak::SampleCoordinatorMemory() {
   }
 }
 
-// The coordinator's run ends (a fault, or the end): its growth since its own baseline, judged
-// when the run went on for at least the warm-up after it (a shorter span says little).
+// The coordinator's run ends (a fault, or the end): its growth since its own baseline, as the
+// level (median) of its last kLevelWindow of samples against that of its first after the
+// baseline (rss_level.h: single samples measure the steady-state swing), judged when the run
+// went on for at least the warm-up after the baseline (a shorter span says little).
 void Soak::EndCoordinatorRun() {
   SampleCoordinatorMemory();
   if (rss_last_.has_value()) report_.coordinator_rss_run_end_mib.push_back(*rss_last_ / 1048576.0);
   if (rss_baseline_.has_value() && rss_last_.has_value()) {
-    const double growth = static_cast<double>(*rss_last_) / *rss_baseline_ - 1;
+    const double single = static_cast<double>(*rss_last_) / *rss_baseline_ - 1;
+    const std::optional<double> level = LevelGrowth(rss_samples_, kLevelWindow);
     const absl::Duration span = absl::Now() - rss_baseline_at_;
     report_.coordinator_rss_final_mib = *rss_last_ / 1048576.0;
-    const bool judged = span >= config_.rss_warmup;
-    Note(
-        absl::StrFormat("coordinator RSS %.1f MiB at the end of its run, %+.2f%% over the %s "
-                        "since its baseline (anon %+.2f MiB, file %+.2f MiB)%s",
-                        *rss_last_ / 1048576.0, 100 * growth,
-                        absl::FormatDuration(absl::Trunc(span, absl::Seconds(1))),
-                        (parts_last_.anon - parts_baseline_.anon) / 1048576.0,
-                        (parts_last_.file - parts_baseline_.file) / 1048576.0,
-                        judged ? "" : " (too short to judge)"));
+    const bool judged = span >= config_.rss_warmup && level.has_value();
+    Note(absl::StrFormat(
+        "coordinator RSS %.1f MiB at the end of its run, %+.2f%% over the %s since its baseline "
+        "(anon %+.2f MiB, file %+.2f MiB); level of the last %s against the first: %s%s",
+        *rss_last_ / 1048576.0, 100 * single,
+        absl::FormatDuration(absl::Trunc(span, absl::Seconds(1))),
+        (parts_last_.anon - parts_baseline_.anon) / 1048576.0,
+        (parts_last_.file - parts_baseline_.file) / 1048576.0, absl::FormatDuration(kLevelWindow),
+        level.has_value() ? absl::StrFormat("%+.2f%%", 100 * *level) : "-",
+        judged ? "" : " (too short to judge)"));
     if (judged) {
       ++report_.coordinator_runs_judged;
-      report_.coordinator_rss_max_growth = std::max(report_.coordinator_rss_max_growth, growth);
-      if (growth >= 0.05) {
-        Violation(absl::StrFormat("coordinator RSS grew %.2f%% (%.1f -> %.1f MiB) after warm-up",
-                                  100 * growth, *rss_baseline_ / 1048576.0,
-                                  *rss_last_ / 1048576.0));
+      report_.coordinator_rss_max_growth = std::max(report_.coordinator_rss_max_growth, *level);
+      if (*level >= 0.05) {
+        Violation(absl::StrFormat(
+            "coordinator RSS level grew %.2f%% after warm-up (baseline sample %.1f MiB, last "
+            "%.1f MiB)",
+            100 * *level, *rss_baseline_ / 1048576.0, *rss_last_ / 1048576.0));
       }
     }
   }
   rss_baseline_.reset();
   rss_last_.reset();
+  rss_samples_.clear();
 }
 
 bool Soak::CoordinatorAnswers() {

@@ -21,6 +21,7 @@
 #include "tests/chaos/checkpoint_disk.h"
 #include "tests/chaos/fault_plan.h"
 #include "tests/chaos/processes.h"
+#include "tests/chaos/rss_level.h"
 #include "tests/chaos/soak.h"
 #include "tests/testutil/rig_cluster.h"
 
@@ -128,6 +129,7 @@ class Soak {
   // Its anonymous and file-backed parts at the baseline and last sample (for the notes).
   ResidentMemory parts_baseline_, parts_last_;
   absl::Time rss_baseline_at_;
+  std::vector<MemorySample> rss_samples_;        // of the current run, from its baseline on
   absl::Time rss_noted_ = absl::InfinitePast();  // the last RSS line on stderr (one a minute)
   // When a process was first seen breaking a rule ("pid:rule" -> time), for its grace.
   std::map<std::string, absl::Time> suspects_;

@@ -21,7 +21,7 @@
 
 #include "absl/strings/numbers.h"
 #include "common/base/files.h"
-#include "common/base/version.h"
+#include "common/cli/help_version.h"
 #include "common/spec/defaults.h"
 #include "common/spec/yaml_spec.h"
 #include "mt/v1/job_spec.pb.h"
@@ -78,7 +78,7 @@ Args Parse(int argc, char** argv) {
       std::exit(0);
     }
     if (name == "--version") {
-      std::printf("profile_step %s\n", mt::kVersion);
+      std::puts(mt::cli::VersionLine("profile_step").c_str());
       std::exit(0);
     }
     const std::pair<const char*, bool*> switches[] = {{"fused-lm-head", &a.fused_lm_head},

@@ -16,6 +16,7 @@
 //
 // Not thread-safe beyond what main() sets up; a benchmark binary, not a library.
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -144,9 +145,13 @@ pid_t StartCoordinator(const std::string& binary, const std::string& dir, std::s
                                    "--address_file=" + addr_file,
                                    "--metrics_port=0",
                                    "--lost_after=" + absl::GetFlag(FLAGS_lost_after)};
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) Die("fork failed");
   if (pid == 0) {
+    // The coordinator goes with the bench whatever way the bench exits (Die included).
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(1);  // the bench is already gone
     FILE* f = std::freopen(log.c_str(), "w", stderr);
     (void)f;
     std::vector<char*> argv;

@@ -37,7 +37,9 @@ constexpr char kUsage[] =
     "         [--top-p P (1.0)] [--seed S (1234)] [--stop TEXT] [-n SAMPLES (1)]\n"
     "         [--device cpu|cuda[:N]] [--dtype auto|fp32|bf16|fp16] [--attention auto|math|fused]\n"
     "         [--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt] [-o text|json]\n"
-    "CHECKPOINT: a save directory (latest good checkpoint), a checkpoint or a Hugging Face dir.\n";
+    "         [--no-cuda-graph]\n"
+    "CHECKPOINT: a save directory (latest good checkpoint), a checkpoint or a Hugging Face dir.\n"
+    "On CUDA the decode step is replayed from a CUDA graph; --no-cuda-graph runs it eagerly.\n";
 
 bool IsFile(const std::string& path) {
   struct stat st;
@@ -83,6 +85,7 @@ absl::StatusOr<generate::GenerateOptions> OptionsFrom(const CommandArgs& args, i
   o.sampling.seed = static_cast<uint64_t>(seed);
   o.stop = args.Get("--stop", "");
   o.eod = eod;
+  o.cuda_graph = args.switches.count("--no-cuda-graph") == 0;
   MT_RETURN_IF_ERROR(generate::ValidateGenerate(o));
   return o;
 }
@@ -140,6 +143,11 @@ const std::set<std::string>& ValueFlags() {
   return *flags;
 }
 
+const std::set<std::string>& Switches() {
+  static const auto* switches = new std::set<std::string>{"--no-cuda-graph"};
+  return *switches;
+}
+
 int Fail(int code, const absl::Status& s) {
   std::fprintf(stderr, "mt-worker generate: %s\n", std::string(s.message()).c_str());
   if (code == kExitUsage && absl::IsInvalidArgument(s)) std::fputs(kUsage, stderr);
@@ -154,7 +162,7 @@ absl::StatusOr<GenerateRun> GenerateFromArgs(const std::vector<std::string>& arg
                                              const generate::TextCallback& on_text,
                                              bool* usage_error) {
   *usage_error = true;
-  MT_ASSIGN_OR_RETURN(CommandArgs args, ParseCommandArgs(argv, ValueFlags(), {}));
+  MT_ASSIGN_OR_RETURN(CommandArgs args, ParseCommandArgs(argv, ValueFlags(), Switches()));
   if (args.positional.size() != 1) return absl::InvalidArgumentError("give one CHECKPOINT");
   MT_RETURN_IF_ERROR(OutputFormatFrom(args).status());
   MT_ASSIGN_OR_RETURN(std::string prompt, PromptFrom(args));
@@ -180,7 +188,7 @@ absl::StatusOr<GenerateRun> GenerateFromArgs(const std::vector<std::string>& arg
 }
 
 int RunGenerateCommand(const std::vector<std::string>& argv) {
-  absl::StatusOr<CommandArgs> args = ParseCommandArgs(argv, ValueFlags(), {});
+  absl::StatusOr<CommandArgs> args = ParseCommandArgs(argv, ValueFlags(), Switches());
   if (!args.ok()) return Fail(kExitUsage, args.status());
   if (args->switches.count("--help") > 0) {
     std::fputs(kUsage, stdout);

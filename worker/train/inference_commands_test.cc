@@ -164,6 +164,15 @@ evaluation: {eval_interval: 0, eval_iters: 0}
   const Captured again = Capture([&] { return RunGenerateCommand(greedy); });
   EXPECT_EQ(again.out, first.out.substr(0, first.out.find("\"time_to_first")) +
                            again.out.substr(again.out.find("\"time_to_first")));
+  // --no-cuda-graph: the eager decode step (on the CPU there is no other), the same tokens.
+  std::vector<std::string> eager = greedy;
+  eager.push_back("--no-cuda-graph");
+  const Captured no_graph = Capture([&] { return RunGenerateCommand(eager); });
+  ASSERT_EQ(no_graph.rc, 0) << no_graph.err;
+  EXPECT_EQ(no_graph.out.substr(0, no_graph.out.find("\"time_to_first")),
+            first.out.substr(0, first.out.find("\"time_to_first")));
+  eager.back() = "--no-cuda-graphs";
+  EXPECT_EQ(Capture([&] { return RunGenerateCommand(eager); }).rc, 2);
 
   // The prompt fills the 16 positions; bad sampling values; no such checkpoint.
   Captured bad = Capture([&] {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "common/base/version.h"
+#include "common/cli/help_version.h"
 #include "worker/train/eval_command.h"
 #include "worker/train/generate_command.h"
 #include "worker/train/rank_command.h"
@@ -19,8 +19,7 @@
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.size() == 1 && (args[0] == "--version" || args[0] == "-version")) {
-    // The format of every binary's --version (common/cli/daemon.cc).
-    std::printf("mt %s (API %s)\n", mt::kVersion, mt::kApiVersion);
+    std::puts(mt::cli::VersionLine("mt-train").c_str());  // every binary's format
     return 0;
   }
   if (args.size() == 1 && (args[0] == "--help" || args[0] == "-h")) {

@@ -15,7 +15,7 @@ TEST(TrainBinaryTest, AnswersVersion) {
   auto r = testutil::RunCommand({MT_TRAIN_BINARY, "--version"});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->exit_code, 0) << r->err;
-  EXPECT_THAT(r->out, HasSubstr(kVersion));
+  EXPECT_THAT(r->out, HasSubstr(std::string("mt-train ") + kVersion + " (API "));
 }
 
 TEST(TrainBinaryTest, AnswersHelp) {

@@ -61,12 +61,15 @@ struct GptConfig {
   // CUDA: backward never passes over the [tokens, vocab] gradient again (+1.3-6.3% tok/s on an
   // H200, bench/RESULTS.md). Used with tp = 1 (no effect otherwise); CPU: the same math eagerly.
   bool fused_lm_head = true;
-  // The MLP's bias + GELU forward and GELU-backward + bias gradient in cuBLASLt epilogues
-  // (kernels::FusedMlp) on CUDA. Used with tp = 1; CPU: the same math eagerly.
+  // The MLP's bias + GELU in the fc1 GEMM's cuBLASLt epilogue and the GELU's derivative in the
+  // epilogue of a backward GEMM (kernels::FusedMlp) on CUDA: 1.03-1.07x LibTorch's chain for the
+  // MLP's forward + backward on an H200 (bench/engine/fused_mlp_bench). Used with tp = 1; CPU:
+  // the same math eagerly.
   bool fused_mlp = true;
   // LayerNorm through kernels::FusedLayerNorm on CUDA, the attention's residual add fused into
-  // the second LayerNorm of each block (kernels::FusedAddLayerNorm). Off by default until its
-  // GPU test has passed on a GPU (issue #16); elsewhere the same math through LibTorch.
+  // the second LayerNorm of each block (kernels::FusedAddLayerNorm). Off by default: on an H200
+  // it gains 2.3% at hidden 768 but loses 5.5% at 2,048 (bench/RESULTS.md, issue #16); elsewhere
+  // the same math through LibTorch.
   bool fused_layernorm = false;
 
   // From spec.model (and the recompute fields of spec.training, the TP size of

@@ -75,7 +75,8 @@ void PrintCheckpoint(const mt::v1::Checkpoint& c) {
     for (const auto& e : c.evaluations()) {
       evals.push_back({"  " + e.job_id(), LocalTime(e.time()), absl::StrFormat("%.6f", e.loss()),
                        absl::StrFormat("%.4f", e.perplexity()), absl::StrCat(e.tokens()),
-                       absl::StrCat(e.data_path(), " (", e.split(), ")")});
+                       absl::StrCat(e.data_path(), " (", e.split(), ")",
+                                    e.quantize().empty() ? "" : ", " + e.quantize() + " weights")});
     }
     std::cout << "evaluations:\n"
               << FormatTable({"  JOB", "TIME", "LOSS", "PERPLEXITY", "TOKENS", "DATA (SPLIT)"},

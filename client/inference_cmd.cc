@@ -40,6 +40,8 @@ ABSL_FLAG(std::string, top_p, "", "generate: nucleus sampling mass (1.0).");
 ABSL_FLAG(std::string, seed, "", "generate: sampling seed (1234).");
 ABSL_FLAG(std::string, stop, "", "generate: stop text (never printed).");
 ABSL_FLAG(std::string, n, "", "generate: samples (1).");
+ABSL_FLAG(std::string, quantize, "",
+          "eval/generate: none, or int8 (the layers' linear weights as int8).");
 
 namespace mt::client {
 namespace {
@@ -102,6 +104,7 @@ absl::StatusOr<mt::v1::EvalTask> EvalTaskFromFlags() {
     MT_RETURN_IF_ERROR(IntFlag("--context-length", s, &v));
     t.set_context_length(v);
   }
+  t.set_quantize(absl::GetFlag(FLAGS_quantize));
   // The coordinator checks again (with the checkpoint's positions); this answers without a call.
   MT_RETURN_IF_ERROR(spec::ValidateEvalTask(t, int64_t{1} << 30));
   return t;
@@ -152,6 +155,7 @@ absl::StatusOr<mt::v1::GenerateTask> GenerateTaskFromFlags() {
     MT_RETURN_IF_ERROR(IntFlag("-n", s, &i));
     t.set_num_samples(i);
   }
+  t.set_quantize(absl::GetFlag(FLAGS_quantize));
   MT_RETURN_IF_ERROR(spec::ValidateGenerateTask(t));
   return t;
 }

@@ -105,17 +105,20 @@ const std::vector<Verb>& AllVerbs() {
       {"eval", "evaluate a checkpoint's loss and perplexity on a dataset (a one-rank job)",
        "mtctl eval CHECKPOINT --data-path PREFIX [--split 969,30,1] [--eval-iters N (100) | "
        "--all]\n"
-       "           [--micro-batch-size B] [--context-length S] [--device auto|cpu|gpu] [--wait]\n\n"
+       "           [--micro-batch-size B] [--context-length S] [--quantize none|int8]\n"
+       "           [--device auto|cpu|gpu] [--wait]\n\n"
        "CHECKPOINT: a catalog id (`mtctl checkpoints list`) or a checkpoint or save directory.\n"
        "Evaluates the validation part of PREFIX.bin/.idx as --split divides it (0,1,0: all of\n"
        "it), as `mt-worker eval` does. Prints the job id; with --wait, waits and prints loss,\n"
        "perplexity and tokens evaluated (exit 1 when the job failed). The result is also kept\n"
-       "on the checkpoint (`mtctl checkpoints describe`).",
+       "on the checkpoint (`mtctl checkpoints describe`). --quantize int8: the layers' linear\n"
+       "weights as int8, per output channel (docs/inference.md).",
        &RunEval},
       {"generate", "stream text from a checkpoint (a one-rank generation job)",
        "mtctl generate CHECKPOINT (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N (64)]\n"
        "           [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = all)] [--top-p P (1.0)]\n"
-       "           [--seed S (1234)] [--stop TEXT] [-n SAMPLES (1)] [--device auto|cpu|gpu]\n\n"
+       "           [--seed S (1234)] [--stop TEXT] [-n SAMPLES (1)] [--quantize none|int8]\n"
+       "           [--device auto|cpu|gpu]\n\n"
        "One sample streams to stdout as the worker produces it; several are printed each under\n"
        "a \"--- sample i ---\" line as each ends. The job id and finish reasons go to stderr.\n"
        "-o json: one JSON object per line and sample, as each sample ends: {job, sample, text,\n"

@@ -14,12 +14,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <map>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "bench/profile/kernel_profile.h"
 #include "common/base/files.h"
 #include "common/cli/help_version.h"
 #include "common/spec/defaults.h"
@@ -29,7 +29,6 @@
 #include "worker/engine/trainer.h"
 
 #if TORCH_VERSION_MAJOR >= 2
-#include <torch/csrc/autograd/profiler_kineto.h>
 #define MT_HAVE_KINETO 1
 #else
 #define MT_HAVE_KINETO 0
@@ -134,56 +133,6 @@ Args Parse(int argc, char** argv) {
   if (!m.ok()) Die("step: " + std::string(m.status().message()), 1);
 }
 
-#if MT_HAVE_KINETO
-struct KernelTotal {
-  double ns = 0;
-  int64_t calls = 0;
-};
-
-void PrintTop(const std::map<std::string, KernelTotal>& totals, double busy_ns, int steps,
-              int top) {
-  std::vector<std::pair<std::string, KernelTotal>> rows(totals.begin(), totals.end());
-  std::sort(rows.begin(), rows.end(),
-            [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
-  std::printf("%8s %6s %6s  %s\n", "ms/step", "share", "calls", "kernel");
-  for (int i = 0; i < top && i < static_cast<int>(rows.size()); ++i) {
-    const KernelTotal& k = rows[i].second;
-    std::string name = rows[i].first;
-    if (name.size() > 140) name = name.substr(0, 137) + "...";
-    std::printf("%8.3f %5.1f%% %6.1f  %s\n", k.ns / 1e6 / steps, 100.0 * k.ns / busy_ns,
-                static_cast<double>(k.calls) / steps, name.c_str());
-  }
-}
-
-void Profile(mt::engine::Trainer& trainer, const Args& a) {
-  namespace prof = torch::autograd::profiler;
-  using torch::profiler::impl::ActivityType;
-  const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
-  const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
-  prof::prepareProfiler(config, activities);
-  prof::enableProfiler(config, activities);
-  const auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < a.steps; ++i) Step(trainer);
-  torch::cuda::synchronize();
-  const double wall_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
-  std::map<std::string, KernelTotal> totals;
-  double busy_ns = 0;
-  for (const auto& e : result->events()) {
-    if (e.deviceType() != c10::DeviceType::CUDA) continue;
-    KernelTotal& k = totals[std::string(e.name())];
-    k.ns += static_cast<double>(e.durationNs());
-    k.calls += 1;
-    busy_ns += static_cast<double>(e.durationNs());
-  }
-  std::printf("steps profiled: %d; wall %.2f ms/step; GPU busy %.2f ms/step (%.1f%%)\n", a.steps,
-              wall_ms / a.steps, busy_ns / 1e6 / a.steps, 100.0 * busy_ns / 1e6 / wall_ms);
-  PrintTop(totals, busy_ns, a.steps, a.top);
-  if (!a.trace.empty()) result->save(a.trace);
-}
-#endif
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -211,8 +160,17 @@ int main(int argc, char** argv) {
       "step without the profiler: %.2f ms\n",
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
           a.steps);
-  Profile(**trainer, a);
-  return 0;
+  mt::bench::KernelProfileOptions profile;
+  profile.units = a.steps;
+  profile.unit = "step";
+  profile.top = a.top;
+  profile.trace = a.trace;
+  const bool ran = mt::bench::ProfileKernels(
+      [&] {
+        for (int i = 0; i < a.steps; ++i) Step(**trainer);
+      },
+      profile);
+  return ran ? 0 : 2;
 #else
   (void)a;
   Die(std::string("needs LibTorch >= 2.0 (Kineto); this is ") + TORCH_VERSION);

@@ -3,6 +3,7 @@
 //
 //   decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32]
 //                [--batches 1,16] [--prompt 128] [--new 128] [--repeat 3] [--no-cuda-graph]
+//                [--quantize none|int8] [--profile [--top N]]
 //
 // One line per batch size on stdout (key=value): ms per decode step and tokens/s of the decode
 // steps alone, time to first token (prefill), and the whole generation per new token (what
@@ -11,7 +12,11 @@
 // decode paths run: the line's main figures are the CUDA graph's (Generate's default), and
 // eager_ms_per_token / graph_ms_per_token / graph_speedup compare the decode step without and
 // with the graph (capture_ms: the warm-up's capture). --no-cuda-graph runs the eager path
-// only (its figures are then the main ones; graph_ms_per_token=nan).
+// only (its figures are then the main ones; graph_ms_per_token=nan). --quantize int8: the
+// layers' linear weights as int8 (worker/model/quantize.h); weights_mib is what the model's
+// tensors hold either way. --profile: after the timings, one more generation of the first batch
+// size eagerly and one through the graph under LibTorch's profiler, each printing the GPU busy
+// time per new token and the top kernels (bench/profile/kernel_profile.h).
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -23,10 +28,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/profile/kernel_profile.h"
 #include "common/cli/help_version.h"
 #include "worker/generate/decode_graph.h"
 #include "worker/generate/generator.h"
 #include "worker/model/gpt.h"
+#include "worker/model/quantize.h"
 
 namespace {
 
@@ -39,6 +46,9 @@ struct Args {
   int64_t new_tokens = 128;
   int repeat = 3;
   bool cuda_graph = true;  // also measure the CUDA graph path (CUDA only)
+  std::string quantize = "none";
+  bool profile = false;
+  int top = 25;
 };
 
 // Best figures of --repeat timed runs, in seconds (step: per decode step).
@@ -56,6 +66,10 @@ bool Parse(int argc, char** argv, Args* a) {
       a->cuda_graph = false;
       continue;
     }
+    if (k == "--profile") {
+      a->profile = true;
+      continue;
+    }
     if (i + 1 >= argc) return false;
     const std::string v = argv[++i];
     if (k == "--size") {
@@ -64,6 +78,9 @@ bool Parse(int argc, char** argv, Args* a) {
       a->device = v;
     } else if (k == "--dtype") {
       a->dtype = v;
+    } else if (k == "--quantize") {
+      if (v != "none" && v != "int8") return false;
+      a->quantize = v;
     } else if (k == "--batches") {
       a->batches.clear();
       for (absl::string_view b : absl::StrSplit(v, ',')) {
@@ -75,6 +92,8 @@ bool Parse(int argc, char** argv, Args* a) {
       if (!absl::SimpleAtoi(v, &a->prompt) || a->prompt < 1) return false;
     } else if (k == "--new") {
       if (!absl::SimpleAtoi(v, &a->new_tokens) || a->new_tokens < 1) return false;
+    } else if (k == "--top") {
+      if (!absl::SimpleAtoi(v, &a->top) || a->top < 1) return false;
     } else if (k == "--repeat") {
       if (!absl::SimpleAtoi(v, &a->repeat) || a->repeat < 1) return false;
     } else {
@@ -103,20 +122,44 @@ bool ConfigFor(const std::string& size, mt::model::GptConfig* c) {
   return true;
 }
 
-// Runs --repeat + 1 generations (the first warms up and captures) through one Generator.
-bool Measure(mt::model::GptModel& gpt, const std::vector<int32_t>& prompt, const Args& a,
-             int64_t batch, bool cuda_graph, Timing* t) {
+mt::generate::GenerateOptions GreedyOptions(const Args& a, int64_t batch, bool cuda_graph) {
   mt::generate::GenerateOptions o;
   o.max_new_tokens = a.new_tokens;
   o.num_samples = batch;
   o.sampling.temperature = 0.0;
   o.cuda_graph = cuda_graph;
-  auto no_text = [](absl::Span<const int32_t>) { return std::string(); };
+  return o;
+}
+
+std::string NoText(absl::Span<const int32_t>) { return std::string(); }
+
+// One warm-up generation (it captures the graph), then one under the profiler.
+bool Profile(mt::model::GptModel& gpt, const std::vector<int32_t>& prompt, const Args& a,
+             int64_t batch, bool cuda_graph) {
+  const mt::generate::GenerateOptions o = GreedyOptions(a, batch, cuda_graph);
+  mt::generate::Generator generator(gpt);
+  if (!generator.Generate(prompt, o, NoText).ok()) return false;
+  std::printf("profile: %s decode, batch %lld, prompt %lld (its prefill included)\n",
+              cuda_graph ? "CUDA graph" : "eager", static_cast<long long>(batch),
+              static_cast<long long>(a.prompt));
+  mt::bench::KernelProfileOptions p;
+  p.units = static_cast<int>(a.new_tokens);
+  p.unit = "token";
+  p.top = a.top;
+  bool ok = true;
+  mt::bench::ProfileKernels([&] { ok = generator.Generate(prompt, o, NoText).ok(); }, p);
+  return ok;
+}
+
+// Runs --repeat + 1 generations (the first warms up and captures) through one Generator.
+bool Measure(mt::model::GptModel& gpt, const std::vector<int32_t>& prompt, const Args& a,
+             int64_t batch, bool cuda_graph, Timing* t) {
+  const mt::generate::GenerateOptions o = GreedyOptions(a, batch, cuda_graph);
   mt::generate::Generator generator(gpt);
   const double steps = static_cast<double>(a.new_tokens - 1);
   double best_step = 1e30;
   for (int r = 0; r <= a.repeat; ++r) {  // r = 0 warms up
-    auto result = generator.Generate(prompt, o, no_text);
+    auto result = generator.Generate(prompt, o, NoText);
     if (!result.ok()) {
       std::fprintf(stderr, "decode_bench: %s\n", std::string(result.status().message()).c_str());
       return false;
@@ -134,16 +177,18 @@ bool Measure(mt::model::GptModel& gpt, const std::vector<int32_t>& prompt, const
   return true;
 }
 
-void Print(const Args& a, int64_t batch, const Timing& main, const Timing& eager,
-           const Timing& graph) {
+void Print(const Args& a, int64_t batch, double weights_mib, const Timing& main,
+           const Timing& eager, const Timing& graph) {
   const double b = static_cast<double>(batch);
   std::printf(
-      "mt size=%s dtype=%s batch=%lld prompt=%lld new=%lld ms_per_token=%.3f tokens_per_s=%.1f "
-      "ttft_ms=%.2f total_ms_per_token=%.3f total_tokens_per_s=%.1f eager_ms_per_token=%.3f "
-      "graph_ms_per_token=%.3f graph_speedup=%.2f capture_ms=%.1f\n",
-      a.size.c_str(), a.dtype.c_str(), static_cast<long long>(batch),
-      static_cast<long long>(a.prompt), static_cast<long long>(a.new_tokens), main.step * 1e3,
-      b / main.step, main.ttft * 1e3, main.total * 1e3 / static_cast<double>(a.new_tokens),
+      "mt size=%s dtype=%s quantize=%s weights_mib=%.0f batch=%lld prompt=%lld new=%lld "
+      "ms_per_token=%.3f tokens_per_s=%.1f ttft_ms=%.2f total_ms_per_token=%.3f "
+      "total_tokens_per_s=%.1f eager_ms_per_token=%.3f graph_ms_per_token=%.3f "
+      "graph_speedup=%.2f capture_ms=%.1f\n",
+      a.size.c_str(), a.dtype.c_str(), a.quantize.c_str(), weights_mib,
+      static_cast<long long>(batch), static_cast<long long>(a.prompt),
+      static_cast<long long>(a.new_tokens), main.step * 1e3, b / main.step, main.ttft * 1e3,
+      main.total * 1e3 / static_cast<double>(a.new_tokens),
       b * static_cast<double>(a.new_tokens) / main.total, eager.step * 1e3, graph.step * 1e3,
       eager.step / graph.step, graph.capture * 1e3);
   std::fflush(stdout);
@@ -157,7 +202,8 @@ int main(int argc, char** argv) {
   if (mt::cli::AnswerHelpOrVersion(
           argc, argv, "decode_bench",
           "usage: decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32] "
-          "[--batches 1,16] [--prompt 128] [--new 128] [--repeat 3] [--no-cuda-graph]")) {
+          "[--batches 1,16] [--prompt 128] [--new 128] [--repeat 3] [--no-cuda-graph] "
+          "[--quantize none|int8] [--profile [--top N]]")) {
     return 0;
   }
   if (!Parse(argc, argv, &a) || !ConfigFor(a.size, &config)) {
@@ -175,6 +221,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "decode_bench: %s\n", std::string(model.status().message()).c_str());
     return 1;
   }
+  if (a.quantize == "int8") {
+    if (const absl::Status q = mt::model::QuantizeInt8Linears(**model); !q.ok()) {
+      std::fprintf(stderr, "decode_bench: %s\n", std::string(q.message()).c_str());
+      return 1;
+    }
+  }
+  const double weights_mib = static_cast<double>(mt::model::ModelBytes(**model)) / (1 << 20);
   std::vector<int32_t> prompt(static_cast<size_t>(a.prompt));
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919) % 50257);
   // One new token has no decode step: nothing for a graph to replay.
@@ -184,7 +237,12 @@ int main(int argc, char** argv) {
     Timing eager, replayed;
     if (!Measure(**model, prompt, a, batch, /*cuda_graph=*/false, &eager)) return 1;
     if (graph && !Measure(**model, prompt, a, batch, /*cuda_graph=*/true, &replayed)) return 1;
-    Print(a, batch, graph ? replayed : eager, eager, replayed);
+    Print(a, batch, weights_mib, graph ? replayed : eager, eager, replayed);
+  }
+  if (a.profile && (!Profile(**model, prompt, a, a.batches.front(), /*cuda_graph=*/false) ||
+                    (graph && !Profile(**model, prompt, a, a.batches.front(), true)))) {
+    std::fprintf(stderr, "decode_bench: a profiled generation failed\n");
+    return 1;
   }
   return 0;
 }

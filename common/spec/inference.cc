@@ -14,6 +14,15 @@ absl::Status Bad(const std::string& message) { return absl::InvalidArgumentError
 
 std::string Num(double v) { return absl::StrFormat("%.17g", v); }
 
+absl::Status ValidateQuantize(const std::string& q) {
+  if (q.empty() || q == "none" || q == "int8") return absl::OkStatus();
+  return Bad(absl::StrCat("--quantize \"", q, "\": want none or int8"));
+}
+
+void AddQuantize(const std::string& q, std::vector<std::string>& args) {
+  if (!q.empty() && q != "none") args.insert(args.end(), {"--quantize", q});
+}
+
 }  // namespace
 
 absl::Status ValidateEvalTask(const mt::v1::EvalTask& task, int64_t max_positions) {
@@ -36,7 +45,7 @@ absl::Status ValidateEvalTask(const mt::v1::EvalTask& task, int64_t max_position
     return Bad(absl::StrCat("--context-length ", task.context_length(), ": want an integer in [2, ",
                             max_positions, "] (the checkpoint's positions)"));
   }
-  return absl::OkStatus();
+  return ValidateQuantize(task.quantize());
 }
 
 absl::Status ValidateGenerateTask(const mt::v1::GenerateTask& t) {
@@ -62,7 +71,7 @@ absl::Status ValidateGenerateTask(const mt::v1::GenerateTask& t) {
     return Bad(absl::StrCat("--top-p ", Num(t.top_p()), ": want a number in (0, 1]"));
   }
   if (t.stop().size() > 4096) return Bad("--stop: at most 4096 bytes");
-  return absl::OkStatus();
+  return ValidateQuantize(t.quantize());
 }
 
 absl::StatusOr<mt::v1::JobSpec> InferenceJobSpec(const mt::v1::CheckpointManifest& manifest,
@@ -175,6 +184,7 @@ std::vector<std::string> EvalCommandArgs(const mt::v1::JobSpec& spec,
   if (t.has_context_length()) {
     args.insert(args.end(), {"--context-length", absl::StrCat(t.context_length())});
   }
+  AddQuantize(t.quantize(), args);
   args.insert(args.end(), extra.begin(), extra.end());
   args.insert(args.end(), {"-o", "json"});
   return args;
@@ -195,6 +205,7 @@ std::vector<std::string> GenerateCommandArgs(const mt::v1::JobSpec& spec,
   if (t.has_seed()) args.insert(args.end(), {"--seed", absl::StrCat(t.seed())});
   if (!t.stop().empty()) args.push_back(absl::StrCat("--stop=", t.stop()));
   if (t.has_num_samples()) args.insert(args.end(), {"-n", absl::StrCat(t.num_samples())});
+  AddQuantize(t.quantize(), args);
   args.insert(args.end(), extra.begin(), extra.end());
   args.insert(args.end(), {"-o", "json"});
   return args;

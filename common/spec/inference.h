@@ -25,10 +25,11 @@ inline constexpr int64_t kMaxEvalIters = int64_t{1} << 30;
 inline constexpr int64_t kMaxEvalMicroBatch = 1 << 16;
 
 // INVALID_ARGUMENT naming the flag (--data-path, --split, --eval-iters, --all,
-// --micro-batch-size, --context-length) and its range; `max_positions` is the checkpoint's.
+// --micro-batch-size, --context-length, --quantize) and its range; `max_positions` is the
+// checkpoint's.
 absl::Status ValidateEvalTask(const mt::v1::EvalTask& task, int64_t max_positions);
 // INVALID_ARGUMENT naming the flag (--prompt, --max-new-tokens, --temperature, --top-k,
-// --top-p, --stop, -n).
+// --top-p, --stop, -n, --quantize).
 absl::Status ValidateGenerateTask(const mt::v1::GenerateTask& task);
 
 // The spec of the job that evaluates or generates from the checkpoint in `dir` whose manifest

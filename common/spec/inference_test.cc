@@ -51,6 +51,8 @@ TEST(InferenceSpecTest, EvalTaskErrorsNameTheFlag) {
       {"--micro-batch-size -1", [](mt::v1::EvalTask* t) { t->set_micro_batch_size(-1); }},
       {"--context-length 33: want an integer in [2, 32]",
        [](mt::v1::EvalTask* t) { t->set_context_length(33); }},
+      {"--quantize \"int4\": want none or int8",
+       [](mt::v1::EvalTask* t) { t->set_quantize("int4"); }},
   };
   for (const Case& c : cases) {
     mt::v1::EvalTask t;
@@ -78,6 +80,8 @@ TEST(InferenceSpecTest, GenerateTaskErrorsNameTheFlag) {
       {"--top-k -3", [](mt::v1::GenerateTask* t) { t->set_top_k(-3); }},
       {"--top-p 0:", [](mt::v1::GenerateTask* t) { t->set_top_p(0); }},
       {"--top-p 1.5", [](mt::v1::GenerateTask* t) { t->set_top_p(1.5); }},
+      {"--quantize \"INT8\": want none or int8",
+       [](mt::v1::GenerateTask* t) { t->set_quantize("INT8"); }},
   };
   for (const Case& c : cases) {
     mt::v1::GenerateTask t;
@@ -95,6 +99,7 @@ TEST(InferenceSpecTest, EvalJobRunsOneRankOnTheTasksDataAndSavesNothing) {
   inference.set_checkpoint_id("c-7");
   inference.mutable_eval()->set_data_path("/valid/corpus");
   inference.mutable_eval()->set_eval_iters(6);
+  inference.mutable_eval()->set_quantize("int8");
   auto spec = InferenceJobSpec(TrainedManifest(), "/ckpt/iter_0000020", inference, "eval", 5,
                                mt::v1::DEVICE_KIND_CPU);
   ASSERT_TRUE(spec.ok()) << spec.status().message();
@@ -129,9 +134,10 @@ TEST(InferenceSpecTest, EvalJobRunsOneRankOnTheTasksDataAndSavesNothing) {
       ElementsAre(HasSubstr("one rank"), HasSubstr("saves nothing"),
                   HasSubstr("inference.checkpoint_dir"), HasSubstr("inference.eval.data_path")));
 
-  EXPECT_THAT(EvalCommandArgs(*spec, {"--device", "cpu"}),
-              ElementsAre("/ckpt/iter_0000020", "--data-path", "/valid/corpus", "--split",
-                          "969,30,1", "--eval-iters", "6", "--device", "cpu", "-o", "json"));
+  EXPECT_THAT(
+      EvalCommandArgs(*spec, {"--device", "cpu"}),
+      ElementsAre("/ckpt/iter_0000020", "--data-path", "/valid/corpus", "--split", "969,30,1",
+                  "--eval-iters", "6", "--quantize", "int8", "--device", "cpu", "-o", "json"));
 }
 
 TEST(InferenceSpecTest, GenerateArgsCarryEveryFlagGiven) {
@@ -142,6 +148,7 @@ TEST(InferenceSpecTest, GenerateArgsCarryEveryFlagGiven) {
   g->set_top_p(0.9);
   g->set_num_samples(2);
   g->set_stop("\n\n");
+  g->set_quantize("none");  // the default: no flag
   auto spec = InferenceJobSpec(TrainedManifest(), "/ckpt/iter_0000020", inference, "generate", 0,
                                mt::v1::DEVICE_KIND_AUTO);
   ASSERT_TRUE(spec.ok()) << spec.status().message();

@@ -78,6 +78,7 @@ absl::Status CheckpointCatalog::RecordEvaluation(const mt::v1::Job& job) {
                                  absl::ToUnixNanos(clock_->Now()));
   e->set_data_path(inference.eval().data_path());
   e->set_split(inference.eval().split());
+  if (inference.eval().quantize() != "none") e->set_quantize(inference.eval().quantize());
   e->set_loss(job.progress().validation_loss());
   e->set_perplexity(job.progress().validation_perplexity());
   e->set_tokens(job.progress().evaluated_tokens());

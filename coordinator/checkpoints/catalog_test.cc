@@ -678,6 +678,7 @@ TEST_F(CatalogTest, ResolvesLoadTargetsAndRecordsEvaluations) {
   inference->set_checkpoint_dir(c.directory());
   inference->mutable_eval()->set_data_path("/data/valid");
   inference->mutable_eval()->set_split("0,1,0");
+  inference->mutable_eval()->set_quantize("int8");
   eval.mutable_progress()->set_validation_loss(3.25);
   eval.mutable_progress()->set_validation_perplexity(25.79);
   eval.mutable_progress()->set_evaluated_tokens(96);
@@ -692,6 +693,7 @@ TEST_F(CatalogTest, ResolvesLoadTargetsAndRecordsEvaluations) {
   EXPECT_DOUBLE_EQ(got.evaluations(0).loss(), 3.25);
   EXPECT_DOUBLE_EQ(got.evaluations(0).perplexity(), 25.79);
   EXPECT_EQ(got.evaluations(0).tokens(), 96);
+  EXPECT_EQ(got.evaluations(0).quantize(), "int8");
   // By directory when the id was not given; the newest kMaxEvaluations kept.
   inference->clear_checkpoint_id();
   for (int i = 3; i < 3 + CheckpointCatalog::kMaxEvaluations; ++i) {

@@ -3,7 +3,8 @@
 // tokens of a small random GPT in fp32 and bf16 with the math and the fused attention, at batch
 // 1 and 3; in fp32 they also equal the dynamic-shape ForwardWithCache decoding; a replay
 // allocates nothing (the CUDA caching allocator's counters); a Generator captures once and
-// replays on its later calls.
+// replays on its later calls; with int8 weights the graph's greedy tokens equal the eager step's,
+// the dynamic-shape decoding's and the whole-sequence forward's.
 // The lead runs it on the GPU machine:
 //   ctest --test-dir BUILD -R "DecodeGraph(Replay)?GpuTest" --output-on-failure
 #include <torch/cuda.h>
@@ -21,6 +22,7 @@
 #include "worker/generate/generator.h"
 #include "worker/generate/kv_cache.h"
 #include "worker/generate/test_models.h"
+#include "worker/model/quantize.h"
 
 #if MT_GENERATE_WITH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -119,6 +121,42 @@ INSTANTIATE_TEST_SUITE_P(DtypeAttentionBatch, DecodeGraphGpuTest,
                                                               model::AttentionBackend::kAuto),
                                             ::testing::Values(int64_t{1}, int64_t{3})),
                          CaseName);
+
+// Int8 weights (--quantize int8): the decode step's linear layers run the int8 GEMV kernel.
+// Greedy through the graph equals the eager step, and in fp32 the dynamic-shape decoding and the
+// whole-sequence forward (which past 16 rows dequantizes instead: other code, same weights).
+TEST(DecodeGraphInt8GpuTest, GreedyGraphEqualsEagerAndTheFullForward) {
+  if (NoCudaGraphs()) GTEST_SKIP() << "no CUDA (or a build without CUDA graphs)";
+  for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    auto gpt = TinyGpt(GpuGpt(dtype, model::AttentionBackend::kAuto));
+    ASSERT_NE(gpt, nullptr);
+    MT_ASSERT_OK(model::QuantizeInt8Linears(*gpt));
+    const std::vector<int32_t> prompt = Prompt();
+    for (const int64_t batch : {int64_t{1}, int64_t{3}}) {
+      MT_ASSERT_OK_AND_ASSIGN(GenerateResult eager,
+                              Generate(*gpt, prompt, Greedy(batch, false), LetterText));
+      MT_ASSERT_OK_AND_ASSIGN(GenerateResult graph,
+                              Generate(*gpt, prompt, Greedy(batch, true), LetterText));
+      ASSERT_EQ(graph.samples.size(), static_cast<size_t>(batch));
+      for (size_t i = 0; i < graph.samples.size(); ++i) {
+        EXPECT_EQ(graph.samples[i].tokens, eager.samples[i].tokens)
+            << "sample " << i << (dtype == torch::kFloat ? " fp32" : " bf16");
+      }
+      EXPECT_EQ(graph.graph_replays, kNew - 1);
+      if (dtype != torch::kFloat || batch != 1) continue;
+      EXPECT_EQ(graph.samples[0].tokens, DynamicGreedy(*gpt, prompt));
+      torch::NoGradGuard no_grad;
+      std::vector<int64_t> seq(prompt.begin(), prompt.end());
+      for (int64_t i = 0; i < kNew; ++i) {
+        const torch::Tensor ids = torch::tensor(seq, torch::kLong).to(torch::kCUDA).unsqueeze(0);
+        const int64_t next =
+            ReferenceLastLogits(*gpt, ids).narrow(-1, 0, kVocab).argmax(-1).item<int64_t>();
+        ASSERT_EQ(next, graph.samples[0].tokens[static_cast<size_t>(i)]) << "token " << i;
+        seq.push_back(next);
+      }
+    }
+  }
+}
 
 TEST(DecodeGraphReplayGpuTest, ReplaysAllocateNothing) {
   if (NoCudaGraphs()) GTEST_SKIP() << "no CUDA (or a build without CUDA graphs)";

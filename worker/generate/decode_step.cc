@@ -6,46 +6,69 @@
 
 #include <cmath>
 #include <limits>
+#include <tuple>
+#include <utility>
 #include <vector>
+
+#include "worker/kernels/layer_norm.h"
 
 namespace mt::generate {
 namespace {
 
-// softmax(q k^T / sqrt(d)) v over the keys where `visible` [1, 1, 1, max_len] is true. q [b, h,
-// 1, d], k and v [b, h, max_len, d]. The math form mirrors cached_forward.cc's (fp32 scores).
+// softmax(q k^T / sqrt(d) + mask) v with `mask` [1, 1, 1, max_len] additive (0 where a key is
+// visible, -inf after the position) in q's dtype: made once per step, so that no layer converts
+// a boolean mask. q [b, h, 1, d], k and v [b, h, max_len, d]. The math form mirrors
+// cached_forward.cc's (fp32 scores).
 torch::Tensor MaskedAttention(const torch::Tensor& q, const torch::Tensor& k,
-                              const torch::Tensor& v, const torch::Tensor& visible,
+                              const torch::Tensor& v, const torch::Tensor& mask,
                               model::AttentionBackend backend) {
 #if TORCH_VERSION_MAJOR >= 2
   if (backend != model::AttentionBackend::kMath) {
-    return at::scaled_dot_product_attention(q, k, v, visible);
+    return at::scaled_dot_product_attention(q, k, v, mask);
   }
 #endif
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
   torch::Tensor scores = torch::matmul(q.to(torch::kFloat), k.to(torch::kFloat).transpose(-2, -1));
-  scores.mul_(scale);
-  scores.masked_fill_(visible.logical_not(), -std::numeric_limits<double>::infinity());
+  scores.mul_(scale).add_(mask.to(torch::kFloat));
   const torch::Tensor probs = torch::softmax(scores, -1).to(q.scalar_type());
   return torch::matmul(probs, v);
 }
 
-torch::Tensor LayerStep(model::TransformerLayerImpl& layer, int64_t index, const torch::Tensor& x,
-                        const torch::Tensor& position, const torch::Tensor& visible,
-                        KvCache& cache) {
+torch::Tensor Norm(const torch::nn::LayerNorm& ln, const torch::Tensor& x) {
+  return kernels::FusedLayerNorm(x, ln->weight, ln->bias, ln->options.eps());
+}
+
+// {x + residual, LayerNorm(x + residual)}: one kernel where it runs (worker/kernels).
+std::pair<torch::Tensor, torch::Tensor> AddNorm(const torch::nn::LayerNorm& ln,
+                                                const torch::Tensor& x,
+                                                const torch::Tensor& residual) {
+  return kernels::FusedAddLayerNorm(x, residual, ln->weight, ln->bias, ln->options.eps());
+}
+
+// One layer given its input x and input_layernorm(x). Returns its output as {h, mlp}: the
+// output is h + mlp, which the caller's next LayerNorm adds.
+std::pair<torch::Tensor, torch::Tensor> LayerStep(model::TransformerLayerImpl& layer, int64_t index,
+                                                  const torch::Tensor& x, const torch::Tensor& ln_x,
+                                                  const torch::Tensor& position,
+                                                  const torch::Tensor& mask, KvCache& cache) {
   model::SelfAttentionImpl& attn = *layer.self_attention;
   const model::GptConfig& c = attn.config;
-  const torch::Tensor qkv_out = attn.linear_qkv(layer.input_layernorm(x));
+  const torch::Tensor qkv_out = attn.linear_qkv(ln_x);
   const int64_t b = qkv_out.size(0);
   const int64_t heads = c.num_attention_heads;
   const int64_t d = c.head_dim();
   // Per head [q_h, k_h, v_h] (gpt.h's fused QKV layout).
   std::vector<torch::Tensor> qkv = qkv_out.view({b, 1, heads, 3 * d}).split(d, -1);
   auto [k, v] = cache.WriteAt(index, position, qkv[1].transpose(1, 2), qkv[2].transpose(1, 2));
-  torch::Tensor context =
-      MaskedAttention(qkv[0].transpose(1, 2), k, v, visible, c.attention_backend);
+  torch::Tensor context = MaskedAttention(qkv[0].transpose(1, 2), k, v, mask, c.attention_backend);
   context = context.transpose(1, 2).reshape({b, 1, heads * d});
-  const torch::Tensor h = x + attn.linear_proj(context);
-  return h + layer.mlp(layer.pre_mlp_layernorm(h));
+  auto [h, ln_h] = AddNorm(layer.pre_mlp_layernorm, x, attn.linear_proj(context));
+  return {h, layer.mlp(ln_h)};
+}
+
+torch::Tensor EmbedTokens(model::GptModel& gpt, const DecodeInputs& in) {
+  model::GptEmbeddingImpl& emb = *gpt.embedding;
+  return emb.word_embeddings(in.tokens) + emb.position_embeddings(in.position).unsqueeze(0);
 }
 
 }  // namespace
@@ -68,16 +91,24 @@ torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvC
                   in.tokens.size(1) == 1 && in.key_positions.numel() == cache.max_len(),
               "decode inputs [", cache.batch(), ", 1] over ", cache.max_len(),
               " positions expected, got ", in.tokens.sizes(), " over ", in.key_positions.numel());
-  // Keys at or before the position are visible, one row for every query.
-  const torch::Tensor visible = in.key_positions.le(in.position).view({1, 1, 1, -1});
-  model::GptEmbeddingImpl& emb = *gpt.embedding;
-  torch::Tensor x =
-      emb.word_embeddings(in.tokens) + emb.position_embeddings(in.position).unsqueeze(0);
-  for (size_t i = 0; i < gpt.decoder->layers.size(); ++i) {
-    x = LayerStep(*gpt.decoder->layers[i], static_cast<int64_t>(i), x, in.position, visible, cache);
+  const torch::Tensor embedded = EmbedTokens(gpt, in);
+  // 0 for the keys at or before the position, -inf after it; one row for every query.
+  const torch::Tensor mask = torch::zeros({1, 1, 1, cache.max_len()}, embedded.options())
+                                 .masked_fill_(in.key_positions.gt(in.position).view({1, 1, 1, -1}),
+                                               -std::numeric_limits<double>::infinity());
+  auto& layers = gpt.decoder->layers;
+  // The residual stream is carried as {x, the layer's LayerNorm of x}; each layer's output
+  // reaches the next LayerNorm as two terms that it adds (one fused kernel on CUDA).
+  torch::Tensor x = embedded;
+  torch::Tensor ln_x = Norm(layers.front()->input_layernorm, x);
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto [h, mlp] =
+        LayerStep(*layers[i], static_cast<int64_t>(i), x, ln_x, in.position, mask, cache);
+    const torch::nn::LayerNorm& next =
+        i + 1 < layers.size() ? layers[i + 1]->input_layernorm : gpt.decoder->final_layernorm;
+    std::tie(x, ln_x) = AddNorm(next, h, mlp);
   }
-  const torch::Tensor last = gpt.decoder->final_layernorm(x.select(1, 0));
-  return torch::nn::functional::linear(last, gpt.output_weight()).to(torch::kFloat);
+  return torch::nn::functional::linear(ln_x.select(1, 0), gpt.output_weight()).to(torch::kFloat);
 }
 
 }  // namespace mt::generate

@@ -1,6 +1,6 @@
 // Decoding on the CPU in fp32: the KV-cache path against the no-cache full re-forward (token for
-// token and logits at a tolerance), sampling reproducible from the seed, the stop text and the
-// streamed text, and bad input named by its flag.
+// token and logits at a tolerance; also with int8 weights), sampling reproducible from the seed,
+// the stop text and the streamed text, and bad input named by its flag.
 #include "worker/generate/generator.h"
 
 #include <ATen/ATen.h>
@@ -16,6 +16,7 @@
 #include "worker/generate/kv_cache.h"
 #include "worker/generate/sampling.h"
 #include "worker/model/gpt.h"
+#include "worker/model/quantize.h"
 
 namespace mt::generate {
 namespace {
@@ -113,6 +114,24 @@ TEST_P(BackendTest, GreedyWithCacheEqualsFullReforwardTokenForToken) {
 INSTANTIATE_TEST_SUITE_P(Attention, BackendTest,
                          ::testing::Values(model::AttentionBackend::kMath,
                                            model::AttentionBackend::kAuto));
+
+// Int8 weights (--quantize int8): decoding through the cache equals the full re-forward of the
+// same quantized model token for token; the logits moved from the fp32 model's, not far.
+TEST(GenerateTest, Int8WeightsGreedyWithCacheEqualsFullReforward) {
+  auto gpt = TinyModel(model::AttentionBackend::kMath);
+  std::vector<torch::Tensor> fp32_logits;
+  ReferenceGreedy(*gpt, kPrompt, 1, &fp32_logits);
+  MT_ASSERT_OK(model::QuantizeInt8Linears(*gpt));
+  constexpr int64_t kNew = 20;
+  std::vector<torch::Tensor> ref_logits;
+  const std::vector<int32_t> expected = ReferenceGreedy(*gpt, kPrompt, kNew, &ref_logits);
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, kPrompt, Greedy(kNew), Letters));
+  ASSERT_EQ(r.samples.size(), 1u);
+  EXPECT_EQ(r.samples[0].tokens, expected);
+  const float moved = (ref_logits[0] - fp32_logits[0]).abs().max().item<float>();
+  EXPECT_GT(moved, 1e-4);
+  EXPECT_LT(moved, 0.5 * fp32_logits[0].abs().max().item<float>());
+}
 
 TEST(CachedForwardTest, ChunkedPrefillEqualsOneShot) {
   // A prompt fed in two chunks (the masked path: queries after cached keys) gives the same

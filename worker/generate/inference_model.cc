@@ -15,6 +15,7 @@
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/trainer_state.h"
 #include "worker/model/gpt.h"
+#include "worker/model/quantize.h"
 
 namespace mt::generate {
 namespace {
@@ -70,6 +71,12 @@ absl::StatusOr<model::AttentionBackend> ParseAttention(const std::string& name) 
       absl::StrCat("--attention \"", name, "\": want auto, math or fused"));
 }
 
+absl::StatusOr<bool> ParseQuantize(const std::string& name) {
+  if (name == "none" || name.empty()) return false;
+  if (name == "int8") return true;
+  return absl::InvalidArgumentError(absl::StrCat("--quantize \"", name, "\": want none or int8"));
+}
+
 // Copies each model.<param> of `source` (assembled from any layout) into the model.
 absl::Status CopyWeights(checkpoint::TensorSource& source, model::GptModel& gpt) {
   torch::NoGradGuard no_grad;
@@ -100,6 +107,7 @@ absl::StatusOr<InferenceModel> LoadInferenceModel(const std::string& path,
   MT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(options.device));
   MT_ASSIGN_OR_RETURN(torch::ScalarType dtype, ParseDType(options.dtype, device));
   MT_ASSIGN_OR_RETURN(model::AttentionBackend attention, ParseAttention(options.attention));
+  MT_ASSIGN_OR_RETURN(const bool int8, ParseQuantize(options.quantize));
   struct stat st;
   if (path.empty() || ::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("checkpoint \"", path,
@@ -127,6 +135,7 @@ absl::StatusOr<InferenceModel> LoadInferenceModel(const std::string& path,
   MT_ASSIGN_OR_RETURN(out.model, model::GptModel::Create(config, {}, build));
   try {
     MT_RETURN_IF_ERROR(CopyWeights(*source, *out.model));
+    if (int8) MT_RETURN_IF_ERROR(model::QuantizeInt8Linears(*out.model));
   } catch (const c10::Error& e) {
     return absl::InternalError(
         absl::StrCat("loading ", choice->dir, ": ", e.what_without_backtrace()));

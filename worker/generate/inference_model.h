@@ -27,6 +27,8 @@ struct InferenceModelOptions {
   std::string dtype = "auto";
   // "auto", "math" or "fused" (--attention).
   std::string attention = "auto";
+  // "none" or "int8" (--quantize): int8 weight-only linear layers (worker/model/quantize.h).
+  std::string quantize = "none";
 };
 
 struct InferenceModel {
@@ -36,8 +38,8 @@ struct InferenceModel {
 };
 
 // Errors: NOT_FOUND naming the path when it holds no checkpoint (CHECKPOINT argument);
-// INVALID_ARGUMENT naming --device / --dtype / --attention for a bad value; the load's own
-// errors (a damaged checkpoint, a tensor of the wrong shape, no CUDA) otherwise.
+// INVALID_ARGUMENT naming --device / --dtype / --attention / --quantize for a bad value; the load's
+// own errors (a damaged checkpoint, a tensor of the wrong shape, no CUDA) otherwise.
 absl::StatusOr<InferenceModel> LoadInferenceModel(const std::string& path,
                                                   const InferenceModelOptions& options);
 

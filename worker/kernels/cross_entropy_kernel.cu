@@ -5,41 +5,12 @@
 #include <cmath>
 
 #include "worker/kernels/cross_entropy_launch.h"
+#include "worker/kernels/float_convert.cuh"
 
 namespace mt::kernels {
 namespace {
 
 constexpr int kThreads = 512;
-
-template <typename T>
-__device__ __forceinline__ float ToFloat(T v);
-template <>
-__device__ __forceinline__ float ToFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <>
-__device__ __forceinline__ float ToFloat<__half>(__half v) {
-  return __half2float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T FromFloat(float v);
-template <>
-__device__ __forceinline__ float FromFloat<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) {
-  return __float2half(v);
-}
 
 // Running (max, sum of exp(x - max)) pairs, merged associatively.
 struct MaxSum {
@@ -87,35 +58,33 @@ template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
     FusedCrossEntropyKernel(T* logits, const int64_t* targets, float* losses, int64_t vocab,
                             float grad_scale) {
-  struct alignas(sizeof(T) * kVec) Pack {
-    T v[kVec];
-  };
+  using P = Pack<T, kVec>;
   const int64_t row = blockIdx.x;
   T* x = logits + row * vocab;
   const int64_t target = targets[row];
   const bool target_ok = target >= 0 && target < vocab;
   // Read before the row is overwritten with its gradient.
-  const float target_logit = target_ok ? ToFloat(x[target]) : NAN;
+  const float target_logit = target_ok ? F(x[target]) : NAN;
   __syncthreads();
 
-  Pack* packs = reinterpret_cast<Pack*>(x);
+  P* packs = reinterpret_cast<P*>(x);
   const int64_t npacks = vocab / kVec;
   MaxSum acc{-INFINITY, 0.0f};
   for (int64_t p = threadIdx.x; p < npacks; p += kThreads) {
-    const Pack pk = packs[p];
+    const P pk = packs[p];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) acc = Add(acc, ToFloat(pk.v[k]));
+    for (int k = 0; k < kVec; ++k) acc = Add(acc, F(pk.v[k]));
   }
   const MaxSum total = BlockReduce(acc);
   const float inv_sum = 1.0f / total.s;
   for (int64_t p = threadIdx.x; p < npacks; p += kThreads) {
-    Pack pk = packs[p];
+    P pk = packs[p];
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const int64_t j = p * kVec + k;
-      float g = __expf(ToFloat(pk.v[k]) - total.m) * inv_sum;
+      float g = __expf(F(pk.v[k]) - total.m) * inv_sum;
       if (j == target) g -= 1.0f;
-      pk.v[k] = FromFloat<T>(g * grad_scale);
+      pk.v[k] = To<T>(g * grad_scale);
     }
     packs[p] = pk;
   }

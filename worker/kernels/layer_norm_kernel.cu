@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "worker/kernels/float_convert.cuh"
 #include "worker/kernels/layer_norm_launch.h"
 
 namespace mt::kernels {
@@ -16,46 +17,6 @@ namespace {
 constexpr int kWarps = 8;  // rows per block at a time
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxBackwardBlocks = 528;  // 4 per SM of an H100/H200
-
-template <typename T>
-__device__ __forceinline__ float F(T v);
-template <>
-__device__ __forceinline__ float F<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ float F<__nv_bfloat16>(__nv_bfloat16 v) {
-  return __bfloat162float(v);
-}
-template <>
-__device__ __forceinline__ float F<__half>(__half v) {
-  return __half2float(v);
-}
-
-template <typename T>
-__device__ __forceinline__ T To(float v);
-template <>
-__device__ __forceinline__ float To<float>(float v) {
-  return v;
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 To<__nv_bfloat16>(float v) {
-  return __float2bfloat16(v);
-}
-template <>
-__device__ __forceinline__ __half To<__half>(float v) {
-  return __float2half(v);
-}
-
-template <typename T, int kVec>
-struct alignas(sizeof(T) * kVec) Pack {
-  T v[kVec];
-};
-
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
 
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)

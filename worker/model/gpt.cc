@@ -20,6 +20,7 @@
 #include "common/base/status_macros.h"
 #include "worker/kernels/cross_entropy.h"
 #include "worker/kernels/fused_mlp.h"
+#include "worker/kernels/int8_linear.h"
 #include "worker/kernels/layer_norm.h"
 #include "worker/model/recompute.h"
 #include "worker/model/sdpa_backend.h"
@@ -188,6 +189,7 @@ ColumnParallelLinearImpl::ColumnParallelLinearImpl(int64_t in, int64_t out, bool
 }
 
 torch::Tensor ColumnParallelLinearImpl::forward(const torch::Tensor& x) {
+  if (int8.q.defined()) return kernels::Int8Linear(x, int8, bias);  // tp = 1 (quantize.h)
   if (tp_size_ == 1) return Linear(x, weight, bias);
   if (tp_comm_overlap_) return parallel::AllGatherLinear(x, weight, bias, group_);
   return Linear(ToColumnParallel(x, group_, sequence_parallel_), weight, bias);
@@ -205,6 +207,7 @@ RowParallelLinearImpl::RowParallelLinearImpl(int64_t in, int64_t out, bool with_
 }
 
 torch::Tensor RowParallelLinearImpl::forward(const torch::Tensor& x) {
+  if (int8.q.defined()) return kernels::Int8Linear(x, int8, bias);  // tp = 1 (quantize.h)
   if (tp_size_ == 1) return Linear(x, weight, bias);
   TORCH_CHECK(group_ != nullptr, "a tensor-parallel model needs its TP group to run");
   if (tp_comm_overlap_) {
@@ -292,6 +295,10 @@ MlpImpl::MlpImpl(const GptConfig& c, const ModelShard& shard, const torch::Tenso
 }
 
 torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
+  if (linear_fc1->int8.q.defined()) {
+    // Int8 weights (quantize.h): the GELU in the fc1 kernel's epilogue where it runs.
+    return linear_fc2(kernels::Int8Linear(x, linear_fc1->int8, linear_fc1->bias, /*gelu=*/true));
+  }
   if (fused_) {
     const torch::Tensor rows = x.reshape({-1, x.size(-1)});
     const torch::Tensor &w1 = linear_fc1->weight, &b1 = linear_fc1->bias;

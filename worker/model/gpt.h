@@ -72,6 +72,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/kernels/int8_linear.h"
 #include "worker/model/gpt_config.h"
 
 namespace mt::parallel {
@@ -135,6 +136,9 @@ class ColumnParallelLinearImpl : public torch::nn::Module {
 
   torch::Tensor weight;
   torch::Tensor bias;  // undefined without bias
+  // Set by QuantizeInt8Linears (quantize.h) for inference: forward computes with it and
+  // `weight` is empty.
+  kernels::Int8Weight int8;
 
  private:
   const parallel::GroupHandle* group_;
@@ -155,6 +159,7 @@ class RowParallelLinearImpl : public torch::nn::Module {
 
   torch::Tensor weight;
   torch::Tensor bias;
+  kernels::Int8Weight int8;  // as ColumnParallelLinear's
 
  private:
   const parallel::GroupHandle* group_;

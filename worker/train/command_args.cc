@@ -80,6 +80,7 @@ generate::InferenceModelOptions InferenceOptionsFrom(const CommandArgs& args) {
   o.device = args.Get("--device", "cpu");
   o.dtype = args.Get("--dtype", "auto");
   o.attention = args.Get("--attention", "auto");
+  o.quantize = args.Get("--quantize", "none");
   return o;
 }
 

@@ -30,8 +30,9 @@ constexpr char kUsage[] =
     "usage: mt-worker eval CHECKPOINT --data-path PREFIX [--split 969,30,1]\n"
     "         [--eval-iters N (100) | --all] [--micro-batch-size B] [--context-length S]\n"
     "         [--seed S] [--device cpu|cuda[:N]] [--dtype auto|fp32|bf16|fp16]\n"
-    "         [--attention auto|math|fused] [-o text|json]\n"
-    "Evaluates the validation part of PREFIX.bin/.idx (--split 0,1,0: all of it).\n";
+    "         [--attention auto|math|fused] [--quantize none|int8] [-o text|json]\n"
+    "Evaluates the validation part of PREFIX.bin/.idx (--split 0,1,0: all of it).\n"
+    "--quantize int8: the transformer layers' linear weights as int8 (per output channel).\n";
 
 int Fail(int code, const absl::Status& s) {
   std::fprintf(stderr, "mt-worker eval: %s\n", std::string(s.message()).c_str());
@@ -42,7 +43,8 @@ int Fail(int code, const absl::Status& s) {
 const std::set<std::string>& ValueFlags() {
   static const auto* flags = new std::set<std::string>{
       "--data-path", "--split",  "--eval-iters", "--micro-batch-size", "--context-length",
-      "--seed",      "--device", "--dtype",      "--attention",        "-o"};
+      "--seed",      "--device", "--dtype",      "--attention",        "--quantize",
+      "-o"};
   return *flags;
 }
 

@@ -36,10 +36,11 @@ constexpr char kUsage[] =
     "         [--max-new-tokens N (64)] [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = all)]\n"
     "         [--top-p P (1.0)] [--seed S (1234)] [--stop TEXT] [-n SAMPLES (1)]\n"
     "         [--device cpu|cuda[:N]] [--dtype auto|fp32|bf16|fp16] [--attention auto|math|fused]\n"
-    "         [--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt] [-o text|json]\n"
-    "         [--no-cuda-graph]\n"
+    "         [--quantize none|int8] [--vocab-file gpt2-vocab.json --merge-file gpt2-merges.txt]\n"
+    "         [-o text|json] [--no-cuda-graph]\n"
     "CHECKPOINT: a save directory (latest good checkpoint), a checkpoint or a Hugging Face dir.\n"
-    "On CUDA the decode step is replayed from a CUDA graph; --no-cuda-graph runs it eagerly.\n";
+    "On CUDA the decode step is replayed from a CUDA graph; --no-cuda-graph runs it eagerly.\n"
+    "--quantize int8: the transformer layers' linear weights as int8 (per output channel).\n";
 
 bool IsFile(const std::string& path) {
   struct stat st;
@@ -135,11 +136,10 @@ void PrintText(const generate::GenerateResult& r, bool streamed) {
 
 const std::set<std::string>& ValueFlags() {
   static const auto* flags =
-      new std::set<std::string>{"--prompt",      "--prompt-file", "--max-new-tokens",
-                                "--temperature", "--top-k",       "--top-p",
-                                "--seed",        "--stop",        "-n",
-                                "--device",      "--dtype",       "--attention",
-                                "--vocab-file",  "--merge-file",  "-o"};
+      new std::set<std::string>{"--prompt",   "--prompt-file", "--max-new-tokens", "--temperature",
+                                "--top-k",    "--top-p",       "--seed",           "--stop",
+                                "-n",         "--device",      "--dtype",          "--attention",
+                                "--quantize", "--vocab-file",  "--merge-file",     "-o"};
   return *flags;
 }
 

@@ -1,0 +1,83 @@
+#include "bench/profile/kernel_profile.h"
+
+#include <torch/cuda.h>
+#include <torch/version.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+#include <utility>
+#include <vector>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/autograd/profiler_kineto.h>
+#define MT_HAVE_KINETO 1
+#else
+#define MT_HAVE_KINETO 0
+#endif
+
+namespace mt::bench {
+namespace {
+
+struct KernelTotal {
+  double ns = 0;
+  int64_t calls = 0;
+};
+
+[[maybe_unused]] void PrintTop(const std::map<std::string, KernelTotal>& totals, double busy_ns,
+                               const KernelProfileOptions& o) {
+  std::vector<std::pair<std::string, KernelTotal>> rows(totals.begin(), totals.end());
+  std::sort(rows.begin(), rows.end(),
+            [](const auto& a, const auto& b) { return a.second.ns > b.second.ns; });
+  std::printf("%8s %6s %6s  %s\n", ("ms/" + o.unit).c_str(), "share", "calls", "kernel");
+  for (int i = 0; i < o.top && i < static_cast<int>(rows.size()); ++i) {
+    const KernelTotal& k = rows[i].second;
+    std::string name = rows[i].first;
+    if (name.size() > 140) name = name.substr(0, 137) + "...";
+    std::printf("%8.3f %5.1f%% %6.1f  %s\n", k.ns / 1e6 / o.units, 100.0 * k.ns / busy_ns,
+                static_cast<double>(k.calls) / o.units, name.c_str());
+  }
+}
+
+}  // namespace
+
+bool ProfileKernels(const std::function<void()>& body, const KernelProfileOptions& o) {
+#if MT_HAVE_KINETO
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  const prof::ProfilerConfig config(prof::ProfilerState::KINETO);
+  const std::set<ActivityType> activities{ActivityType::CPU, ActivityType::CUDA};
+  prof::prepareProfiler(config, activities);
+  prof::enableProfiler(config, activities);
+  const auto t0 = std::chrono::steady_clock::now();
+  body();
+  torch::cuda::synchronize();
+  const double wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
+  std::map<std::string, KernelTotal> totals;
+  double busy_ns = 0;
+  for (const auto& e : result->events()) {
+    if (e.deviceType() != c10::DeviceType::CUDA) continue;
+    KernelTotal& k = totals[std::string(e.name())];
+    k.ns += static_cast<double>(e.durationNs());
+    k.calls += 1;
+    busy_ns += static_cast<double>(e.durationNs());
+  }
+  std::printf("%ss profiled: %d; wall %.3f ms/%s; GPU busy %.3f ms/%s (%.1f%%)\n", o.unit.c_str(),
+              o.units, wall_ms / o.units, o.unit.c_str(), busy_ns / 1e6 / o.units, o.unit.c_str(),
+              100.0 * busy_ns / 1e6 / wall_ms);
+  PrintTop(totals, busy_ns, o);
+  if (!o.trace.empty()) result->save(o.trace);
+  return true;
+#else
+  (void)body;
+  std::fprintf(stderr, "profiling needs LibTorch >= 2.0 (Kineto); this is %s\n", TORCH_VERSION);
+  return false;
+#endif
+}
+
+}  // namespace mt::bench

@@ -1,0 +1,54 @@
+// Device-side helpers the kernels share (nvcc only; no LibTorch): conversion of fp32, bf16 and
+// fp16 elements to and from fp32, the vector type of 16-byte loads, and a warp's sum.
+#ifndef MT_WORKER_KERNELS_FLOAT_CONVERT_CUH_
+#define MT_WORKER_KERNELS_FLOAT_CONVERT_CUH_
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace mt::kernels {
+
+template <typename T>
+__device__ __forceinline__ float F(T v);
+template <>
+__device__ __forceinline__ float F<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ float F<__nv_bfloat16>(__nv_bfloat16 v) {
+  return __bfloat162float(v);
+}
+template <>
+__device__ __forceinline__ float F<__half>(__half v) {
+  return __half2float(v);
+}
+
+template <typename T>
+__device__ __forceinline__ T To(float v);
+template <>
+__device__ __forceinline__ float To<float>(float v) {
+  return v;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 To<__nv_bfloat16>(float v) {
+  return __float2bfloat16(v);
+}
+template <>
+__device__ __forceinline__ __half To<__half>(float v) {
+  return __float2half(v);
+}
+
+// kVec elements of T loaded or stored as one vector (16 bytes when sizeof(T) * kVec == 16).
+template <typename T, int kVec>
+struct alignas(sizeof(T) * kVec) Pack {
+  T v[kVec];
+};
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+}  // namespace mt::kernels
+
+#endif  // MT_WORKER_KERNELS_FLOAT_CONVERT_CUH_

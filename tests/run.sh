@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Runs the test suites on the build that deploy/setup.sh made: formatting, then every CTest
-# label that runs without a GPU (unit, integration, e2e, fuzz). GPU and perf tests run on the
-# GPU machine through tests/gpu/run.sh.
+# label that runs without a GPU (unit, integration, e2e, fuzz, and the short forms of the
+# multinode, slurm and chaos suites). GPU and perf tests run on the GPU machine through
+# tests/gpu/run.sh; the long forms (label long) by hand: `ctest --test-dir build -L long`.
 #   tests/run.sh [extra ctest arguments, e.g. -L unit or -R Layout]
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MT_BUILD_DIR:-$root/build}
 "$root/tools/check_format.sh"
-ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -LE 'gpu|perf' --timeout 900 "$@"
+ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -LE 'gpu|perf|long' --timeout 900 "$@"

@@ -103,6 +103,18 @@ logging: {log_interval: 4}
   EXPECT_EQ(NumberAfter(eval.out, "\"tokens\":"), 6 * 2 * 16);
   EXPECT_EQ(NumberAfter(eval.out, "\"step\":"), 4);
 
+  // --quantize int8: the same batches through int8 linear weights; a loss that moved, not far.
+  const Captured int8 = Capture([&] {
+    return RunEvalCommand({dir + "/ckpt", "--data-path", prefix, "--split", "80,20,0",
+                           "--eval-iters", "6", "--attention", "math", "--quantize", "int8", "-o",
+                           "json"});
+  });
+  ASSERT_EQ(int8.rc, 0) << int8.err;
+  const double int8_loss = NumberAfter(int8.out, "\"loss\":");
+  EXPECT_NE(int8_loss, NumberAfter(eval.out, "\"loss\":"));
+  EXPECT_NEAR(int8_loss, valid_loss, 0.05);
+  EXPECT_EQ(NumberAfter(int8.out, "\"tokens\":"), 6 * 2 * 16);
+
   // --all: every sample of the validation split once, in micro-batches of 3.
   const Captured all = Capture([&] {
     return RunEvalCommand({dir + "/ckpt", "--data-path", prefix, "--split", "80,20,0", "--all",
@@ -129,6 +141,11 @@ logging: {log_interval: 4}
   });
   EXPECT_EQ(bad.rc, 2);
   EXPECT_THAT(bad.err, HasSubstr("not both"));
+  bad = Capture([&] {
+    return RunEvalCommand({dir + "/ckpt", "--data-path", prefix, "--quantize", "int4"});
+  });
+  EXPECT_EQ(bad.rc, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--quantize \"int4\": want none or int8"));
 }
 
 TEST(GenerateCommandTest, GeneratesFromASavedCheckpoint) {

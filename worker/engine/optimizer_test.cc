@@ -18,6 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/model/gpt.h"
+#include "worker/model/tiny_config_for_test.h"
 
 namespace mt::engine {
 namespace {
@@ -26,16 +27,7 @@ using model::GptConfig;
 using model::GptModel;
 
 std::shared_ptr<GptModel> TinyModel(uint64_t seed) {
-  GptConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.seq_length = 16;
-  c.vocab_size = 128;
-  c.hidden_dropout = 0.0;
-  c.attention_dropout = 0.0;
-  c.attention_backend = model::AttentionBackend::kMath;
-  c.Resolve();
+  const GptConfig c = model::TinyConfig();
   torch::manual_seed(seed);
   auto m = GptModel::Create(c);
   EXPECT_TRUE(m.ok()) << m.status();

@@ -16,24 +16,10 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/model/recompute.h"
+#include "worker/model/tiny_config_for_test.h"
 
 namespace mt::model {
 namespace {
-
-// The tiny model of the engine's tests: 2 layers, hidden 32, 4 heads, seq 16, vocabulary 128
-// (already a multiple of 128, so the padded vocabulary is 128 too).
-GptConfig TinyConfig() {
-  GptConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.seq_length = 16;
-  c.vocab_size = 128;
-  c.hidden_dropout = 0.0;
-  c.attention_dropout = 0.0;
-  c.attention_backend = AttentionBackend::kMath;
-  return c.Resolve();
-}
 
 std::shared_ptr<GptModel> MakeModel(const GptConfig& c, uint64_t seed = 1) {
   torch::manual_seed(seed);

@@ -11,24 +11,12 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/kernels/int8_linear.h"
+#include "worker/model/tiny_config_for_test.h"
 
 namespace mt::model {
 namespace {
 
 using ::testing::HasSubstr;
-
-GptConfig TinyConfig() {
-  GptConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.seq_length = 16;
-  c.vocab_size = 128;
-  c.hidden_dropout = 0.0;
-  c.attention_dropout = 0.0;
-  c.attention_backend = AttentionBackend::kMath;
-  return c.Resolve();
-}
 
 std::shared_ptr<GptModel> MakeModel(const GptConfig& c, const ModelShard& shard = {}) {
   ModelBuildOptions build;

@@ -97,6 +97,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   MT_RETURN_IF_ERROR(s->StartCatalog());
   if (config.ReflectionEnabled()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  rpc::AllowKeepalivePings(&builder);
   if (!config.ReflectionEnabled()) builder.SetOption(std::make_unique<WithoutReflection>());
   int bound_port = 0;
   builder.AddListeningPort(config.listen_address, credentials, &bound_port);

@@ -88,11 +88,30 @@ class Authenticator {
 inline constexpr int kMaxReconnectBackoffMs = 1000;
 inline constexpr int kInitialReconnectBackoffMs = 100;
 
+// How a channel finds out that its connection is dead when the network, not the server, went
+// away (a cut link, a peer host that lost power): no TCP reset comes, and without pings the
+// channel would keep the connection and queue its calls behind TCP's retransmission backoff,
+// which grows to several seconds during an outage and goes on after the link is back. A worker
+// daemon's heartbeats would then stop for longer than the coordinator's --lost_after right after
+// it registered again, and its job would restart twice for one cut (tests/multinode). With a
+// ping every kKeepaliveTimeMs that must be answered within kKeepaliveTimeoutMs, the dead
+// connection is closed during the outage and a fresh one is made when the network returns,
+// trying again at least every kMinConnectTimeoutMs (gRPC's default waits 20 s on one attempt).
+inline constexpr int kKeepaliveTimeMs = 1000;
+inline constexpr int kKeepaliveTimeoutMs = 3000;
+inline constexpr int kMinConnectTimeoutMs = 3000;
+
+// What a server accepts from the channels above: pings every kKeepaliveTimeMs, with or without
+// calls in flight (gRPC's default turns a client away after a few pings less than 5 minutes
+// apart); and its own pings, so that it drops the streams of a client that is gone.
+void AllowKeepalivePings(grpc::ServerBuilder* builder);
+
 // Channel to `address` over `credentials` (nullptr = plaintext), sending `token` as a bearer
 // token when it is not empty, reconnecting within kMaxReconnectBackoffMs of its server's
-// return. A call that does not wait for ready fails at once while the server is away (with the
-// last connection error) and does not keep the channel trying: a caller that must get through
-// as soon as the server is back waits for ready (the worker daemon's Register).
+// return and closing a connection whose pings go unanswered (kKeepaliveTimeMs). A call that does
+// not wait for ready fails at once while the server is away (with the last connection error) and
+// does not keep the channel trying: a caller that must get through as soon as the server is back
+// waits for ready (the worker daemon's Register).
 std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address, const std::string& token,
     std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr);

@@ -1,6 +1,15 @@
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -144,6 +153,7 @@ TEST(Tls, EnvironmentRoundTrip) {
 std::unique_ptr<grpc::Server> Serve(const std::string& address, int* port) {
   static auto* const unimplemented = new mt::v1::WorkerService::Service();
   grpc::ServerBuilder builder;
+  rpc::AllowKeepalivePings(&builder);
   builder.RegisterService(unimplemented);
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), port);
   return builder.BuildAndStart();
@@ -182,6 +192,112 @@ TEST(Channel, ReconnectsWithinItsBoundedBackoffAfterALongOutage) {
   EXPECT_LT(took, absl::Milliseconds(kMaxReconnectBackoffMs * 2)) << absl::FormatDuration(took);
   std::fprintf(stderr, "connected again %s after the server's return\n",
                absl::FormatDuration(took).c_str());
+}
+
+// A TCP relay on 127.0.0.1 to `target_port` that can go silent as a cut link does: after
+// Stall() it moves no byte in either direction and closes nothing, so no reset reaches either
+// end (what a cable pulled between two hosts looks like to both).
+class StallingRelay {
+ public:
+  explicit StallingRelay(int target_port) : target_port_(target_port) {
+    listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+        ::listen(listener_, 8) == 0 &&
+        ::getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+      port_ = ntohs(addr.sin_port);
+    }
+    accept_ = std::thread([this] { Accept(); });
+  }
+  ~StallingRelay() {
+    stop_ = true;
+    accept_.join();
+    for (std::thread& t : pumps_) t.join();
+    for (int fd : fds_) ::close(fd);
+    ::close(listener_);
+  }
+  int port() const { return port_; }
+  void Stall() { stalled_ = true; }
+
+ private:
+  void Accept() {
+    while (!stop_) {
+      pollfd p{listener_, POLLIN, 0};
+      if (::poll(&p, 1, 50) <= 0) continue;
+      const int client = ::accept(listener_, nullptr, nullptr);
+      if (client < 0) continue;
+      const int server = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      addr.sin_port = htons(target_port_);
+      (void)::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      fds_.push_back(client);
+      fds_.push_back(server);
+      pumps_.emplace_back([this, client, server] { Pump(client, server); });
+    }
+  }
+  // Copies bytes both ways until stopped; once stalled, holds both sockets open and idle.
+  void Pump(int a, int b) {
+    char buf[16384];
+    while (!stop_) {
+      if (stalled_) {
+        ::usleep(20000);
+        continue;
+      }
+      pollfd p[2] = {{a, POLLIN, 0}, {b, POLLIN, 0}};
+      if (::poll(p, 2, 20) <= 0) continue;
+      for (int i = 0; i < 2; ++i) {
+        if ((p[i].revents & (POLLIN | POLLHUP)) == 0) continue;
+        const ssize_t n = ::read(p[i].fd, buf, sizeof(buf));
+        if (n <= 0) return;
+        if (::write(i == 0 ? b : a, buf, n) != n) return;
+      }
+    }
+  }
+
+  const int target_port_;
+  int listener_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> stalled_{false};
+  // Only the accept thread adds to these; the destructor reads them once it has joined it.
+  std::vector<int> fds_;
+  std::vector<std::thread> pumps_;
+  std::thread accept_;
+};
+
+// Before (no keepalive pings): a connection whose network went silent stayed READY for as long
+// as the outage lasted, and calls queued behind TCP's retransmission backoff, which a worker
+// daemon paid for with missed heartbeats after the network came back (auth.h).
+TEST(Channel, ClosesAConnectionWhoseNetworkWentSilentWithinItsKeepalive) {
+  int port = 0;
+  std::unique_ptr<grpc::Server> server = Serve("127.0.0.1:0", &port);
+  ASSERT_NE(server, nullptr);
+  StallingRelay relay(port);
+  ASSERT_NE(relay.port(), 0);
+  auto channel = MakeChannel(absl::StrCat("127.0.0.1:", relay.port()), "");
+  ASSERT_TRUE(
+      channel->WaitForConnected(std::chrono::system_clock::now() + std::chrono::seconds(5)));
+  // Pings flow while the relay moves bytes: the connection stays up past a keepalive period.
+  absl::SleepFor(absl::Milliseconds(2 * kKeepaliveTimeMs + kKeepaliveTimeoutMs));
+  ASSERT_EQ(channel->GetState(/*try_to_connect=*/false), GRPC_CHANNEL_READY);
+  relay.Stall();
+  const absl::Time start = absl::Now();
+  while (channel->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY &&
+         absl::Now() - start < absl::Seconds(15)) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  const absl::Duration took = absl::Now() - start;
+  // One ping period, its answer's timeout, and a margin for a loaded machine.
+  EXPECT_LT(took, absl::Milliseconds(kKeepaliveTimeMs + kKeepaliveTimeoutMs + 2000))
+      << absl::FormatDuration(took);
+  std::fprintf(stderr, "the silent connection was closed %s after the network stalled\n",
+               absl::FormatDuration(took).c_str());
+  server->Shutdown(std::chrono::system_clock::now());
 }
 
 }  // namespace

@@ -160,18 +160,20 @@ class RpcTimerFactory : public grpc::experimental::ServerInterceptorFactoryInter
 
 }  // namespace
 
-// The last `mtctl eval` result per job whose checkpoint was evaluated. A collectable of its own
-// so that the families (their TYPE lines) are exposed before the first evaluation too.
+// The last `mtctl eval` result per job whose checkpoint was evaluated and per weights the
+// evaluation used (`mtctl eval --quantize`: "none", the checkpoint's own, or "int8"), so that an
+// int8 evaluation never stands in for the checkpoint's own loss. A collectable of its own so
+// that the families (their TYPE lines) are exposed before the first evaluation too.
 class EvalResults : public prometheus::Collectable {
  public:
-  void Set(const std::string& job, const mt::v1::Progress& p) {
+  void Set(const std::string& job, const std::string& weights, const mt::v1::Progress& p) {
     absl::MutexLock lock(&mu_);
-    results_[job] = {p.validation_loss(), p.validation_perplexity(),
-                     static_cast<double>(p.validation_step())};
+    results_[{job, weights}] = {p.validation_loss(), p.validation_perplexity(),
+                                static_cast<double>(p.validation_step())};
   }
   void Erase(const std::string& job) {
     absl::MutexLock lock(&mu_);
-    results_.erase(job);
+    results_.erase(results_.lower_bound({job, ""}), results_.lower_bound({job + '\0', ""}));
   }
 
   std::vector<MetricFamily> Collect() const override {
@@ -183,15 +185,19 @@ class EvalResults : public prometheus::Collectable {
         Gauges("mt_checkpoint_eval_step",
                "Step of the checkpoint the last `mtctl eval` of the job evaluated.")};
     absl::MutexLock lock(&mu_);
-    for (const auto& [job, values] : results_) {
-      for (size_t i = 0; i < out.size(); ++i) AddGauge(&out[i], {{"job", job}}, values[i]);
+    for (const auto& [key, values] : results_) {
+      for (size_t i = 0; i < out.size(); ++i) {
+        AddGauge(&out[i], {{"job", key.first}, {"weights", key.second}}, values[i]);
+      }
     }
     return out;
   }
 
  private:
   mutable absl::Mutex mu_;
-  std::map<std::string, std::array<double, 3>> results_ ABSL_GUARDED_BY(mu_);
+  // By (job, weights).
+  std::map<std::pair<std::string, std::string>, std::array<double, 3>> results_
+      ABSL_GUARDED_BY(mu_);
 };
 
 std::string GrpcCodeName(int code) {
@@ -298,7 +304,9 @@ void CoordinatorMetrics::OnJobTransition(const mt::v1::Job& job, mt::v1::JobStat
   if (to == mt::v1::JOB_STATE_SUCCEEDED && job.spec().inference().has_eval()) {
     // Labelled by the job that saved the checkpoint: one series per training job evaluated.
     const std::string& source = job.spec().inference().checkpoint_job_id();
-    eval_results_->Set(source.empty() ? "imported" : source, job.progress());
+    const std::string& quantize = job.spec().inference().eval().quantize();
+    eval_results_->Set(source.empty() ? "imported" : source, quantize.empty() ? "none" : quantize,
+                       job.progress());
     eval_tokens_->Increment(static_cast<double>(job.progress().evaluated_tokens()));
   }
   if (to == mt::v1::JOB_STATE_SUCCEEDED || to == mt::v1::JOB_STATE_FAILED ||

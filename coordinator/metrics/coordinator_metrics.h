@@ -2,8 +2,9 @@
 //   - job and worker counts by state, the queue length: read from the job manager and the
 //     worker registry at scrape time (always current, no bookkeeping);
 //   - restarts, finished jobs and scheduling latency: from job state transitions (JobObserver);
-//   - the last `mtctl eval` result per job whose checkpoint was evaluated: from the eval job's
-//     transition to SUCCEEDED (labelled by the training job, like the workers' series);
+//   - the last `mtctl eval` result per job whose checkpoint was evaluated and per weights
+//     (none or int8, `mtctl eval --quantize`): from the eval job's transition to SUCCEEDED
+//     (labelled by the training job, like the workers' series);
 //   - RPC latency by service, method and code: a gRPC server interceptor;
 //   - /sd: Prometheus HTTP service discovery of the live workers' metrics endpoints.
 // No label is unbounded: states, methods and codes are fixed sets; nodes are the cluster's;

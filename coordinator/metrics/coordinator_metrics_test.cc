@@ -179,28 +179,46 @@ TEST(CoordinatorMetricsTest, EvalResultsByTheJobThatSavedTheCheckpoint) {
               Not(HasSubstr("mt_checkpoint_eval_loss{")));
   m.OnJobTransition(job, mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED, absl::Now());
   text = metrics::SerializeMetrics(m.collectables());
-  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_loss{job=\"j-2\"} 2.5\n"));
-  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_perplexity{job=\"j-2\"} 12.25\n"));
-  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_step{job=\"j-2\"} 40\n"));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_loss{job=\"j-2\",weights=\"none\"} 2.5\n"));
+  EXPECT_THAT(text,
+              HasSubstr("mt_checkpoint_eval_perplexity{job=\"j-2\",weights=\"none\"} 12.25\n"));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_step{job=\"j-2\",weights=\"none\"} 40\n"));
   EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_tokens_total 96\n"));
+  // An int8 evaluation of the same checkpoint is a series of its own: it does not replace the
+  // checkpoint's own loss.
+  mt::v1::Job int8 = job;
+  int8.set_id("j-10");
+  int8.mutable_spec()->mutable_inference()->mutable_eval()->set_quantize("int8");
+  int8.mutable_progress()->set_validation_loss(2.625);
+  m.OnJobTransition(int8, mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED, absl::Now());
+  text = metrics::SerializeMetrics(m.collectables());
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_loss{job=\"j-2\",weights=\"none\"} 2.5\n"));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_loss{job=\"j-2\",weights=\"int8\"} 2.625\n"));
   // A training job's success adds nothing.
   mt::v1::Job training;
   training.set_id("j-2");
   training.mutable_progress()->set_validation_loss(1.0);
   m.OnJobTransition(training, mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED, absl::Now());
   EXPECT_THAT(metrics::SerializeMetrics(m.collectables()),
-              HasSubstr("mt_checkpoint_eval_loss{job=\"j-2\"} 2.5\n"));
+              HasSubstr("mt_checkpoint_eval_loss{job=\"j-2\",weights=\"none\"} 2.5\n"));
 }
 
 // A deleted job's series go with it (retention deletes jobs for good: series labelled by
 // them would otherwise pile up for as long as the coordinator runs); others stay.
 TEST(CoordinatorMetricsTest, DeletingAJobDropsItsEvalSeries) {
   CoordinatorMetrics m;
-  for (const auto& [source, loss] : {std::pair<std::string, double>{"j-2", 2.5}, {"j-3", 3.5}}) {
+  struct Eval {
+    std::string source, quantize;
+    double loss;
+  };
+  for (const Eval& e : {Eval{"j-2", "", 2.5}, Eval{"j-2", "int8", 2.75}, Eval{"j-20", "", 3.5}}) {
+    const std::string& source = e.source;
+    const double loss = e.loss;
     mt::v1::Job eval;
     eval.set_id(source + "-eval");
     eval.mutable_spec()->mutable_inference()->set_checkpoint_job_id(source);
     eval.mutable_spec()->mutable_inference()->mutable_eval()->set_data_path("/d");
+    eval.mutable_spec()->mutable_inference()->mutable_eval()->set_quantize(e.quantize);
     eval.mutable_progress()->set_validation_loss(loss);
     eval.mutable_progress()->set_validation_step(40);
     m.OnJobTransition(eval, mt::v1::JOB_STATE_RUNNING, mt::v1::JOB_STATE_SUCCEEDED, absl::Now());
@@ -210,9 +228,10 @@ TEST(CoordinatorMetricsTest, DeletingAJobDropsItsEvalSeries) {
   training.set_state(mt::v1::JOB_STATE_SUCCEEDED);
   m.OnJobDeleted(training);
   const std::string text = metrics::SerializeMetrics(m.collectables());
-  EXPECT_THAT(text, Not(HasSubstr("{job=\"j-2\"}")));
-  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_loss{job=\"j-3\"} 3.5\n"));
-  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_step{job=\"j-3\"} 40\n"));
+  // Both of j-2's series (its own weights and int8) go; j-20's, whose id starts like it, stay.
+  EXPECT_THAT(text, Not(HasSubstr("{job=\"j-2\"")));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_loss{job=\"j-20\",weights=\"none\"} 3.5\n"));
+  EXPECT_THAT(text, HasSubstr("mt_checkpoint_eval_step{job=\"j-20\",weights=\"none\"} 40\n"));
 }
 
 }  // namespace

@@ -145,8 +145,8 @@ TEST_F(InferenceJobsTest, EvalJobGivesTheLocalLossAndLandsOnTheCheckpoint) {
   ASSERT_FALSE(metrics.empty());
   absl::StatusOr<testutil::HttpResult> scrape = testutil::HttpGet(metrics, "/metrics");
   ASSERT_TRUE(scrape.ok()) << scrape.status().message();
-  EXPECT_THAT(scrape->body,
-              HasSubstr(absl::StrCat("mt_checkpoint_eval_loss{job=\"", c.job_id(), "\"}")));
+  EXPECT_THAT(scrape->body, HasSubstr(absl::StrCat("mt_checkpoint_eval_loss{job=\"", c.job_id(),
+                                                   "\",weights=\"none\"}")));
   EXPECT_THAT(scrape->body, HasSubstr("mt_checkpoint_eval_tokens_total 96"));
 
   // The same by directory: an absolute path works as well as the id.

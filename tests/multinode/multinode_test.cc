@@ -104,7 +104,7 @@ class MultinodeTest : public ::testing::Test {
     EXPECT_TRUE(id.ok()) << id.status();
     return id.value_or("");
   }
-  std::string Log(const std::string& name) { return cluster_->Log(name); }
+  std::string Log(const std::string& name, int lines = 30) { return cluster_->Log(name, lines); }
 
   // Submits `yaml`, waits for it to succeed and returns its per-step losses (from mtctl logs).
   std::map<int, double> RunToSuccess(const std::string& yaml, const std::string& file) {
@@ -293,7 +293,9 @@ TEST_F(MultinodeTest, ACutLinkIsDetectedNamingTheNodeAndTheJobResumesWhenItComes
       << Mtctl({"describe", id}).out << Mtctl({"logs", id}).out << Log("coordinator");
   absl::StatusOr<mt::v1::Job> done = Describe(id);
   ASSERT_TRUE(done.ok()) << done.status();
-  EXPECT_EQ(done->attempt(), 1) << "one restart, for the cut link";
+  EXPECT_EQ(done->attempt(), 1) << "one restart, for the cut link\n"
+                                << Mtctl({"describe", id}).out << Log("coordinator", 200)
+                                << Log("node3-w0", 80) << Log("node3-w1", 80);
   ExpectResumedLike(*done, want, kCutSteps, resumed_at);
   std::fprintf(stderr,
                "[multinode] cut link: detected in %s, PENDING (does not fit) %s after the cut; "

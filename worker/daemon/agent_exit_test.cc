@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/rpc/auth.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "mt/v1/worker_service.grpc.pb.h"
@@ -95,6 +96,7 @@ TEST(AgentExitReportTest, ARefusalByARestartingCoordinatorIsRetriedUntilItTakesT
   // Refused for 2 s (less than the refusal grace), then taken.
   RestartedCoordinator service(absl::Now() + absl::Seconds(2));
   grpc::ServerBuilder builder;
+  rpc::AllowKeepalivePings(&builder);
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);
@@ -184,6 +186,7 @@ TEST(AgentExitReportTest, AnAssignmentOfAnAttemptThatAlreadyRanHereIsNotStartedA
   ::chmod(trainer.c_str(), 0755);
   ResendingCoordinator service;
   grpc::ServerBuilder builder;
+  rpc::AllowKeepalivePings(&builder);
   int port = 0;
   builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(&service);

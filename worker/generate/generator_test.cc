@@ -15,6 +15,7 @@
 #include "worker/generate/cached_forward.h"
 #include "worker/generate/kv_cache.h"
 #include "worker/generate/sampling.h"
+#include "worker/generate/test_models.h"
 #include "worker/model/gpt.h"
 #include "worker/model/quantize.h"
 
@@ -28,30 +29,11 @@ constexpr int64_t kVocab = 100;  // padded to 128: the padding must never be cho
 constexpr int64_t kContext = 32;
 
 std::shared_ptr<model::GptModel> TinyModel(model::AttentionBackend backend) {
-  model::GptConfig c;
-  c.num_layers = 2;
-  c.hidden_size = 32;
-  c.num_attention_heads = 4;
-  c.seq_length = kContext;
-  c.vocab_size = kVocab;
-  c.hidden_dropout = 0.0;
-  c.attention_dropout = 0.0;
-  c.attention_backend = backend;
-  // A larger init spreads the logits: greedy choices are far from ties.
-  c.init_method_std = 0.2;
-  model::ModelBuildOptions o;
-  o.seed = 42;
-  auto m = model::GptModel::Create(c.Resolve(), {}, o);
-  EXPECT_TRUE(m.ok()) << m.status();
-  (*m)->eval();
-  return *m;
-}
-
-// One character per token: a real, reversible detokenizer for tests without BPE files.
-std::string Letters(absl::Span<const int32_t> ids) {
-  std::string s;
-  for (int32_t id : ids) s.push_back(static_cast<char>('a' + id % 26));
-  return s;
+  TinyGptOptions t;
+  t.context = kContext;
+  t.vocab = kVocab;
+  t.backend = backend;
+  return TinyGpt(t);
 }
 
 const std::vector<int32_t> kPrompt = {5, 17, 3, 99, 42, 8};
@@ -87,11 +69,11 @@ TEST_P(BackendTest, GreedyWithCacheEqualsFullReforwardTokenForToken) {
   constexpr int64_t kNew = 20;
   std::vector<torch::Tensor> ref_logits;
   const std::vector<int32_t> expected = ReferenceGreedy(*gpt, kPrompt, kNew, &ref_logits);
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, kPrompt, Greedy(kNew), Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, kPrompt, Greedy(kNew), LetterText));
   ASSERT_EQ(r.samples.size(), 1u);
   EXPECT_EQ(r.samples[0].tokens, expected);
   EXPECT_EQ(r.samples[0].finish_reason, "length");
-  EXPECT_EQ(r.samples[0].text, Letters(expected));
+  EXPECT_EQ(r.samples[0].text, LetterText(expected));
   EXPECT_EQ(r.generated_tokens, kNew);
   EXPECT_EQ(r.prompt_tokens, static_cast<int64_t>(kPrompt.size()));
 
@@ -125,7 +107,7 @@ TEST(GenerateTest, Int8WeightsGreedyWithCacheEqualsFullReforward) {
   constexpr int64_t kNew = 20;
   std::vector<torch::Tensor> ref_logits;
   const std::vector<int32_t> expected = ReferenceGreedy(*gpt, kPrompt, kNew, &ref_logits);
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, kPrompt, Greedy(kNew), Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, kPrompt, Greedy(kNew), LetterText));
   ASSERT_EQ(r.samples.size(), 1u);
   EXPECT_EQ(r.samples[0].tokens, expected);
   const float moved = (ref_logits[0] - fp32_logits[0]).abs().max().item<float>();
@@ -169,8 +151,8 @@ TEST(GenerateTest, SamplingIsReproducibleFromTheSeed) {
   o.sampling.top_k = 50;
   o.sampling.top_p = 0.95;
   o.sampling.seed = 7;
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult a, Generate(*gpt, kPrompt, o, Letters));
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult b, Generate(*gpt, kPrompt, o, Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult a, Generate(*gpt, kPrompt, o, LetterText));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult b, Generate(*gpt, kPrompt, o, LetterText));
   ASSERT_EQ(a.samples.size(), 3u);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_EQ(a.samples[i].tokens, b.samples[i].tokens) << "sample " << i;
@@ -180,21 +162,21 @@ TEST(GenerateTest, SamplingIsReproducibleFromTheSeed) {
   // The samples of one batch differ from each other, and another seed gives other tokens.
   EXPECT_NE(a.samples[0].tokens, a.samples[1].tokens);
   o.sampling.seed = 8;
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult c, Generate(*gpt, kPrompt, o, Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult c, Generate(*gpt, kPrompt, o, LetterText));
   EXPECT_NE(a.samples[0].tokens, c.samples[0].tokens);
 }
 
 TEST(GenerateTest, TopKOneAndTinyTopPAreGreedy) {
   auto gpt = TinyModel(model::AttentionBackend::kMath);
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult greedy, Generate(*gpt, kPrompt, Greedy(10), Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult greedy, Generate(*gpt, kPrompt, Greedy(10), LetterText));
   GenerateOptions o = Greedy(10);
   o.sampling.temperature = 0.7;
   o.sampling.top_k = 1;
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult k1, Generate(*gpt, kPrompt, o, Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult k1, Generate(*gpt, kPrompt, o, LetterText));
   EXPECT_EQ(k1.samples[0].tokens, greedy.samples[0].tokens);
   o.sampling.top_k = 0;
   o.sampling.top_p = 1e-6;
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult p, Generate(*gpt, kPrompt, o, Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult p, Generate(*gpt, kPrompt, o, LetterText));
   EXPECT_EQ(p.samples[0].tokens, greedy.samples[0].tokens);
 }
 
@@ -219,18 +201,18 @@ TEST(SamplingTest, TopKAndTopPKeepOnlyTheirTokens) {
 
 TEST(GenerateTest, StopTextEndsTheSampleAndIsNeverStreamed) {
   auto gpt = TinyModel(model::AttentionBackend::kMath);
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult full, Generate(*gpt, kPrompt, Greedy(12), Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult full, Generate(*gpt, kPrompt, Greedy(12), LetterText));
   const std::string text = full.samples[0].text;
   ASSERT_EQ(text.size(), 12u);
   GenerateOptions o = Greedy(12);
   o.stop = text.substr(5, 3);
   const size_t cut = text.find(o.stop);  // the first occurrence (may be before 5)
   std::string streamed;
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r,
-                          Generate(*gpt, kPrompt, o, Letters, [&](int64_t i, absl::string_view t) {
-                            EXPECT_EQ(i, 0);
-                            streamed.append(t.data(), t.size());
-                          }));
+  MT_ASSERT_OK_AND_ASSIGN(
+      GenerateResult r, Generate(*gpt, kPrompt, o, LetterText, [&](int64_t i, absl::string_view t) {
+        EXPECT_EQ(i, 0);
+        streamed.append(t.data(), t.size());
+      }));
   EXPECT_EQ(r.samples[0].finish_reason, "stop");
   EXPECT_EQ(r.samples[0].text, text.substr(0, cut));
   EXPECT_EQ(streamed, r.samples[0].text);
@@ -238,7 +220,7 @@ TEST(GenerateTest, StopTextEndsTheSampleAndIsNeverStreamed) {
 
   // Without a stop text everything is streamed, in order.
   streamed.clear();
-  MT_ASSERT_OK(Generate(*gpt, kPrompt, Greedy(12), Letters, [&](int64_t, absl::string_view t) {
+  MT_ASSERT_OK(Generate(*gpt, kPrompt, Greedy(12), LetterText, [&](int64_t, absl::string_view t) {
                  streamed.append(t.data(), t.size());
                }).status());
   EXPECT_EQ(streamed, text);
@@ -246,14 +228,14 @@ TEST(GenerateTest, StopTextEndsTheSampleAndIsNeverStreamed) {
 
 TEST(GenerateTest, EndOfDocumentAndContextEndSamples) {
   auto gpt = TinyModel(model::AttentionBackend::kMath);
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult full, Generate(*gpt, kPrompt, Greedy(8), Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult full, Generate(*gpt, kPrompt, Greedy(8), LetterText));
   GenerateOptions o = Greedy(8);
   o.eod = full.samples[0].tokens[3];
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, kPrompt, o, Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, kPrompt, o, LetterText));
   EXPECT_EQ(r.samples[0].finish_reason, "eod");
   EXPECT_LE(r.samples[0].tokens.size(), 3u);
   // More new tokens than the context holds: stops at the context.
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult c, Generate(*gpt, kPrompt, Greedy(1000), Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult c, Generate(*gpt, kPrompt, Greedy(1000), LetterText));
   EXPECT_EQ(c.samples[0].finish_reason, "context");
   EXPECT_EQ(static_cast<int64_t>(c.samples[0].tokens.size()),
             kContext - static_cast<int64_t>(kPrompt.size()) + 1);
@@ -264,7 +246,7 @@ TEST(GenerateTest, EndOfDocumentAndContextEndSamples) {
 TEST(GenerateTest, APromptFillingTheContextGivesOneToken) {
   auto gpt = TinyModel(model::AttentionBackend::kMath);
   std::vector<int32_t> full_prompt(kContext, 1);
-  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, full_prompt, Greedy(4), Letters));
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult r, Generate(*gpt, full_prompt, Greedy(4), LetterText));
   ASSERT_EQ(r.samples.size(), 1u);
   EXPECT_EQ(r.samples[0].tokens.size(), 1u);
   EXPECT_EQ(r.samples[0].finish_reason, "context");
@@ -274,16 +256,16 @@ TEST(GenerateTest, APromptFillingTheContextGivesOneToken) {
 TEST(GenerateTest, BadInputNamesTheFlag) {
   auto gpt = TinyModel(model::AttentionBackend::kMath);
   std::vector<int32_t> long_prompt(kContext + 1, 1);
-  EXPECT_THAT(Generate(*gpt, long_prompt, Greedy(4), Letters).status(),
+  EXPECT_THAT(Generate(*gpt, long_prompt, Greedy(4), LetterText).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("--prompt: 33 tokens exceed the model's context of 32 tokens")));
-  EXPECT_THAT(Generate(*gpt, {}, Greedy(4), Letters).status(),
+  EXPECT_THAT(Generate(*gpt, {}, Greedy(4), LetterText).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--prompt")));
-  EXPECT_THAT(Generate(*gpt, {int32_t{kVocab}}, Greedy(4), Letters).status(),
+  EXPECT_THAT(Generate(*gpt, {int32_t{kVocab}}, Greedy(4), LetterText).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--prompt")));
   GenerateOptions o = Greedy(4);
   o.sampling.temperature = -0.5;
-  EXPECT_THAT(Generate(*gpt, kPrompt, o, Letters).status(),
+  EXPECT_THAT(Generate(*gpt, kPrompt, o, LetterText).status(),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("--temperature")));
   o = Greedy(4);
   o.sampling.top_p = 0.0;

@@ -39,6 +39,9 @@ inline mt::v1::Layout LayoutOf(int tp, int pp, int dp, int num_layers = 4) {
 // string per rank:
 // empty when its groups were built and fn returned, else what went wrong (a failed group
 // creation, or an exception fn threw). Assertions inside fn report through gtest as usual.
+// Every rank's groups live until all threads are done: a rank whose fn returns at once must
+// not close its Gloo pairs while a slower rank still completes its handshakes with them (that
+// rank then failed with "Connection closed by peer", once in a full run).
 inline std::vector<std::string> RunRanks(
     const mt::v1::Layout& layout,
     const std::function<void(int rank, std::shared_ptr<ProcessGroups> groups)>& fn,
@@ -47,6 +50,7 @@ inline std::vector<std::string> RunRanks(
   const int world = layout.world_size();
   auto store = c10::make_intrusive<c10d::HashStore>();
   std::vector<std::string> errors(world);
+  std::vector<std::shared_ptr<ProcessGroups>> alive(world);
   std::vector<std::thread> threads;
   for (int rank = 0; rank < world; ++rank) {
     threads.emplace_back([&, rank] {
@@ -55,6 +59,7 @@ inline std::vector<std::string> RunRanks(
         errors[rank] = groups.status().ToString();
         return;
       }
+      alive[rank] = *groups;
       try {
         fn(rank, *groups);
       } catch (const std::exception& e) {
@@ -63,6 +68,7 @@ inline std::vector<std::string> RunRanks(
     });
   }
   for (auto& t : threads) t.join();
+  alive.clear();
   if (world == 0) errors.push_back("the layout did not build");
   return errors;
 }

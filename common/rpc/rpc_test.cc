@@ -201,9 +201,7 @@ class StallingRelay {
  public:
   explicit StallingRelay(int target_port) : target_port_(target_port) {
     listener_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    sockaddr_in addr = Loopback(0);
     socklen_t len = sizeof(addr);
     if (::bind(listener_, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
         ::listen(listener_, 8) == 0 &&
@@ -223,6 +221,13 @@ class StallingRelay {
   void Stall() { stalled_ = true; }
 
  private:
+  static sockaddr_in Loopback(int port) {
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(port);
+    return addr;
+  }
   void Accept() {
     while (!stop_) {
       pollfd p{listener_, POLLIN, 0};
@@ -230,11 +235,8 @@ class StallingRelay {
       const int client = ::accept(listener_, nullptr, nullptr);
       if (client < 0) continue;
       const int server = ::socket(AF_INET, SOCK_STREAM, 0);
-      sockaddr_in addr{};
-      addr.sin_family = AF_INET;
-      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-      addr.sin_port = htons(target_port_);
-      (void)::connect(server, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+      const sockaddr_in addr = Loopback(target_port_);
+      (void)::connect(server, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr));
       fds_.push_back(client);
       fds_.push_back(server);
       pumps_.emplace_back([this, client, server] { Pump(client, server); });

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -25,10 +26,16 @@
 // the coordinator checks them (common/spec/inference.h) and names the flag.
 ABSL_FLAG(std::string, data_path, "", "eval: dataset prefix (PREFIX.bin/.idx).");
 ABSL_FLAG(std::string, split, "", "eval: train,valid,test document weights (969,30,1).");
-ABSL_FLAG(std::string, eval_iters, "", "eval: micro-batches to evaluate (100).");
+ABSL_FLAG(std::string, eval_iters, "", "eval: iterations (one micro-batch per DP rank) (100).");
 ABSL_FLAG(bool, all, false, "eval: every sample of the validation split once.");
 ABSL_FLAG(std::string, micro_batch_size, "", "eval: samples per micro-batch (the checkpoint's).");
 ABSL_FLAG(std::string, context_length, "", "eval: tokens per sample (the checkpoint's).");
+ABSL_FLAG(std::string, tensor_model_parallel_size, "",
+          "eval: ranks each layer is split over (1; the checkpoint is resharded).");
+ABSL_FLAG(std::string, pipeline_model_parallel_size, "",
+          "eval: pipeline stages the layers are split into (1).");
+ABSL_FLAG(std::string, data_parallel_size, "",
+          "eval: ranks that split every batch (1; an iteration is a micro-batch per rank).");
 ABSL_FLAG(bool, wait, false, "eval: wait for the result and print it.");
 ABSL_FLAG(std::string, device, "auto", "eval/generate: auto, cpu or gpu workers.");
 ABSL_FLAG(std::string, prompt, "", "generate: the prompt text.");
@@ -104,6 +111,24 @@ absl::StatusOr<mt::v1::EvalTask> EvalTaskFromFlags() {
     MT_RETURN_IF_ERROR(IntFlag("--context-length", s, &v));
     t.set_context_length(v);
   }
+  const std::pair<const char*, const absl::Flag<std::string>*> sizes[] = {
+      {"--tensor-model-parallel-size", &FLAGS_tensor_model_parallel_size},
+      {"--pipeline-model-parallel-size", &FLAGS_pipeline_model_parallel_size},
+      {"--data-parallel-size", &FLAGS_data_parallel_size}};
+  int64_t layout[3] = {0, 0, 0};
+  for (int i = 0; i < 3; ++i) {
+    const std::string s = absl::GetFlag(*sizes[i].second);
+    if (s.empty()) continue;
+    MT_RETURN_IF_ERROR(IntFlag(sizes[i].first, s, &v));
+    if (v < 1 || v > spec::kMaxEvalParallelSize) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          sizes[i].first, " ", s, ": want an integer in [1, ", spec::kMaxEvalParallelSize, "]"));
+    }
+    layout[i] = v;
+  }
+  t.set_tensor_model_parallel_size(static_cast<int32_t>(layout[0]));
+  t.set_pipeline_model_parallel_size(static_cast<int32_t>(layout[1]));
+  t.set_data_parallel_size(static_cast<int32_t>(layout[2]));
   t.set_quantize(absl::GetFlag(FLAGS_quantize));
   // The coordinator checks again (with the checkpoint's positions); this answers without a call.
   MT_RETURN_IF_ERROR(spec::ValidateEvalTask(t, int64_t{1} << 30));

@@ -102,17 +102,21 @@ const std::vector<Verb>& AllVerbs() {
        "On a terminal the view is redrawn in place every --interval until Ctrl-C. Piped, or\n"
        "with -o json / -o yaml, one snapshot is printed: {cluster, jobs, workers}.",
        &RunTop},
-      {"eval", "evaluate a checkpoint's loss and perplexity on a dataset (a one-rank job)",
+      {"eval", "evaluate a checkpoint's loss and perplexity on a dataset (an evaluation job)",
        "mtctl eval CHECKPOINT --data-path PREFIX [--split 969,30,1] [--eval-iters N (100) | "
        "--all]\n"
        "           [--micro-batch-size B] [--context-length S] [--quantize none|int8]\n"
-       "           [--device auto|cpu|gpu] [--wait]\n\n"
+       "           [--tensor-model-parallel-size T] [--pipeline-model-parallel-size P]\n"
+       "           [--data-parallel-size D] [--device auto|cpu|gpu] [--wait]\n\n"
        "CHECKPOINT: a catalog id (`mtctl checkpoints list`) or a checkpoint or save directory.\n"
        "Evaluates the validation part of PREFIX.bin/.idx as --split divides it (0,1,0: all of\n"
        "it), as `mt-worker eval` does. Prints the job id; with --wait, waits and prints loss,\n"
        "perplexity and tokens evaluated (exit 1 when the job failed). The result is also kept\n"
        "on the checkpoint (`mtctl checkpoints describe`). --quantize int8: the layers' linear\n"
-       "weights as int8, per output channel (docs/inference.md).",
+       "weights as int8, per output channel (docs/inference.md; one rank).\n"
+       "T x P x D ranks (default 1 x 1 x 1), placed like a training job's: the checkpoint is\n"
+       "resharded to T and P; each iteration is a micro-batch per DP rank (with D = 1 the\n"
+       "samples of `mt-worker eval`; with D ranks those of its --micro-batch-size D x B).",
        &RunEval},
       {"generate", "stream text from a checkpoint (a one-rank generation job)",
        "mtctl generate CHECKPOINT (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N (64)]\n"

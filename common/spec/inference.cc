@@ -1,5 +1,6 @@
 #include "common/spec/inference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -45,7 +46,33 @@ absl::Status ValidateEvalTask(const mt::v1::EvalTask& task, int64_t max_position
     return Bad(absl::StrCat("--context-length ", task.context_length(), ": want an integer in [2, ",
                             max_positions, "] (the checkpoint's positions)"));
   }
+  const struct {
+    const char* flag;
+    int32_t size;
+  } sizes[] = {{"--tensor-model-parallel-size", task.tensor_model_parallel_size()},
+               {"--pipeline-model-parallel-size", task.pipeline_model_parallel_size()},
+               {"--data-parallel-size", task.data_parallel_size()}};
+  for (const auto& [flag, size] : sizes) {
+    if (size < 0 || size > kMaxEvalParallelSize) {
+      return Bad(
+          absl::StrCat(flag, " ", size, ": want an integer in [1, ", kMaxEvalParallelSize, "]"));
+    }
+  }
+  if (!task.quantize().empty() && task.quantize() != "none" && EvalWorldSize(task) > 1) {
+    return Bad(
+        absl::StrCat("--quantize ", task.quantize(),
+                     " evaluates on one rank: give --quantize none, or parallel sizes of 1"));
+  }
   return ValidateQuantize(task.quantize());
+}
+
+int64_t EvalWorldSize(const mt::v1::EvalTask& task) {
+  int64_t world = 1;
+  for (int32_t size : {task.tensor_model_parallel_size(), task.pipeline_model_parallel_size(),
+                       task.data_parallel_size()}) {
+    world *= std::max(1, size);
+  }
+  return world;
 }
 
 absl::Status ValidateGenerateTask(const mt::v1::GenerateTask& t) {
@@ -107,27 +134,41 @@ absl::StatusOr<mt::v1::JobSpec> InferenceJobSpec(const mt::v1::CheckpointManifes
   } else {
     return Bad("an inference job needs an eval or a generate task");
   }
+  // The ranks split the checkpoint's padded vocabulary as it is (worker/train/sharded_eval.h).
+  const int32_t tp = InferenceLayout(inference).tensor_model_parallel_size();
+  const int64_t padded = manifest.model().padded_vocab_size();
+  if (padded > 0 && padded % tp != 0) {
+    return Bad(absl::StrCat(
+        "--tensor-model-parallel-size ", tp, ": the checkpoint's vocabulary of ", padded,
+        " rows (padded) does not split evenly over ", tp, " ranks; give a divisor of ", padded));
+  }
   inference.set_checkpoint_dir(dir);
   inference.set_checkpoint_job_id(manifest.job_id());
+  *spec.mutable_inference() = std::move(inference);
   spec.set_name(name);
   spec.set_priority(priority);
   spec.clear_from_checkpoint();
-  mt::v1::ParallelSpec* parallel = spec.mutable_parallel();
-  parallel->Clear();
-  parallel->set_tensor_model_parallel_size(1);
-  parallel->set_pipeline_model_parallel_size(1);
-  parallel->set_data_parallel_size(1);
-  parallel->set_context_parallel_size(1);
-  parallel->set_world_size(1);
-  spec.mutable_training()->set_global_batch_size(spec.training().micro_batch_size());
+  *spec.mutable_parallel() = InferenceLayout(spec.inference());
+  spec.mutable_training()->set_global_batch_size(spec.training().micro_batch_size() *
+                                                 spec.parallel().data_parallel_size());
   mt::v1::CheckpointSpec* checkpoint = spec.mutable_checkpoint();
   checkpoint->Clear();
   checkpoint->set_load_dir(dir);
   spec.mutable_logging()->clear_tensorboard_dir();
   spec.mutable_restart()->set_max_restarts(0);
   spec.mutable_resources()->set_device(device);
-  *spec.mutable_inference() = std::move(inference);
   return spec;
+}
+
+mt::v1::ParallelSpec InferenceLayout(const mt::v1::InferenceSpec& inference) {
+  mt::v1::ParallelSpec p;
+  const mt::v1::EvalTask& eval = inference.eval();  // the default instance for generate
+  p.set_tensor_model_parallel_size(std::max(1, eval.tensor_model_parallel_size()));
+  p.set_pipeline_model_parallel_size(std::max(1, eval.pipeline_model_parallel_size()));
+  p.set_data_parallel_size(std::max(1, eval.data_parallel_size()));
+  p.set_context_parallel_size(1);
+  p.set_world_size(static_cast<int32_t>(EvalWorldSize(eval)));
+  return p;
 }
 
 std::vector<std::string> ListInferenceProblems(const mt::v1::JobSpec& spec) {
@@ -135,13 +176,15 @@ std::vector<std::string> ListInferenceProblems(const mt::v1::JobSpec& spec) {
   if (!spec.has_inference()) return problems;
   const mt::v1::InferenceSpec& inference = spec.inference();
   const mt::v1::ParallelSpec& p = spec.parallel();
-  for (int size : {p.tensor_model_parallel_size(), p.pipeline_model_parallel_size(),
-                   p.data_parallel_size(), p.context_parallel_size(), p.world_size()}) {
-    if (size > 1) {
-      problems.push_back(
-          "inference: an eval or generation job runs on one rank (parallel sizes 1)");
-      break;
-    }
+  const mt::v1::ParallelSpec want = InferenceLayout(inference);
+  if (std::max(1, p.tensor_model_parallel_size()) != want.tensor_model_parallel_size() ||
+      std::max(1, p.pipeline_model_parallel_size()) != want.pipeline_model_parallel_size() ||
+      std::max(1, p.data_parallel_size()) != want.data_parallel_size() ||
+      p.context_parallel_size() > 1 || std::max(1, p.world_size()) != want.world_size()) {
+    problems.push_back(absl::StrCat(
+        "inference: the parallel sizes must be the task's (TP ", want.tensor_model_parallel_size(),
+        ", PP ", want.pipeline_model_parallel_size(), ", DP ", want.data_parallel_size(),
+        "; a generation job runs on one rank)"));
   }
   if (!spec.checkpoint().save_dir().empty()) {
     problems.push_back("inference: an eval or generation job saves nothing (checkpoint.save_dir)");

@@ -23,20 +23,28 @@ inline constexpr int64_t kMaxNewTokens = 65536;
 inline constexpr int64_t kMaxSamples = 64;
 inline constexpr int64_t kMaxEvalIters = int64_t{1} << 30;
 inline constexpr int64_t kMaxEvalMicroBatch = 1 << 16;
+inline constexpr int32_t kMaxEvalParallelSize = 1024;
 
 // INVALID_ARGUMENT naming the flag (--data-path, --split, --eval-iters, --all,
-// --micro-batch-size, --context-length, --quantize) and its range; `max_positions` is the
-// checkpoint's.
+// --micro-batch-size, --context-length, --quantize, --tensor-model-parallel-size,
+// --pipeline-model-parallel-size, --data-parallel-size) and its range; `max_positions` is the
+// checkpoint's. --quantize int8 only on one rank.
 absl::Status ValidateEvalTask(const mt::v1::EvalTask& task, int64_t max_positions);
+// The ranks of an eval task: TP x PP x DP (each 0 = 1).
+int64_t EvalWorldSize(const mt::v1::EvalTask& task);
+// The layout of an inference job: an eval task's sizes (0 = 1), one rank for generation.
+mt::v1::ParallelSpec InferenceLayout(const mt::v1::InferenceSpec& inference);
 // INVALID_ARGUMENT naming the flag (--prompt, --max-new-tokens, --temperature, --top-k,
 // --top-p, --stop, -n, --quantize).
 absl::Status ValidateGenerateTask(const mt::v1::GenerateTask& task);
 
 // The spec of the job that evaluates or generates from the checkpoint in `dir` whose manifest
 // is `manifest`: the training job's spec from the manifest (FAILED_PRECONDITION when it holds
-// none, e.g. an import of a Hugging Face directory) on one rank (TP = PP = DP = 1), loading
-// `dir`, saving nothing, never restarted, no TensorBoard; an eval job's data path and split are
-// the task's. `inference` carries the task (checked here as above) and the catalog id.
+// none, e.g. an import of a Hugging Face directory) on InferenceLayout's ranks (the global
+// batch one micro-batch per DP rank), loading `dir`, saving nothing, never restarted, no
+// TensorBoard; an eval job's data path and split are the task's. `inference` carries the task
+// (checked here as above, and its TP size against the manifest's padded vocabulary, which its
+// ranks split as it is) and the catalog id.
 absl::StatusOr<mt::v1::JobSpec> InferenceJobSpec(const mt::v1::CheckpointManifest& manifest,
                                                  const std::string& dir,
                                                  mt::v1::InferenceSpec inference,
@@ -44,7 +52,7 @@ absl::StatusOr<mt::v1::JobSpec> InferenceJobSpec(const mt::v1::CheckpointManifes
                                                  mt::v1::DeviceKind device);
 
 // What ValidateSpec adds for a spec with `inference` (empty for other specs): the task's
-// checks above; one rank (every parallel size 0 or 1); no save_dir; checkpoint.load_dir set and
+// checks above; InferenceLayout's parallel sizes; no save_dir; checkpoint.load_dir set and
 // equal to inference.checkpoint_dir; an eval job's one data path equal to its task's. So the
 // fields the coordinator confines to its allowed roots (load_dir, data paths) are the ones the
 // rank reads.

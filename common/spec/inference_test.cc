@@ -53,6 +53,17 @@ TEST(InferenceSpecTest, EvalTaskErrorsNameTheFlag) {
        [](mt::v1::EvalTask* t) { t->set_context_length(33); }},
       {"--quantize \"int4\": want none or int8",
        [](mt::v1::EvalTask* t) { t->set_quantize("int4"); }},
+      {"--tensor-model-parallel-size -1: want an integer in [1, 1024]",
+       [](mt::v1::EvalTask* t) { t->set_tensor_model_parallel_size(-1); }},
+      {"--pipeline-model-parallel-size 1025: want an integer in [1, 1024]",
+       [](mt::v1::EvalTask* t) { t->set_pipeline_model_parallel_size(1025); }},
+      {"--data-parallel-size -2: want an integer in [1, 1024]",
+       [](mt::v1::EvalTask* t) { t->set_data_parallel_size(-2); }},
+      {"--quantize int8 evaluates on one rank",
+       [](mt::v1::EvalTask* t) {
+         t->set_quantize("int8");
+         t->set_data_parallel_size(2);
+       }},
   };
   for (const Case& c : cases) {
     mt::v1::EvalTask t;
@@ -129,15 +140,67 @@ TEST(InferenceSpecTest, EvalJobRunsOneRankOnTheTasksDataAndSavesNothing) {
   forged.mutable_inference()->set_checkpoint_dir("/other");
   forged.mutable_parallel()->set_world_size(2);
   forged.mutable_checkpoint()->set_save_dir("/save");
-  EXPECT_THAT(
-      ListInferenceProblems(forged),
-      ElementsAre(HasSubstr("one rank"), HasSubstr("saves nothing"),
-                  HasSubstr("inference.checkpoint_dir"), HasSubstr("inference.eval.data_path")));
+  EXPECT_THAT(ListInferenceProblems(forged),
+              ElementsAre(HasSubstr("the parallel sizes must be the task's (TP 1, PP 1, DP 1"),
+                          HasSubstr("saves nothing"), HasSubstr("inference.checkpoint_dir"),
+                          HasSubstr("inference.eval.data_path")));
 
   EXPECT_THAT(
       EvalCommandArgs(*spec, {"--device", "cpu"}),
       ElementsAre("/ckpt/iter_0000020", "--data-path", "/valid/corpus", "--split", "969,30,1",
                   "--eval-iters", "6", "--quantize", "int8", "--device", "cpu", "-o", "json"));
+}
+
+TEST(InferenceSpecTest, EvalJobTakesTheTasksLayoutAndGenerationOneRank) {
+  mt::v1::InferenceSpec inference;
+  mt::v1::EvalTask* eval = inference.mutable_eval();
+  eval->set_data_path("/valid/corpus");
+  eval->set_tensor_model_parallel_size(2);
+  eval->set_pipeline_model_parallel_size(2);
+  eval->set_data_parallel_size(3);
+  EXPECT_EQ(EvalWorldSize(*eval), 12);
+  auto spec = InferenceJobSpec(TrainedManifest(), "/ckpt/iter_0000020", inference, "eval", 0,
+                               mt::v1::DEVICE_KIND_CPU);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->parallel().tensor_model_parallel_size(), 2);
+  EXPECT_EQ(spec->parallel().pipeline_model_parallel_size(), 2);
+  EXPECT_EQ(spec->parallel().data_parallel_size(), 3);
+  EXPECT_EQ(spec->parallel().context_parallel_size(), 1);
+  EXPECT_EQ(spec->parallel().world_size(), 12);
+  EXPECT_EQ(spec->training().global_batch_size(), 2 * 3);  // a micro-batch per DP rank
+  EXPECT_THAT(ListInferenceProblems(*spec), ::testing::IsEmpty());
+  // Another layout than the task's is refused: the placement must be the one checked.
+  mt::v1::JobSpec forged = *spec;
+  forged.mutable_parallel()->set_tensor_model_parallel_size(1);
+  EXPECT_THAT(ListInferenceProblems(forged),
+              ElementsAre(HasSubstr("the parallel sizes must be the task's (TP 2, PP 2, DP 3")));
+
+  // The ranks split the checkpoint's padded vocabulary as it is: TP must divide it.
+  mt::v1::CheckpointManifest padded = TrainedManifest();
+  padded.mutable_model()->set_padded_vocab_size(50304);
+  eval->set_tensor_model_parallel_size(5);
+  auto refused =
+      InferenceJobSpec(padded, "/ckpt/iter_0000020", inference, "eval", 0, mt::v1::DEVICE_KIND_CPU);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("--tensor-model-parallel-size 5: the checkpoint's vocabulary of 50304 rows "
+                        "(padded) does not split evenly over 5 ranks"));
+  eval->set_tensor_model_parallel_size(4);
+  EXPECT_TRUE(
+      InferenceJobSpec(padded, "/ckpt/iter_0000020", inference, "eval", 0, mt::v1::DEVICE_KIND_CPU)
+          .ok());
+
+  mt::v1::InferenceSpec generate;
+  generate.mutable_generate()->set_prompt("Call me");
+  auto one = InferenceJobSpec(TrainedManifest(), "/ckpt/iter_0000020", generate, "g", 0,
+                              mt::v1::DEVICE_KIND_CPU);
+  ASSERT_TRUE(one.ok()) << one.status().message();
+  EXPECT_EQ(one->parallel().world_size(), 1);
+  EXPECT_EQ(one->parallel().tensor_model_parallel_size(), 1);
+  forged = *one;
+  forged.mutable_parallel()->set_tensor_model_parallel_size(2);
+  forged.mutable_parallel()->set_world_size(2);
+  EXPECT_THAT(ListInferenceProblems(forged), ElementsAre(HasSubstr("runs on one rank")));
 }
 
 TEST(InferenceSpecTest, GenerateArgsCarryEveryFlagGiven) {

@@ -235,20 +235,17 @@ std::optional<double> Sample(const std::string& text, const std::string& series)
   return std::nullopt;
 }
 
-// A slower rank, end to end: rank 1's every forward pass takes 400 ms longer
-// (MT_TEST_SLOW_RANK, read by the trainer: its daemons inherit it from this process). The
-// coordinator reports it as a straggler (an event naming the rank and worker, its
-// mt_job_rank_step_time_ratio above the threshold on the coordinator's /metrics); rank 0 is not.
-// The ratio reads the true slowdown: each step of the job lasts as long as rank 1's compute
-// (synchronous DP), T, of which 2 x 400 ms are the added delay (2 micro-batches per rank), so
-// rank 1 computes T / (T - 0.8) times as long as rank 0. The delay is large against the
-// model's compute so that a loaded machine (CI runs two tests at once on two cores) cannot
-// make rank 0 read 1.5x rank 1: with 100 ms it did once (rank 0 at 1.77x for 5 steps while a
-// compiler shared its cores).
+// A slower rank, end to end: rank 1's every forward pass takes 1 s longer (MT_TEST_SLOW_RANK,
+// read by the trainer: its daemons inherit it from this process). The coordinator reports it as
+// a straggler (an event naming the rank and worker, its mt_job_rank_step_time_ratio above the
+// threshold on the coordinator's /metrics); rank 0 is not. The delay is large against the
+// model's compute so that a loaded machine (CI runs two tests at once on two cores) cannot blur
+// the ratio: with 100 ms rank 0 once read 1.77x rank 1 for 5 steps while a compiler shared its
+// cores, and with 400 ms the ratio once read 2.22 where an unloaded run reads about 6.
 class StragglerJobsTest : public testutil::JobFixture {
  protected:
   void SetUp() override {
-    ::setenv("MT_TEST_SLOW_RANK", "1:400", 1);
+    ::setenv("MT_TEST_SLOW_RANK", "1:1000", 1);
     ASSERT_NO_FATAL_FAILURE(JobFixture::SetUp());
     StartWorkers(2, {}, /*node_per_worker=*/true);
   }
@@ -257,7 +254,7 @@ class StragglerJobsTest : public testutil::JobFixture {
 
 TEST_F(StragglerJobsTest, ASlowerRankIsReportedAsAStragglerWithItsRatio) {
   constexpr double kThreshold = 1.5;
-  constexpr double kDelaySecondsPerStep = 2 * 0.400;
+  constexpr double kDelaySecondsPerStep = 2 * 1.0;
   testutil::TinyJob job("straggler", data_, 100000);
   job.dp = "2";
   job.log_interval = 1;
@@ -294,34 +291,29 @@ TEST_F(StragglerJobsTest, ASlowerRankIsReportedAsAStragglerWithItsRatio) {
                event.c_str(), *ratio);
   EXPECT_THAT(event, MatchesRegex(".*computes [0-9.]+x the other ranks' median time per step "
                                   "over its last 5 steps \\(restart.straggler_threshold 1.50\\)"));
-  // The ratio in steady state, against the slowdown the delay makes: rank 1 computes rank 0's
-  // compute c plus 0.8 s per step, and in synchronous DP each step lasts T >= c + 0.8 s (rank
-  // 1's compute plus the collectives, data and optimizer), so the true slowdown (c + 0.8) / c
-  // is at least T / (T - 0.8): the ratio must read at least 0.8x that, capped at 3. The cap:
-  // rank 0's compute as measured holds part of its wait in the collectives that overlap its
-  // backward, so it can exceed T - 0.8 when that is short (measured: 5.98 read against a bound
-  // of 9.95 at T = 0.889 s, i.e. rank 0's compute read 0.16 s against T - 0.8 = 0.089 s); a
-  // ratio >= 2.4 still tells the true slowdown from the ratio before, which, against a median
-  // that held rank 1 itself, read below 2 whatever the slowdown. And at most what c >= 10 ms
-  // allows (forward and backward of two micro-batches of this model on this CPU take longer):
-  // 1 + 0.8 / 0.01 = 81.
+  // The ratio in steady state. Rank 1 computes rank 0's compute c plus 2 s per step (two
+  // micro-batches), so the ratio is 1 + 2 / c: at least 2 while c <= 2 s (forward and backward
+  // of two micro-batches of this model take well under 0.5 s on a loaded CI machine), and at
+  // most what c >= 10 ms allows: 1 + 2 / 0.01 = 201. A ratio above 2 is what tells it from the
+  // bug this test was written for: a median of the ranks' times that held rank 1 itself read
+  // 2 r1 / (r0 + r1), below 2 whatever the slowdown. The step period, printed for the record,
+  // is rank 1's compute plus the collectives, data and optimizer.
   auto before = cluster_.GetJob(id);
   ASSERT_TRUE(before.ok());
   const absl::Time t0 = absl::Now();
   absl::SleepFor(absl::Seconds(8));
   auto after = cluster_.GetJob(id);
   ASSERT_TRUE(after.ok());
-  const double period = absl::ToDoubleSeconds(absl::Now() - t0) /
-                        static_cast<double>(after->progress().step() - before->progress().step());
+  const int64_t steps = after->progress().step() - before->progress().step();
+  ASSERT_GT(steps, 0) << "the job made no step in 8 s";
+  const double period = absl::ToDoubleSeconds(absl::Now() - t0) / static_cast<double>(steps);
   auto r = testutil::HttpGet(metrics, "/metrics");
   ASSERT_TRUE(r.ok());
   ratio = Sample(r->body, series);
   ASSERT_TRUE(ratio.has_value());
-  ASSERT_GT(period, kDelaySecondsPerStep);
-  const double bound = std::min(period / (period - kDelaySecondsPerStep), 3.0);
-  std::fprintf(stderr, "period %.3f s per step: true slowdown >= %.2f (capped), ratio read %.2f\n",
-               period, bound, *ratio);
-  EXPECT_GT(*ratio, 0.8 * bound);
+  std::fprintf(stderr, "period %.3f s per step, ratio read %.2f\n", period, *ratio);
+  EXPECT_GT(period, kDelaySecondsPerStep);
+  EXPECT_GT(*ratio, 2.0);
   EXPECT_LT(*ratio, 1 + kDelaySecondsPerStep / 0.010);
   for (const mt::v1::JobEvent& e : Events(id)) {
     EXPECT_THAT(e.reason(), ::testing::Not(HasSubstr("straggler: rank 0"))) << EventText(id);

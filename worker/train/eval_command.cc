@@ -48,22 +48,12 @@ const std::set<std::string>& ValueFlags() {
   return *flags;
 }
 
-struct EvalPlan {
-  std::string prefix;
-  std::string split;
-  int64_t micro_batch = 0;
-  int64_t context = 0;
-  int64_t iters = 0;  // 0 = --all
-  uint32_t seed = 0;
-};
-
-absl::StatusOr<EvalPlan> PlanFrom(const CommandArgs& args, const generate::InferenceModel& m) {
-  const mt::v1::JobSpec& spec = m.manifest.spec();
+absl::StatusOr<EvalPlan> PlanFrom(const CommandArgs& args, const mt::v1::JobSpec& spec,
+                                  int64_t positions) {
   EvalPlan p;
   p.prefix = args.Get("--data-path", "");
   if (p.prefix.empty()) return absl::InvalidArgumentError("--data-path PREFIX is required");
   p.split = args.Get("--split", spec::kDefaultSplit);
-  const int64_t positions = m.model->config().max_positions();
   const int64_t spec_seq = spec.model().seq_length();
   const int64_t default_seq = spec_seq > 0 && spec_seq <= positions ? spec_seq : positions;
   MT_ASSIGN_OR_RETURN(p.context, args.Int("--context-length", default_seq, 2, positions));
@@ -84,19 +74,26 @@ absl::StatusOr<EvalPlan> PlanFrom(const CommandArgs& args, const generate::Infer
   return p;
 }
 
-engine::EvalDataRequest RequestFor(const EvalPlan& plan, const mt::v1::JobSpec& training) {
+}  // namespace
+
+absl::StatusOr<EvalPlan> EvalPlanFromArgs(const std::vector<std::string>& argv,
+                                          const mt::v1::JobSpec& training, int64_t positions) {
+  MT_ASSIGN_OR_RETURN(CommandArgs args, ParseCommandArgs(argv, ValueFlags(), {"--all"}));
+  return PlanFrom(args, training, positions);
+}
+
+engine::EvalDataRequest EvalDataRequestFor(const EvalPlan& plan, const mt::v1::JobSpec& training,
+                                           int64_t batch_rows) {
   engine::EvalDataRequest request;
   request.prefix = plan.prefix;
   request.split = plan.split;
   request.seq_length = plan.context;
   request.seed = plan.seed;
-  request.micro_batch_size = plan.micro_batch;
-  request.num_samples = plan.iters * plan.micro_batch;
+  request.micro_batch_size = batch_rows;
+  request.num_samples = plan.iters * batch_rows;
   request.training_spec = &training;
   return request;
 }
-
-}  // namespace
 
 const char* EvalCommandUsage() { return kUsage; }
 
@@ -113,9 +110,11 @@ absl::StatusOr<EvalRun> EvaluateFromArgs(const std::vector<std::string>& argv,
   EvalRun run;
   MT_ASSIGN_OR_RETURN(run.loaded,
                       generate::LoadInferenceModel(args.positional[0], InferenceOptionsFrom(args)));
-  MT_ASSIGN_OR_RETURN(EvalPlan plan, PlanFrom(args, run.loaded));
-  MT_ASSIGN_OR_RETURN(engine::EvalData data,
-                      engine::EvaluationDataSource(RequestFor(plan, run.loaded.manifest.spec())));
+  const mt::v1::JobSpec& training = run.loaded.manifest.spec();
+  MT_ASSIGN_OR_RETURN(EvalPlan plan,
+                      PlanFrom(args, training, run.loaded.model->config().max_positions()));
+  MT_ASSIGN_OR_RETURN(engine::EvalData data, engine::EvaluationDataSource(EvalDataRequestFor(
+                                                 plan, training, plan.micro_batch)));
   run.micro_batch_size = plan.micro_batch;
   run.context_length = plan.context;
   run.same_samples_as_training = data.same_samples_as_training;

@@ -25,6 +25,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "mt/v1/job_spec.pb.h"
+#include "worker/engine/data_sources.h"
 #include "worker/generate/evaluator.h"
 #include "worker/generate/inference_model.h"
 
@@ -52,6 +54,25 @@ absl::StatusOr<EvalRun> EvaluateFromArgs(const std::vector<std::string>& args,
                                          bool* usage_error);
 // The result as `mt-worker eval -o json` prints it (one line, no newline).
 std::string EvalRunJson(const EvalRun& run);
+
+// What an evaluation reads: the flags' values, defaults from the checkpoint's training spec.
+struct EvalPlan {
+  std::string prefix;
+  std::string split;
+  int64_t micro_batch = 0;
+  int64_t context = 0;
+  int64_t iters = 0;  // 0 = --all
+  uint32_t seed = 0;
+};
+// The plan of `mt-worker eval ARGS` for a checkpoint trained with `training` whose model has
+// `positions` positions; errors name the flag. Shared with a sharded eval job's ranks
+// (sharded_eval.h), so that both read the same samples.
+absl::StatusOr<EvalPlan> EvalPlanFromArgs(const std::vector<std::string>& argv,
+                                          const mt::v1::JobSpec& training, int64_t positions);
+// The held-out data of `plan` read `batch_rows` samples at a time (one micro-batch on one
+// rank; micro-batch x DP for a global batch).
+engine::EvalDataRequest EvalDataRequestFor(const EvalPlan& plan, const mt::v1::JobSpec& training,
+                                           int64_t batch_rows);
 
 }  // namespace mt::train
 

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
 #include "common/base/logging.h"
 #include "common/spec/inference.h"
@@ -15,6 +16,8 @@
 #include "worker/report/progress_beacon.h"
 #include "worker/train/eval_command.h"
 #include "worker/train/generate_command.h"
+#include "worker/train/pipe_reporter.h"
+#include "worker/train/sharded_eval.h"
 
 namespace mt::train {
 namespace {
@@ -53,6 +56,42 @@ int RunEval(const mt::v1::JobSpec& spec, const std::vector<std::string>& device,
   return 0;
 }
 
+// An eval job past one rank: each rank evaluates its shard; every rank reports the result
+// (the coordinator takes its reporting rank's).
+int RunShardedEval(const mt::v1::JobSpec& spec,
+                   const std::function<absl::StatusOr<RankPlace>()>& join,
+                   const worker::ReportWriter& writer, worker::ProgressBeacon& beacon) {
+  absl::StatusOr<RankPlace> place = join();
+  if (!place.ok()) return Fail(place.status(), "a sharded evaluation's rank");
+  ShardedEvalOptions options;
+  options.load = place->session.load;
+  options.restore = place->session.restore;
+  options.trainer = place->session.trainer;
+  options.trainer.on_activity = [&beacon](engine::Activity a, int64_t step) {
+    beacon.Set(ToRankActivity(a), step);
+  };
+  options.dp_rank = place->distributed.collectives->dp_rank();
+  options.dp_size = place->distributed.collectives->dp_size();
+  absl::StatusOr<ShardedEvalRun> run = EvaluateSharded(spec, options);
+  if (!run.ok()) return Fail(run.status(), "evaluation");
+  MT_LOG(INFO) << absl::StrFormat(
+      "evaluated %s (step %d): loss %.6f perplexity %.6f, %d tokens in %d iterations of %d x "
+      "%d samples of %d tokens, %.3f s",
+      run->dir, run->step, run->metrics.loss, run->metrics.perplexity, run->tokens,
+      run->metrics.batches, options.dp_size, run->micro_batch_size, run->context_length,
+      run->metrics.seconds);
+  mt::v1::RankReport report;
+  report.set_phase(mt::v1::RANK_PHASE_EVALUATING);
+  mt::v1::Progress* p = report.mutable_progress();
+  p->set_step(run->step);
+  p->set_validation_step(run->step);
+  p->set_validation_loss(run->metrics.loss);
+  p->set_validation_perplexity(run->metrics.perplexity);
+  p->set_evaluated_tokens(run->tokens);
+  Send(writer, report);
+  return 0;
+}
+
 int RunGenerate(const mt::v1::JobSpec& spec, const std::vector<std::string>& device,
                 const worker::ReportWriter& writer, worker::ProgressBeacon& beacon) {
   int64_t pieces = 0;
@@ -87,7 +126,8 @@ int RunGenerate(const mt::v1::JobSpec& spec, const std::vector<std::string>& dev
 }  // namespace
 
 int RunInferenceRank(const mt::v1::JobSpec& spec, const mt::v1::Assignment& assignment,
-                     const worker::ReportWriter& writer) {
+                     const worker::ReportWriter& writer,
+                     const std::function<absl::StatusOr<RankPlace>()>& join) {
   MT_LOG(INFO) << (spec.inference().has_eval() ? "evaluating " : "generating from ")
                << spec.inference().checkpoint_dir() << " for " << assignment.job_id();
   // Nothing here to stop gracefully: a stop order (a cancel, the stream's client gone) ends the
@@ -107,6 +147,9 @@ int RunInferenceRank(const mt::v1::JobSpec& spec, const mt::v1::Assignment& assi
   // The daemon sets CUDA_VISIBLE_DEVICES to the rank's GPU: it is device 0 here.
   const std::vector<std::string> device = {"--device",
                                            assignment.gpu_index() >= 0 ? "cuda:0" : "cpu"};
+  if (spec.inference().has_eval() && assignment.layout().world_size() > 1) {
+    return RunShardedEval(spec, join, writer, beacon);
+  }
   if (spec.inference().has_eval()) return RunEval(spec, device, writer, beacon);
   if (spec.inference().has_generate()) return RunGenerate(spec, device, writer, beacon);
   return Fail(absl::InvalidArgumentError("the inference spec names no task"), "the assignment");

@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "common/base/files.h"
 #include "common/base/logging.h"
+#include "common/base/status_macros.h"
 #include "common/rpc/dial.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/worker_service.pb.h"
@@ -180,6 +181,43 @@ SessionConfig RankSessionConfig(const mt::v1::JobSpec& spec, const mt::v1::Assig
   return c;
 }
 
+// Joins the job's process groups: the rendezvous through the coordinator (the client kept in
+// *rendezvous), the backend for the rank's device, the network the daemon names. Resolves the
+// spec's global batch for the DP size (an older coordinator's assignment may leave it open;
+// idempotent otherwise). Errors say which step failed.
+absl::StatusOr<parallel::Distributed> JoinProcessGroups(
+    mt::v1::JobSpec* spec, const mt::v1::Assignment& assignment,
+    std::unique_ptr<parallel::RendezvousClient>* rendezvous) {
+  // The daemon's token file and TLS files (MT_TOKEN_FILE, MT_TLS_*); it already checked that
+  // the token does not travel in plaintext off loopback.
+  rpc::DialOptions dial;
+  dial.address = assignment.coordinator_address();
+  if (const char* tf = std::getenv("MT_TOKEN_FILE"); tf != nullptr) dial.token_file = tf;
+  dial.tls = rpc::ClientTlsFromEnvironment();
+  dial.insecure_allow_plaintext = true;
+  auto channel = rpc::Dial(dial);
+  if (!channel.ok()) return Annotate(channel.status(), "MT_TOKEN_FILE / MT_TLS_*");
+  const int rank = assignment.coordinates().rank();
+  *rendezvous = std::make_unique<parallel::RendezvousClient>(
+      *std::move(channel), assignment.job_id(), assignment.attempt(), rank,
+      assignment.rank_credential());
+  parallel::DistOptions dist;
+  dist.backend = assignment.gpu_index() >= 0 ? "nccl" : "gloo";
+  if (spec->parallel().ddp_bucket_size() > 0) {
+    dist.bucket_elements = spec->parallel().ddp_bucket_size();
+  }
+  auto network = parallel::RankNetworkFromEnvironment(
+      [](const char* name) { return std::getenv(name); }, assignment.coordinator_address());
+  if (!network.ok()) return Annotate(network.status(), "the rank's network");
+  dist.network = *std::move(network);
+  dist.timeout = CollectiveTimeout(*spec);
+  auto distributed = parallel::InitDistributed(assignment.layout(), rank, rendezvous->get(), dist);
+  if (!distributed.ok()) return Annotate(distributed.status(), "joining the process groups");
+  MT_RETURN_IF_ERROR(Annotate(spec::ResolveForLayout(spec, distributed->collectives->dp_size()),
+                              "the assignment's spec"));
+  return distributed;
+}
+
 }  // namespace
 
 int RunRankCommand(const std::vector<std::string>& args) {
@@ -203,44 +241,30 @@ int RunRankCommand(const std::vector<std::string>& args) {
                << assignment.attempt() << "), world " << layout.world_size();
   // One writer: its copies share the lock that keeps the beacon's frames whole.
   const worker::ReportWriter writer = worker::ReportWriter::FromEnvironment();
-  if (spec.has_inference()) return RunInferenceRank(spec, assignment, writer);
+  if (spec.has_inference()) {
+    std::unique_ptr<parallel::RendezvousClient> rendezvous;
+    return RunInferenceRank(spec, assignment, writer, [&]() -> absl::StatusOr<RankPlace> {
+      MT_ASSIGN_OR_RETURN(parallel::Distributed d,
+                          JoinProcessGroups(&spec, assignment, &rendezvous));
+      RankPlace place;
+      place.session = RankSessionConfig(spec, assignment, d);
+      place.distributed = std::move(d);
+      return place;
+    });
+  }
   PipeReporter reporter(writer, spec, assignment);
   reporter.Phase(mt::v1::RANK_PHASE_STARTING);
   worker::ProgressBeacon beacon(writer);
   reporter.set_beacon(&beacon);
 
-  // The daemon's token file and TLS files (MT_TOKEN_FILE, MT_TLS_*); it already checked that
-  // the token does not travel in plaintext off loopback.
-  rpc::DialOptions dial;
-  dial.address = assignment.coordinator_address();
-  if (const char* tf = std::getenv("MT_TOKEN_FILE"); tf != nullptr) dial.token_file = tf;
-  dial.tls = rpc::ClientTlsFromEnvironment();
-  dial.insecure_allow_plaintext = true;
-  auto channel = rpc::Dial(dial);
-  if (!channel.ok()) return Fail(channel.status(), "MT_TOKEN_FILE / MT_TLS_*");
-  parallel::RendezvousClient rendezvous(*std::move(channel), assignment.job_id(),
-                                        assignment.attempt(), rank, assignment.rank_credential());
-  const bool gpu = assignment.gpu_index() >= 0;
-  if (const char* threads = std::getenv("MT_CPU_THREADS"); !gpu && threads != nullptr) {
+  if (const char* threads = std::getenv("MT_CPU_THREADS");
+      assignment.gpu_index() < 0 && threads != nullptr) {
     const int n = std::atoi(threads);
     if (n > 0) engine::SetCpuThreads(n);
   }
-  parallel::DistOptions dist;
-  dist.backend = gpu ? "nccl" : "gloo";
-  if (spec.parallel().ddp_bucket_size() > 0)
-    dist.bucket_elements = spec.parallel().ddp_bucket_size();
-  auto network = parallel::RankNetworkFromEnvironment(
-      [](const char* name) { return std::getenv(name); }, assignment.coordinator_address());
-  if (!network.ok()) return Fail(network.status(), "the rank's network");
-  dist.network = *std::move(network);
-  dist.timeout = CollectiveTimeout(spec);
-  auto distributed = parallel::InitDistributed(layout, rank, &rendezvous, dist);
-  if (!distributed.ok()) return Fail(distributed.status(), "joining the process groups");
-  // An older coordinator's assignment may leave the global batch open (idempotent otherwise).
-  if (absl::Status s = spec::ResolveForLayout(&spec, distributed->collectives->dp_size());
-      !s.ok()) {
-    return Fail(s, "the assignment's spec");
-  }
+  std::unique_ptr<parallel::RendezvousClient> rendezvous;
+  auto distributed = JoinProcessGroups(&spec, assignment, &rendezvous);
+  if (!distributed.ok()) return Fail(distributed.status(), absl::StrCat("rank ", rank));
 
   SessionConfig config = RankSessionConfig(spec, assignment, *distributed);
   const absl::Duration slowdown = TestSlowdown(rank);

@@ -1,6 +1,9 @@
 // What a trainer is doing inside its loop, for progress beacons (worker/report/
 // progress_beacon.h): the hang detector names the phase a stuck rank was in. A listener is
-// called on the training thread at every change; it must be cheap (no syscalls).
+// called on the training thread at every change, and again at each micro-batch of an
+// evaluation (each global batch through a pipeline), so that a rank's beacon keeps moving
+// through an evaluation longer than the hang timeout (the detector counts every beacon as a
+// move); it must be cheap (no syscalls).
 #ifndef MT_WORKER_ENGINE_ACTIVITY_H_
 #define MT_WORKER_ENGINE_ACTIVITY_H_
 

@@ -890,6 +890,7 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
   if (s.pipeline == nullptr) {
     torch::NoGradGuard no_grad;
     for (int64_t i = 0; i < batches * plan_.num_micro_batches; ++i) {
+      if (i > 0) Tell(Activity::kEval, iteration_);  // a move for the hang detector
       MT_ASSIGN_OR_RETURN(TokenBatch batch, valid_data_->Next(rows));
       MT_ASSIGN_OR_RETURN(torch::Tensor sample, s.ToDevice(batch, rows, cols, vocab_size_));
       torch::Tensor loss = s.model->LossOnSample(sample);
@@ -1005,6 +1006,7 @@ absl::StatusOr<torch::Tensor> Trainer::PipelineEvaluate(int64_t batches) {
   PipelineStage& stage = *s.pipeline;
   torch::Tensor loss_sum;
   for (int64_t b = 0; b < batches; ++b) {
+    if (b > 0) Tell(Activity::kEval, iteration_);  // a move for the hang detector
     MT_ASSIGN_OR_RETURN(std::vector<parallel::PipelineMicroBatch> micro_batches,
                         ReadMicroBatches(*valid_data_, plan_.num_micro_batches, nullptr));
     MT_ASSIGN_OR_RETURN(parallel::PipelineStepResult r,

@@ -78,6 +78,7 @@ TrainerOptions Quiet() {
 struct RunResult {
   std::vector<double> losses, norms;
   double eval_loss = 0;
+  int eval_told = 0;     // kEval activities told by the evaluation
   bool clipped = false;  // some step's norm was above clip_grad
 };
 
@@ -127,6 +128,13 @@ TEST_P(TrainerPipelineTest, StagesGiveTheOneStageLossesAndNorms) {
         TrainerOptions o = Quiet();
         o.groups = groups;
         o.collectives = collectives.get();
+        // Every stage tells its evaluation at every global batch (beacons for the hang
+        // detector: activity.h).
+        bool evaluating = false;
+        int eval_told = 0;
+        o.on_activity = [&](Activity a, int64_t) {
+          eval_told += evaluating && a == Activity::kEval;
+        };
         auto t = Trainer::Create(spec, o, Source(7), Source(8));
         if (!t.ok()) return Fail(t.status());
         for (int i = 0; i < kSteps; ++i) {
@@ -135,9 +143,11 @@ TEST_P(TrainerPipelineTest, StagesGiveTheOneStageLossesAndNorms) {
           got[rank].losses.push_back(m->loss);
           got[rank].norms.push_back(m->grad_norm);
         }
+        evaluating = true;
         auto e = (*t)->Evaluate();
         if (!e.ok()) return Fail(e.status());
         got[rank].eval_loss = e->loss;
+        got[rank].eval_told = eval_told;
         // The tied word embedding: the first stage's and the last stage's copy.
         for (const auto& p : (*t)->optimizer().slots()) {
           if (p.name == "embedding.word_embeddings.weight" ||
@@ -156,6 +166,7 @@ TEST_P(TrainerPipelineTest, StagesGiveTheOneStageLossesAndNorms) {
           << "rank " << r << " step " << i + 1;
     }
     EXPECT_NEAR(got[r].eval_loss, want.eval_loss, kRelTol * want.eval_loss) << "rank " << r;
+    EXPECT_EQ(got[r].eval_told, 2) << "rank " << r;  // eval_iters global batches
   }
   ASSERT_TRUE(tied[0].defined());
   ASSERT_TRUE(tied[c.pp - 1].defined());

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/base/status_matchers.h"
@@ -272,6 +273,27 @@ TEST(TrainerTest, EvaluatesOnSchedule) {
                               [&](const EvalMetrics& e) { eval_at.push_back(e.iteration); }));
   EXPECT_EQ(steps, 10);
   EXPECT_THAT(eval_at, ::testing::ElementsAre(4, 8, 10));
+}
+
+// An evaluation tells its activity at every micro-batch, not only when it starts: the hang
+// detector counts each beacon as a move, and an evaluation of many batches can outlast its
+// timeout (60 s, or 10 x p99 step time: 100 forward-only batches of a large model do).
+TEST(TrainerTest, EvaluationTellsItsActivityAtEveryMicroBatch) {
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_micro_batch_size(2);  // 2 micro-batches per global batch
+  spec.mutable_evaluation()->set_eval_iters(3);
+  TrainerOptions options = QuietOptions();
+  std::vector<std::pair<Activity, int64_t>> told;
+  options.on_activity = [&told](Activity a, int64_t step) { told.emplace_back(a, step); };
+  auto trainer = MakeTrainer(spec, Source(4096), Source(4096, 99), options);
+  MT_ASSERT_OK(trainer->Step().status());
+  told.clear();
+  MT_ASSERT_OK(trainer->Evaluate().status());
+  const int64_t micro_batches = 3 * trainer->plan().num_micro_batches;
+  ASSERT_GT(trainer->plan().num_micro_batches, 1);
+  using Told = std::vector<std::pair<Activity, int64_t>>;
+  const Told want(static_cast<size_t>(micro_batches), {Activity::kEval, 1});
+  EXPECT_EQ(told, want);
 }
 
 TEST(TrainerTest, TrainStopsWhenCallbackSaysSo) {

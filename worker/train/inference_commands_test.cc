@@ -8,13 +8,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/data/indexed_dataset.h"
 #include "common/tokenizer/gpt2_bpe_tokenizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/subprocess.h"
 #include "worker/train/eval_command.h"
 #include "worker/train/generate_command.h"
+#include "worker/train/token_corpus_for_test.h"
 #include "worker/train/train_command.h"
 
 namespace mt::train {
@@ -46,22 +46,6 @@ double NumberAfter(const std::string& text, const std::string& key) {
   return at == std::string::npos ? NAN : std::atof(text.c_str() + at + key.size());
 }
 
-// 60 documents of 40..99 tokens over a vocabulary of 128.
-std::string WriteCorpus(const std::string& dir) {
-  const std::string prefix = dir + "/corpus";
-  auto w = data::IndexedDatasetWriter::Create(prefix, data::DType::kUInt16);
-  EXPECT_TRUE(w.ok());
-  for (int d = 0; d < 60; ++d) {
-    std::vector<int32_t> tokens(40 + (d * 37) % 60);
-    for (size_t p = 0; p < tokens.size(); ++p)
-      tokens[p] = static_cast<int32_t>((d * 31 + p * 7) % 128);
-    EXPECT_TRUE((*w)->AddSequence(tokens).ok());
-    EXPECT_TRUE((*w)->EndDocument().ok());
-  }
-  EXPECT_TRUE((*w)->Finalize().ok());
-  return prefix;
-}
-
 std::string WriteSpec(const std::string& dir, const std::string& body) {
   const std::string path = dir + "/job.yaml";
   std::ofstream(path) << body;
@@ -70,7 +54,7 @@ std::string WriteSpec(const std::string& dir, const std::string& body) {
 
 TEST(EvalCommandTest, ReportsTheTrainingLoopsValidationLossOnTheSameSamples) {
   const std::string dir = testutil::MakeTempDir("evalcmd");
-  const std::string prefix = WriteCorpus(dir);
+  const std::string prefix = WriteTokenCorpus(dir);
   // The spec names tokenizer files; the corpus is already token ids, so they are never read.
   std::ofstream(dir + "/vocab.json") << "{}";
   std::ofstream(dir + "/merges.txt") << "#version: 0.2\n";

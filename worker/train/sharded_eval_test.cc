@@ -16,13 +16,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/data/indexed_dataset.h"
 #include "common/spec/inference.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/subprocess.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/train/eval_command.h"
+#include "worker/train/token_corpus_for_test.h"
 #include "worker/train/train_command.h"
 
 // Set by CMake per executable: the device, and a suite name of its own for CTest.
@@ -39,23 +39,6 @@ using ::testing::HasSubstr;
 constexpr char kDevice[] = MT_SHARDED_EVAL_DEVICE;
 
 bool OnCuda() { return std::string(kDevice).rfind("cuda", 0) == 0; }
-
-// 60 documents of 40..99 tokens over a vocabulary of 128.
-std::string WriteCorpus(const std::string& dir) {
-  const std::string prefix = dir + "/corpus";
-  auto w = data::IndexedDatasetWriter::Create(prefix, data::DType::kUInt16);
-  EXPECT_TRUE(w.ok());
-  for (int d = 0; d < 60; ++d) {
-    std::vector<int32_t> tokens(40 + (d * 37) % 60);
-    for (size_t p = 0; p < tokens.size(); ++p) {
-      tokens[p] = static_cast<int32_t>((d * 31 + p * 7) % 128);
-    }
-    EXPECT_TRUE((*w)->AddSequence(tokens).ok());
-    EXPECT_TRUE((*w)->EndDocument().ok());
-  }
-  EXPECT_TRUE((*w)->Finalize().ok());
-  return prefix;
-}
 
 // The loss in `mt-worker eval -o json` output (stdout captured), NaN when it failed.
 double LocalLoss(const std::vector<std::string>& args) {
@@ -90,7 +73,7 @@ mt::v1::JobSpec EvalJob(const checkpoint::LoadChoice& load, const std::string& p
 TEST(MT_SHARDED_EVAL_SUITE, OneRankGivesTheLocalCommandsLossOnTheSameSamples) {
   if (OnCuda() && !torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const std::string dir = testutil::MakeTempDir("shardedeval");
-  const std::string prefix = WriteCorpus(dir);
+  const std::string prefix = WriteTokenCorpus(dir);
   // The spec names tokenizer files; the corpus is already token ids, so they are never read.
   std::ofstream(dir + "/vocab.json") << "{}";
   std::ofstream(dir + "/merges.txt") << "#version: 0.2\n";

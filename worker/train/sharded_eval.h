@@ -44,8 +44,10 @@ struct ShardedEvalRun {
 
 // `spec` is the job's (common/spec/inference.h InferenceJobSpec): checkpoint.load_dir, the
 // task in spec.inference().eval(), the layout in spec.parallel(). Errors: NOT_FOUND when the
-// directory holds no checkpoint; INVALID_ARGUMENT naming the flag for a bad task or data too
-// short for one global batch; the engine's and the checkpoint's errors otherwise.
+// directory holds no checkpoint; INVALID_ARGUMENT naming the flag for a bad task, a split
+// without validation documents, or (--all) one too short for a global batch; the engine's and
+// the checkpoint's errors otherwise. As in Megatron, --eval-iters past the split's samples
+// reads them again (the dataset holds as many epochs as the iterations need).
 absl::StatusOr<ShardedEvalRun> EvaluateSharded(const mt::v1::JobSpec& spec,
                                                const ShardedEvalOptions& options);
 

@@ -120,10 +120,7 @@ absl::StatusOr<mt::v1::EvalTask> EvalTaskFromFlags() {
     const std::string s = absl::GetFlag(*sizes[i].second);
     if (s.empty()) continue;
     MT_RETURN_IF_ERROR(IntFlag(sizes[i].first, s, &v));
-    if (v < 1 || v > spec::kMaxEvalParallelSize) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          sizes[i].first, " ", s, ": want an integer in [1, ", spec::kMaxEvalParallelSize, "]"));
-    }
+    MT_RETURN_IF_ERROR(spec::ValidateEvalParallelSize(sizes[i].first, v));
     layout[i] = v;
   }
   t.set_tensor_model_parallel_size(static_cast<int32_t>(layout[0]));

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
 
 namespace mt::spec {
@@ -53,10 +54,8 @@ absl::Status ValidateEvalTask(const mt::v1::EvalTask& task, int64_t max_position
                {"--pipeline-model-parallel-size", task.pipeline_model_parallel_size()},
                {"--data-parallel-size", task.data_parallel_size()}};
   for (const auto& [flag, size] : sizes) {
-    if (size < 0 || size > kMaxEvalParallelSize) {
-      return Bad(
-          absl::StrCat(flag, " ", size, ": want an integer in [1, ", kMaxEvalParallelSize, "]"));
-    }
+    // 0 is the field's unset value (1 rank); a flag given says 1 or more.
+    if (size != 0) MT_RETURN_IF_ERROR(ValidateEvalParallelSize(flag, size));
   }
   if (!task.quantize().empty() && task.quantize() != "none" && EvalWorldSize(task) > 1) {
     return Bad(
@@ -64,6 +63,11 @@ absl::Status ValidateEvalTask(const mt::v1::EvalTask& task, int64_t max_position
                      " evaluates on one rank: give --quantize none, or parallel sizes of 1"));
   }
   return ValidateQuantize(task.quantize());
+}
+
+absl::Status ValidateEvalParallelSize(const char* flag, int64_t size) {
+  if (size >= 1 && size <= kMaxEvalParallelSize) return absl::OkStatus();
+  return Bad(absl::StrCat(flag, " ", size, ": want an integer in [1, ", kMaxEvalParallelSize, "]"));
 }
 
 int64_t EvalWorldSize(const mt::v1::EvalTask& task) {

@@ -30,6 +30,9 @@ inline constexpr int32_t kMaxEvalParallelSize = 1024;
 // --pipeline-model-parallel-size, --data-parallel-size) and its range; `max_positions` is the
 // checkpoint's. --quantize int8 only on one rank.
 absl::Status ValidateEvalTask(const mt::v1::EvalTask& task, int64_t max_positions);
+// INVALID_ARGUMENT naming `flag` unless 1 <= size <= kMaxEvalParallelSize (mtctl checks a
+// flag's value with it before narrowing it to the task's field).
+absl::Status ValidateEvalParallelSize(const char* flag, int64_t size);
 // The ranks of an eval task: TP x PP x DP (each 0 = 1).
 int64_t EvalWorldSize(const mt::v1::EvalTask& task);
 // The layout of an inference job: an eval task's sizes (0 = 1), one rank for generation.

@@ -80,13 +80,15 @@ int main(int argc, char** argv) {
   if (cuda && !torch::cuda::is_available()) return Fail("no CUDA device");
   const auto options = torch::TensorOptions().device(torch::Device(device)).dtype(dtype);
   const Size sizes[] = {{"124m", 32768, 768}, {"350m", 16384, 1024}, {"1.3b", 8192, 2048}};
-  const std::pair<const char*, MlpBackward> modes[] = {{"dgelu+bgrad", MlpBackward::kDGeluBGrad},
-                                                       {"dgelu", MlpBackward::kDGelu},
-                                                       {"fwd-only", MlpBackward::kUnfused}};
+  const std::pair<const char*, MlpBackward> modes[] = {
+      {"dgelu+bgrad", MlpBackward::kDGeluBGrad},
+      {"dgelu", MlpBackward::kDGelu},
+      {"fwd-only", MlpBackward::kUnfused},
+      {"dgelu+wgrad-bias", MlpBackward::kDGeluWGradBias}};
   std::printf("fused_mlp_bench: %s %s, %d steps; ms per forward + backward (ratio to the chain)\n",
               device.c_str(), dtype_name.c_str(), steps);
-  std::printf("%-5s %7s %6s | %8s | %16s %16s %16s\n", "size", "tokens", "hidden", "chain",
-              modes[0].first, modes[1].first, modes[2].first);
+  std::printf("%-5s %7s %6s | %8s | %16s %16s %16s %16s\n", "size", "tokens", "hidden", "chain",
+              modes[0].first, modes[1].first, modes[2].first, modes[3].first);
   torch::manual_seed(1);
   for (const Size& s : sizes) {
     const int64_t f = 4 * s.hidden;

@@ -80,6 +80,26 @@ bool DGelu(const torch::Tensor& dy, const torch::Tensor& w2, const torch::Tensor
   return RunLt(g, dy, allow_fallback, "fc2 backward");
 }
 
+// dw = grad^T act [out, in] and db = grad summed over its N rows [out] in one GEMM (the
+// BGRADB epilogue): act [N, in], grad [N, out], all contiguous.
+bool WeightGradBias(const torch::Tensor& act, const torch::Tensor& grad, const torch::Tensor& dw,
+                    const torch::Tensor& db, bool allow_fallback) {
+  LtMatmulArgs g;
+  g.m = act.size(1);  // dw [out, in] row-major is in x out column-major = act^T grad
+  g.n = grad.size(1);
+  g.k = act.size(0);
+  g.a = act.data_ptr();  // act [N, in] row-major: in x N column-major, op(A) as stored
+  g.lda = g.m;
+  g.transpose_b = true;  // grad [N, out] row-major is out x N column-major: op(B) = N x out
+  g.b = grad.data_ptr();
+  g.ldb = g.n;
+  g.d = dw.data_ptr();
+  g.ldd = g.m;
+  g.epilogue = LtEpilogue::kBGradB;
+  g.bias_grad = db.data_ptr();
+  return RunLt(g, grad, allow_fallback, "weight gradient");
+}
+
 // Inputs: x, w1, b1, w2, b2 (contiguous), then the two options. Saves x, w1, w2, the
 // pre-activation and h (what the unfused chain keeps too).
 class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
@@ -119,12 +139,26 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
       }
     }
     if (!dpre.defined()) dpre = torch::gelu_backward(torch::mm(dy, w2), pre, "tanh");
-    if (ctx->needs_input_grad(2) && !db1.defined()) db1 = dpre.sum(0);
+
     torch::Tensor dx, dw1, dw2, db2;
+    if (mode == MlpBackward::kDGeluWGradBias) {
+      const bool fallback = ctx->saved_data["allow_fallback"].toBool();
+      if (ctx->needs_input_grad(1) && ctx->needs_input_grad(2)) {
+        dw1 = torch::empty_like(w1);
+        db1 = torch::empty({w1.size(0)}, w1.options());
+        if (!WeightGradBias(x, dpre, dw1, db1, fallback)) dw1 = db1 = torch::Tensor();
+      }
+      if (ctx->needs_input_grad(3) && ctx->needs_input_grad(4)) {
+        dw2 = torch::empty_like(w2);
+        db2 = torch::empty({w2.size(0)}, w2.options());
+        if (!WeightGradBias(h, dy, dw2, db2, fallback)) dw2 = db2 = torch::Tensor();
+      }
+    }
     if (ctx->needs_input_grad(0)) dx = torch::mm(dpre, w1);
-    if (ctx->needs_input_grad(1)) dw1 = torch::mm(dpre.t(), x);
-    if (ctx->needs_input_grad(3)) dw2 = torch::mm(dy.t(), h);
-    if (ctx->needs_input_grad(4)) db2 = dy.sum(0);
+    if (ctx->needs_input_grad(1) && !dw1.defined()) dw1 = torch::mm(dpre.t(), x);
+    if (ctx->needs_input_grad(2) && !db1.defined()) db1 = dpre.sum(0);
+    if (ctx->needs_input_grad(3) && !dw2.defined()) dw2 = torch::mm(dy.t(), h);
+    if (ctx->needs_input_grad(4) && !db2.defined()) db2 = dy.sum(0);
     return {dx, dw1, db1, dw2, db2, torch::Tensor(), torch::Tensor()};
   }
 };

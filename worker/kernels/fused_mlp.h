@@ -19,16 +19,18 @@ namespace mt::kernels {
 
 // How backward gets d pre-activation (= (dy w2) * gelu'(pre)) and fc1's bias gradient.
 enum class MlpBackward {
-  kDGeluBGrad,  // both from the DGELU_BGRAD epilogue of the dy w2 GEMM
-  kDGelu,       // the DGELU epilogue; the bias gradient by a separate reduction
-  kUnfused,     // dy w2, then LibTorch's gelu_backward and reduction (only forward is fused)
+  kDGeluBGrad,      // both from the DGELU_BGRAD epilogue of the dy w2 GEMM
+  kDGelu,           // the DGELU epilogue; the bias gradient by a separate reduction
+  kUnfused,         // dy w2, then LibTorch's gelu_backward and reduction (only forward is fused)
+  kDGeluWGradBias,  // the DGELU epilogue; both bias gradients from the BGRADB epilogues of the
+                    // weight-gradient GEMMs (dw1 = dpre^T x, dw2 = dy^T h), no reductions
 };
 
 struct FusedMlpOptions {
   // bench/engine/fused_mlp_bench.cc measures the three on the GPU (bench/RESULTS.md): on an
   // H200 in bf16, kDGelu is 1.03-1.07x the unfused chain's forward + backward, kUnfused
   // 0.93-1.00x, kDGeluBGrad 0.80-0.85x (cuBLASLt reduces the bias gradient in a separate,
-  // slow kernel).
+  // slow kernel). kDGeluWGradBias: measured there too (bench/RESULTS.md, 2026-12-03).
   MlpBackward backward = MlpBackward::kDGelu;
   // Where cuBLASLt offers no algorithm for a GEMM, run that step unfused (same math); false:
   // throw instead (tests, so that a pass cannot come from the fallback).

@@ -48,7 +48,7 @@ using MlpParam = std::tuple<torch::ScalarType, MlpBackward>;
 class FusedMlpGpuTest : public ::testing::TestWithParam<MlpParam> {};
 
 std::string ParamName(const ::testing::TestParamInfo<MlpParam>& info) {
-  const char* modes[] = {"DGeluBGrad", "DGelu", "Unfused"};
+  const char* modes[] = {"DGeluBGrad", "DGelu", "Unfused", "DGeluWGradBias"};
   return std::string(c10::toString(std::get<0>(info.param))) + "_" +
          modes[static_cast<int>(std::get<1>(info.param))];
 }
@@ -119,7 +119,7 @@ INSTANTIATE_TEST_SUITE_P(
     Dtypes, FusedMlpGpuTest,
     ::testing::Combine(::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf),
                        ::testing::Values(MlpBackward::kDGeluBGrad, MlpBackward::kDGelu,
-                                         MlpBackward::kUnfused)),
+                                         MlpBackward::kUnfused, MlpBackward::kDGeluWGradBias)),
     ParamName);
 
 // CPU (and any tensor the epilogues do not take): the chain itself, exactly.

@@ -31,6 +31,8 @@ cublasLtEpilogue_t EpilogueOf(LtEpilogue e) {
       return CUBLASLT_EPILOGUE_DGELU;
     case LtEpilogue::kDGeluBGrad:
       return CUBLASLT_EPILOGUE_DGELU_BGRAD;
+    case LtEpilogue::kBGradB:
+      return CUBLASLT_EPILOGUE_BGRADB;
     default:
       return CUBLASLT_EPILOGUE_DEFAULT;
   }
@@ -95,6 +97,9 @@ cublasStatus_t DescribeOperation(const LtMatmulArgs& g, Descriptors* s) {
     case LtEpilogue::kDGelu:
       MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, g.aux));
       MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, g.ldaux));
+      break;
+    case LtEpilogue::kBGradB:
+      MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, g.bias_grad));
       break;
     default:
       break;

@@ -22,6 +22,8 @@ enum class LtEpilogue {
   kGeluAuxBias,  // D = gelu(A B + bias), aux = A B + bias (written: what backward needs)
   kDGelu,        // D = (A B) * gelu'(aux)    (aux read)
   kDGeluBGrad,   // as kDGelu, and bias_grad [m] = D summed over its n columns
+  kBGradB,       // D = A B, and bias_grad [n] = op(B) summed over its k rows (a weight
+                 // gradient GEMM whose B is the output gradient: the layer's bias gradient)
 };
 
 struct LtMatmulArgs {
@@ -37,7 +39,7 @@ struct LtMatmulArgs {
   int64_t ldd = 0;
   LtEpilogue epilogue = LtEpilogue::kNone;
   const void* bias = nullptr;  // kBias, kGeluBias, kGeluAuxBias
-  void* bias_grad = nullptr;   // kDGeluBGrad
+  void* bias_grad = nullptr;   // kDGeluBGrad, kBGradB
   void* aux = nullptr;         // kGeluAuxBias (written), kDGelu / kDGeluBGrad (read): m x n
   int64_t ldaux = 0;           // a multiple of 8
 };

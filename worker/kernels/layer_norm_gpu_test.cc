@@ -1,7 +1,9 @@
 // The fused LayerNorm kernels against LibTorch's unfused chain (x + residual, layer_norm) on the
-// GPU, forward and backward, for rows that do not fill a block and hidden sizes on the vector
-// path (768, 1024, 2048, 8192: the last needs over 48 KB of shared memory in backward) and the
-// scalar one (100). The reference runs in fp32 on the same (rounded) inputs.
+// GPU, forward and backward, for 300 rows (more than a block's, not a multiple of them), 7 rows
+// and one row (the decode step's: the forward spreads a row over 8 warps), hidden sizes on the
+// register kernels (768, 1024, 2048, 4096: groups of 1 to 8 warps a row) and on the streaming
+// ones (8192: over 48 KB of shared memory in backward; 100: no 16-byte vectors). The reference
+// runs in fp32 on the same (rounded) inputs.
 // Tolerances: fp32 1e-4 relative + 1e-5 absolute (sums in another order); bf16 / fp16 the
 // dtype's rounding of the result, 1e-2 relative + 1e-2 absolute on values that are O(1)
 // (y, d input), and for d weight / d bias (sums over 300 rows) 1e-2 relative + 1e-2 x the
@@ -10,6 +12,7 @@
 #include <torch/torch.h>
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "worker/kernels/layer_norm.h"
@@ -62,32 +65,34 @@ TEST_P(FusedLayerNormGpuTest, MatchesTorchForwardAndBackward) {
   const bool fp32 = dtype == torch::kFloat;
   const char* names[] = {"sum", "y", "d x", "d residual", "d weight", "d bias"};
   torch::manual_seed(21);
-  for (int64_t hidden : {768, 1024, 2048, 8192, 100}) {
-    for (bool add : {false, true}) {
-      const auto cuda = torch::TensorOptions(torch::kCUDA);
-      const int64_t b = 3, s = 100;  // 300 rows: not a multiple of the 8 rows of a block
-      auto x = (torch::randn({b, s, hidden}, cuda) * 2 + 0.5).to(dtype);
-      auto r = torch::randn({b, s, hidden}, cuda).to(dtype);
-      auto w = (torch::rand({hidden}, cuda) + 0.5).to(dtype);
-      auto bias = (torch::randn({hidden}, cuda) * 0.1).to(dtype);
-      auto dy = torch::randn({b, s, hidden}, cuda);
-      auto dsum = torch::randn({b, s, hidden}, cuda);
-      ASSERT_TRUE(FusedLayerNormAvailable(x, w));
-      auto to32 = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
-      const Grads want = RunChain(false, add, to32(x), to32(r), to32(w), to32(bias),
-                                  to32(dy.to(dtype)), to32(dsum.to(dtype)));
-      const Grads got = RunChain(true, add, x, r, w, bias, dy, dsum);
-      const Grads torch_same = RunChain(false, add, x, r, w, bias, dy, dsum);
-      for (int i = 0; i < 6; ++i) {
-        const bool param = i >= 4;
-        const double scale = param ? want.values[i].abs().max().item<double>() : 1.0;
-        const double rtol = fp32 ? 1e-4 : 1e-2;
-        const double atol = fp32 ? 1e-5 * scale : 1e-2 * scale;
-        const std::string what = std::string(names[i]) + " hidden " + std::to_string(hidden) +
-                                 (add ? " with residual" : "");
-        EXPECT_LE(Excess(got.values[i], want.values[i], rtol, atol), 0.0) << what;
-        EXPECT_LE(Excess(torch_same.values[i], want.values[i], rtol, atol), 0.0)
-            << "LibTorch's own: " << what;
+  const std::pair<int64_t, int64_t> shapes[] = {{3, 100}, {1, 7}, {1, 1}};
+  for (int64_t hidden : {768, 1024, 2048, 4096, 8192, 100}) {
+    for (const auto& [b, s] : shapes) {
+      for (bool add : {false, true}) {
+        const auto cuda = torch::TensorOptions(torch::kCUDA);
+        auto x = (torch::randn({b, s, hidden}, cuda) * 2 + 0.5).to(dtype);
+        auto r = torch::randn({b, s, hidden}, cuda).to(dtype);
+        auto w = (torch::rand({hidden}, cuda) + 0.5).to(dtype);
+        auto bias = (torch::randn({hidden}, cuda) * 0.1).to(dtype);
+        auto dy = torch::randn({b, s, hidden}, cuda);
+        auto dsum = torch::randn({b, s, hidden}, cuda);
+        ASSERT_TRUE(FusedLayerNormAvailable(x, w));
+        auto to32 = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
+        const Grads want = RunChain(false, add, to32(x), to32(r), to32(w), to32(bias),
+                                    to32(dy.to(dtype)), to32(dsum.to(dtype)));
+        const Grads got = RunChain(true, add, x, r, w, bias, dy, dsum);
+        const Grads torch_same = RunChain(false, add, x, r, w, bias, dy, dsum);
+        for (int i = 0; i < 6; ++i) {
+          const bool param = i >= 4;
+          const double scale = param ? want.values[i].abs().max().item<double>() : 1.0;
+          const double rtol = fp32 ? 1e-4 : 1e-2;
+          const double atol = fp32 ? 1e-5 * scale : 1e-2 * scale;
+          const std::string what = std::string(names[i]) + " hidden " + std::to_string(hidden) +
+                                   " rows " + std::to_string(b * s) + (add ? " with residual" : "");
+          EXPECT_LE(Excess(got.values[i], want.values[i], rtol, atol), 0.0) << what;
+          EXPECT_LE(Excess(torch_same.values[i], want.values[i], rtol, atol), 0.0)
+              << "LibTorch's own: " << what;
+        }
       }
     }
   }

@@ -1,12 +1,16 @@
-// See layer_norm.h. One warp per row; 16-byte vector loads when the row allows. Statistics
-// and every product in fp32. Backward: d gamma / d beta summed per lane in registers (rows up
-// to 2,048 wide in 16-bit), then per block in shared memory, then over blocks by a second
-// kernel (one thread per column).
+// See layer_norm.h. Rows of up to 1,024 16-byte packs (8,192 16-bit or 4,096 fp32 values) take
+// the register kernels: a group of G warps (1, 2, 4 or 8) holds a row in registers, loaded
+// once, and reduces over the group (shuffles, then shared memory past one warp). Wider or
+// unaligned rows take the streaming kernels (one warp per row, rows read again per pass).
+// Statistics and every product in fp32. Backward: d gamma / d beta summed per thread in
+// registers over its rows (a thread always sees the same columns), then per block in shared
+// memory, then over blocks by a second kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "worker/kernels/float_convert.cuh"
 #include "worker/kernels/layer_norm_launch.h"
@@ -14,32 +18,129 @@
 namespace mt::kernels {
 namespace {
 
-constexpr int kWarps = 8;  // rows per block at a time
+constexpr int kWarps = 8;  // warps per block
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxBackwardBlocks = 528;  // 4 per SM of an H100/H200
+constexpr int kForwardPacks = 4;         // packs a thread holds in the register forward
+constexpr int kBackwardPacks = 2;        // and in the register backward (more: spills, 1 block/SM)
+constexpr int64_t kFewRows = 264;        // below: the forward spreads a row over 8 warps
+
+// The sums of v.x and v.y over the G warps of this thread's group (G divides kWarps). Every
+// thread of the block must call it (it holds barriers past G = 1); `scratch` is kWarps float2s
+// of shared memory, reused from call to call.
+template <int G>
+__device__ __forceinline__ float2 GroupSum(float2 v, float2* scratch) {
+  v.x = WarpSum(v.x);
+  v.y = WarpSum(v.y);
+  if constexpr (G == 1) {
+    return v;
+  } else {
+    const int warp = threadIdx.x / 32;
+    __syncthreads();  // the previous call's reads are done
+    if (threadIdx.x % 32 == 0) scratch[warp] = v;
+    __syncthreads();
+    const int first = warp / G * G;
+    float2 s = scratch[first];
+#pragma unroll
+    for (int i = 1; i < G; ++i) {
+      s.x += scratch[first + i].x;
+      s.y += scratch[first + i].y;
+    }
+    return s;
+  }
+}
 
 template <typename T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> AddPacks(const Pack<T, kVec>& a, const Pack<T, kVec>& b) {
+  Pack<T, kVec> s;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) s.v[k] = To<T>(F(a.v[k]) + F(b.v[k]));
+  return s;
+}
+
+// One row per group of G warps; thread t of a group holds packs t, t + 32 G, ... (at most
+// kForwardPacks). The grid covers the rows once.
+template <typename T, int kVec, int G>
 __global__ void __launch_bounds__(kThreads)
-    ForwardKernel(const T* x, const T* residual, T* sum, const T* weight, const T* bias, T* y,
-                  float* mean_out, float* rstd_out, int64_t rows, int64_t hidden, float eps) {
+    RegisterForwardKernel(const T* x, const T* residual, T* sum, const T* weight, const T* bias,
+                          T* y, float* mean_out, float* rstd_out, int64_t rows, int64_t hidden,
+                          float eps) {
+  using P = Pack<T, kVec>;
+  __shared__ float2 scratch[kWarps];
+  constexpr int kGroup = 32 * G;
+  const int t = threadIdx.x % kGroup;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarps / G) + threadIdx.x / kGroup;
+  const bool live = row < rows;
+  const int64_t npacks = hidden / kVec;
+  const int64_t offset = live ? row * hidden : 0;
+  const P* xr = reinterpret_cast<const P*>(x + offset);
+  const P* rr = reinterpret_cast<const P*>(residual + (residual != nullptr ? offset : 0));
+  P* sr = reinterpret_cast<P*>(sum + (sum != nullptr ? offset : 0));
+  P a[kForwardPacks];
+  float acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kForwardPacks; ++j) {
+    const int64_t p = t + j * kGroup;
+    if (!live || p >= npacks) continue;
+    a[j] = xr[p];
+    if (residual != nullptr) {
+      a[j] = AddPacks(a[j], rr[p]);
+      sr[p] = a[j];  // the LayerNorm reads the sum as stored (rounded to T)
+    }
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc += F(a[j].v[k]);
+  }
+  const float mean = GroupSum<G>(make_float2(acc, 0.0f), scratch).x / static_cast<float>(hidden);
+  acc = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kForwardPacks; ++j) {
+    const int64_t p = t + j * kGroup;
+    if (!live || p >= npacks) continue;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      const float d = F(a[j].v[k]) - mean;
+      acc += d * d;
+    }
+  }
+  const float var = GroupSum<G>(make_float2(acc, 0.0f), scratch).x / static_cast<float>(hidden);
+  const float rstd = rsqrtf(var + eps);
+  if (!live) return;
+  const P* wr = reinterpret_cast<const P*>(weight);
+  const P* br = reinterpret_cast<const P*>(bias);
+  P* yr = reinterpret_cast<P*>(y + offset);
+#pragma unroll
+  for (int j = 0; j < kForwardPacks; ++j) {
+    const int64_t p = t + j * kGroup;
+    if (p >= npacks) continue;
+    const P w = wr[p], b = br[p];
+    P o;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k)
+      o.v[k] = To<T>((F(a[j].v[k]) - mean) * rstd * F(w.v[k]) + F(b.v[k]));
+    yr[p] = o;
+  }
+  if (t == 0) {
+    mean_out[row] = mean;
+    rstd_out[row] = rstd;
+  }
+}
+
+// Any width (hidden % kVec == 0): one warp per row, the row read again for each pass.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    StreamingForwardKernel(const T* x, const T* residual, T* sum, const T* weight, const T* bias,
+                           T* y, float* mean_out, float* rstd_out, int64_t rows, int64_t hidden,
+                           float eps) {
   using P = Pack<T, kVec>;
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
   if (row >= rows) return;
   const int64_t npacks = hidden / kVec;
-  const P* xr = reinterpret_cast<const P*>(x + row * hidden);
-  // The LayerNorm's input: the stored sum (rounded to T) with a residual, else x itself.
-  const P* in = xr;
+  const P* in = reinterpret_cast<const P*>(x + row * hidden);
   if (residual != nullptr) {
     const P* rr = reinterpret_cast<const P*>(residual + row * hidden);
     P* sr = reinterpret_cast<P*>(sum + row * hidden);
-    for (int64_t p = lane; p < npacks; p += 32) {
-      const P a = xr[p], b = rr[p];
-      P s;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) s.v[k] = To<T>(F(a.v[k]) + F(b.v[k]));
-      sr[p] = s;
-    }
+    for (int64_t p = lane; p < npacks; p += 32) sr[p] = AddPacks(in[p], rr[p]);
     in = sr;  // this thread reads back only what it wrote itself
   }
   float acc = 0.0f;
@@ -76,63 +177,149 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// Shared memory of the backward kernels: [2][hidden] fp32 (the block's d weight, d bias sums),
+// then kWarps float2 of reduction scratch.
+size_t BackwardSharedBytes(int64_t hidden) {
+  return 2 * static_cast<size_t>(hidden) * sizeof(float) + kWarps * sizeof(float2);
+}
+
+__device__ __forceinline__ void ZeroShared(float* shared, int64_t n) {
+  for (int64_t c = threadIdx.x; c < n; c += kThreads) shared[c] = 0.0f;
+  __syncthreads();
+}
+
 // partial: [2][gridDim.x][hidden] fp32 (d weight, then d bias), written whole by each block.
-// A lane always sees the same columns (packs lane, lane + 32, ...), so with kPacks > 0 (at least
-// ceil(packs / 32)) it sums its columns' d weight / d bias over all its rows in registers and
-// adds them to the block's shared sums once at the end; kPacks = 0 (wider rows) adds every
-// row's products to shared memory, where the block's eight warps contend for the same words.
-template <typename T, int kVec, int kPacks>
+__device__ __forceinline__ void WritePartial(const float* sdw, const float* sdb, float* partial,
+                                             int64_t hidden) {
+  __syncthreads();
+  float* pw = partial + static_cast<int64_t>(blockIdx.x) * hidden;
+  float* pb = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * hidden;
+  for (int64_t c = threadIdx.x; c < hidden; c += kThreads) {
+    pw[c] = sdw[c];
+    pb[c] = sdb[c];
+  }
+}
+
+// One row per group of G warps at a time; thread t holds packs t, t + 32 G (kBackwardPacks) of
+// the row, its weight packs for the whole run, and its columns' d weight / d bias sums.
+template <typename T, int kVec, int G>
 __global__ void __launch_bounds__(kThreads)
-    BackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd, const T* weight,
-                   const T* dsum, T* dx, float* partial, int64_t rows, int64_t hidden) {
+    RegisterBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                           const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
+                           int64_t hidden) {
   using P = Pack<T, kVec>;
-  extern __shared__ float shared[];  // [2][hidden]
+  constexpr int kGroup = 32 * G;
+  constexpr int kRows = kWarps / G;  // rows of a block at a time
+  extern __shared__ float shared[];
   float* sdw = shared;
   float* sdb = shared + hidden;
-  for (int64_t c = threadIdx.x; c < 2 * hidden; c += kThreads) shared[c] = 0.0f;
-  __syncthreads();
+  float2* scratch = reinterpret_cast<float2*>(shared + 2 * hidden);
+  ZeroShared(shared, 2 * hidden);
+  const int t = threadIdx.x % kGroup;
+  const int64_t npacks = hidden / kVec;
+  P w[kBackwardPacks];
+  float rdw[kBackwardPacks][kVec] = {};
+  float rdb[kBackwardPacks][kVec] = {};
+#pragma unroll
+  for (int j = 0; j < kBackwardPacks; ++j) {
+    const int64_t p = t + j * kGroup;
+    if (p < npacks) w[j] = reinterpret_cast<const P*>(weight)[p];
+  }
+  // `base` is the same for the whole block, so every thread meets GroupSum's barriers.
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRows; base < rows;
+       base += static_cast<int64_t>(gridDim.x) * kRows) {
+    const int64_t row = base + threadIdx.x / kGroup;
+    const bool live = row < rows;
+    const int64_t offset = live ? row * hidden : 0;
+    const P* dyr = reinterpret_cast<const P*>(dy + offset);
+    const P* xr = reinterpret_cast<const P*>(x + offset);
+    const float mu = live ? mean[row] : 0.0f, rs = live ? rstd[row] : 0.0f;
+    P g[kBackwardPacks], a[kBackwardPacks];
+    float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int j = 0; j < kBackwardPacks; ++j) {
+      const int64_t p = t + j * kGroup;
+      if (!live || p >= npacks) continue;
+      g[j] = dyr[p];
+      a[j] = xr[p];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float xhat = (F(a[j].v[k]) - mu) * rs;
+        const float d = F(g[j].v[k]);
+        const float gw = d * F(w[j].v[k]);
+        acc.x += gw;
+        acc.y += gw * xhat;
+        rdw[j][k] += d * xhat;
+        rdb[j][k] += d;
+      }
+    }
+    const float2 m = GroupSum<G>(acc, scratch);
+    if (!live) continue;
+    const float m1 = m.x / static_cast<float>(hidden), m2 = m.y / static_cast<float>(hidden);
+    const P* dsr = dsum != nullptr ? reinterpret_cast<const P*>(dsum + offset) : nullptr;
+    P* dxr = reinterpret_cast<P*>(dx + offset);
+#pragma unroll
+    for (int j = 0; j < kBackwardPacks; ++j) {
+      const int64_t p = t + j * kGroup;
+      if (p >= npacks) continue;
+      P r{};
+      if (dsr != nullptr) r = dsr[p];
+      P o;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        const float xhat = (F(a[j].v[k]) - mu) * rs;
+        float v = rs * (F(g[j].v[k]) * F(w[j].v[k]) - m1 - xhat * m2);
+        if (dsr != nullptr) v += F(r.v[k]);
+        o.v[k] = To<T>(v);
+      }
+      dxr[p] = o;
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < kBackwardPacks; ++j) {
+    const int64_t p = t + j * kGroup;
+    if (p >= npacks) continue;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      atomicAdd(&sdw[p * kVec + k], rdw[j][k]);
+      atomicAdd(&sdb[p * kVec + k], rdb[j][k]);
+    }
+  }
+  WritePartial(sdw, sdb, partial, hidden);
+}
+
+// Any width (hidden % kVec == 0): one warp per row; every row's d weight / d bias products go
+// to the block's shared sums, where the block's eight warps contend for the same words.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    StreamingBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                            const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
+                            int64_t hidden) {
+  using P = Pack<T, kVec>;
+  extern __shared__ float shared[];
+  float* sdw = shared;
+  float* sdb = shared + hidden;
+  ZeroShared(shared, 2 * hidden);
   const int lane = threadIdx.x % 32;
   const int64_t npacks = hidden / kVec;
   const P* wr = reinterpret_cast<const P*>(weight);
-  float rdw[kPacks > 0 ? kPacks : 1][kVec] = {};
-  float rdb[kPacks > 0 ? kPacks : 1][kVec] = {};
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; row < rows;
        row += static_cast<int64_t>(gridDim.x) * kWarps) {
     const P* dyr = reinterpret_cast<const P*>(dy + row * hidden);
     const P* xr = reinterpret_cast<const P*>(x + row * hidden);
     const float mu = mean[row], rs = rstd[row];
     float a1 = 0.0f, a2 = 0.0f;
-    if constexpr (kPacks > 0) {
+    for (int64_t p = lane; p < npacks; p += 32) {
+      const P g = dyr[p], a = xr[p], w = wr[p];
 #pragma unroll
-      for (int j = 0; j < kPacks; ++j) {
-        const int64_t p = lane + 32 * j;
-        if (p >= npacks) break;
-        const P g = dyr[p], a = xr[p], w = wr[p];
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          const float xhat = (F(a.v[k]) - mu) * rs;
-          const float d = F(g.v[k]);
-          const float gw = d * F(w.v[k]);
-          a1 += gw;
-          a2 += gw * xhat;
-          rdw[j][k] += d * xhat;
-          rdb[j][k] += d;
-        }
-      }
-    } else {
-      for (int64_t p = lane; p < npacks; p += 32) {
-        const P g = dyr[p], a = xr[p], w = wr[p];
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          const float xhat = (F(a.v[k]) - mu) * rs;
-          const float d = F(g.v[k]);
-          const float gw = d * F(w.v[k]);
-          a1 += gw;
-          a2 += gw * xhat;
-          const int64_t c = p * kVec + k;
-          atomicAdd(&sdw[c], d * xhat);
-          atomicAdd(&sdb[c], d);
-        }
+      for (int k = 0; k < kVec; ++k) {
+        const float xhat = (F(a.v[k]) - mu) * rs;
+        const float d = F(g.v[k]);
+        const float gw = d * F(w.v[k]);
+        a1 += gw;
+        a2 += gw * xhat;
+        atomicAdd(&sdw[p * kVec + k], d * xhat);
+        atomicAdd(&sdb[p * kVec + k], d);
       }
     }
     const float m1 = WarpSum(a1) / static_cast<float>(hidden);
@@ -154,42 +341,64 @@ __global__ void __launch_bounds__(kThreads)
       dxr[p] = o;
     }
   }
-  if constexpr (kPacks > 0) {
-#pragma unroll
-    for (int j = 0; j < kPacks; ++j) {
-      const int64_t p = lane + 32 * j;
-      if (p >= npacks) break;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        atomicAdd(&sdw[p * kVec + k], rdw[j][k]);
-        atomicAdd(&sdb[p * kVec + k], rdb[j][k]);
-      }
-    }
-  }
-  __syncthreads();
-  float* pw = partial + static_cast<int64_t>(blockIdx.x) * hidden;
-  float* pb = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * hidden;
-  for (int64_t c = threadIdx.x; c < hidden; c += kThreads) {
-    pw[c] = sdw[c];
-    pb[c] = sdb[c];
-  }
+  WritePartial(sdw, sdb, partial, hidden);
 }
 
+// d weight / d bias = the sums of `partial`'s `blocks` rows. A block takes 32 columns; its 8
+// warps sum every 8th partial row, then warp 0 adds the 8 sums (coalesced reads, 8x the
+// parallelism of a thread per column).
+constexpr int kFinishColumns = 32;
+constexpr int kFinishSlices = 8;
+
 template <typename T>
-__global__ void FinishKernel(const float* partial, int blocks, int64_t hidden, T* dweight,
-                             T* dbias) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (c >= hidden) return;
-  float w = 0.0f, b = 0.0f;
-  for (int i = 0; i < blocks; ++i) {
-    w += partial[static_cast<int64_t>(i) * hidden + c];
-    b += partial[static_cast<int64_t>(blocks + i) * hidden + c];
+__global__ void __launch_bounds__(kFinishColumns* kFinishSlices)
+    FinishKernel(const float* partial, int blocks, int64_t hidden, T* dweight, T* dbias) {
+  __shared__ float2 sums[kFinishSlices][kFinishColumns];
+  const int col = threadIdx.x % kFinishColumns, slice = threadIdx.x / kFinishColumns;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kFinishColumns + col;
+  float2 s = make_float2(0.0f, 0.0f);
+  if (c < hidden) {
+    for (int i = slice; i < blocks; i += kFinishSlices) {
+      s.x += partial[static_cast<int64_t>(i) * hidden + c];
+      s.y += partial[static_cast<int64_t>(blocks + i) * hidden + c];
+    }
   }
-  dweight[c] = To<T>(w);
-  dbias[c] = To<T>(b);
+  sums[slice][col] = s;
+  __syncthreads();
+  if (slice != 0 || c >= hidden) return;
+  for (int i = 1; i < kFinishSlices; ++i) {
+    s.x += sums[i][col].x;
+    s.y += sums[i][col].y;
+  }
+  dweight[c] = To<T>(s.x);
+  dbias[c] = To<T>(s.y);
 }
 
 bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// The smallest group (warps per row) whose threads hold `npacks` in `per_thread` packs each;
+// 0 when even 8 warps cannot.
+int GroupFor(int64_t npacks, int per_thread) {
+  for (int g = 1; g <= kWarps; g *= 2) {
+    if (npacks <= static_cast<int64_t>(32) * g * per_thread) return g;
+  }
+  return 0;
+}
+
+// Calls launch(std::integral_constant<int, G>) for g = G in {1, 2, 4, 8}.
+template <typename Launch>
+cudaError_t WithGroup(int g, Launch&& launch) {
+  switch (g) {
+    case 1:
+      return launch(std::integral_constant<int, 1>{});
+    case 2:
+      return launch(std::integral_constant<int, 2>{});
+    case 4:
+      return launch(std::integral_constant<int, 4>{});
+    default:
+      return launch(std::integral_constant<int, 8>{});
+  }
+}
 
 template <typename T>
 cudaError_t Forward(const void* x, const void* residual, void* sum, const void* weight,
@@ -199,19 +408,33 @@ cudaError_t Forward(const void* x, const void* residual, void* sum, const void* 
   constexpr int kVec = 16 / sizeof(T);
   const bool vec = hidden % kVec == 0 && Aligned(x) && Aligned(weight) && Aligned(bias) &&
                    Aligned(y) && (residual == nullptr || (Aligned(residual) && Aligned(sum)));
-  const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
-  auto args = [&](auto kernel) {
-    kernel<<<grid, kThreads, 0, stream>>>(static_cast<const T*>(x), static_cast<const T*>(residual),
-                                          static_cast<T*>(sum), static_cast<const T*>(weight),
-                                          static_cast<const T*>(bias), static_cast<T*>(y), mean,
-                                          rstd, rows, hidden, eps);
-  };
-  if (vec) {
-    args(ForwardKernel<T, kVec>);
-  } else {
-    args(ForwardKernel<T, 1>);
+  const auto* xt = static_cast<const T*>(x);
+  const auto* rt = static_cast<const T*>(residual);
+  auto* st = static_cast<T*>(sum);
+  const auto* wt = static_cast<const T*>(weight);
+  const auto* bt = static_cast<const T*>(bias);
+  auto* yt = static_cast<T*>(y);
+  int group = vec ? GroupFor(hidden / kVec, kForwardPacks) : 0;
+  if (group == 0) {
+    const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
+    if (vec) {
+      StreamingForwardKernel<T, kVec>
+          <<<grid, kThreads, 0, stream>>>(xt, rt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
+    } else {
+      StreamingForwardKernel<T, 1>
+          <<<grid, kThreads, 0, stream>>>(xt, rt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
+    }
+    return cudaGetLastError();
   }
-  return cudaGetLastError();
+  if (rows < kFewRows) group = kWarps;  // few rows (decoding): a row's loads spread wider
+  return WithGroup(group, [&](auto g) {
+    constexpr int G = decltype(g)::value;
+    constexpr int64_t kPerBlock = kWarps / G;
+    const dim3 grid(static_cast<unsigned>((rows + kPerBlock - 1) / kPerBlock));
+    RegisterForwardKernel<T, kVec, G>
+        <<<grid, kThreads, 0, stream>>>(xt, rt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
+    return cudaGetLastError();
+  });
 }
 
 template <typename T>
@@ -223,7 +446,7 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
   const bool vec = hidden % kVec == 0 && Aligned(dy) && Aligned(x) && Aligned(weight) &&
                    Aligned(dx) && (dsum == nullptr || Aligned(dsum));
   const int blocks = LayerNormBackwardBlocks(rows);
-  const size_t smem = 2 * static_cast<size_t>(hidden) * sizeof(float);
+  const size_t smem = BackwardSharedBytes(hidden);
   auto launch = [&](auto kernel) {
     cudaError_t err = cudaSuccess;
     if (smem > 48 * 1024) {
@@ -237,23 +460,20 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
                                                partial, rows, hidden);
     return cudaGetLastError();
   };
-  // Packs per lane: the register path up to 8 (hidden 2,048 in 16-bit, 1,024 in fp32).
-  const int64_t per_lane = (hidden / (vec ? kVec : 1) + 31) / 32;
+  const int group = vec ? GroupFor(hidden / kVec, kBackwardPacks) : 0;
   cudaError_t err;
-  if (!vec) {
-    err = per_lane <= 8 ? launch(BackwardKernel<T, 1, 8>) : launch(BackwardKernel<T, 1, 0>);
-  } else if (per_lane <= 2) {
-    err = launch(BackwardKernel<T, kVec, 2>);
-  } else if (per_lane <= 4) {
-    err = launch(BackwardKernel<T, kVec, 4>);
-  } else if (per_lane <= 8) {
-    err = launch(BackwardKernel<T, kVec, 8>);
+  if (group > 0) {
+    err = WithGroup(
+        group, [&](auto g) { return launch(RegisterBackwardKernel<T, kVec, decltype(g)::value>); });
+  } else if (vec) {
+    err = launch(StreamingBackwardKernel<T, kVec>);
   } else {
-    err = launch(BackwardKernel<T, kVec, 0>);
+    err = launch(StreamingBackwardKernel<T, 1>);
   }
   if (err != cudaSuccess) return err;
-  const int threads = 256;
-  FinishKernel<T><<<static_cast<unsigned>((hidden + threads - 1) / threads), threads, 0, stream>>>(
+  const unsigned finish_blocks =
+      static_cast<unsigned>((hidden + kFinishColumns - 1) / kFinishColumns);
+  FinishKernel<T><<<finish_blocks, kFinishColumns * kFinishSlices, 0, stream>>>(
       partial, blocks, hidden, static_cast<T*>(dweight), static_cast<T*>(dbias));
   return cudaGetLastError();
 }

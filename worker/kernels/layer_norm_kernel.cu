@@ -2,9 +2,9 @@
 // the register kernels: a group of G warps (1, 2, 4 or 8) holds a row in registers, loaded
 // once, and reduces over the group (shuffles, then shared memory past one warp). Wider or
 // unaligned rows take the streaming kernels (one warp per row, rows read again per pass).
-// Statistics and every product in fp32. Backward: d gamma / d beta summed per thread in
-// registers over its rows (a thread always sees the same columns), then per block in shared
-// memory, then over blocks by a second kernel.
+// Statistics and every product in fp32. Backward: d gamma / d beta summed over a block's rows in
+// shared memory (the register kernel: one copy per group, each column owned by one thread, no
+// atomics), then over blocks by a second kernel.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,9 +20,10 @@ namespace {
 
 constexpr int kWarps = 8;  // warps per block
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxBackwardBlocks = 528;  // 4 per SM of an H100/H200
+constexpr int kMaxBackwardBlocks = 396;  // 3 per SM of an H100/H200: one wave
 constexpr int kForwardPacks = 4;         // packs a thread holds in the register forward
 constexpr int kBackwardPacks = 2;        // and in the register backward (more: spills, 1 block/SM)
+constexpr int kBackwardBlocksPerSm = 3;  // the register backward: <= 85 registers, no spills
 constexpr int64_t kFewRows = 264;        // below: the forward spreads a row over 8 warps
 
 // The sums of v.x and v.y over the G warps of this thread's group (G divides kWarps). Every
@@ -177,10 +178,10 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Shared memory of the backward kernels: [2][hidden] fp32 (the block's d weight, d bias sums),
+// Shared memory of the backward kernels: `copies` x [2][hidden] fp32 (d weight and d bias sums),
 // then kWarps float2 of reduction scratch.
-size_t BackwardSharedBytes(int64_t hidden) {
-  return 2 * static_cast<size_t>(hidden) * sizeof(float) + kWarps * sizeof(float2);
+size_t BackwardSharedBytes(int64_t hidden, int copies) {
+  return static_cast<size_t>(copies) * 2 * hidden * sizeof(float) + kWarps * sizeof(float2);
 }
 
 __device__ __forceinline__ void ZeroShared(float* shared, int64_t n) {
@@ -188,47 +189,71 @@ __device__ __forceinline__ void ZeroShared(float* shared, int64_t n) {
   __syncthreads();
 }
 
-// partial: [2][gridDim.x][hidden] fp32 (d weight, then d bias), written whole by each block.
-__device__ __forceinline__ void WritePartial(const float* sdw, const float* sdb, float* partial,
+// partial: [2][gridDim.x][hidden] fp32 (d weight, then d bias), written whole by each block:
+// the sums of the block's `copies` x [2][hidden] shared sums.
+__device__ __forceinline__ void WritePartial(const float* shared, int copies, float* partial,
                                              int64_t hidden) {
   __syncthreads();
   float* pw = partial + static_cast<int64_t>(blockIdx.x) * hidden;
   float* pb = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * hidden;
   for (int64_t c = threadIdx.x; c < hidden; c += kThreads) {
-    pw[c] = sdw[c];
-    pb[c] = sdb[c];
+    float w = 0.0f, b = 0.0f;
+    for (int i = 0; i < copies; ++i) {
+      w += shared[2 * i * hidden + c];
+      b += shared[(2 * i + 1) * hidden + c];
+    }
+    pw[c] = w;
+    pb[c] = b;
+  }
+}
+
+// sums[0, kVec) += v (16-byte aligned shared memory, kVec a multiple of 4).
+template <int kVec>
+__device__ __forceinline__ void AddToShared(float* sums, const float (&v)[kVec]) {
+  static_assert(kVec % 4 == 0, "float4 steps");
+  float4* s4 = reinterpret_cast<float4*>(sums);
+#pragma unroll
+  for (int q = 0; q < kVec / 4; ++q) {
+    float4 t = s4[q];
+    t.x += v[4 * q];
+    t.y += v[4 * q + 1];
+    t.z += v[4 * q + 2];
+    t.w += v[4 * q + 3];
+    s4[q] = t;
   }
 }
 
 // One row per group of G warps at a time; thread t holds packs t, t + 32 G (kBackwardPacks) of
-// the row, its weight packs for the whole run, and its columns' d weight / d bias sums.
+// the row and its weight packs for the whole run. Each group adds its rows' d weight / d bias
+// products to its own copy of the sums in shared memory: a column belongs to one thread of the
+// group, so no atomics, and no registers held for the sums (which cost occupancy: 124 registers
+// a thread at hidden 2,048 when the sums lived in registers).
 template <typename T, int kVec, int G>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
     RegisterBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
                            const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
                            int64_t hidden) {
   using P = Pack<T, kVec>;
   constexpr int kGroup = 32 * G;
-  constexpr int kRows = kWarps / G;  // rows of a block at a time
-  extern __shared__ float shared[];
-  float* sdw = shared;
-  float* sdb = shared + hidden;
-  float2* scratch = reinterpret_cast<float2*>(shared + 2 * hidden);
-  ZeroShared(shared, 2 * hidden);
+  constexpr int kCopies = kWarps / G;  // groups of a block = rows of a block at a time
+  extern __shared__ __align__(16) float shared[];
+  const int group = threadIdx.x / kGroup;
+  float* sdw = shared + 2 * group * hidden;
+  float* sdb = sdw + hidden;
+  float2* scratch = reinterpret_cast<float2*>(shared + 2 * kCopies * hidden);
+  ZeroShared(shared, 2 * kCopies * hidden);
   const int t = threadIdx.x % kGroup;
   const int64_t npacks = hidden / kVec;
   P w[kBackwardPacks];
-  float rdw[kBackwardPacks][kVec] = {};
-  float rdb[kBackwardPacks][kVec] = {};
 #pragma unroll
   for (int j = 0; j < kBackwardPacks; ++j) {
     const int64_t p = t + j * kGroup;
     if (p < npacks) w[j] = reinterpret_cast<const P*>(weight)[p];
   }
   // `base` is the same for the whole block, so every thread meets GroupSum's barriers.
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kRows; base < rows;
-       base += static_cast<int64_t>(gridDim.x) * kRows) {
-    const int64_t row = base + threadIdx.x / kGroup;
+  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kCopies; base < rows;
+       base += static_cast<int64_t>(gridDim.x) * kCopies) {
+    const int64_t row = base + group;
     const bool live = row < rows;
     const int64_t offset = live ? row * hidden : 0;
     const P* dyr = reinterpret_cast<const P*>(dy + offset);
@@ -242,6 +267,7 @@ __global__ void __launch_bounds__(kThreads)
       if (!live || p >= npacks) continue;
       g[j] = dyr[p];
       a[j] = xr[p];
+      float pdw[kVec], pdb[kVec];
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
         const float xhat = (F(a[j].v[k]) - mu) * rs;
@@ -249,9 +275,11 @@ __global__ void __launch_bounds__(kThreads)
         const float gw = d * F(w[j].v[k]);
         acc.x += gw;
         acc.y += gw * xhat;
-        rdw[j][k] += d * xhat;
-        rdb[j][k] += d;
+        pdw[k] = d * xhat;
+        pdb[k] = d;
       }
+      AddToShared<kVec>(sdw + p * kVec, pdw);
+      AddToShared<kVec>(sdb + p * kVec, pdb);
     }
     const float2 m = GroupSum<G>(acc, scratch);
     if (!live) continue;
@@ -275,17 +303,7 @@ __global__ void __launch_bounds__(kThreads)
       dxr[p] = o;
     }
   }
-#pragma unroll
-  for (int j = 0; j < kBackwardPacks; ++j) {
-    const int64_t p = t + j * kGroup;
-    if (p >= npacks) continue;
-#pragma unroll
-    for (int k = 0; k < kVec; ++k) {
-      atomicAdd(&sdw[p * kVec + k], rdw[j][k]);
-      atomicAdd(&sdb[p * kVec + k], rdb[j][k]);
-    }
-  }
-  WritePartial(sdw, sdb, partial, hidden);
+  WritePartial(shared, kCopies, partial, hidden);
 }
 
 // Any width (hidden % kVec == 0): one warp per row; every row's d weight / d bias products go
@@ -296,7 +314,7 @@ __global__ void __launch_bounds__(kThreads)
                             const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
                             int64_t hidden) {
   using P = Pack<T, kVec>;
-  extern __shared__ float shared[];
+  extern __shared__ __align__(16) float shared[];
   float* sdw = shared;
   float* sdb = shared + hidden;
   ZeroShared(shared, 2 * hidden);
@@ -341,7 +359,7 @@ __global__ void __launch_bounds__(kThreads)
       dxr[p] = o;
     }
   }
-  WritePartial(sdw, sdb, partial, hidden);
+  WritePartial(shared, 1, partial, hidden);
 }
 
 // d weight / d bias = the sums of `partial`'s `blocks` rows. A block takes 32 columns; its 8
@@ -446,8 +464,8 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
   const bool vec = hidden % kVec == 0 && Aligned(dy) && Aligned(x) && Aligned(weight) &&
                    Aligned(dx) && (dsum == nullptr || Aligned(dsum));
   const int blocks = LayerNormBackwardBlocks(rows);
-  const size_t smem = BackwardSharedBytes(hidden);
-  auto launch = [&](auto kernel) {
+  auto launch = [&](auto kernel, int copies) {
+    const size_t smem = BackwardSharedBytes(hidden, copies);
     cudaError_t err = cudaSuccess;
     if (smem > 48 * 1024) {
       err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -463,12 +481,14 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
   const int group = vec ? GroupFor(hidden / kVec, kBackwardPacks) : 0;
   cudaError_t err;
   if (group > 0) {
-    err = WithGroup(
-        group, [&](auto g) { return launch(RegisterBackwardKernel<T, kVec, decltype(g)::value>); });
+    err = WithGroup(group, [&](auto g) {
+      constexpr int G = decltype(g)::value;
+      return launch(RegisterBackwardKernel<T, kVec, G>, kWarps / G);
+    });
   } else if (vec) {
-    err = launch(StreamingBackwardKernel<T, kVec>);
+    err = launch(StreamingBackwardKernel<T, kVec>, 1);
   } else {
-    err = launch(StreamingBackwardKernel<T, 1>);
+    err = launch(StreamingBackwardKernel<T, 1>, 1);
   }
   if (err != cudaSuccess) return err;
   const unsigned finish_blocks =

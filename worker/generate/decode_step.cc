@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "worker/kernels/decode_attention.h"
 #include "worker/kernels/layer_norm.h"
 
 namespace mt::generate {
@@ -34,6 +35,29 @@ torch::Tensor MaskedAttention(const torch::Tensor& q, const torch::Tensor& k,
   return torch::matmul(probs, v);
 }
 
+// The additive mask of MaskedAttention [1, 1, 1, max_len] in the step's dtype (0 for the keys
+// at or before the position, -inf after it), made at the first layer that needs it: never when
+// every layer runs the decode-attention kernel.
+class StepMask {
+ public:
+  StepMask(const DecodeInputs& in, const torch::TensorOptions& options)
+      : in_(in), options_(options) {}
+
+  const torch::Tensor& Get() {
+    if (!mask_.defined()) {
+      mask_ = torch::zeros({1, 1, 1, in_.key_positions.numel()}, options_)
+                  .masked_fill_(in_.key_positions.gt(in_.position).view({1, 1, 1, -1}),
+                                -std::numeric_limits<double>::infinity());
+    }
+    return mask_;
+  }
+
+ private:
+  const DecodeInputs& in_;
+  torch::TensorOptions options_;
+  torch::Tensor mask_;
+};
+
 torch::Tensor Norm(const torch::nn::LayerNorm& ln, const torch::Tensor& x) {
   return kernels::FusedLayerNorm(x, ln->weight, ln->bias, ln->options.eps());
 }
@@ -49,8 +73,8 @@ std::pair<torch::Tensor, torch::Tensor> AddNorm(const torch::nn::LayerNorm& ln,
 // output is h + mlp, which the caller's next LayerNorm adds.
 std::pair<torch::Tensor, torch::Tensor> LayerStep(model::TransformerLayerImpl& layer, int64_t index,
                                                   const torch::Tensor& x, const torch::Tensor& ln_x,
-                                                  const torch::Tensor& position,
-                                                  const torch::Tensor& mask, KvCache& cache) {
+                                                  const torch::Tensor& position, StepMask& mask,
+                                                  KvCache& cache) {
   model::SelfAttentionImpl& attn = *layer.self_attention;
   const model::GptConfig& c = attn.config;
   const torch::Tensor qkv_out = attn.linear_qkv(ln_x);
@@ -59,9 +83,18 @@ std::pair<torch::Tensor, torch::Tensor> LayerStep(model::TransformerLayerImpl& l
   const int64_t d = c.head_dim();
   // Per head [q_h, k_h, v_h] (gpt.h's fused QKV layout).
   std::vector<torch::Tensor> qkv = qkv_out.view({b, 1, heads, 3 * d}).split(d, -1);
-  auto [k, v] = cache.WriteAt(index, position, qkv[1].transpose(1, 2), qkv[2].transpose(1, 2));
-  torch::Tensor context = MaskedAttention(qkv[0].transpose(1, 2), k, v, mask, c.attention_backend);
-  context = context.transpose(1, 2).reshape({b, 1, heads * d});
+  const torch::Tensor& keys = cache.keys(index);
+  const torch::Tensor& values = cache.values(index);
+  torch::Tensor context;
+  // kMath stays the explicit reference; every other backend takes the kernel where it runs.
+  if (c.attention_backend != model::AttentionBackend::kMath &&
+      kernels::DecodeAttentionAvailable(qkv[0], qkv[1], qkv[2], position, keys, values)) {
+    context = kernels::DecodeAttention(qkv[0], qkv[1], qkv[2], position, keys, values);
+  } else {
+    auto [k, v] = cache.WriteAt(index, position, qkv[1].transpose(1, 2), qkv[2].transpose(1, 2));
+    context = MaskedAttention(qkv[0].transpose(1, 2), k, v, mask.Get(), c.attention_backend);
+    context = context.transpose(1, 2).reshape({b, 1, heads * d});
+  }
   auto [h, ln_h] = AddNorm(layer.pre_mlp_layernorm, x, attn.linear_proj(context));
   return {h, layer.mlp(ln_h)};
 }
@@ -92,10 +125,7 @@ torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvC
               "decode inputs [", cache.batch(), ", 1] over ", cache.max_len(),
               " positions expected, got ", in.tokens.sizes(), " over ", in.key_positions.numel());
   const torch::Tensor embedded = EmbedTokens(gpt, in);
-  // 0 for the keys at or before the position, -inf after it; one row for every query.
-  const torch::Tensor mask = torch::zeros({1, 1, 1, cache.max_len()}, embedded.options())
-                                 .masked_fill_(in.key_positions.gt(in.position).view({1, 1, 1, -1}),
-                                               -std::numeric_limits<double>::infinity());
+  StepMask mask(in, embedded.options());
   auto& layers = gpt.decoder->layers;
   // The residual stream is carried as {x, the layer's LayerNorm of x}; each layer's output
   // reaches the next LayerNorm as two terms that it adds (one fused kernel on CUDA).

@@ -1,18 +1,27 @@
 // One decode step at static shapes: the form of ForwardWithCache (cached_forward.h) with one
 // new token per row that a CUDA graph can capture and replay (decode_graph.h). Its inputs are
 // device tensors whose shapes depend only on (batch, max_len): the new tokens [b, 1], their
-// position (one int64, = cache.length()) and the positions of the cache's keys [max_len]. Each
-// layer writes the token's keys and values into the KV cache at that position (index_copy_, no
-// host value) and attends over the WHOLE cache with the keys after the position masked off;
-// then the final LayerNorm and the logits. No host synchronisation, no shape that changes with
-// the position, no host tensor.
+// position (one int64, = cache.length()) and the positions of the cache's keys [max_len]. No
+// host synchronisation, no shape that changes with the position, no host tensor.
 //
-// Mathematically ForwardWithCache with one token (the test checks greedy tokens and the logits
-// at a tolerance), not bit for bit: the attention runs over max_len keys with an additive mask
-// (made once per step) instead of length + 1 keys, and each LayerNorm adds the residual stream
-// in the same kernel (kernels::FusedAddLayerNorm; on an H100 LibTorch's LayerNorm of one row
-// and the add took 0.30 of a 1.3B step's 1.97 ms, bench/RESULTS.md). Whole models on one device
-// only. Thread-compatible.
+// Each layer writes the token's keys and values into the KV cache at that position and attends
+// over the keys [0, position]; what runs depends on the device:
+//   - CUDA, fp32 / bf16 / fp16, head_dim a multiple of 8 in [32, 256], any attention backend
+//     but kMath: one kernel per layer (kernels::DecodeAttention) writes the cache and attends
+//     over the live keys only, flash-decoding style (the keys split over blocks, read up to
+//     the position held on the device).
+//   - Everything else (the CPU, other dtypes or head dims, kMath as the explicit reference):
+//     two index_copy_ into the cache (KvCache::WriteAt, no host value) and attention over the
+//     WHOLE cache with the keys after the position masked off by an additive mask (made once
+//     per step): SDPA, or matmul + fp32 softmax with kMath.
+// Then the final LayerNorm and the logits.
+//
+// Mathematically ForwardWithCache with one token (the tests check greedy tokens and the logits
+// at a tolerance), not bit for bit: the keys are summed in another order (over max_len keys
+// with a mask on the second path), and each LayerNorm adds the residual stream in the same
+// kernel (kernels::FusedAddLayerNorm; on an H100 LibTorch's LayerNorm of one row and the add
+// took 0.30 of a 1.3B step's 1.97 ms, bench/RESULTS.md). Whole models on one device only.
+// Thread-compatible.
 #ifndef MT_WORKER_GENERATE_DECODE_STEP_H_
 #define MT_WORKER_GENERATE_DECODE_STEP_H_
 

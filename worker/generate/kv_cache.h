@@ -3,7 +3,8 @@
 // no decode step allocates cache memory; a step writes its new keys and values at positions
 // [length, length + n) in place and reads [0, length + n). A static-shape decode step
 // (decode_step.h) instead writes at a position held on the device (WriteAt) and reads the whole
-// cache, masking what lies after that position.
+// cache, masking what lies after that position, or on CUDA hands the layer's tensors (keys(),
+// values()) to one kernel that writes and attends (kernels::DecodeAttention).
 //
 // Thread-compatible (one decoding thread).
 #ifndef MT_WORKER_GENERATE_KV_CACHE_H_
@@ -36,6 +37,10 @@ class KvCache {
   // layer's WHOLE keys and values [batch, heads, max_len, head_dim]. Does not move length().
   std::pair<torch::Tensor, torch::Tensor> WriteAt(int64_t layer, const torch::Tensor& position,
                                                   const torch::Tensor& k, const torch::Tensor& v);
+  // The layer's whole keys / values [batch, heads, max_len, head_dim] (the cache's own storage:
+  // a kernel that writes into them, as kernels::DecodeAttention does, writes the cache).
+  const torch::Tensor& keys(int64_t layer) const { return keys_[static_cast<size_t>(layer)]; }
+  const torch::Tensor& values(int64_t layer) const { return values_[static_cast<size_t>(layer)]; }
   void Advance(int64_t n) { length_ += n; }
   void Reset() { length_ = 0; }
 

@@ -137,9 +137,9 @@ TEST_P(DecodeAttentionGpuTest, MatchesTheReferenceAndWritesTheCache) {
   const torch::ScalarType dtype = GetParam();
   const torch::Device cuda(torch::kCUDA);
   const std::vector<Shape> shapes = {
-      {1, 12, 64, 256},      {1, 16, 128, 2048}, {1, 32, 64, 2048},  {3, 12, 64, 2048},
-      {3, 32, 128, 256},     {16, 12, 128, 256}, {16, 16, 64, 2048}, {16, 32, 128, 2048},
-      {2, 4, 32, 300},       {3, 5, 80, 300},    {2, 3, 96, 64},     {2, 8, 256, 512},
+      {1, 12, 64, 256},       {1, 16, 128, 2048}, {1, 32, 64, 2048},  {3, 12, 64, 2048},
+      {3, 32, 128, 256},      {16, 12, 128, 256}, {16, 16, 64, 2048}, {16, 32, 128, 2048},
+      {2, 4, 32, 300},        {3, 5, 80, 300},    {2, 3, 96, 64},     {2, 8, 256, 512},
       {3, 16, 64, 256, false}};
   torch::manual_seed(17);
   for (const Shape& s : shapes) {
@@ -154,8 +154,7 @@ TEST_P(DecodeAttentionGpuTest, MatchesTheReferenceAndWritesTheCache) {
       const torch::Tensor position = torch::full({1}, p, torch::dtype(torch::kLong).device(cuda));
       ASSERT_TRUE(DecodeAttentionAvailable(in.q, in.k, in.v, position, in.k_cache, in.v_cache))
           << what;
-      const torch::Tensor got =
-          DecodeAttention(in.q, in.k, in.v, position, in.k_cache, in.v_cache);
+      const torch::Tensor got = DecodeAttention(in.q, in.k, in.v, position, in.k_cache, in.v_cache);
       ASSERT_EQ(got.scalar_type(), dtype) << what;
       ASSERT_EQ(got.sizes(), (std::vector<int64_t>{s.batch, 1, s.heads * s.d})) << what;
       ASSERT_TRUE(got.is_contiguous()) << what;
@@ -252,9 +251,8 @@ TEST(DecodeAttentionCpu, RunsTheMaskedMath) {
             DecodeAttention(in.q, in.k, in.v, position, in.k_cache, in.v_cache);
         ASSERT_EQ(got.scalar_type(), dtype) << what;
         ASSERT_EQ(got.sizes(), (std::vector<int64_t>{s.batch, 1, s.heads * s.d})) << what;
-        EXPECT_LE(
-            Excess(got, Reference(in.q, in.k, in.v, k_before, v_before, p), Tolerance(dtype)),
-            0.0)
+        EXPECT_LE(Excess(got, Reference(in.q, in.k, in.v, k_before, v_before, p), Tolerance(dtype)),
+                  0.0)
             << what;
         ExpectCacheWritten(in.k_cache, k_before, in.k, p, /*stale_nan=*/false, what + " keys");
         ExpectCacheWritten(in.v_cache, v_before, in.v, p, /*stale_nan=*/false, what + " values");
@@ -267,12 +265,10 @@ TEST(DecodeAttentionCpu, RejectsShapesThatDoNotMatch) {
   const torch::Tensor q = torch::randn({2, 1, 3, 32});
   const torch::Tensor cache = torch::zeros({2, 3, 16, 32});
   const torch::Tensor position = torch::zeros({1}, torch::kLong);
-  EXPECT_THROW(DecodeAttention(q, q, q, position, torch::zeros({2, 4, 16, 32}), cache),
-               c10::Error);
+  EXPECT_THROW(DecodeAttention(q, q, q, position, torch::zeros({2, 4, 16, 32}), cache), c10::Error);
   EXPECT_THROW(DecodeAttention(torch::randn({2, 2, 3, 32}), q, q, position, cache, cache),
                c10::Error);
-  EXPECT_THROW(DecodeAttention(q, q, q, torch::zeros({2}, torch::kLong), cache, cache),
-               c10::Error);
+  EXPECT_THROW(DecodeAttention(q, q, q, torch::zeros({2}, torch::kLong), cache, cache), c10::Error);
 }
 
 }  // namespace

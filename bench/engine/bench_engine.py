@@ -459,7 +459,8 @@ def main(argv=None):
     p.add_argument("--fused-lm-head", action="store_true",
                    help="ours: pass --fused-lm-head (the output layer and loss in one node)")
     p.add_argument("--fused-layernorm", action="store_true",
-                   help="ours: pass --fused-layernorm (the LayerNorm kernels)")
+                   help="ours: pass --fused-layernorm (the LayerNorm kernels; "
+                        "mt-train's default)")
     p.add_argument("--compile-mode", default="default")
     p.add_argument("--peak-tflops", type=float, default=sizes.H200_PEAK_TFLOPS)
     p.add_argument("--deadline", type=float, default=0,

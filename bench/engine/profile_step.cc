@@ -52,7 +52,7 @@ struct Args {
   int top = 25;
   bool fused_lm_head = true;  // the trainer's defaults
   bool fused_mlp = true;
-  bool fused_layernorm = false;
+  bool fused_layernorm = true;
 };
 
 [[noreturn]] void Die(const std::string& message, int code = 2) {

@@ -17,7 +17,7 @@
 #   MT_BENCH_DEVICE      cuda (default), cuda:N or cpu (the CPU smoke test)
 #   MT_BENCH_ATTENTION   ours: auto (default), math, fused, cudnn, flash
 #   MT_BENCH_FUSED_LM_HEAD=1  ours: --fused-lm-head (output layer + loss in one node; default)
-#   MT_BENCH_FUSED_LAYERNORM=1  ours: --fused-layernorm (the LayerNorm kernels)
+#   MT_BENCH_FUSED_LAYERNORM=1  ours: --fused-layernorm (the LayerNorm kernels; the default now)
 #   MT_BENCH_OURS_ARGS   ours: more mt-train switches, space-separated (e.g. --no-fused-mlp)
 #   MT_BENCH_COMPILE_MODE  torch.compile mode (default "default")
 #   MT_PYTHON            python with torch for the peer (default python3)

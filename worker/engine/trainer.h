@@ -85,8 +85,8 @@ struct TrainerOptions {
   // The MLP's element-wise work in cuBLASLt epilogues on CUDA (model::GptConfig::fused_mlp).
   bool fused_mlp = true;
   // LayerNorm (+ the attention's residual add) through the fused kernels on CUDA
-  // (model::GptConfig::fused_layernorm; off by default, see there).
-  bool fused_layernorm = false;
+  // (model::GptConfig::fused_layernorm; see there).
+  bool fused_layernorm = true;
   // Data parallelism (not owned; null = a world of one). With it, each rank runs
   // global_batch / (micro_batch * dp) micro-batches on its own slice of every global batch,
   // the optimizer reduces the gradients over the DP group of `groups` (bucketed, see

@@ -1,5 +1,6 @@
 // Device-side helpers the kernels share (nvcc only; no LibTorch): conversion of fp32, bf16 and
-// fp16 elements to and from fp32, the vector type of 16-byte loads, and a warp's sum.
+// fp16 elements to and from fp32, the vector type of 16-byte loads, a warp's sum and the
+// tanh-approximated GELU.
 #ifndef MT_WORKER_KERNELS_FLOAT_CONVERT_CUH_
 #define MT_WORKER_KERNELS_FLOAT_CONVERT_CUH_
 
@@ -47,6 +48,12 @@ struct alignas(sizeof(T) * kVec) Pack {
 __device__ __forceinline__ float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;
+}
+
+// gelu(v) with tanh's approximation (torch.nn.functional.gelu(approximate="tanh")), in fp32.
+__device__ __forceinline__ float GeluTanh(float v) {
+  constexpr float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
+  return 0.5f * v * (1.0f + tanhf(kAlpha * (v + 0.044715f * v * v * v)));
 }
 
 }  // namespace mt::kernels

@@ -18,11 +18,6 @@ constexpr int kWarps = 8;  // output features per block
 constexpr int kThreads = kWarps * 32;
 constexpr int kChunk = 16;  // weights per lane per load
 
-__device__ __forceinline__ float GeluTanh(float v) {
-  constexpr float kAlpha = 0.7978845608028654f;  // sqrt(2 / pi)
-  return 0.5f * v * (1.0f + tanhf(kAlpha * (v + 0.044715f * v * v * v)));
-}
-
 // sum_c x[c] * w[c] over one chunk of 16 elements of a row of x.
 template <typename T>
 __device__ __forceinline__ float ChunkDot(const T* x, const float (&w)[kChunk]) {

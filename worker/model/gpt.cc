@@ -20,6 +20,7 @@
 #include "common/base/status_macros.h"
 #include "worker/kernels/cross_entropy.h"
 #include "worker/kernels/fused_mlp.h"
+#include "worker/kernels/gemv.h"
 #include "worker/kernels/int8_linear.h"
 #include "worker/kernels/layer_norm.h"
 #include "worker/model/recompute.h"
@@ -70,7 +71,11 @@ torch::Tensor MathCausalAttention(const torch::Tensor& q, const torch::Tensor& k
 // epilogue (cuBLASLt). LibTorch C++'s torch::nn::functional::linear instead runs matmul and
 // then `+= bias` as a separate broadcast pass, which was 10% of a GPT-2 124M step on an H200
 // (bench/RESULTS.md, issue #16).
+//
+// A few rows without autograd (a decode step at batch <= 4) take kernels::Gemv on CUDA: it
+// streams the weight at more of the memory's bandwidth than cuBLAS does for one row.
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
+  if (kernels::GemvAvailable(x, w)) return kernels::Gemv(x, w, b);
   if (!b.defined()) return torch::matmul(x, w.t());
   if (x.dim() == 2) return torch::addmm(b, x, w.t());
   std::vector<int64_t> sizes = x.sizes().vec();
@@ -287,7 +292,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
 }
 
 MlpImpl::MlpImpl(const GptConfig& c, const ModelShard& shard, const torch::TensorOptions& options)
-    : fused_(c.fused_mlp && shard.tp_size == 1) {
+    : whole_(shard.tp_size == 1), fused_(c.fused_mlp && shard.tp_size == 1) {
   linear_fc1 = register_module(
       "linear_fc1", ColumnParallelLinear(c.hidden_size, c.ffn_size(), true, shard, options));
   linear_fc2 = register_module(
@@ -298,6 +303,10 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   if (linear_fc1->int8.q.defined()) {
     // Int8 weights (quantize.h): the GELU in the fc1 kernel's epilogue where it runs.
     return linear_fc2(kernels::Int8Linear(x, linear_fc1->int8, linear_fc1->bias, /*gelu=*/true));
+  }
+  if (whole_ && kernels::GemvAvailable(x, linear_fc1->weight)) {
+    // A few rows without autograd (decoding): the GELU in the fc1 kernel's epilogue.
+    return linear_fc2(kernels::Gemv(x, linear_fc1->weight, linear_fc1->bias, /*gelu=*/true));
   }
   if (fused_) {
     const torch::Tensor rows = x.reshape({-1, x.size(-1)});

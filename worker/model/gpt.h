@@ -211,6 +211,7 @@ class MlpImpl : public torch::nn::Module {
   RowParallelLinear linear_fc2{nullptr};
 
  private:
+  bool whole_ = false;  // tp = 1: the layer's weights are whole (no collective around them)
   bool fused_ = false;  // GptConfig::fused_mlp with tp = 1: kernels::FusedMlp where it runs
 };
 TORCH_MODULE(Mlp);

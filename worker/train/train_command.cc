@@ -51,7 +51,7 @@ struct TrainArgs {
   bool async_save = false;
   bool fused_lm_head = true;
   bool fused_mlp = true;
-  bool fused_layernorm = false;
+  bool fused_layernorm = true;
   bool help = false;
 };
 
@@ -294,7 +294,8 @@ const char* TrainCommandUsage() {
          "                     autograd node on CUDA)\n"
          "  --no-fused-mlp     the MLP's bias, GELU and their gradients as separate kernels\n"
          "                     (default: in the GEMMs' cuBLASLt epilogues on CUDA)\n"
-         "  --fused-layernorm  LayerNorm (+ residual add) kernels on CUDA (experimental, off)\n"
+         "  --no-fused-layernorm  LayerNorm and the residual add before it through LibTorch\n"
+         "                     (default: one kernel each way on CUDA)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

@@ -192,12 +192,12 @@ TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
     return err;
   };
   const std::string defaults = run({});
-  EXPECT_THAT(defaults, HasSubstr(" lm_head=fused mlp=fused"));
-  EXPECT_THAT(defaults, Not(HasSubstr("layernorm=fused")));
-  const std::string off = run({"--no-fused-mlp", "--no-fused-lm-head", "--fused-layernorm"});
+  EXPECT_THAT(defaults, HasSubstr(" lm_head=fused mlp=fused layernorm=fused"));
+  const std::string off = run({"--no-fused-mlp", "--no-fused-lm-head", "--no-fused-layernorm"});
   EXPECT_THAT(off, Not(HasSubstr("lm_head=fused")));
   EXPECT_THAT(off, Not(HasSubstr("mlp=fused")));
-  EXPECT_THAT(off, HasSubstr(" layernorm=fused"));
+  EXPECT_THAT(off, Not(HasSubstr("layernorm=fused")));
+  EXPECT_THAT(run({"--no-fused-layernorm", "--fused-layernorm"}), HasSubstr(" layernorm=fused"));
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(RunTrainCommand({"--spec", spec, "--fused-mlp=1"}), 2);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("--fused-mlp takes no value"));

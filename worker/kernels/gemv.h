@@ -1,0 +1,31 @@
+// A linear layer for a few rows (issue #17): y = act(x w^T + bias) with x [..., in] of at most
+// kGemvMaxRows (4) rows, the shape of every linear layer of a decode step at batch <= 4. Such a
+// step reads each weight once per token, so its time is the weights' bytes over memory
+// bandwidth; cuBLAS's kernels for one row read a GPT-2 1.3B's layers at about half of an H200's
+// bandwidth (bench/RESULTS.md, 2026-12-03). The kernel (gemv_kernel.cu) streams the weight rows
+// with one warp per output feature, products and sums in fp32, the bias and an optional tanh
+// GELU applied before the one rounding to the dtype.
+//
+// CUDA tensors of fp32, bf16 or fp16 (x, weight and bias of one dtype), in a multiple of 16
+// bytes' elements, 16-byte aligned, and no autograd to record (inference, or under
+// torch::NoGradGuard) take the kernel; anything else LibTorch's linear (and GELU), so the same
+// call works everywhere.
+#ifndef MT_WORKER_KERNELS_GEMV_H_
+#define MT_WORKER_KERNELS_GEMV_H_
+
+#include <torch/types.h>
+
+namespace mt::kernels {
+
+// True when Gemv runs the CUDA kernel for this input and weight [out, in] (see above).
+bool GemvAvailable(const torch::Tensor& x, const torch::Tensor& weight);
+
+// act(x weight^T + bias): x [..., in] -> [..., out] in x's dtype; bias [out] or undefined; act
+// = tanh-approximated GELU with `gelu`, else the identity. No autograd on the kernel path
+// (GemvAvailable is false where autograd would record).
+torch::Tensor Gemv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
+                   bool gelu = false);
+
+}  // namespace mt::kernels
+
+#endif  // MT_WORKER_KERNELS_GEMV_H_

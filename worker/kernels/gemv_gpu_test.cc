@@ -1,0 +1,125 @@
+// Gemv on the GPU against a double-precision reference on the same (rounded) weight: the kernel
+// (gemv_kernel.cu) at every row count it takes (1 to 4), with and without bias and GELU, at the
+// decode shapes of GPT-2 124M and 1.3B (768 / 2048 / 8192 in; 3 h, 4 h and h out), at widths
+// that leave warps idle (out 20, 8200) or end inside an unrolled group of loads (in 264), and
+// LibTorch's linear past it (5+ rows, autograd, a non-contiguous weight); and where it applies.
+// Tolerances: fp32 1e-4 relative + 1e-4 absolute (sums in another order); bf16 / fp16 the
+// dtype's rounding of outputs that are O(1): 1e-2 relative + 2e-2 absolute.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "worker/kernels/gemv.h"
+
+namespace mt::kernels {
+namespace {
+
+struct Shape {
+  int64_t rows, in, out;
+};
+
+double Tolerance(torch::ScalarType t, bool relative) {
+  if (t == torch::kFloat) return 1e-4;
+  return relative ? 1e-2 : 2e-2;
+}
+
+// The worst |got - want| - (atol + rtol |want|) over the tensor; <= 0 passes.
+double Excess(const torch::Tensor& got, const torch::Tensor& want, torch::ScalarType t) {
+  const torch::Tensor g = got.to(torch::kDouble).cpu(), w = want.to(torch::kDouble).cpu();
+  return ((g - w).abs() - (Tolerance(t, false) + Tolerance(t, true) * w.abs()))
+      .max()
+      .item<double>();
+}
+
+class GemvGpuTest : public ::testing::TestWithParam<torch::ScalarType> {};
+
+TEST_P(GemvGpuTest, MatchesADoublePrecisionReference) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::ScalarType dtype = GetParam();
+  const auto on = torch::TensorOptions().device(torch::kCUDA);
+  const std::vector<Shape> shapes = {{1, 768, 2304},  {2, 768, 3072},  {3, 2048, 6144},
+                                     {4, 8192, 2048}, {1, 2048, 8200}, {4, 768, 20},
+                                     {1, 264, 40},    {5, 2048, 8200}, {16, 2048, 2048}};
+  torch::manual_seed(13);
+  torch::NoGradGuard no_grad;
+  for (const Shape& s : shapes) {
+    // Weights of GPT-2's init scale; inputs O(1) as after a LayerNorm.
+    const torch::Tensor w = (torch::randn({s.out, s.in}, on) * 0.02).to(dtype);
+    const torch::Tensor x = torch::randn({s.rows, s.in}, on).to(dtype);
+    const torch::Tensor bias = (torch::randn({s.out}, on) * 0.1).to(dtype);
+    ASSERT_EQ(GemvAvailable(x, w), s.rows <= 4) << s.rows << "x" << s.in;
+    const torch::Tensor linear = torch::matmul(x.to(torch::kDouble), w.to(torch::kDouble).t());
+    for (const bool with_bias : {false, true}) {
+      for (const bool gelu : {false, true}) {
+        torch::Tensor want = with_bias ? linear + bias.to(torch::kDouble) : linear;
+        if (gelu) want = torch::gelu(want, "tanh");
+        const torch::Tensor got = Gemv(x, w, with_bias ? bias : torch::Tensor(), gelu);
+        ASSERT_EQ(got.scalar_type(), dtype);
+        ASSERT_EQ(got.sizes(), (std::vector<int64_t>{s.rows, s.out}));
+        EXPECT_LE(Excess(got, want, dtype), 0.0)
+            << "rows " << s.rows << " in " << s.in << " out " << s.out << " bias " << with_bias
+            << " gelu " << gelu;
+      }
+    }
+  }
+}
+
+TEST_P(GemvGpuTest, KeepsLeadingDimensionsAndAgreesWithLibTorch) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::ScalarType dtype = GetParam();
+  const auto on = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(14);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor w = (torch::randn({3072, 768}, on) * 0.02).to(dtype);
+  const torch::Tensor bias = (torch::randn({3072}, on) * 0.1).to(dtype);
+  // [2, 1, 768]: a decode step's shape (batch 2, one token).
+  const torch::Tensor x = torch::randn({2, 1, 768}, on).to(dtype);
+  const torch::Tensor got = Gemv(x, w, bias, /*gelu=*/true);
+  ASSERT_EQ(got.sizes(), (std::vector<int64_t>{2, 1, 3072}));
+  const torch::Tensor want =
+      torch::gelu(torch::nn::functional::linear(x.to(torch::kDouble), w.to(torch::kDouble),
+                                                bias.to(torch::kDouble)),
+                  "tanh");
+  EXPECT_LE(Excess(got, want, dtype), 0.0);
+}
+
+TEST(GemvGpuTest, LeavesAutogradAndOtherLayoutsToLibTorch) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto on = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(15);
+  torch::Tensor w = (torch::randn({64, 128}, on) * 0.02).requires_grad_(true);
+  const torch::Tensor x = torch::randn({1, 128}, on);
+  // Autograd would record: LibTorch's linear, and its gradient reaches the weight.
+  EXPECT_FALSE(GemvAvailable(x, w));
+  Gemv(x, w, torch::Tensor()).sum().backward();
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_TRUE(torch::allclose(w.grad(), x.expand({64, 128}), 1e-6, 1e-6));
+  torch::NoGradGuard no_grad;
+  EXPECT_TRUE(GemvAvailable(x, w));
+  // A transposed (non-contiguous) weight, another dtype, a width off the 16-byte vectors, the
+  // CPU: not the kernel.
+  const torch::Tensor wt = torch::randn({128, 64}, on).t();
+  EXPECT_FALSE(GemvAvailable(x, wt));
+  EXPECT_TRUE(torch::allclose(Gemv(x, wt, torch::Tensor()), torch::matmul(x, wt.t()), 1e-5, 1e-5));
+  EXPECT_FALSE(GemvAvailable(x.to(torch::kBFloat16), w));
+  EXPECT_FALSE(GemvAvailable(torch::randn({1, 6}, on), torch::randn({4, 6}, on)));
+  EXPECT_FALSE(GemvAvailable(x.cpu(), w.cpu()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, GemvGpuTest,
+                         ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf));
+
+// The CPU: LibTorch's linear and GELU, exactly.
+TEST(GemvCpu, FallsBackToLibTorch) {
+  torch::manual_seed(16);
+  const torch::Tensor x = torch::randn({2, 32}, torch::kDouble);
+  const torch::Tensor w = torch::randn({8, 32}, torch::kDouble);
+  const torch::Tensor b = torch::randn({8}, torch::kDouble);
+  EXPECT_FALSE(GemvAvailable(x, w));
+  EXPECT_TRUE(torch::equal(Gemv(x, w, b, /*gelu=*/true),
+                           torch::gelu(torch::nn::functional::linear(x, w, b), "tanh")));
+}
+
+}  // namespace
+}  // namespace mt::kernels

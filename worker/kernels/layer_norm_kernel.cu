@@ -22,7 +22,7 @@ constexpr int kWarps = 8;  // warps per block
 constexpr int kThreads = kWarps * 32;
 constexpr int kMaxBackwardBlocks = 396;  // 3 per SM of an H100/H200: one wave
 constexpr int kForwardPacks = 4;         // packs a thread holds in the register forward
-constexpr int kBackwardPacks = 2;        // and in the register backward (more: spills, 1 block/SM)
+constexpr int kBackwardPacks = 2;        // and in the register backward (more: fewer blocks an SM)
 constexpr int kBackwardBlocksPerSm = 3;  // the register backward: <= 85 registers, no spills
 constexpr int64_t kFewRows = 264;        // below: the forward spreads a row over 8 warps
 

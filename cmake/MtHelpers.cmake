@@ -21,13 +21,15 @@ function(mt_add_library name)
   target_link_libraries(${name} PUBLIC ${A_DEPS})
 endfunction()
 
-# mt_add_test(name SOURCES ... DEPS ... LABELS ... [TIMEOUT s])
+# mt_add_test(name SOURCES ... DEPS ... LABELS ... [TIMEOUT s] [ANYWHERE gtest-filter])
 # One executable per module; every TEST becomes its own CTest entry with the given labels.
+# ANYWHERE: the tests of a `gpu` binary that need no GPU (e.g. "*Cpu.*": the CPU fallbacks),
+# labelled `unit` instead, so that CI runs them.
 function(mt_add_test name)
   if(NOT MT_BUILD_TESTS)
     return()
   endif()
-  cmake_parse_arguments(A "" "TIMEOUT" "SOURCES;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(A "" "TIMEOUT;ANYWHERE" "SOURCES;DEPS;LABELS" ${ARGN})
   if(NOT A_LABELS)
     set(A_LABELS unit)
   endif()
@@ -41,8 +43,15 @@ function(mt_add_test name)
   target_compile_definitions(${name} PRIVATE MT_ASSET_DIR="${MT_ASSET_DIR}"
                                              MT_SOURCE_DIR="${PROJECT_SOURCE_DIR}"
                                              MT_BINARY_DIR="${CMAKE_BINARY_DIR}")
-  gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
-                       DISCOVERY_TIMEOUT 60)
+  if(A_ANYWHERE)
+    gtest_discover_tests(${name} TEST_FILTER "-${A_ANYWHERE}"
+                         PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT} DISCOVERY_TIMEOUT 60)
+    gtest_discover_tests(${name} TEST_FILTER "${A_ANYWHERE}"
+                         PROPERTIES LABELS unit TIMEOUT ${A_TIMEOUT} DISCOVERY_TIMEOUT 60)
+  else()
+    gtest_discover_tests(${name} PROPERTIES LABELS "${A_LABELS}" TIMEOUT ${A_TIMEOUT}
+                         DISCOVERY_TIMEOUT 60)
+  endif()
 endfunction()
 
 # mt_torch_target(target): LibTorch's include order, link order and precompiled header.

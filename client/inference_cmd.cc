@@ -31,7 +31,7 @@ ABSL_FLAG(bool, all, false, "eval: every sample of the validation split once.");
 ABSL_FLAG(std::string, micro_batch_size, "", "eval: samples per micro-batch (the checkpoint's).");
 ABSL_FLAG(std::string, context_length, "", "eval: tokens per sample (the checkpoint's).");
 ABSL_FLAG(std::string, tensor_model_parallel_size, "",
-          "eval: ranks each layer is split over (1; the checkpoint is resharded).");
+          "eval/generate: ranks each layer is split over (1; the checkpoint is resharded).");
 ABSL_FLAG(std::string, pipeline_model_parallel_size, "",
           "eval: pipeline stages the layers are split into (1).");
 ABSL_FLAG(std::string, data_parallel_size, "",
@@ -176,6 +176,24 @@ absl::StatusOr<mt::v1::GenerateTask> GenerateTaskFromFlags() {
   if (const std::string s = absl::GetFlag(FLAGS_n); !s.empty()) {
     MT_RETURN_IF_ERROR(IntFlag("-n", s, &i));
     t.set_num_samples(i);
+  }
+  if (const std::string s = absl::GetFlag(FLAGS_tensor_model_parallel_size); !s.empty()) {
+    MT_RETURN_IF_ERROR(IntFlag("--tensor-model-parallel-size", s, &i));
+    MT_RETURN_IF_ERROR(spec::ValidateEvalParallelSize("--tensor-model-parallel-size", i));
+    t.set_tensor_model_parallel_size(static_cast<int32_t>(i));
+  }
+  // Generation splits the model over TP ranks only: a PP or DP size would be ignored.
+  for (const auto& [flag, value] :
+       {std::pair<const char*, std::string>{"--pipeline-model-parallel-size",
+                                            absl::GetFlag(FLAGS_pipeline_model_parallel_size)},
+        std::pair<const char*, std::string>{"--data-parallel-size",
+                                            absl::GetFlag(FLAGS_data_parallel_size)}}) {
+    if (!value.empty() && value != "1") {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " ", value,
+                       ": generation splits the model over tensor-parallel ranks only; give "
+                       "--tensor-model-parallel-size"));
+    }
   }
   t.set_quantize(absl::GetFlag(FLAGS_quantize));
   MT_RETURN_IF_ERROR(spec::ValidateGenerateTask(t));

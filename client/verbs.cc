@@ -118,15 +118,19 @@ const std::vector<Verb>& AllVerbs() {
        "resharded to T and P; each iteration is a micro-batch per DP rank (with D = 1 the\n"
        "samples of `mt-worker eval`; with D ranks those of its --micro-batch-size D x B).",
        &RunEval},
-      {"generate", "stream text from a checkpoint (a one-rank generation job)",
+      {"generate", "stream text from a checkpoint (a generation job)",
        "mtctl generate CHECKPOINT (--prompt TEXT | --prompt-file FILE) [--max-new-tokens N (64)]\n"
        "           [--temperature T (1.0; 0 = greedy)] [--top-k K (0 = all)] [--top-p P (1.0)]\n"
        "           [--seed S (1234)] [--stop TEXT] [-n SAMPLES (1)] [--quantize none|int8]\n"
-       "           [--device auto|cpu|gpu]\n\n"
+       "           [--tensor-model-parallel-size T] [--device auto|cpu|gpu]\n\n"
        "One sample streams to stdout as the worker produces it; several are printed each under\n"
        "a \"--- sample i ---\" line as each ends. The job id and finish reasons go to stderr.\n"
        "-o json: one JSON object per line and sample, as each sample ends: {job, sample, text,\n"
-       "tokens, finish_reason}. Ctrl-C (the stream closed) cancels the job.",
+       "tokens, finish_reason}. Ctrl-C (the stream closed) cancels the job.\n"
+       "--tensor-model-parallel-size T (default 1): T ranks, each holding 1/T of every layer (the\n"
+       "checkpoint resharded; T must divide its attention heads and padded vocabulary), for a\n"
+       "model that does not fit one GPU; the text is the one rank's (greedy: token for token).\n"
+       "--quantize int8 runs on one rank only.",
        &RunGenerate},
   };
   return verbs;

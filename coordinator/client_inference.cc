@@ -1,6 +1,7 @@
 // ClientService: evaluation and generation jobs from a checkpoint (`mtctl eval`, `mtctl
-// generate`; docs/inference.md). Both are one-rank jobs built from the checkpoint's manifest
-// (common/spec/inference.h) and submitted like any job, owned by the caller.
+// generate`; docs/inference.md). Both are jobs built from the checkpoint's manifest (one rank,
+// or the task's parallel sizes: common/spec/inference.h) and submitted like any job, owned by
+// the caller.
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"

@@ -102,7 +102,18 @@ absl::Status ValidateGenerateTask(const mt::v1::GenerateTask& t) {
     return Bad(absl::StrCat("--top-p ", Num(t.top_p()), ": want a number in (0, 1]"));
   }
   if (t.stop().size() > 4096) return Bad("--stop: at most 4096 bytes");
-  return ValidateQuantize(t.quantize());
+  // 0 is the field's unset value (one rank).
+  if (t.tensor_model_parallel_size() != 0) {
+    MT_RETURN_IF_ERROR(
+        ValidateEvalParallelSize("--tensor-model-parallel-size", t.tensor_model_parallel_size()));
+  }
+  MT_RETURN_IF_ERROR(ValidateQuantize(t.quantize()));
+  if (!t.quantize().empty() && t.quantize() != "none" && t.tensor_model_parallel_size() > 1) {
+    return Bad(absl::StrCat("--quantize ", t.quantize(),
+                            " generates on one rank: give --quantize none, or "
+                            "--tensor-model-parallel-size 1"));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<mt::v1::JobSpec> InferenceJobSpec(const mt::v1::CheckpointManifest& manifest,
@@ -138,8 +149,17 @@ absl::StatusOr<mt::v1::JobSpec> InferenceJobSpec(const mt::v1::CheckpointManifes
   } else {
     return Bad("an inference job needs an eval or a generate task");
   }
-  // The ranks split the checkpoint's padded vocabulary as it is (worker/train/sharded_eval.h).
+  // The ranks split the checkpoint's heads, and its padded vocabulary as it is
+  // (worker/train/sharded_eval.h, sharded_generate.h).
   const int32_t tp = InferenceLayout(inference).tensor_model_parallel_size();
+  const int64_t heads = manifest.model().num_attention_heads() > 0
+                            ? manifest.model().num_attention_heads()
+                            : spec.model().num_attention_heads();
+  if (heads > 0 && heads % tp != 0) {
+    return Bad(absl::StrCat("--tensor-model-parallel-size ", tp, ": the checkpoint's ", heads,
+                            " attention heads do not split evenly over ", tp,
+                            " ranks; give a divisor of ", heads));
+  }
   const int64_t padded = manifest.model().padded_vocab_size();
   if (padded > 0 && padded % tp != 0) {
     return Bad(absl::StrCat(
@@ -166,11 +186,20 @@ absl::StatusOr<mt::v1::JobSpec> InferenceJobSpec(const mt::v1::CheckpointManifes
 
 mt::v1::ParallelSpec InferenceLayout(const mt::v1::InferenceSpec& inference) {
   mt::v1::ParallelSpec p;
-  const mt::v1::EvalTask& eval = inference.eval();  // the default instance for generate
+  p.set_context_parallel_size(1);
+  if (inference.has_generate()) {
+    // Tensor parallelism only: the model split over the ranks, one batch of samples.
+    const int32_t tp = std::max(1, inference.generate().tensor_model_parallel_size());
+    p.set_tensor_model_parallel_size(tp);
+    p.set_pipeline_model_parallel_size(1);
+    p.set_data_parallel_size(1);
+    p.set_world_size(tp);
+    return p;
+  }
+  const mt::v1::EvalTask& eval = inference.eval();
   p.set_tensor_model_parallel_size(std::max(1, eval.tensor_model_parallel_size()));
   p.set_pipeline_model_parallel_size(std::max(1, eval.pipeline_model_parallel_size()));
   p.set_data_parallel_size(std::max(1, eval.data_parallel_size()));
-  p.set_context_parallel_size(1);
   p.set_world_size(static_cast<int32_t>(EvalWorldSize(eval)));
   return p;
 }
@@ -188,7 +217,7 @@ std::vector<std::string> ListInferenceProblems(const mt::v1::JobSpec& spec) {
     problems.push_back(absl::StrCat(
         "inference: the parallel sizes must be the task's (TP ", want.tensor_model_parallel_size(),
         ", PP ", want.pipeline_model_parallel_size(), ", DP ", want.data_parallel_size(),
-        "; a generation job runs on one rank)"));
+        "; a generation job's PP and DP are 1)"));
   }
   if (!spec.checkpoint().save_dir().empty()) {
     problems.push_back("inference: an eval or generation job saves nothing (checkpoint.save_dir)");

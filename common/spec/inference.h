@@ -1,5 +1,5 @@
 // Evaluation and generation jobs (`mtctl eval`, `mtctl generate`; docs/inference.md): the
-// checks of their tasks at the coordinator's API, the spec of the one-rank job that runs one,
+// checks of their tasks at the coordinator's API, the spec of the job that runs one,
 // and the `mt-train eval|generate` arguments its rank runs (so that a job computes exactly what
 // the local `mt-worker eval|generate` does with the same flags).
 // Pure functions; no LibTorch, no I/O.
@@ -35,10 +35,12 @@ absl::Status ValidateEvalTask(const mt::v1::EvalTask& task, int64_t max_position
 absl::Status ValidateEvalParallelSize(const char* flag, int64_t size);
 // The ranks of an eval task: TP x PP x DP (each 0 = 1).
 int64_t EvalWorldSize(const mt::v1::EvalTask& task);
-// The layout of an inference job: an eval task's sizes (0 = 1), one rank for generation.
+// The layout of an inference job: an eval task's sizes (0 = 1); a generation task's TP size
+// (0 = 1) with PP = DP = 1.
 mt::v1::ParallelSpec InferenceLayout(const mt::v1::InferenceSpec& inference);
 // INVALID_ARGUMENT naming the flag (--prompt, --max-new-tokens, --temperature, --top-k,
-// --top-p, --stop, -n, --quantize).
+// --top-p, --stop, -n, --quantize, --tensor-model-parallel-size: the range of
+// ValidateEvalParallelSize). --quantize int8 only on one rank.
 absl::Status ValidateGenerateTask(const mt::v1::GenerateTask& task);
 
 // The spec of the job that evaluates or generates from the checkpoint in `dir` whose manifest
@@ -46,8 +48,9 @@ absl::Status ValidateGenerateTask(const mt::v1::GenerateTask& task);
 // none, e.g. an import of a Hugging Face directory) on InferenceLayout's ranks (the global
 // batch one micro-batch per DP rank), loading `dir`, saving nothing, never restarted, no
 // TensorBoard; an eval job's data path and split are the task's. `inference` carries the task
-// (checked here as above, and its TP size against the manifest's padded vocabulary, which its
-// ranks split as it is) and the catalog id.
+// (checked here as above, and its TP size against the manifest's attention heads and padded
+// vocabulary, which its ranks split as they are: INVALID_ARGUMENT naming
+// --tensor-model-parallel-size) and the catalog id.
 absl::StatusOr<mt::v1::JobSpec> InferenceJobSpec(const mt::v1::CheckpointManifest& manifest,
                                                  const std::string& dir,
                                                  mt::v1::InferenceSpec inference,

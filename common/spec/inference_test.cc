@@ -93,6 +93,21 @@ TEST(InferenceSpecTest, GenerateTaskErrorsNameTheFlag) {
       {"--top-p 1.5", [](mt::v1::GenerateTask* t) { t->set_top_p(1.5); }},
       {"--quantize \"INT8\": want none or int8",
        [](mt::v1::GenerateTask* t) { t->set_quantize("INT8"); }},
+      {"--tensor-model-parallel-size -1: want an integer in [1, 1024]",
+       [](mt::v1::GenerateTask* t) { t->set_tensor_model_parallel_size(-1); }},
+      {"--tensor-model-parallel-size 1025: want an integer in [1, 1024]",
+       [](mt::v1::GenerateTask* t) { t->set_tensor_model_parallel_size(1025); }},
+      {"--quantize int8 generates on one rank: give --quantize none, or "
+       "--tensor-model-parallel-size 1",
+       [](mt::v1::GenerateTask* t) {
+         t->set_quantize("int8");
+         t->set_tensor_model_parallel_size(2);
+       }},
+      {"--quantize \"int4\": want none or int8",
+       [](mt::v1::GenerateTask* t) {
+         t->set_quantize("int4");
+         t->set_tensor_model_parallel_size(2);
+       }},
   };
   for (const Case& c : cases) {
     mt::v1::GenerateTask t;
@@ -200,7 +215,91 @@ TEST(InferenceSpecTest, EvalJobTakesTheTasksLayoutAndGenerationOneRank) {
   forged = *one;
   forged.mutable_parallel()->set_tensor_model_parallel_size(2);
   forged.mutable_parallel()->set_world_size(2);
-  EXPECT_THAT(ListInferenceProblems(forged), ElementsAre(HasSubstr("runs on one rank")));
+  EXPECT_THAT(ListInferenceProblems(forged),
+              ElementsAre(HasSubstr("the parallel sizes must be the task's (TP 1, PP 1, DP 1; a "
+                                    "generation job's PP and DP are 1)")));
+}
+
+TEST(InferenceSpecTest, GenerationJobTakesTheTasksTensorParallelSize) {
+  mt::v1::CheckpointManifest manifest = TrainedManifest();
+  manifest.mutable_model()->set_num_attention_heads(4);
+  manifest.mutable_model()->set_padded_vocab_size(50304);
+  mt::v1::InferenceSpec inference;
+  mt::v1::GenerateTask* g = inference.mutable_generate();
+  g->set_prompt("Call me");
+  g->set_tensor_model_parallel_size(2);
+  // The task's TP size alone: a generation job has no PP or DP.
+  const mt::v1::ParallelSpec layout = InferenceLayout(inference);
+  EXPECT_EQ(layout.tensor_model_parallel_size(), 2);
+  EXPECT_EQ(layout.pipeline_model_parallel_size(), 1);
+  EXPECT_EQ(layout.data_parallel_size(), 1);
+  EXPECT_EQ(layout.context_parallel_size(), 1);
+  EXPECT_EQ(layout.world_size(), 2);
+
+  auto spec = InferenceJobSpec(manifest, "/ckpt/iter_0000020", inference, "generate", 0,
+                               mt::v1::DEVICE_KIND_CPU);
+  ASSERT_TRUE(spec.ok()) << spec.status().message();
+  EXPECT_EQ(spec->parallel().tensor_model_parallel_size(), 2);
+  EXPECT_EQ(spec->parallel().pipeline_model_parallel_size(), 1);  // the checkpoint's was 2
+  EXPECT_EQ(spec->parallel().data_parallel_size(), 1);
+  EXPECT_EQ(spec->parallel().world_size(), 2);
+  EXPECT_EQ(spec->inference().generate().tensor_model_parallel_size(), 2);
+  EXPECT_THAT(ListInferenceProblems(*spec), ::testing::IsEmpty());
+  // The rank's command is the local one's: no TP flag (the rank takes its place from its
+  // process groups).
+  EXPECT_THAT(
+      GenerateCommandArgs(*spec, {"--device", "cpu"}),
+      ElementsAre("/ckpt/iter_0000020", "--prompt=Call me", "--device", "cpu", "-o", "json"));
+  // Another layout than the task's is refused, PP and DP included.
+  mt::v1::JobSpec forged = *spec;
+  forged.mutable_parallel()->set_tensor_model_parallel_size(1);
+  forged.mutable_parallel()->set_world_size(1);
+  EXPECT_THAT(ListInferenceProblems(forged),
+              ElementsAre(HasSubstr("the parallel sizes must be the task's (TP 2, PP 1, DP 1")));
+  forged = *spec;
+  forged.mutable_parallel()->set_data_parallel_size(2);
+  forged.mutable_parallel()->set_world_size(4);
+  EXPECT_THAT(ListInferenceProblems(forged),
+              ElementsAre(HasSubstr("the parallel sizes must be the task's (TP 2, PP 1, DP 1")));
+  // A forged task is checked as the API checks it.
+  forged = *spec;
+  forged.mutable_inference()->mutable_generate()->set_quantize("int8");
+  EXPECT_THAT(ListInferenceProblems(forged),
+              ElementsAre(HasSubstr("--quantize int8 generates on one rank")));
+
+  // The ranks split the heads and the padded vocabulary as the checkpoint has them.
+  g->set_tensor_model_parallel_size(3);  // divides 50304, not 4 heads
+  auto refused = InferenceJobSpec(manifest, "/ckpt/iter_0000020", inference, "generate", 0,
+                                  mt::v1::DEVICE_KIND_CPU);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_EQ(refused.status().message(),
+            "--tensor-model-parallel-size 3: the checkpoint's 4 attention heads do not split "
+            "evenly over 3 ranks; give a divisor of 4");
+  manifest.mutable_model()->set_num_attention_heads(6);
+  manifest.mutable_model()->set_padded_vocab_size(50260);  // 4 x 12565; not a multiple of 3
+  refused = InferenceJobSpec(manifest, "/ckpt/iter_0000020", inference, "generate", 0,
+                             mt::v1::DEVICE_KIND_CPU);
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("--tensor-model-parallel-size 3: the checkpoint's vocabulary of 50260 "
+                        "rows (padded) does not split evenly over 3 ranks"));
+  g->set_tensor_model_parallel_size(2);
+  EXPECT_TRUE(InferenceJobSpec(manifest, "/ckpt/iter_0000020", inference, "generate", 0,
+                               mt::v1::DEVICE_KIND_CPU)
+                  .ok());
+  // Without heads in the manifest, the training spec's.
+  manifest.mutable_model()->clear_num_attention_heads();
+  manifest.mutable_spec()->mutable_model()->set_num_attention_heads(3);
+  refused = InferenceJobSpec(manifest, "/ckpt/iter_0000020", inference, "generate", 0,
+                             mt::v1::DEVICE_KIND_CPU);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("--tensor-model-parallel-size 2: the checkpoint's 3 attention heads"));
+  // int8 past one rank never reaches the layout.
+  g->set_quantize("int8");
+  refused = InferenceJobSpec(TrainedManifest(), "/ckpt/iter_0000020", inference, "generate", 0,
+                             mt::v1::DEVICE_KIND_CPU);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("--quantize int8 generates on one rank"));
 }
 
 TEST(InferenceSpecTest, GenerateArgsCarryEveryFlagGiven) {

@@ -8,6 +8,8 @@
 #include <limits>
 #include <vector>
 
+#include "worker/parallel/tensor_parallel.h"
+
 namespace mt::generate {
 namespace {
 
@@ -48,7 +50,9 @@ torch::Tensor LayerWithCache(model::TransformerLayerImpl& layer, int64_t index,
   const torch::Tensor qkv_out = attn.linear_qkv(layer.input_layernorm(x));
   const int64_t b = qkv_out.size(0);
   const int64_t n = qkv_out.size(1);
-  const int64_t heads = c.num_attention_heads;
+  // A tensor-parallel shard holds whole heads (heads / tp of them): linear_qkv's output is this
+  // rank's columns, linear_proj all-reduces the partial sums over the TP group.
+  const int64_t heads = c.num_attention_heads / attn.tp_size;
   const int64_t d = c.head_dim();
   // Per head [q_h, k_h, v_h] (gpt.h's fused QKV layout).
   std::vector<torch::Tensor> qkv = qkv_out.view({b, n, heads, 3 * d}).split(d, -1);
@@ -64,9 +68,13 @@ torch::Tensor LayerWithCache(model::TransformerLayerImpl& layer, int64_t index,
 
 torch::Tensor ForwardWithCache(model::GptModel& gpt, const torch::Tensor& tokens, KvCache& cache) {
   const model::ModelShard& shard = gpt.shard();
-  TORCH_CHECK(shard.tp_size == 1 && shard.pre_process && shard.post_process &&
+  TORCH_CHECK(shard.pre_process && shard.post_process &&
                   gpt.decoder->layers.size() == static_cast<size_t>(gpt.config().num_layers),
-              "decoding needs the whole model on one device");
+              "decoding needs every layer of the model (no pipeline stage)");
+  const bool tp = shard.tp_size > 1;
+  TORCH_CHECK(!tp || (shard.group() != nullptr && !shard.sequence_parallel),
+              "decoding over tensor parallelism needs the shard's TP group and no sequence "
+              "parallelism");
   TORCH_CHECK(tokens.dim() == 2 && tokens.size(0) == cache.batch(), "tokens [", cache.batch(),
               ", n] expected, got ", tokens.sizes());
   const int64_t past = cache.length();
@@ -74,13 +82,18 @@ torch::Tensor ForwardWithCache(model::GptModel& gpt, const torch::Tensor& tokens
   const torch::Tensor positions = torch::arange(
       past, past + n, torch::TensorOptions().dtype(torch::kLong).device(tokens.device()));
   model::GptEmbeddingImpl& emb = *gpt.embedding;
-  torch::Tensor x = emb.word_embeddings(tokens) + emb.position_embeddings(positions).unsqueeze(0);
+  // Under TP each rank looks up its vocabulary rows (zeros elsewhere): the sum is the lookup.
+  torch::Tensor x = emb.word_embeddings(tokens);
+  if (tp) parallel::AllReduce(x, shard.group());
+  x = x + emb.position_embeddings(positions).unsqueeze(0);
   for (size_t i = 0; i < gpt.decoder->layers.size(); ++i) {
     x = LayerWithCache(*gpt.decoder->layers[i], static_cast<int64_t>(i), x, cache);
   }
   cache.Advance(n);
   const torch::Tensor last = gpt.decoder->final_layernorm(x.select(1, n - 1));
-  return torch::nn::functional::linear(last, gpt.output_weight()).to(torch::kFloat);
+  const torch::Tensor logits = torch::nn::functional::linear(last, gpt.output_weight());
+  // Under TP: this rank's vocabulary columns, gathered in rank order into the padded vocabulary.
+  return (tp ? parallel::AllGather(logits, 1, shard.group()) : logits).to(torch::kFloat);
 }
 
 torch::Tensor ReferenceLastLogits(model::GptModel& gpt, const torch::Tensor& tokens) {

@@ -4,8 +4,12 @@
 // Mathematically the same as GptModel::forward on the whole sequence (the test checks greedy
 // decoding token for token and the logits at a tolerance).
 //
-// Whole models on one device only (no tensor or pipeline sharding); no dropout (inference).
-// Thread-compatible.
+// Every layer of the model (no pipeline stage); no dropout (inference). A tensor-parallel shard
+// (gpt.h's ModelShard with its TP group, no sequence parallelism) decodes over its own heads
+// with a KvCache of its local heads (num_attention_heads / tp): its ColumnParallel/RowParallel
+// linears and the vocabulary-parallel embedding do their collectives, and the logits are
+// gathered over the TP group, so every TP rank returns the same full logits. Every TP rank must
+// call it with the same tokens (the collectives pair up). Thread-compatible.
 #ifndef MT_WORKER_GENERATE_CACHED_FORWARD_H_
 #define MT_WORKER_GENERATE_CACHED_FORWARD_H_
 
@@ -18,8 +22,10 @@ namespace mt::generate {
 
 // tokens [b, n] int64 at positions [cache.length(), cache.length() + n): appends their keys
 // and values to `cache`, advances it by n, and returns the logits of the LAST position,
-// [b, padded_vocab] in fp32. Call under torch::NoGradGuard (or InferenceMode). Throws
-// c10::Error on misuse (a sharded model, a full cache).
+// [b, padded_vocab] in fp32 (under TP: gathered from the ranks' vocabulary shards). Call under
+// torch::NoGradGuard (or InferenceMode). Throws c10::Error on misuse (a pipeline stage, a TP
+// shard without its group or with sequence parallelism, a full cache) and when a collective
+// fails.
 torch::Tensor ForwardWithCache(model::GptModel& gpt, const torch::Tensor& tokens, KvCache& cache);
 
 // The reference it must equal: the whole sequence through GptModel::forward, the last

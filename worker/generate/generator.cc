@@ -18,6 +18,7 @@
 #include "worker/generate/decode_graph.h"
 #include "worker/generate/kv_cache.h"
 #include "worker/model/gpt.h"
+#include "worker/parallel/tensor_parallel.h"
 
 namespace mt::generate {
 namespace {
@@ -104,10 +105,14 @@ namespace {
 absl::Status PrepareState(model::GptModel& gpt, int64_t n, int64_t max_len, bool cuda_graph,
                           std::unique_ptr<GeneratorState>& state) {
   const torch::Tensor weight = gpt.output_weight();
+  const model::ModelShard& shard = gpt.shard();
+  // The static decode step (decode_step.h) is a whole model's: a TP shard decodes with
+  // ForwardWithCache, whose linears do the shard's collectives.
+  const bool whole = shard.tp_size == 1;
   GeneratorState::Key key;
   key.batch = n;
   key.max_len = max_len;
-  key.graph = weight.is_cuda() && cuda_graph && DecodeGraph::Available();
+  key.graph = whole && weight.is_cuda() && cuda_graph && DecodeGraph::Available();
   key.weight = weight.data_ptr();
   key.backend = gpt.config().attention_backend;
   if (state != nullptr && state->key == key) {
@@ -117,8 +122,10 @@ absl::Status PrepareState(model::GptModel& gpt, int64_t n, int64_t max_len, bool
   state.reset();  // the old cache and graph go before the new ones are made
   auto fresh = std::make_unique<GeneratorState>();
   fresh->key = key;
-  MT_ASSIGN_OR_RETURN(fresh->cache, KvCache::Create(gpt.config(), n, max_len, weight.options()));
-  if (weight.is_cuda()) {
+  MT_ASSIGN_OR_RETURN(fresh->cache,
+                      KvCache::Create(gpt.config(), n, max_len, weight.options(),
+                                      gpt.config().num_attention_heads / shard.tp_size));
+  if (whole && weight.is_cuda()) {
     MT_ASSIGN_OR_RETURN(fresh->step,
                         DecodeGraph::Create(gpt, fresh->cache, weight.device(), key.graph));
   }
@@ -132,6 +139,21 @@ torch::Tensor PromptRows(const std::vector<int32_t>& prompt, int64_t n,
   std::vector<int64_t> ids(prompt.begin(), prompt.end());
   const int64_t p = static_cast<int64_t>(ids.size());
   return torch::tensor(ids, torch::kLong).to(device).unsqueeze(0).expand({n, p}).contiguous();
+}
+
+// The next token of every row. Over tensor parallelism TP rank 0 samples and broadcasts its
+// choice: every rank feeds the same tokens back and ends the same samples at the same step,
+// whatever a rank's logits differ by in their last bits, and rank 0 draws from the generator
+// exactly as one device does.
+torch::Tensor ChooseTokens(const model::ModelShard& shard, const torch::Tensor& logits,
+                           int64_t vocab_size, const SamplingOptions& sampling,
+                           at::Generator& generator) {
+  if (shard.tp_size == 1) return NextTokens(logits, vocab_size, sampling, generator);
+  torch::Tensor next = shard.tp_rank == 0
+                           ? NextTokens(logits, vocab_size, sampling, generator).contiguous()
+                           : torch::zeros({logits.size(0)}, logits.options().dtype(torch::kLong));
+  parallel::Broadcast(next, /*root=*/0, shard.group());
+  return next;
 }
 
 // Prefill, then decode until every sample is done. `state` was prepared for this call.
@@ -157,8 +179,9 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
   Streamer streamer(o, detokenize, on_text);
   Clock::time_point start = Clock::now();
   torch::Tensor logits = ForwardWithCache(gpt, input, cache);
+  const model::ModelShard& shard = gpt.shard();
   for (int64_t step = 0;; ++step) {
-    const torch::Tensor next = NextTokens(logits, config.vocab_size, o.sampling, generator);
+    torch::Tensor next = ChooseTokens(shard, logits, config.vocab_size, o.sampling, generator);
     const torch::Tensor chosen = next.to(torch::kCPU).contiguous();
     const int64_t* chosen_ids = chosen.data_ptr<int64_t>();
     if (step == 0) {

@@ -8,8 +8,9 @@
 //
 // On CUDA the decode steps run StaticDecodeStep (decode_step.h) through a DecodeGraph
 // (decode_graph.h): replayed from a CUDA graph (cuda_graph, the default) or eagerly; the prefill
-// is ForwardWithCache. On the CPU every step is ForwardWithCache. A Generator keeps the KV cache
-// and the captured graph between calls of the same shape; Generate() is a Generator's one call.
+// is ForwardWithCache. On the CPU, and for a tensor-parallel shard, every step is
+// ForwardWithCache. A Generator keeps the KV cache and the captured graph between calls of the
+// same shape; Generate() is a Generator's one call.
 //
 // No LibTorch in this header. Thread-compatible.
 #ifndef MT_WORKER_GENERATE_GENERATOR_H_
@@ -73,8 +74,12 @@ using Detokenizer = std::function<std::string(absl::Span<const int32_t>)>;
 using TextCallback = std::function<void(int64_t sample, absl::string_view text)>;
 
 // Generates from `prompt` (token ids, at least one, fewer than the model's positions: else
-// INVALID_ARGUMENT naming --prompt). The model is a whole model (one device, not sharded), in
-// eval mode for the call. `on_text` may be empty. LibTorch errors come back as INTERNAL
+// INVALID_ARGUMENT naming --prompt). The model holds every layer on one device, in eval mode
+// for the call: the whole model, or a tensor-parallel shard (no sequence parallelism) whose TP
+// ranks all make this call with the same arguments; they decode together (cached_forward.h),
+// TP rank 0 picks each token and broadcasts it, so every rank produces the same samples (the
+// text a caller streams from rank 0 is the one-device model's, up to the last bits of the
+// sharded sums). `on_text` may be empty. LibTorch errors come back as INTERNAL
 // (RESOURCE_EXHAUSTED for out-of-memory).
 absl::StatusOr<GenerateResult> Generate(model::GptModel& gpt, const std::vector<int32_t>& prompt,
                                         const GenerateOptions& options,

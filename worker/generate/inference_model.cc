@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <torch/cuda.h>
 
+#include <algorithm>
 #include <deque>
 #include <optional>
 #include <utility>
@@ -16,6 +17,7 @@
 #include "worker/checkpoint/trainer_state.h"
 #include "worker/model/gpt.h"
 #include "worker/model/quantize.h"
+#include "worker/model/sharding.h"
 
 namespace mt::generate {
 namespace {
@@ -77,12 +79,51 @@ absl::StatusOr<bool> ParseQuantize(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("--quantize \"", name, "\": want none or int8"));
 }
 
-// Copies each model.<param> of `source` (assembled from any layout) into the model.
+int SplitDim(const std::string& param) {
+  switch (model::TensorParallelSplit(param)) {
+    case model::TpSplit::kDim0:
+      return 0;
+    case model::TpSplit::kDim1:
+      return 1;
+    default:
+      return -1;
+  }
+}
+
+// A TP shard's config: the checkpoint's padded vocabulary kept (Megatron's rule gives
+// `padded` itself when the multiple is padded / tp), so that the ranks split exactly the rows
+// the checkpoint holds, as an eval job's ranks do (worker/train/sharded_eval.cc).
+absl::Status ShardConfig(const mt::v1::ManifestModel& m, int tp, model::GptConfig& c) {
+  const char* flag = "--tensor-model-parallel-size";
+  if (c.num_attention_heads % tp != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", tp, ": the checkpoint's ", c.num_attention_heads,
+                     " attention heads do not split evenly over ", tp, " ranks"));
+  }
+  const int64_t padded = m.padded_vocab_size() > 0 ? m.padded_vocab_size() : c.padded_vocab_size();
+  if (padded % tp != 0 || padded < c.vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, " ", tp, ": the checkpoint's vocabulary of ", padded,
+                     " rows (padded) does not split evenly over ", tp, " ranks"));
+  }
+  c.make_vocab_size_divisible_by = padded / tp;
+  c.tensor_model_parallel_size = tp;
+  return absl::OkStatus();
+}
+
+// Copies each model.<param> of `source` (assembled from any layout) into the model: the whole
+// tensor, or this TP rank's slice of it.
 absl::Status CopyWeights(checkpoint::TensorSource& source, model::GptModel& gpt) {
   torch::NoGradGuard no_grad;
+  const model::ModelShard& shard = gpt.shard();
   for (const auto& item : gpt.named_parameters()) {
     checkpoint::SliceRequest req;
     req.shape = item.value().sizes().vec();
+    if (shard.tp_size > 1) {
+      req.split_dim = SplitDim(item.key());
+      req.tp_rank = shard.tp_rank;
+      req.tp_size = shard.tp_size;
+    }
     const std::string name = "model." + item.key();
     if (!source.Has(name)) {
       return absl::NotFoundError(absl::StrCat("the checkpoint has no tensor ", name));
@@ -108,6 +149,16 @@ absl::StatusOr<InferenceModel> LoadInferenceModel(const std::string& path,
   MT_ASSIGN_OR_RETURN(torch::ScalarType dtype, ParseDType(options.dtype, device));
   MT_ASSIGN_OR_RETURN(model::AttentionBackend attention, ParseAttention(options.attention));
   MT_ASSIGN_OR_RETURN(const bool int8, ParseQuantize(options.quantize));
+  const int tp = std::max(1, options.tp.size);
+  if (tp > 1 && int8) {
+    return absl::InvalidArgumentError(
+        "--quantize int8 generates on one rank: give --quantize none, or "
+        "--tensor-model-parallel-size 1");
+  }
+  if (tp > 1 && (options.tp.group == nullptr || options.tp.rank < 0 || options.tp.rank >= tp)) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor-parallel rank ", options.tp.rank, " of ",
+                                                   tp, " needs its TP group to load"));
+  }
   struct stat st;
   if (path.empty() || ::stat(path.c_str(), &st) != 0) {
     return absl::NotFoundError(absl::StrCat("checkpoint \"", path,
@@ -117,6 +168,8 @@ absl::StatusOr<InferenceModel> LoadInferenceModel(const std::string& path,
   }
   checkpoint::LoadOptions load;
   load.stage_device = "";
+  load.tp_rank = tp > 1 ? options.tp.rank : 0;
+  load.tp_size = tp;
   MT_ASSIGN_OR_RETURN(std::optional<checkpoint::LoadChoice> choice,
                       checkpoint::ChooseLoad(path, load));
   if (!choice.has_value()) {
@@ -127,12 +180,19 @@ absl::StatusOr<InferenceModel> LoadInferenceModel(const std::string& path,
                       checkpoint::OpenLoadSource(*choice));
   model::GptConfig config = ConfigOf(choice->manifest.model());
   config.attention_backend = attention;
+  model::ModelShard shard;
+  if (tp > 1) {
+    MT_RETURN_IF_ERROR(ShardConfig(choice->manifest.model(), tp, config));
+    shard.tp_size = tp;
+    shard.tp_rank = options.tp.rank;
+    shard.tp_group = options.tp.group;
+  }
   model::ModelBuildOptions build;
   build.seed = 0;  // overwritten by the checkpoint's weights
   build.device = device;
   build.dtype = dtype;
   InferenceModel out;
-  MT_ASSIGN_OR_RETURN(out.model, model::GptModel::Create(config, {}, build));
+  MT_ASSIGN_OR_RETURN(out.model, model::GptModel::Create(config, shard, build));
   try {
     MT_RETURN_IF_ERROR(CopyWeights(*source, *out.model));
     if (int8) MT_RETURN_IF_ERROR(model::QuantizeInt8Linears(*out.model));

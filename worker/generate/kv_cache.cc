@@ -9,6 +9,17 @@ namespace mt::generate {
 
 absl::StatusOr<KvCache> KvCache::Create(const model::GptConfig& config, int64_t batch,
                                         int64_t max_len, const torch::TensorOptions& options) {
+  return Create(config, batch, max_len, options, config.num_attention_heads);
+}
+
+absl::StatusOr<KvCache> KvCache::Create(const model::GptConfig& config, int64_t batch,
+                                        int64_t max_len, const torch::TensorOptions& options,
+                                        int64_t heads) {
+  if (heads < 1 || heads > config.num_attention_heads) {
+    return absl::InvalidArgumentError(absl::StrCat("KV cache: ", heads, " heads outside [1, ",
+                                                   config.num_attention_heads,
+                                                   "] (the model's heads)"));
+  }
   if (batch < 1) {
     return absl::InvalidArgumentError(absl::StrCat("KV cache: batch ", batch, " must be >= 1"));
   }
@@ -20,8 +31,7 @@ absl::StatusOr<KvCache> KvCache::Create(const model::GptConfig& config, int64_t 
   KvCache cache;
   cache.batch_ = batch;
   cache.max_len_ = max_len;
-  const std::vector<int64_t> shape = {batch, config.num_attention_heads, max_len,
-                                      config.head_dim()};
+  const std::vector<int64_t> shape = {batch, heads, max_len, config.head_dim()};
   for (int64_t i = 0; i < config.num_layers; ++i) {
     cache.keys_.push_back(torch::zeros(shape, options));
     cache.values_.push_back(torch::zeros(shape, options));

@@ -1,10 +1,11 @@
 // The key/value cache of incremental decoding: per layer one keys and one values tensor of
-// [batch, heads, max_len, head_dim], allocated once (Create) for the whole generation, so that
-// no decode step allocates cache memory; a step writes its new keys and values at positions
-// [length, length + n) in place and reads [0, length + n). A static-shape decode step
-// (decode_step.h) instead writes at a position held on the device (WriteAt) and reads the whole
-// cache, masking what lies after that position, or on CUDA hands the layer's tensors (keys(),
-// values()) to one kernel that writes and attends (kernels::DecodeAttention).
+// [batch, heads, max_len, head_dim] (heads: the model's, or a tensor-parallel shard's own),
+// allocated once (Create) for the whole generation, so that no decode step allocates cache memory;
+// a step writes its new keys and values at positions [length, length + n) in place and reads [0,
+// length + n). A static-shape decode step (decode_step.h) instead writes at a position held on the
+// device (WriteAt) and reads the whole cache, masking what lies after that position, or on CUDA
+// hands the layer's tensors (keys(), values()) to one kernel that writes and attends
+// (kernels::DecodeAttention).
 //
 // Thread-compatible (one decoding thread).
 #ifndef MT_WORKER_GENERATE_KV_CACHE_H_
@@ -26,6 +27,11 @@ class KvCache {
   // limit).
   static absl::StatusOr<KvCache> Create(const model::GptConfig& config, int64_t batch,
                                         int64_t max_len, const torch::TensorOptions& options);
+  // The cache of a tensor-parallel shard: `heads` of the model's heads per layer (its local
+  // heads, num_attention_heads / tp); also an error unless 1 <= heads <= the model's heads.
+  static absl::StatusOr<KvCache> Create(const model::GptConfig& config, int64_t batch,
+                                        int64_t max_len, const torch::TensorOptions& options,
+                                        int64_t heads);
 
   // Writes k, v [batch, heads, n, head_dim] of `layer` at [length(), length() + n) and returns
   // the layer's keys and values of [0, length() + n) (views of the cache). The length itself

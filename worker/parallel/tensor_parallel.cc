@@ -152,6 +152,18 @@ void AllReduce(torch::Tensor& t, const GroupHandle* g, ReduceOp op) {
   if (!buf.is_same(t)) t.copy_(buf);
 }
 
+void Broadcast(torch::Tensor& t, int root, const GroupHandle* g) {
+  if (!Active(g)) return;
+  torch::Tensor buf = t.is_contiguous() ? t : t.contiguous();
+  std::vector<torch::Tensor> v = {buf};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  CommStats::Span span = StartComm(*g, Collective::kBroadcast, buf);
+  WaitFor(g->group->broadcast(v, opts), *g, "broadcast");
+  span.Finish();
+  if (!buf.is_same(t)) t.copy_(buf);
+}
+
 torch::Tensor AllGather(const torch::Tensor& t, int64_t dim, const GroupHandle* g) {
   if (!Active(g)) return t;
   torch::Tensor in = t.contiguous();

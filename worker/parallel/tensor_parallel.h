@@ -56,6 +56,9 @@ torch::Tensor ReduceScatterToSequenceParallelRegion(const torch::Tensor& x,
 enum class ReduceOp { kSum, kMax };
 // In place over the group.
 void AllReduce(torch::Tensor& t, const GroupHandle* group, ReduceOp op = ReduceOp::kSum);
+// In place: every rank's `t` becomes the one of the rank with index `root` in the group (the
+// same shape and dtype on every rank).
+void Broadcast(torch::Tensor& t, int root, const GroupHandle* group);
 // The group's tensors concatenated along `dim` in group order.
 torch::Tensor AllGather(const torch::Tensor& t, int64_t dim, const GroupHandle* group);
 // The sum over the group, this rank's chunk of it along `dim`. NCCL: _reduce_scatter_base.

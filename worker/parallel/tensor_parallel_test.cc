@@ -167,6 +167,20 @@ TEST_P(TensorParallelTest, AllReduceCoalescedSumsEveryTensor) {
   });
 }
 
+TEST_P(TensorParallelTest, BroadcastGivesEveryRankTheRootsTensor) {
+  const int n = GetParam();
+  Run([n](int r, const GroupHandle& g) {
+    // Token ids (int64), as decoding broadcasts them, from the last rank and from rank 0.
+    const torch::Tensor from_last = torch::arange(5, torch::kLong) * 10 + (n - 1);
+    torch::Tensor t = torch::arange(5, torch::kLong) * 10 + r;
+    Broadcast(t, n - 1, &g);
+    EXPECT_TRUE(torch::equal(t, from_last)) << "rank " << r;
+    torch::Tensor f = Rand({3, 4}, 7 + r);
+    Broadcast(f, 0, &g);
+    EXPECT_TRUE(torch::equal(f, Rand({3, 4}, 7))) << "rank " << r;
+  });
+}
+
 INSTANTIATE_TEST_SUITE_P(GroupSizes, TensorParallelTest, ::testing::Values(1, 2, 4));
 
 TEST(TensorParallelSingle, NullGroupIsTheIdentity) {

@@ -160,7 +160,8 @@ const char* GenerateCommandUsage() { return kUsage; }
 
 absl::StatusOr<GenerateRun> GenerateFromArgs(const std::vector<std::string>& argv,
                                              const generate::TextCallback& on_text,
-                                             bool* usage_error) {
+                                             bool* usage_error,
+                                             const generate::TensorParallelPlace& tp) {
   *usage_error = true;
   MT_ASSIGN_OR_RETURN(CommandArgs args, ParseCommandArgs(argv, ValueFlags(), Switches()));
   if (args.positional.size() != 1) return absl::InvalidArgumentError("give one CHECKPOINT");
@@ -169,8 +170,9 @@ absl::StatusOr<GenerateRun> GenerateFromArgs(const std::vector<std::string>& arg
   // The sampling flags are checked before the (slow) load.
   MT_RETURN_IF_ERROR(OptionsFrom(args, -1).status());
   GenerateRun run;
-  MT_ASSIGN_OR_RETURN(run.loaded,
-                      generate::LoadInferenceModel(args.positional[0], InferenceOptionsFrom(args)));
+  generate::InferenceModelOptions model = InferenceOptionsFrom(args);
+  model.tp = tp;
+  MT_ASSIGN_OR_RETURN(run.loaded, generate::LoadInferenceModel(args.positional[0], model));
   MT_ASSIGN_OR_RETURN(std::unique_ptr<tokenizer::Gpt2BpeTokenizer> tok,
                       OpenTokenizer(args, run.loaded));
   const tokenizer::Gpt2BpeTokenizer& t = *tok;

@@ -38,10 +38,13 @@ struct GenerateRun {
 // The generation of `mt-worker generate ARGS` (args after "generate", without --help), also run
 // by the rank of a generation job (inference_rank.h): `on_text` (optional) hears each sample's
 // text as it is produced. Errors name the flag; *usage_error says whether the input was at
-// fault (exit code 2) rather than the generation (1).
+// fault (exit code 2) rather than the generation (1). `tp`: a tensor-parallel rank of a
+// generation job (sharded_generate.h) loads its shard of the checkpoint and decodes with the
+// other ranks of its group, which make the same call.
 absl::StatusOr<GenerateRun> GenerateFromArgs(const std::vector<std::string>& args,
                                              const generate::TextCallback& on_text,
-                                             bool* usage_error);
+                                             bool* usage_error,
+                                             const generate::TensorParallelPlace& tp = {});
 
 }  // namespace mt::train
 

@@ -1,6 +1,7 @@
 #include "worker/train/inference_rank.h"
 
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -18,6 +19,7 @@
 #include "worker/train/generate_command.h"
 #include "worker/train/pipe_reporter.h"
 #include "worker/train/sharded_eval.h"
+#include "worker/train/sharded_generate.h"
 
 namespace mt::train {
 namespace {
@@ -92,22 +94,22 @@ int RunShardedEval(const mt::v1::JobSpec& spec,
   return 0;
 }
 
-int RunGenerate(const mt::v1::JobSpec& spec, const std::vector<std::string>& device,
-                const worker::ReportWriter& writer, worker::ProgressBeacon& beacon) {
-  int64_t pieces = 0;
-  auto on_text = [&](int64_t sample, absl::string_view text) {
+// Each sample's new text as a RankReport.generated (when `report`), a beacon per piece.
+generate::TextCallback TextReporter(const worker::ReportWriter& writer,
+                                    worker::ProgressBeacon& beacon, bool report) {
+  return [&writer, &beacon, report, pieces = int64_t{0}](int64_t sample,
+                                                         absl::string_view text) mutable {
     beacon.Set(mt::v1::RANK_ACTIVITY_EVAL, ++pieces);
-    if (text.empty()) return;
-    mt::v1::RankReport report;
-    report.mutable_generated()->set_sample(static_cast<int32_t>(sample));
-    report.mutable_generated()->set_text(std::string(text));
-    Send(writer, report);
+    if (!report || text.empty()) return;
+    mt::v1::RankReport r;
+    r.mutable_generated()->set_sample(static_cast<int32_t>(sample));
+    r.mutable_generated()->set_text(std::string(text));
+    Send(writer, r);
   };
-  bool usage_error = false;
-  absl::StatusOr<GenerateRun> run =
-      GenerateFromArgs(spec::GenerateCommandArgs(spec, device), on_text, &usage_error);
-  if (!run.ok()) return Fail(run.status(), "generation");
-  const generate::GenerateResult& r = run->result;
+}
+
+// One message per sample with done, its finish reason and token count.
+void ReportDone(const worker::ReportWriter& writer, const generate::GenerateResult& r) {
   for (size_t i = 0; i < r.samples.size(); ++i) {
     mt::v1::RankReport report;
     mt::v1::GeneratedText* g = report.mutable_generated();
@@ -117,9 +119,43 @@ int RunGenerate(const mt::v1::JobSpec& spec, const std::vector<std::string>& dev
     g->set_tokens(static_cast<int64_t>(r.samples[i].tokens.size()));
     Send(writer, report);
   }
-  MT_LOG(INFO) << "generated " << r.samples.size() << " sample(s), " << r.prompt_tokens
+}
+
+void LogGenerated(const generate::GenerateResult& r, const std::string& who = "") {
+  MT_LOG(INFO) << who << "generated " << r.samples.size() << " sample(s), " << r.prompt_tokens
                << " prompt tokens, " << r.generated_tokens << " generated, first token "
                << r.prefill_seconds << " s, decode " << r.decode_seconds << " s";
+}
+
+int RunGenerate(const mt::v1::JobSpec& spec, const std::vector<std::string>& device,
+                const worker::ReportWriter& writer, worker::ProgressBeacon& beacon) {
+  bool usage_error = false;
+  absl::StatusOr<GenerateRun> run = GenerateFromArgs(
+      spec::GenerateCommandArgs(spec, device), TextReporter(writer, beacon, true), &usage_error);
+  if (!run.ok()) return Fail(run.status(), "generation");
+  ReportDone(writer, run->result);
+  LogGenerated(run->result);
+  return 0;
+}
+
+// A generation job past one rank (TP ranks): every rank decodes its shard; TP rank 0 (the job's
+// rank 0, whose reports the coordinator streams) reports the text as one rank does, the others
+// only their beacons.
+int RunShardedGenerate(const mt::v1::JobSpec& spec, const std::string& device,
+                       const std::function<absl::StatusOr<RankPlace>()>& join,
+                       const worker::ReportWriter& writer, worker::ProgressBeacon& beacon) {
+  absl::StatusOr<RankPlace> place = join();
+  if (!place.ok()) return Fail(place.status(), "a sharded generation's rank");
+  ShardedGenerateOptions options;
+  options.device = device;
+  options.tp = TensorParallelPlaceOf(place->distributed.groups);
+  const bool reports = options.tp.rank == 0;
+  absl::StatusOr<GenerateRun> run =
+      GenerateSharded(spec, options, TextReporter(writer, beacon, reports));
+  if (!run.ok()) return Fail(run.status(), "generation");
+  if (reports) ReportDone(writer, run->result);
+  LogGenerated(run->result,
+               absl::StrCat("TP rank ", options.tp.rank, " of ", options.tp.size, ": "));
   return 0;
 }
 
@@ -149,6 +185,9 @@ int RunInferenceRank(const mt::v1::JobSpec& spec, const mt::v1::Assignment& assi
                                            assignment.gpu_index() >= 0 ? "cuda:0" : "cpu"};
   if (spec.inference().has_eval() && assignment.layout().world_size() > 1) {
     return RunShardedEval(spec, join, writer, beacon);
+  }
+  if (spec.inference().has_generate() && assignment.layout().world_size() > 1) {
+    return RunShardedGenerate(spec, device[1], join, writer, beacon);
   }
   if (spec.inference().has_eval()) return RunEval(spec, device, writer, beacon);
   if (spec.inference().has_generate()) return RunGenerate(spec, device, writer, beacon);

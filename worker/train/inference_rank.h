@@ -2,8 +2,10 @@
 // one rank: one process, one device, no process groups; it runs what `mt-worker
 // eval|generate` runs with the task's flags (common/spec/inference.h builds them), so a job
 // and the local command compute the same numbers and text. An eval job past one rank joins the
-// job's process groups and evaluates its shard (sharded_eval.h). Each reports to its daemon
-// over the report pipe:
+// job's process groups and evaluates its shard (sharded_eval.h); a generation job past one rank
+// (TP ranks) joins them and decodes with its shard (sharded_generate.h), and only its TP rank 0
+// reports the text (the others send beacons only). Each reports to its daemon over the report
+// pipe:
 //   - phase EVALUATING once it starts (the job turns RUNNING), and a progress beacon (activity
 //     EVAL) per micro-batch evaluated or text piece generated, for the hang detector;
 //   - eval: one progress report with the result (validation_loss, validation_perplexity,
@@ -34,7 +36,7 @@ struct RankPlace {
 };
 
 // Returns the process exit code: 0 done, 1 failed (the log's last line says why). `join` is
-// called once, by an eval job's rank past one rank.
+// called once, by an eval or generation job's rank past one rank.
 int RunInferenceRank(const mt::v1::JobSpec& spec, const mt::v1::Assignment& assignment,
                      const worker::ReportWriter& writer,
                      const std::function<absl::StatusOr<RankPlace>()>& join);

@@ -96,6 +96,14 @@ class InferenceJobsTest : public testutil::JobFixture {
     return "";
   }
 
+  // `mt-worker generate DIRECTORY FLAGS...`, the local command a job's text must equal.
+  static absl::StatusOr<CommandResult> LocalGenerate(const std::string& directory,
+                                                     const std::vector<std::string>& flags) {
+    std::vector<std::string> args = {testutil::BinDir() + "/mt-worker", "generate", directory};
+    args.insert(args.end(), flags.begin(), flags.end());
+    return testutil::RunCommand(args, absl::Seconds(120));
+  }
+
   std::unique_ptr<mt::v1::ClientService::Stub> Stub() {
     return mt::v1::ClientService::NewStub(
         grpc::CreateChannel(cluster_.address(), grpc::InsecureChannelCredentials()));
@@ -192,9 +200,7 @@ TEST_F(InferenceJobsTest, GenerateStreamsTheLocalGreedyTextAndAGoneClientCancels
   ASSERT_FALSE(checkpoint.empty());
   const std::string prompt = "Call me Ishmael.";
   const absl::StatusOr<CommandResult> local =
-      testutil::RunCommand({testutil::BinDir() + "/mt-worker", "generate", directory, "--prompt",
-                            prompt, "--temperature", "0", "--max-new-tokens", "8"},
-                           absl::Seconds(120));
+      LocalGenerate(directory, {"--prompt", prompt, "--temperature", "0", "--max-new-tokens", "8"});
   ASSERT_TRUE(local.ok()) << local.status().message();
   ASSERT_EQ(local->exit_code, 0) << local->err;
   ASSERT_FALSE(local->out.empty());  // the text and a newline
@@ -397,9 +403,7 @@ TEST_F(ShardedGenerateJobsTest, TwoTensorParallelRanksStreamTheLocalText) {
   ASSERT_FALSE(checkpoint.empty());
   const std::string prompt = "Call me Ishmael.";
   const absl::StatusOr<CommandResult> local =
-      testutil::RunCommand({testutil::BinDir() + "/mt-worker", "generate", directory, "--prompt",
-                            prompt, "--temperature", "0", "--max-new-tokens", "8"},
-                           absl::Seconds(120));
+      LocalGenerate(directory, {"--prompt", prompt, "--temperature", "0", "--max-new-tokens", "8"});
   ASSERT_TRUE(local.ok()) << local.status().message();
   ASSERT_EQ(local->exit_code, 0) << local->err;
   ASSERT_GT(local->out.size(), 1u);  // the text and a newline
@@ -453,10 +457,9 @@ TEST_F(ShardedGenerateJobsTest, TwoTensorParallelRanksStreamTheLocalText) {
   const std::vector<std::string> sampling = {
       "--prompt", prompt, "--temperature",    "0.8", "--top-k", "50",
       "--seed",   "3",    "--max-new-tokens", "8",   "-n",      "2"};
-  std::vector<std::string> args = {testutil::BinDir() + "/mt-worker", "generate", directory};
-  args.insert(args.end(), sampling.begin(), sampling.end());
+  std::vector<std::string> args = sampling;
   args.insert(args.end(), {"-o", "json"});
-  const absl::StatusOr<CommandResult> sampled = testutil::RunCommand(args, absl::Seconds(120));
+  const absl::StatusOr<CommandResult> sampled = LocalGenerate(directory, args);
   ASSERT_TRUE(sampled.ok()) << sampled.status().message();
   ASSERT_EQ(sampled->exit_code, 0) << sampled->err;
   const std::vector<std::string> want = SampleTexts(sampled->out, false);

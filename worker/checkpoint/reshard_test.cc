@@ -33,17 +33,6 @@ struct Layout {
   int tp, pp, dp;
 };
 
-int Split(const std::string& param) {
-  switch (model::TensorParallelSplit(param)) {
-    case model::TpSplit::kDim0:
-      return 0;
-    case model::TpSplit::kDim1:
-      return 1;
-    default:
-      return -1;
-  }
-}
-
 // Parameter names and full shapes (unpadded vocabulary rows = kVocab; padded per layout).
 std::map<std::string, std::vector<int64_t>> Params(int64_t padded_vocab) {
   std::map<std::string, std::vector<int64_t>> p = {
@@ -144,7 +133,7 @@ std::string WriteCheckpoint(const Layout& a, const std::map<std::string, HostTen
                                                    {"tp_size", std::to_string(a.tp)},
                                                    {"pp_rank", std::to_string(pp)}};
         for (const std::string& name : names) {
-          const int split = Split(ParamOf(name));
+          const int split = model::TensorParallelSplitDim(ParamOf(name));
           slices.push_back(Cut(full.at(name), split, tp, a.tp));
           if (split >= 0) meta["split." + name] = std::to_string(split);
         }
@@ -184,7 +173,7 @@ TEST_P(ReshardTest, EveryRankOfTheNewLayoutGetsItsSlice) {
     for (int tp = 0; tp < b.tp; ++tp) {
       // Every DP replica of (tp, pp) loads the same slices.
       for (const std::string& name : StageNames(pp, b.pp, padded_b)) {
-        const int split = Split(ParamOf(name));
+        const int split = model::TensorParallelSplitDim(ParamOf(name));
         HostTensor whole = full.at(name);
         if (IsVocabPadded(name)) {
           MT_ASSERT_OK_AND_ASSIGN(HostTensor real, ResizeRows(whole, kVocab));

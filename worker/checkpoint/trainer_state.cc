@@ -22,17 +22,6 @@
 namespace mt::checkpoint {
 namespace {
 
-int SplitOf(const std::string& param) {
-  switch (model::TensorParallelSplit(param)) {
-    case model::TpSplit::kDim0:
-      return 0;
-    case model::TpSplit::kDim1:
-      return 1;
-    default:
-      return -1;
-  }
-}
-
 bool MasterIsModel(const engine::MixedPrecisionOptimizer& opt) {
   return opt.master_params().is_same(opt.model_params());
 }
@@ -240,7 +229,8 @@ absl::StatusOr<std::vector<StateTensor>> CollectTensors(engine::Trainer& trainer
     // The parameters the optimizer updates, under the whole model's names.
     MT_RETURN_IF_ERROR(opt.WaitForParameters());
     for (const auto* slot : ModelOrder(trainer)) {
-      out.push_back({"model." + slot->name, slot->param.detach(), SplitOf(slot->name)});
+      out.push_back(
+          {"model." + slot->name, slot->param.detach(), model::TensorParallelSplitDim(slot->name)});
     }
     std::vector<std::pair<std::string, torch::Tensor>> flat;
     for (const auto& [state, local] : StateBuffers(opt)) {
@@ -253,7 +243,7 @@ absl::StatusOr<std::vector<StateTensor>> CollectTensors(engine::Trainer& trainer
         if (!holds_state) break;
         out.push_back({absl::StrCat("optimizer.", state, ".", slot.name),
                        f.narrow(0, slot.offset, slot.numel).view(slot.param.sizes()),
-                       SplitOf(slot.name)});
+                       model::TensorParallelSplitDim(slot.name)});
       }
     }
     {
@@ -331,8 +321,9 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
     for (const auto* slot : ModelOrder(trainer)) {
       const std::string name = "model." + slot->name;
       on_gpu = on_gpu || slot->param.is_cuda();
-      MT_ASSIGN_OR_RETURN(torch::Tensor src,
-                          reader.Get(name, SplitOf(slot->name), slot->param, hold));
+      MT_ASSIGN_OR_RETURN(
+          torch::Tensor src,
+          reader.Get(name, model::TensorParallelSplitDim(slot->name), slot->param, hold));
       CopyTo(slot->param, src);
       hold.clear();
     }
@@ -351,7 +342,7 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
     // keeps the part it holds (ScatterState; with the distributed optimizer its segments),
     // copied there straight from the checkpoint's bytes.
     for (const auto& slot : opt.slots()) {
-      const int split = SplitOf(slot.name);
+      const int split = model::TensorParallelSplitDim(slot.name);
       for (const auto& [state, local] : StateBuffers(opt)) {
         const std::string name = absl::StrCat("optimizer.", state, ".", slot.name);
         torch::Tensor value;

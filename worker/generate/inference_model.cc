@@ -79,17 +79,6 @@ absl::StatusOr<bool> ParseQuantize(const std::string& name) {
   return absl::InvalidArgumentError(absl::StrCat("--quantize \"", name, "\": want none or int8"));
 }
 
-int SplitDim(const std::string& param) {
-  switch (model::TensorParallelSplit(param)) {
-    case model::TpSplit::kDim0:
-      return 0;
-    case model::TpSplit::kDim1:
-      return 1;
-    default:
-      return -1;
-  }
-}
-
 // A TP shard's config: the checkpoint's padded vocabulary kept (Megatron's rule gives
 // `padded` itself when the multiple is padded / tp), so that the ranks split exactly the rows
 // the checkpoint holds, as an eval job's ranks do (worker/train/sharded_eval.cc).
@@ -120,7 +109,7 @@ absl::Status CopyWeights(checkpoint::TensorSource& source, model::GptModel& gpt)
     checkpoint::SliceRequest req;
     req.shape = item.value().sizes().vec();
     if (shard.tp_size > 1) {
-      req.split_dim = SplitDim(item.key());
+      req.split_dim = model::TensorParallelSplitDim(item.key());
       req.tp_rank = shard.tp_rank;
       req.tp_size = shard.tp_size;
     }

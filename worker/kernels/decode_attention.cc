@@ -60,10 +60,6 @@ torch::Tensor Eager(const torch::Tensor& q, const torch::Tensor& k_new, const to
 }
 
 #if MT_KERNELS_WITH_CUDA
-bool Aligned16(const torch::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-}
-
 // A token tensor [b, 1, heads, d] the kernel reads by 16-byte vectors.
 bool VectorReadable(const torch::Tensor& t, int64_t vec) {
   return t.stride(3) == 1 && (t.size(0) == 1 || t.stride(0) % vec == 0) &&

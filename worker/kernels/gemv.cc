@@ -13,13 +13,6 @@
 #endif
 
 namespace mt::kernels {
-namespace {
-
-[[maybe_unused]] bool Aligned16(const torch::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-}
-
-}  // namespace
 
 bool GemvAvailable(const torch::Tensor& x, const torch::Tensor& weight) {
 #if MT_KERNELS_WITH_CUDA

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "worker/kernels/gemv.h"
+#include "worker/kernels/linear_tolerance_for_test.h"
 
 namespace mt::kernels {
 namespace {
@@ -18,19 +19,6 @@ namespace {
 struct Shape {
   int64_t rows, in, out;
 };
-
-double Tolerance(torch::ScalarType t, bool relative) {
-  if (t == torch::kFloat) return 1e-4;
-  return relative ? 1e-2 : 2e-2;
-}
-
-// The worst |got - want| - (atol + rtol |want|) over the tensor; <= 0 passes.
-double Excess(const torch::Tensor& got, const torch::Tensor& want, torch::ScalarType t) {
-  const torch::Tensor g = got.to(torch::kDouble).cpu(), w = want.to(torch::kDouble).cpu();
-  return ((g - w).abs() - (Tolerance(t, false) + Tolerance(t, true) * w.abs()))
-      .max()
-      .item<double>();
-}
 
 class GemvGpuTest : public ::testing::TestWithParam<torch::ScalarType> {};
 
@@ -57,7 +45,7 @@ TEST_P(GemvGpuTest, MatchesADoublePrecisionReference) {
         const torch::Tensor got = Gemv(x, w, with_bias ? bias : torch::Tensor(), gelu);
         ASSERT_EQ(got.scalar_type(), dtype);
         ASSERT_EQ(got.sizes(), (std::vector<int64_t>{s.rows, s.out}));
-        EXPECT_LE(Excess(got, want, dtype), 0.0)
+        EXPECT_LE(LinearExcess(got, want, dtype), 0.0)
             << "rows " << s.rows << " in " << s.in << " out " << s.out << " bias " << with_bias
             << " gelu " << gelu;
       }
@@ -81,7 +69,7 @@ TEST_P(GemvGpuTest, KeepsLeadingDimensionsAndAgreesWithLibTorch) {
       torch::gelu(torch::nn::functional::linear(x.to(torch::kDouble), w.to(torch::kDouble),
                                                 bias.to(torch::kDouble)),
                   "tanh");
-  EXPECT_LE(Excess(got, want, dtype), 0.0);
+  EXPECT_LE(LinearExcess(got, want, dtype), 0.0);
 }
 
 TEST(GemvGpuTest, LeavesAutogradAndOtherLayoutsToLibTorch) {

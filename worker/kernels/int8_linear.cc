@@ -14,10 +14,6 @@
 namespace mt::kernels {
 namespace {
 
-[[maybe_unused]] bool Aligned16(const torch::Tensor& t) {
-  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
-}
-
 // DequantizeInt8 by one kernel where it runs (a CUDA weight of a kernel dtype, in % 16 == 0):
 // the same values, without the fp32 intermediate.
 torch::Tensor DequantizeFast(const Int8Weight& weight, torch::ScalarType dtype) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "worker/kernels/int8_linear.h"
+#include "worker/kernels/linear_tolerance_for_test.h"
 
 namespace mt::kernels {
 namespace {
@@ -20,19 +21,6 @@ namespace {
 struct Shape {
   int64_t rows, in, out;
 };
-
-double Tolerance(torch::ScalarType t, bool relative) {
-  if (t == torch::kFloat) return 1e-4;
-  return relative ? 1e-2 : 2e-2;
-}
-
-// The worst |got - want| - (atol + rtol |want|) over the tensor; <= 0 passes.
-double Excess(const torch::Tensor& got, const torch::Tensor& want, torch::ScalarType t) {
-  const torch::Tensor g = got.to(torch::kDouble).cpu(), w = want.to(torch::kDouble).cpu();
-  return ((g - w).abs() - (Tolerance(t, false) + Tolerance(t, true) * w.abs()))
-      .max()
-      .item<double>();
-}
 
 class Int8LinearGpuTest : public ::testing::TestWithParam<torch::ScalarType> {};
 
@@ -59,7 +47,7 @@ TEST_P(Int8LinearGpuTest, KernelMatchesADoublePrecisionReference) {
         const torch::Tensor got = Int8Linear(x, w, with_bias ? bias : torch::Tensor(), gelu);
         ASSERT_EQ(got.scalar_type(), dtype);
         ASSERT_EQ(got.sizes(), (std::vector<int64_t>{s.rows, s.out}));
-        EXPECT_LE(Excess(got, want, dtype), 0.0)
+        EXPECT_LE(LinearExcess(got, want, dtype), 0.0)
             << "rows " << s.rows << " in " << s.in << " out " << s.out << " bias " << with_bias
             << " gelu " << gelu;
       }
@@ -80,7 +68,7 @@ TEST_P(Int8LinearGpuTest, KernelAgreesWithTheDequantizedPath) {
   const torch::Tensor dequantized =
       torch::gelu(torch::nn::functional::linear(x, DequantizeInt8(w, dtype), bias), "tanh");
   ASSERT_EQ(kernel.sizes(), dequantized.sizes());
-  EXPECT_LE(Excess(kernel, dequantized, dtype), 0.0);
+  EXPECT_LE(LinearExcess(kernel, dequantized, dtype), 0.0);
   // 5 rows is past the GEMV: the dequantize kernel's weight equals DequantizeInt8's (rounded
   // once from fp32 both), so the GEMM's result is LibTorch's on DequantizeInt8 exactly.
   const torch::Tensor many = torch::randn({5, 768}, on).to(dtype);

@@ -1,8 +1,12 @@
-// LibTorch's scalar type as the kernels' FloatKind (the LibTorch side of float_kind.h).
+// What the kernels' LibTorch wrappers check of a tensor before they hand its pointer to a
+// kernel (the LibTorch side of float_kind.h): its scalar type as a FloatKind, and whether its
+// data start on a 16-byte boundary (the kernels' vector loads).
 #ifndef MT_WORKER_KERNELS_KIND_OF_H_
 #define MT_WORKER_KERNELS_KIND_OF_H_
 
 #include <torch/types.h>
+
+#include <cstdint>
 
 #include "worker/kernels/float_kind.h"
 
@@ -18,6 +22,10 @@ inline FloatKind KindOf(torch::ScalarType t) {
     default:
       return FloatKind::kFloat32;
   }
+}
+
+inline bool Aligned16(const torch::Tensor& t) {
+  return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }
 
 }  // namespace mt::kernels

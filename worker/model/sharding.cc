@@ -28,6 +28,18 @@ TpSplit TensorParallelSplit(absl::string_view name) {
   return TpSplit::kReplicated;
 }
 
+int TensorParallelSplitDim(absl::string_view name) {
+  switch (TensorParallelSplit(name)) {
+    case TpSplit::kDim0:
+      return 0;
+    case TpSplit::kDim1:
+      return 1;
+    case TpSplit::kReplicated:
+      break;
+  }
+  return -1;
+}
+
 int64_t LayerIndexOf(absl::string_view name) {
   if (!absl::StartsWith(name, kLayersPrefix)) return -1;
   absl::string_view rest = name.substr(kLayersPrefix.size());

@@ -26,6 +26,10 @@ enum class TpSplit {
 // everything else (LayerNorms, position embedding, linear_proj/fc2 biases) -> kReplicated
 TpSplit TensorParallelSplit(absl::string_view name);
 
+// The dimension TensorParallelSplit(name) splits along: 0, 1, or -1 when replicated (the form
+// checkpoint slices take).
+int TensorParallelSplitDim(absl::string_view name);
+
 // The global layer index in a decoder.layers.N.* name, or -1 for a name outside the layers.
 int64_t LayerIndexOf(absl::string_view name);
 

@@ -27,7 +27,11 @@ TEST(Sharding, MegatronCoreRule) {
       {"decoder.layers.11.mlp.linear_fc2.bias", TpSplit::kReplicated},
       {"decoder.final_layernorm.weight", TpSplit::kReplicated},
   };
-  for (const Case& c : cases) EXPECT_EQ(TensorParallelSplit(c.name), c.want) << c.name;
+  for (const Case& c : cases) {
+    EXPECT_EQ(TensorParallelSplit(c.name), c.want) << c.name;
+    const int dim = c.want == TpSplit::kDim0 ? 0 : (c.want == TpSplit::kDim1 ? 1 : -1);
+    EXPECT_EQ(TensorParallelSplitDim(c.name), dim) << c.name;
+  }
 }
 
 TEST(Sharding, LayerIndices) {

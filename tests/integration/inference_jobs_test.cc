@@ -108,6 +108,44 @@ class InferenceJobsTest : public testutil::JobFixture {
     return mt::v1::ClientService::NewStub(
         grpc::CreateChannel(cluster_.address(), grpc::InsecureChannelCredentials()));
   }
+
+  // A greedy GenerateText request for 8 new tokens.
+  static mt::v1::GenerateTextRequest GreedyRequest(const std::string& checkpoint,
+                                                   const std::string& prompt) {
+    mt::v1::GenerateTextRequest request;
+    request.set_checkpoint(checkpoint);
+    request.mutable_generate()->set_prompt(prompt);
+    request.mutable_generate()->set_temperature(0);
+    request.mutable_generate()->set_max_new_tokens(8);
+    return request;
+  }
+
+  // What a whole GenerateText stream carried: the job's id, the text of its pieces, how many
+  // pieces had text, the sample of every text message and the samples' ends (done messages).
+  struct Stream {
+    grpc::Status status;
+    std::string job, text;
+    int pieces = 0;
+    std::vector<int32_t> samples;
+    std::vector<mt::v1::GeneratedText> ends;
+  };
+
+  Stream ReadStream(const mt::v1::GenerateTextRequest& request) {
+    grpc::ClientContext context;
+    auto reader = Stub()->GenerateText(&context, request);
+    mt::v1::GenerateTextResponse m;
+    Stream out;
+    while (reader->Read(&m)) {
+      if (!m.job_id().empty()) out.job = m.job_id();
+      if (!m.has_text()) continue;
+      out.samples.push_back(m.text().sample());
+      out.text += m.text().text();
+      if (!m.text().text().empty()) ++out.pieces;
+      if (m.text().done()) out.ends.push_back(m.text());
+    }
+    out.status = reader->Finish();
+    return out;
+  }
 };
 
 TEST_F(InferenceJobsTest, EvalJobGivesTheLocalLossAndLandsOnTheCheckpoint) {
@@ -206,37 +244,18 @@ TEST_F(InferenceJobsTest, GenerateStreamsTheLocalGreedyTextAndAGoneClientCancels
   ASSERT_FALSE(local->out.empty());  // the text and a newline
 
   // The stream: the job's id first, then the text piece by piece, then the sample's end.
-  mt::v1::GenerateTextRequest request;
-  request.set_checkpoint(checkpoint);
-  request.mutable_generate()->set_prompt(prompt);
-  request.mutable_generate()->set_temperature(0);
-  request.mutable_generate()->set_max_new_tokens(8);
-  auto stub = Stub();
+  const mt::v1::GenerateTextRequest request = GreedyRequest(checkpoint, prompt);
   {
-    grpc::ClientContext context;
-    auto reader = stub->GenerateText(&context, request);
-    mt::v1::GenerateTextResponse m;
-    std::string job, text;
-    int pieces = 0, done = 0;
-    while (reader->Read(&m)) {
-      if (!m.job_id().empty()) job = m.job_id();
-      if (!m.has_text()) continue;
-      text += m.text().text();
-      if (!m.text().text().empty()) ++pieces;
-      if (m.text().done()) {
-        ++done;
-        EXPECT_EQ(m.text().finish_reason(), "length");
-        EXPECT_EQ(m.text().tokens(), 8);
-      }
-    }
-    const grpc::Status s = reader->Finish();
-    ASSERT_TRUE(s.ok()) << s.error_message() << cluster_.Log("w0.log");
-    EXPECT_FALSE(job.empty());
-    EXPECT_EQ(done, 1);
-    EXPECT_GT(pieces, 1) << text;
-    EXPECT_EQ(text + "\n", local->out);
-    EXPECT_TRUE(cluster_.WaitForState(job, mt::v1::JOB_STATE_SUCCEEDED, absl::Seconds(30)))
-        << EventText(job);
+    const Stream stream = ReadStream(request);
+    ASSERT_TRUE(stream.status.ok()) << stream.status.error_message() << cluster_.Log("w0.log");
+    EXPECT_FALSE(stream.job.empty());
+    ASSERT_EQ(stream.ends.size(), 1u);
+    EXPECT_EQ(stream.ends[0].finish_reason(), "length");
+    EXPECT_EQ(stream.ends[0].tokens(), 8);
+    EXPECT_GT(stream.pieces, 1) << stream.text;
+    EXPECT_EQ(stream.text + "\n", local->out);
+    EXPECT_TRUE(cluster_.WaitForState(stream.job, mt::v1::JOB_STATE_SUCCEEDED, absl::Seconds(30)))
+        << EventText(stream.job);
   }
   // mtctl prints the same text.
   CommandResult cli = Mtctl(
@@ -252,7 +271,7 @@ TEST_F(InferenceJobsTest, GenerateStreamsTheLocalGreedyTextAndAGoneClientCancels
   // A client that goes away (here right after the job's id) cancels its job.
   {
     grpc::ClientContext context;
-    auto reader = stub->GenerateText(&context, request);
+    auto reader = Stub()->GenerateText(&context, request);
     mt::v1::GenerateTextResponse m;
     ASSERT_TRUE(reader->Read(&m));
     const std::string job = m.job_id();
@@ -409,35 +428,19 @@ TEST_F(ShardedGenerateJobsTest, TwoTensorParallelRanksStreamTheLocalText) {
   ASSERT_GT(local->out.size(), 1u);  // the text and a newline
 
   // The stream of a TP-2 job: the job's id, the text piece by piece, the sample's end.
-  mt::v1::GenerateTextRequest request;
-  request.set_checkpoint(checkpoint);
-  request.mutable_generate()->set_prompt(prompt);
-  request.mutable_generate()->set_temperature(0);
-  request.mutable_generate()->set_max_new_tokens(8);
+  mt::v1::GenerateTextRequest request = GreedyRequest(checkpoint, prompt);
   request.mutable_generate()->set_tensor_model_parallel_size(2);
-  grpc::ClientContext context;
-  auto reader = Stub()->GenerateText(&context, request);
-  mt::v1::GenerateTextResponse m;
-  std::string job, text;
-  int pieces = 0, done = 0;
-  while (reader->Read(&m)) {
-    if (!m.job_id().empty()) job = m.job_id();
-    if (!m.has_text()) continue;
-    EXPECT_EQ(m.text().sample(), 0);
-    text += m.text().text();
-    if (!m.text().text().empty()) ++pieces;
-    if (m.text().done()) {
-      ++done;
-      EXPECT_EQ(m.text().finish_reason(), "length");
-      EXPECT_EQ(m.text().tokens(), 8);
-    }
-  }
-  const grpc::Status s = reader->Finish();
-  ASSERT_TRUE(s.ok()) << s.error_message() << cluster_.Log("w0.log") << cluster_.Log("w1.log");
+  const Stream stream = ReadStream(request);
+  ASSERT_TRUE(stream.status.ok()) << stream.status.error_message() << cluster_.Log("w0.log")
+                                  << cluster_.Log("w1.log");
+  const std::string& job = stream.job;
   ASSERT_FALSE(job.empty());
-  EXPECT_EQ(done, 1);  // rank 0's only: rank 1 reports no text
-  EXPECT_GT(pieces, 1) << text;
-  EXPECT_EQ(text + "\n", local->out);
+  for (const int32_t sample : stream.samples) EXPECT_EQ(sample, 0);
+  ASSERT_EQ(stream.ends.size(), 1u);  // rank 0's only: rank 1 reports no text
+  EXPECT_EQ(stream.ends[0].finish_reason(), "length");
+  EXPECT_EQ(stream.ends[0].tokens(), 8);
+  EXPECT_GT(stream.pieces, 1) << stream.text;
+  EXPECT_EQ(stream.text + "\n", local->out);
   EXPECT_TRUE(cluster_.WaitForState(job, mt::v1::JOB_STATE_SUCCEEDED, absl::Seconds(30)))
       << EventText(job);
   auto got = cluster_.GetJob(job);

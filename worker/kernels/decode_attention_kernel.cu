@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "worker/kernels/decode_attention_launch.h"
+#include "worker/kernels/dependent_launch.cuh"
 #include "worker/kernels/float_convert.cuh"
 
 namespace mt::kernels {
@@ -74,6 +75,9 @@ __global__ void __launch_bounds__(kThreads) SplitKernel(const DecodeAttentionArg
   __shared__ float s_o[kGroups * kRow];
   __shared__ float s_m[kGroups], s_l[kGroups], s_w[kGroups];
   __shared__ float s_max, s_sum;
+  // Launched as a dependent (dependent_launch.cuh): q, k, v come from the kernel before.
+  AllowDependents();
+  WaitForPrerequisites();
 
   const int split = static_cast<int>(blockIdx.x % static_cast<unsigned>(a.splits));
   const int64_t bh = blockIdx.x / static_cast<unsigned>(a.splits);
@@ -223,6 +227,8 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads) CombineKernel(const DecodeAttentionArgs a) {
   __shared__ float s_w[kMaxSplits];
   __shared__ float s_inv;
+  AllowDependents();
+  WaitForPrerequisites();  // the split kernel's partial sums
   const int64_t bh = blockIdx.x;
   const int64_t d = a.head_dim;
   const int splits = a.splits;
@@ -257,23 +263,25 @@ cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
       static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(a.head_dim)));
   const int64_t pairs = a.batch * a.heads;
   const dim3 grid(static_cast<unsigned>(pairs * a.splits));
+  auto split = [&](auto kernel) {
+    cudaError_t err = LaunchDependent(kernel, grid, dim3(kThreads), 0, stream, a, scale);
+    if (err != cudaSuccess || a.splits == 1) return err;
+    return LaunchDependent(CombineKernel<T>, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0,
+                           stream, a);
+  };
   if (nvec <= 4) {
-    SplitKernel<T, 4, 1><<<grid, kThreads, 0, stream>>>(a, scale);
+    return split(SplitKernel<T, 4, 1>);
   } else if (nvec <= 8) {
-    SplitKernel<T, 8, 1><<<grid, kThreads, 0, stream>>>(a, scale);
+    return split(SplitKernel<T, 8, 1>);
   } else if (nvec <= 16) {
-    SplitKernel<T, 16, 1><<<grid, kThreads, 0, stream>>>(a, scale);
+    return split(SplitKernel<T, 16, 1>);
   } else if (nvec <= 32) {
-    SplitKernel<T, 32, 1><<<grid, kThreads, 0, stream>>>(a, scale);
+    return split(SplitKernel<T, 32, 1>);
   } else if constexpr (kVec == 4) {  // fp32 past 128 dims (16-bit takes 256 in one vector)
-    SplitKernel<T, 32, 2><<<grid, kThreads, 0, stream>>>(a, scale);
+    return split(SplitKernel<T, 32, 2>);
   } else {
     return cudaErrorInvalidValue;
   }
-  cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || a.splits == 1) return err;
-  CombineKernel<T><<<static_cast<unsigned>(pairs), kThreads, 0, stream>>>(a);
-  return cudaGetLastError();
 }
 
 }  // namespace

@@ -28,7 +28,7 @@ bool GemvAvailable(const torch::Tensor& x, const torch::Tensor& weight) {
   const int64_t in = x.size(-1);
   const int64_t rows = in > 0 ? x.numel() / in : 0;
   const int64_t vec = 16 / static_cast<int64_t>(x.element_size());
-  return rows >= 1 && rows <= kGemvMaxRows && in % vec == 0 && weight.size(1) == in &&
+  return rows >= 1 && rows <= GemvMaxRows(KindOf(t)) && in % vec == 0 && weight.size(1) == in &&
          weight.is_contiguous() && Aligned16(weight);
 #else
   (void)x;
@@ -53,10 +53,18 @@ torch::Tensor Gemv(const torch::Tensor& x, const torch::Tensor& weight, const to
       std::vector<int64_t> sizes = xc.sizes().vec();
       sizes.back() = out;
       torch::Tensor y = torch::empty(sizes, xc.options());
-      const cudaError_t err = LaunchGemv(
-          KindOf(xc.scalar_type()), xc.data_ptr(), weight.data_ptr(),
-          bias.defined() ? bias.data_ptr() : nullptr, gelu, y.data_ptr(), xc.numel() / in, out, in,
-          at::cuda::getCurrentCUDAStream(xc.device().index()).stream());
+      GemvArgs args;
+      args.x = xc.data_ptr();
+      args.w = weight.data_ptr();
+      args.bias = bias.defined() ? bias.data_ptr() : nullptr;
+      args.gelu = gelu;
+      args.y = y.data_ptr();
+      args.rows = xc.numel() / in;
+      args.out = out;
+      args.in = in;
+      const cudaError_t err =
+          LaunchGemv(KindOf(xc.scalar_type()), args,
+                     at::cuda::getCurrentCUDAStream(xc.device().index()).stream());
       TORCH_CHECK(err == cudaSuccess, "Gemv launch: ", cudaGetErrorString(err));
       return y;
     }

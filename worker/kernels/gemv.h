@@ -1,10 +1,11 @@
 // A linear layer for a few rows (issue #17): y = act(x w^T + bias) with x [..., in] of at most
-// kGemvMaxRows (4) rows, the shape of every linear layer of a decode step at batch <= 4. Such a
+// 8 rows (4 in fp32), the shape of every linear layer of a decode step at batch <= 8. Such a
 // step reads each weight once per token, so its time is the weights' bytes over memory
-// bandwidth; cuBLAS's kernels for one row read a GPT-2 1.3B's layers at about half of an H200's
-// bandwidth (bench/RESULTS.md, 2026-12-03). The kernel (gemv_kernel.cu) streams the weight rows
-// with one warp per output feature, products and sums in fp32, the bias and an optional tanh
-// GELU applied before the one rounding to the dtype.
+// bandwidth; cuBLAS's kernels for a few rows read a GPT-2 1.3B's layers at about half of an
+// H200's bandwidth (bench/RESULTS.md, 2026-12-03). The kernels (gemv_kernel.cu) stream the
+// weight rows (CUDA cores up to 4 rows, tensor cores past them), products and sums in fp32, the
+// bias and an optional tanh GELU applied before the one rounding to the dtype; each starts
+// streaming while the kernel before it finishes (a dependent launch).
 //
 // CUDA tensors of fp32, bf16 or fp16 (x, weight and bias of one dtype), in a multiple of 16
 // bytes' elements, 16-byte aligned, and no autograd to record (inference, or under

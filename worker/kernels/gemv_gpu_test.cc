@@ -1,10 +1,14 @@
-// Gemv on the GPU against a double-precision reference on the same (rounded) weight: the kernel
-// (gemv_kernel.cu) at every row count it takes (1 to 4), with and without bias and GELU, at the
-// decode shapes of GPT-2 124M and 1.3B (768 / 2048 / 8192 in; 3 h, 4 h and h out), at widths
-// that leave warps idle (out 20, 8200) or end inside an unrolled group of loads (in 264), and
-// LibTorch's linear past it (5+ rows, autograd, a non-contiguous weight); and where it applies.
-// Tolerances: fp32 1e-4 relative + 1e-4 absolute (sums in another order); bf16 / fp16 the
-// dtype's rounding of outputs that are O(1): 1e-2 relative + 2e-2 absolute.
+// Gemv on the GPU against a double-precision reference on the same (rounded) weight: both
+// kernels (gemv_kernel.cu) at every row count they take (CUDA cores: 1 row, and 1 to 4 in fp32;
+// tensor cores: 2 to 8 in bf16 / fp16), with and without bias and GELU, at the decode shapes of
+// GPT-2 124M and 1.3B (768 / 2048 / 8192 in; 3 h, 4 h and h out), at widths that leave warps or
+// a tile's features idle (out 20, 40, 8200), that end inside a group of loads or a pass (in
+// 264), that take more than one pass of a block's warps (in 16,400), and LibTorch's linear past
+// them (9+ rows, 5+ in fp32, autograd, a non-contiguous weight); where it applies; and a chain
+// of dependent launches
+// captured in a CUDA graph. Tolerances: fp32 1e-4 relative + 1e-4 absolute (sums in another
+// order); bf16 / fp16 the dtype's rounding of outputs that are O(1): 1e-2 relative + 2e-2
+// absolute.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -12,6 +16,12 @@
 
 #include "worker/kernels/gemv.h"
 #include "worker/kernels/linear_tolerance_for_test.h"
+
+#if MT_KERNELS_WITH_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
 
 namespace mt::kernels {
 namespace {
@@ -26,9 +36,12 @@ TEST_P(GemvGpuTest, MatchesADoublePrecisionReference) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const torch::ScalarType dtype = GetParam();
   const auto on = torch::TensorOptions().device(torch::kCUDA);
-  const std::vector<Shape> shapes = {{1, 768, 2304},  {2, 768, 3072},  {3, 2048, 6144},
-                                     {4, 8192, 2048}, {1, 2048, 8200}, {4, 768, 20},
-                                     {1, 264, 40},    {5, 2048, 8200}, {16, 2048, 2048}};
+  const std::vector<Shape> shapes = {
+      {1, 768, 2304},  {2, 768, 3072}, {3, 2048, 6144}, {4, 8192, 2048}, {1, 2048, 8200},
+      {4, 768, 20},    {1, 264, 40},   {2, 16400, 24},  {1, 16400, 24},  {5, 2048, 8200},
+      {8, 768, 2304},  {7, 264, 40},   {6, 768, 3072},  {8, 8192, 2048}, {5, 16400, 24},
+      {9, 2048, 2048}, {16, 768, 768}};
+  const int64_t max_rows = dtype == torch::kFloat ? 4 : 8;
   torch::manual_seed(13);
   torch::NoGradGuard no_grad;
   for (const Shape& s : shapes) {
@@ -36,7 +49,7 @@ TEST_P(GemvGpuTest, MatchesADoublePrecisionReference) {
     const torch::Tensor w = (torch::randn({s.out, s.in}, on) * 0.02).to(dtype);
     const torch::Tensor x = torch::randn({s.rows, s.in}, on).to(dtype);
     const torch::Tensor bias = (torch::randn({s.out}, on) * 0.1).to(dtype);
-    ASSERT_EQ(GemvAvailable(x, w), s.rows <= 4) << s.rows << "x" << s.in;
+    ASSERT_EQ(GemvAvailable(x, w), s.rows <= max_rows) << s.rows << "x" << s.in;
     const torch::Tensor linear = torch::matmul(x.to(torch::kDouble), w.to(torch::kDouble).t());
     for (const bool with_bias : {false, true}) {
       for (const bool gelu : {false, true}) {
@@ -70,6 +83,62 @@ TEST_P(GemvGpuTest, KeepsLeadingDimensionsAndAgreesWithLibTorch) {
                                                 bias.to(torch::kDouble)),
                   "tanh");
   EXPECT_LE(LinearExcess(got, want, dtype), 0.0);
+}
+
+// Three layers in a row, each reading the one before's output, captured once and replayed on
+// new inputs: every kernel is a dependent launch that may start before the one before it ends,
+// and must still read that one's output, not the stale buffer.
+TEST_P(GemvGpuTest, DependentLaunchesInACudaGraphReadTheirInputsAfterTheyAreWritten) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+#if MT_KERNELS_WITH_CUDA
+  const torch::ScalarType dtype = GetParam();
+  const auto on = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(17);
+  torch::NoGradGuard no_grad;
+  for (const int64_t rows : {int64_t{1}, int64_t{4}, int64_t{8}}) {
+    if (dtype == torch::kFloat && rows > 4) continue;
+    const torch::Tensor w1 = (torch::randn({8192, 2048}, on) * 0.02).to(dtype);
+    const torch::Tensor w2 = (torch::randn({2048, 8192}, on) * 0.02).to(dtype);
+    const torch::Tensor w3 = (torch::randn({6144, 2048}, on) * 0.02).to(dtype);
+    const torch::Tensor b1 = (torch::randn({8192}, on) * 0.1).to(dtype);
+    const torch::Tensor x = torch::randn({rows, 2048}, on).to(dtype);
+    auto chain = [&] { return Gemv(Gemv(Gemv(x, w1, b1, /*gelu=*/true), w2, {}), w3, {}); };
+    at::cuda::CUDAGraph graph;
+    torch::Tensor out;
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+    torch::cuda::synchronize();
+    {
+      c10::cuda::CUDAStreamGuard on_side(side);
+      chain();  // warm-up
+      graph.capture_begin();
+      out = chain();
+      graph.capture_end();
+    }
+    side.synchronize();
+    for (int replay = 0; replay < 3; ++replay) {
+      x.copy_(torch::randn({rows, 2048}, on));
+      graph.replay();
+      torch::cuda::synchronize();
+      // The reference: the same three kernels launched eagerly, one after another.
+      const torch::Tensor want = chain();
+      EXPECT_TRUE(torch::equal(out, want)) << "rows " << rows << " replay " << replay;
+      const torch::Tensor exact = torch::matmul(
+          torch::matmul(
+              torch::gelu(torch::nn::functional::linear(x.to(torch::kDouble), w1.to(torch::kDouble),
+                                                        b1.to(torch::kDouble)),
+                          "tanh")
+                  .to(dtype)
+                  .to(torch::kDouble),
+              w2.to(torch::kDouble).t())
+              .to(dtype)
+              .to(torch::kDouble),
+          w3.to(torch::kDouble).t());
+      EXPECT_LE(LinearExcess(out, exact, dtype), 0.0) << "rows " << rows;
+    }
+  }
+#else
+  GTEST_SKIP() << "a build without CUDA LibTorch";
+#endif
 }
 
 TEST(GemvGpuTest, LeavesAutogradAndOtherLayoutsToLibTorch) {

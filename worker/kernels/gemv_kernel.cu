@@ -1,99 +1,309 @@
-// See gemv.h. One warp per output feature: each lane streams 16 bytes of the weight row at a
-// time (a cache-streaming load: the weight is read once per launch and should not push x out
-// of L1), four loads in flight, and reads the matching elements of every row of x (small, shared
-// by every warp through L1/L2); one fp32 sum per row, reduced over the warp at the end.
+// See gemv.h. Two kernels, both launched as dependents (dependent_launch.cuh): each issues its
+// first weight loads before it waits for the kernel before it, so the weight streams while the
+// LayerNorm or attention before it finishes.
+//
+// One row (any dtype), and up to 4 in fp32, CUDA cores: a group of 1-8 warps per output
+// feature, each lane with eight 16-byte weight loads in flight (cache-streaming loads: the
+// weight is read once per launch and should not push x out of L1), the matching elements of
+// every row of x read through L1; fp32 sums reduced over the warp, then over the group in shared
+// memory. A group covers a 2,048-element bf16 row (one warp) or an 8,192-element one (four) in
+// one pass: one round trip to memory per warp, where one warp looping over a long row waited for
+// eight.
+//
+// 2 to 8 rows (bf16, fp16), tensor cores: reading x for every weight element bounds the
+// CUDA-core kernel by x's reads and its FMAs past one row, so a warp computes 16 output features
+// for the rows of x with mma.sync m16n8k16 (fp32 accumulators). The k order inside a 32-column
+// slice is permuted identically for the weight and x (a dot product does not care), so that each
+// lane loads 16 contiguous bytes of a weight row and of an x row straight into the fragments:
+// lane (g, t) (g = lane / 4, t = lane % 4) reads columns [8 t, 8 t + 8) of weight rows g and
+// g + 8 and of x row g; its first 4 columns are the fragments' k = 2t, 2t + 1, 2t + 8, 2t + 9 of
+// one mma, the next 4 the same of a second. A block's 8 warps split the columns, two passes of
+// loads in flight per warp, and sum in shared memory.
+//
+// Measured against cuBLAS (bench/generate/gemv_bench.cc, bench/RESULTS.md, 2026-12-03): a
+// one-wave form of both kernels (blocks looping over features, every row prefetched into L2
+// before the wait) read 1.3B's weights slower at every row count, and a second m16n8 tile for
+// 9 to 16 rows was slower than cuBLAS; those take cuBLAS.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
+#include "worker/kernels/dependent_launch.cuh"
 #include "worker/kernels/float_convert.cuh"
 #include "worker/kernels/gemv_launch.h"
 
 namespace mt::kernels {
 namespace {
 
-constexpr int kWarps = 8;  // output features per block
+constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kUnroll = 4;  // 16-byte weight loads a lane keeps in flight
+constexpr int kLoads = 8;                 // CUDA cores: 16-byte weight loads a lane keeps in flight
+constexpr int kChunk = 32 * kLoads;       // packs a warp covers per pass
+constexpr int kMmaSlots = 4;              // tensor cores: 16-byte loads per weight row per pass
+constexpr int kMmaCols = 32 * kMmaSlots;  // columns a warp covers per pass (4 lanes x 8 a slot)
+
+__device__ __forceinline__ int4 Zero4() { return make_int4(0, 0, 0, 0); }
+
+template <typename T>
+__device__ __forceinline__ float Epilogue(float v, const T* bias, int64_t j, bool gelu) {
+  if (bias != nullptr) v += F(bias[j]);
+  return gelu ? GeluTanh(v) : v;
+}
+
+// ---- CUDA cores ----
+
+// The weight packs [first + 32 u] of a row (zeros past its end or for a dead feature).
+__device__ __forceinline__ void LoadRowPacks(const int4* wj, int64_t first, int64_t npacks,
+                                             bool live, int4 (&raw)[kLoads]) {
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
+    const int64_t p = first + 32 * u;
+    raw[u] = live && p < npacks ? __ldcs(wj + p) : Zero4();
+  }
+}
 
 template <typename T, int kRows>
+__device__ __forceinline__ void AccumulatePacks(const T* x, const int4 (&raw)[kLoads],
+                                                int64_t first, int64_t npacks, int rows, int64_t in,
+                                                float (&acc)[kRows]) {
+  constexpr int kVec = 16 / sizeof(T);
+  using P = Pack<T, kVec>;
+#pragma unroll
+  for (int u = 0; u < kLoads; ++u) {
+    const int64_t p = first + 32 * u;
+    if (p >= npacks) break;
+    const P wp = *reinterpret_cast<const P*>(&raw[u]);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= rows) break;
+      const P xp = reinterpret_cast<const P*>(x + r * in)[p];
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) acc[r] = fmaf(F(xp.v[e]), F(wp.v[e]), acc[r]);
+    }
+  }
+}
+
+// kSplit warps per output feature (1, 2, 4 or 8), kWarps / kSplit features per block.
+template <typename T, int kRows, int kSplit>
 __global__ void __launch_bounds__(kThreads)
     GemvKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
                bool gelu, T* __restrict__ y, int rows, int64_t out, int64_t in) {
   constexpr int kVec = 16 / sizeof(T);
-  using P = Pack<T, kVec>;
-  const int lane = threadIdx.x % 32;
-  const int64_t j = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (j >= out) return;
-  const int4* wj = reinterpret_cast<const int4*>(w + j * in);
+  __shared__ float partial[kWarps][kRows];
+  AllowDependents();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int part = warp % kSplit;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * (kWarps / kSplit) + warp / kSplit;
+  const bool live = j < out;
+  const int4* wj = reinterpret_cast<const int4*>(w + (live ? j : 0) * in);
   const int64_t npacks = in / kVec;
   float acc[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) acc[r] = 0.0f;
-  for (int64_t base = lane; base < npacks; base += 32 * kUnroll) {
-    int4 raw[kUnroll];
+  int4 raw[kLoads];
+  int64_t start = static_cast<int64_t>(part) * kChunk;
+  LoadRowPacks(wj, start + lane, npacks, live, raw);
+  WaitForPrerequisites();  // x is the kernel before's output; y may still be read by one
+  while (start < npacks) {
+    AccumulatePacks<T, kRows>(x, raw, start + lane, npacks, rows, in, acc);
+    start += static_cast<int64_t>(kSplit) * kChunk;
+    if (start < npacks) LoadRowPacks(wj, start + lane, npacks, live, raw);
+  }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = base + 32 * u;
-      if (p < npacks) raw[u] = __ldcs(wj + p);
+  for (int r = 0; r < kRows; ++r) acc[r] = WarpSum(acc[r]);
+  if constexpr (kSplit > 1) {
+    if (lane == 0) {
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) partial[warp][r] = acc[r];
     }
+    __syncthreads();
+    if (part != 0) return;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = base + 32 * u;
-      if (p >= npacks) break;
-      const P wp = *reinterpret_cast<const P*>(&raw[u]);
+    for (int r = 0; r < kRows; ++r) {
+      acc[r] = 0.0f;
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        if (r >= rows) break;
-        const P xp = reinterpret_cast<const P*>(x + r * in)[p];
-#pragma unroll
-        for (int e = 0; e < kVec; ++e) acc[r] = fmaf(F(xp.v[e]), F(wp.v[e]), acc[r]);
-      }
+      for (int s = 0; s < kSplit; ++s) acc[r] += partial[warp + s][r];
     }
   }
-  const float b = bias != nullptr ? F(bias[j]) : 0.0f;
+  if (lane != 0 || !live) return;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    const float total = WarpSum(acc[r]);
-    if (lane == 0 && r < rows) {
-      const float v = total + b;
-      y[r * out + j] = To<T>(gelu ? GeluTanh(v) : v);
-    }
+    if (r < rows) y[r * out + j] = To<T>(Epilogue(acc[r], bias, j, gelu));
   }
+}
+
+// The fewest warps per feature (a power of two, at most kWarps) that cover a row in one pass.
+int SplitFor(int64_t npacks) {
+  int split = 1;
+  while (split < kWarps && static_cast<int64_t>(split) * kChunk < npacks) split *= 2;
+  return split;
+}
+
+template <typename T, int kRows, int kSplit>
+cudaError_t LaunchCudaCores(const GemvArgs& a, cudaStream_t stream) {
+  constexpr int64_t kPerBlock = kWarps / kSplit;
+  const dim3 grid(static_cast<unsigned>((a.out + kPerBlock - 1) / kPerBlock));
+  return LaunchDependent(GemvKernel<T, kRows, kSplit>, grid, dim3(kThreads), 0, stream,
+                         static_cast<const T*>(a.x), static_cast<const T*>(a.w),
+                         static_cast<const T*>(a.bias), a.gelu, static_cast<T*>(a.y),
+                         static_cast<int>(a.rows), a.out, a.in);
 }
 
 template <typename T, int kRows>
-cudaError_t LaunchRows(const void* x, const void* w, const void* bias, bool gelu, void* y,
-                       int64_t rows, int64_t out, int64_t in, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>((out + kWarps - 1) / kWarps);
-  GemvKernel<T, kRows><<<blocks, kThreads, 0, stream>>>(
-      static_cast<const T*>(x), static_cast<const T*>(w), static_cast<const T*>(bias), gelu,
-      static_cast<T*>(y), static_cast<int>(rows), out, in);
-  return cudaGetLastError();
+cudaError_t LaunchRows(const GemvArgs& a, cudaStream_t stream) {
+  switch (SplitFor(a.in / (16 / static_cast<int64_t>(sizeof(T))))) {
+    case 1:
+      return LaunchCudaCores<T, kRows, 1>(a, stream);
+    case 2:
+      return LaunchCudaCores<T, kRows, 2>(a, stream);
+    case 4:
+      return LaunchCudaCores<T, kRows, 4>(a, stream);
+    default:
+      return LaunchCudaCores<T, kRows, 8>(a, stream);
+  }
+}
+
+// ---- Tensor cores ----
+
+// d += a b for one m16n8k16 tile: a = 16 weight rows x 16 k, b = 16 k x 8 rows of x.
+template <typename T>
+__device__ __forceinline__ void Mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                    uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// A warp's weight slice of one pass: rows g and g + 8 of the block's 16, columns
+// [col0 + 32 u, + 8) for each slot u (zeros past the row's end or the matrix).
+template <typename T>
+__device__ __forceinline__ void LoadTile(const T* lo, const T* hi, bool lo_live, bool hi_live,
+                                         int64_t col0, int64_t in, int4 (&a_lo)[kMmaSlots],
+                                         int4 (&a_hi)[kMmaSlots]) {
+#pragma unroll
+  for (int u = 0; u < kMmaSlots; ++u) {
+    const int64_t c = col0 + 32 * u;
+    a_lo[u] = lo_live && c < in ? __ldcs(reinterpret_cast<const int4*>(lo + c)) : Zero4();
+    a_hi[u] = hi_live && c < in ? __ldcs(reinterpret_cast<const int4*>(hi + c)) : Zero4();
+  }
+}
+
+// One pass of a warp: the mmas of its slice (columns pass * kMmaCols + ...) against x row g.
+template <typename T>
+__device__ __forceinline__ void MmaPass(const T* x, const int4 (&a_lo)[kMmaSlots],
+                                        const int4 (&a_hi)[kMmaSlots], int64_t pass, int g, int t,
+                                        int rows, int64_t in, float (&acc)[4]) {
+#pragma unroll
+  for (int u = 0; u < kMmaSlots; ++u) {
+    const int64_t c = pass * kMmaCols + 32 * u + 8 * t;
+    const uint32_t* wl = reinterpret_cast<const uint32_t*>(&a_lo[u]);
+    const uint32_t* wh = reinterpret_cast<const uint32_t*>(&a_hi[u]);
+    const int4 xv = c < in && g < rows ? *reinterpret_cast<const int4*>(x + g * in + c) : Zero4();
+    const uint32_t* xb = reinterpret_cast<const uint32_t*>(&xv);
+    Mma<T>(acc, wl[0], wh[0], wl[1], wh[1], xb[0], xb[1]);
+    Mma<T>(acc, wl[2], wh[2], wl[3], wh[3], xb[2], xb[3]);
+  }
+}
+
+// A block computes 16 output features for up to 8 rows of x.
+template <typename T>
+__global__ void __launch_bounds__(kThreads)
+    MmaGemvKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
+                  bool gelu, T* __restrict__ y, int rows, int64_t out, int64_t in) {
+  __shared__ float partial[kWarps][32][4];
+  AllowDependents();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t j0 = static_cast<int64_t>(blockIdx.x) * 16;
+  const bool lo_live = j0 + g < out, hi_live = j0 + g + 8 < out;
+  const T* lo = w + (lo_live ? j0 + g : 0) * in;
+  const T* hi = w + (hi_live ? j0 + g + 8 : 0) * in;
+  const int64_t passes = (in + kMmaCols - 1) / kMmaCols;
+  float acc[4] = {};
+  int4 a_lo[kMmaSlots], a_hi[kMmaSlots];
+  int64_t pass = warp;
+  if (pass < passes) LoadTile(lo, hi, lo_live, hi_live, pass * kMmaCols + 8 * t, in, a_lo, a_hi);
+  WaitForPrerequisites();  // x is the kernel before's output; y may still be read by one
+  for (; pass < passes; pass += kWarps) {
+    int4 n_lo[kMmaSlots], n_hi[kMmaSlots];
+    const bool more = pass + kWarps < passes;
+    if (more) {
+      LoadTile(lo, hi, lo_live, hi_live, (pass + kWarps) * kMmaCols + 8 * t, in, n_lo, n_hi);
+    }
+    MmaPass<T>(x, a_lo, a_hi, pass, g, t, rows, in, acc);
+    if (more) {
+#pragma unroll
+      for (int u = 0; u < kMmaSlots; ++u) {
+        a_lo[u] = n_lo[u];
+        a_hi[u] = n_hi[u];
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) partial[warp][lane][i] = acc[i];
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    // The accumulator layout of m16n8: i < 2 feature g, else g + 8; row 2t + (i & 1).
+    const int64_t j = j0 + g + (i < 2 ? 0 : 8);
+    const int n = 2 * t + (i & 1);
+    if (j >= out || n >= rows) continue;
+    float s = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kWarps; ++v) s += partial[v][lane][i];
+    y[n * out + j] = To<T>(Epilogue(s, bias, j, gelu));
+  }
 }
 
 template <typename T>
-cudaError_t LaunchTyped(const void* x, const void* w, const void* bias, bool gelu, void* y,
-                        int64_t rows, int64_t out, int64_t in, cudaStream_t stream) {
-  if (rows <= 1) return LaunchRows<T, 1>(x, w, bias, gelu, y, rows, out, in, stream);
-  if (rows <= 2) return LaunchRows<T, 2>(x, w, bias, gelu, y, rows, out, in, stream);
-  return LaunchRows<T, 4>(x, w, bias, gelu, y, rows, out, in, stream);
+cudaError_t LaunchTensorCores(const GemvArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((a.out + 15) / 16));
+  return LaunchDependent(MmaGemvKernel<T>, grid, dim3(kThreads), 0, stream,
+                         static_cast<const T*>(a.x), static_cast<const T*>(a.w),
+                         static_cast<const T*>(a.bias), a.gelu, static_cast<T*>(a.y),
+                         static_cast<int>(a.rows), a.out, a.in);
+}
+
+template <typename T>
+cudaError_t LaunchTyped(const GemvArgs& a, cudaStream_t stream) {
+  if (a.rows <= 1) return LaunchRows<T, 1>(a, stream);
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.rows <= 2) return LaunchRows<T, 2>(a, stream);
+    return LaunchRows<T, 4>(a, stream);
+  } else {
+    return LaunchTensorCores<T>(a, stream);
+  }
 }
 
 }  // namespace
 
-cudaError_t LaunchGemv(FloatKind kind, const void* x, const void* w, const void* bias, bool gelu,
-                       void* y, int64_t rows, int64_t out, int64_t in, cudaStream_t stream) {
-  if (rows < 1 || rows > kGemvMaxRows) return cudaErrorInvalidValue;
-  if (out == 0) return cudaSuccess;
+int64_t GemvMaxRows(FloatKind kind) {
+  return kind == FloatKind::kFloat32 ? kGemvCudaCoreRows : kGemvTensorCoreRows;
+}
+
+cudaError_t LaunchGemv(FloatKind kind, const GemvArgs& args, cudaStream_t stream) {
+  if (args.rows < 1 || args.rows > GemvMaxRows(kind)) return cudaErrorInvalidValue;
+  if (args.out == 0) return cudaSuccess;
   switch (kind) {
     case FloatKind::kBFloat16:
-      return LaunchTyped<__nv_bfloat16>(x, w, bias, gelu, y, rows, out, in, stream);
+      return LaunchTyped<__nv_bfloat16>(args, stream);
     case FloatKind::kFloat16:
-      return LaunchTyped<__half>(x, w, bias, gelu, y, rows, out, in, stream);
+      return LaunchTyped<__half>(args, stream);
     case FloatKind::kFloat32:
-      return LaunchTyped<float>(x, w, bias, gelu, y, rows, out, in, stream);
+      return LaunchTyped<float>(args, stream);
   }
   return cudaErrorInvalidValue;
 }

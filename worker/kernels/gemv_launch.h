@@ -10,17 +10,32 @@
 
 namespace mt::kernels {
 
-// The most rows of x the GEMV takes: each lane reads every row of x (through L1) for each 16
+// Rows of x the CUDA-core kernel takes (any kind): each lane reads every row of x for each 16
 // bytes of weight it streams, so past a few rows the reads of x, not the weight, bound it.
-inline constexpr int64_t kGemvMaxRows = 4;
+inline constexpr int64_t kGemvCudaCoreRows = 4;
+// Rows the tensor-core kernel takes (bf16 and fp16 only, from 2): one m16n8 tile.
+inline constexpr int64_t kGemvTensorCoreRows = 8;
 
-// y[r, j] = act(sum_i x[r, i] * w[j, i] + bias[j]) for r < rows <= kGemvMaxRows: products and
-// sums in fp32, y rounded once to the kind; act is the identity or, with `gelu`, the
-// tanh-approximated GELU. x [rows, in], w [out, in] and y [rows, out] contiguous of `kind`, bias
-// [out] of `kind` or null. in a multiple of 16 bytes' elements and every pointer 16-byte
-// aligned (the caller checks).
-cudaError_t LaunchGemv(FloatKind kind, const void* x, const void* w, const void* bias, bool gelu,
-                       void* y, int64_t rows, int64_t out, int64_t in, cudaStream_t stream);
+// The most rows of x LaunchGemv takes for a kind: kGemvCudaCoreRows for fp32, else
+// kGemvTensorCoreRows.
+int64_t GemvMaxRows(FloatKind kind);
+
+// y[r, j] = act(sum_i x[r, i] * w[j, i] + bias[j]) for r < rows: products and sums in fp32, y
+// rounded once to the kind; act is the identity or, with `gelu`, the tanh-approximated GELU.
+// x [rows, in], w [out, in] and y [rows, out] contiguous, bias [out] or null, all of one kind;
+// `in` a multiple of 16 bytes' elements and every pointer 16-byte aligned (the caller checks).
+struct GemvArgs {
+  const void* x = nullptr;
+  const void* w = nullptr;
+  const void* bias = nullptr;
+  bool gelu = false;
+  void* y = nullptr;
+  int64_t rows = 0, out = 0, in = 0;
+};
+
+// Launches the kernel for `args.rows` (1 <= rows <= GemvMaxRows(kind)) as a dependent launch
+// (dependent_launch.cuh); cudaErrorInvalidValue for a row count out of range.
+cudaError_t LaunchGemv(FloatKind kind, const GemvArgs& args, cudaStream_t stream);
 
 }  // namespace mt::kernels
 

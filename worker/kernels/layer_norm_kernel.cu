@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "worker/kernels/dependent_launch.cuh"
 #include "worker/kernels/float_convert.cuh"
 #include "worker/kernels/layer_norm_launch.h"
 
@@ -68,6 +69,9 @@ __global__ void __launch_bounds__(kThreads)
                           float eps) {
   using P = Pack<T, kVec>;
   __shared__ float2 scratch[kWarps];
+  // Launched as a dependent for a few rows (dependent_launch.cuh); no-ops otherwise.
+  AllowDependents();
+  WaitForPrerequisites();
   constexpr int kGroup = 32 * G;
   const int t = threadIdx.x % kGroup;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (kWarps / G) + threadIdx.x / kGroup;
@@ -444,11 +448,18 @@ cudaError_t Forward(const void* x, const void* residual, void* sum, const void* 
     }
     return cudaGetLastError();
   }
-  if (rows < kFewRows) group = kWarps;  // few rows (decoding): a row's loads spread wider
+  // Few rows (decoding): a row's loads spread wider, and the kernel overlaps the launch of the
+  // one before it (a decode step is a chain of short kernels).
+  const bool few = rows < kFewRows;
+  if (few) group = kWarps;
   return WithGroup(group, [&](auto g) {
     constexpr int G = decltype(g)::value;
     constexpr int64_t kPerBlock = kWarps / G;
     const dim3 grid(static_cast<unsigned>((rows + kPerBlock - 1) / kPerBlock));
+    if (few) {
+      return LaunchDependent(RegisterForwardKernel<T, kVec, G>, grid, dim3(kThreads), 0, stream, xt,
+                             rt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
+    }
     RegisterForwardKernel<T, kVec, G>
         <<<grid, kThreads, 0, stream>>>(xt, rt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
     return cudaGetLastError();

@@ -72,7 +72,7 @@ torch::Tensor MathCausalAttention(const torch::Tensor& q, const torch::Tensor& k
 // then `+= bias` as a separate broadcast pass, which was 10% of a GPT-2 124M step on an H200
 // (bench/RESULTS.md, issue #16).
 //
-// A few rows without autograd (a decode step at batch <= 4) take kernels::Gemv on CUDA: it
+// A few rows without autograd (a decode step at batch <= 8) take kernels::Gemv on CUDA: it
 // streams the weight at more of the memory's bandwidth than cuBLAS does for one row.
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
   if (kernels::GemvAvailable(x, w)) return kernels::Gemv(x, w, b);

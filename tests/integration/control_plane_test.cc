@@ -60,6 +60,13 @@ class ControlPlaneTest : public ::testing::Test {
     return n;
   }
 
+  // A worker's state file once it is there: the worker writes it (atomically) when the
+  // coordinator's registration reply is in, which may be after the coordinator lists it.
+  absl::StatusOr<std::string> WaitForStateFile(const std::string& path) {
+    testutil::WaitFor([&] { return ReadFile(path).ok(); }, absl::Seconds(20));
+    return ReadFile(path);
+  }
+
   CommandResult Mtctl(std::vector<std::string> args) {
     return cluster_.Mtctl(std::move(args), absl::Seconds(30));
   }
@@ -117,8 +124,8 @@ TEST_F(ControlPlaneTest, ACopiedStateFileDoesNotTakeOverALiveWorker) {
   auto first = StartWorker("nodec", -1, {"--state_file=" + state});
   ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 1; },
                                 absl::Seconds(20)));
-  auto text = ReadFile(state);
-  ASSERT_TRUE(text.ok());
+  auto text = WaitForStateFile(state);
+  ASSERT_TRUE(text.ok()) << Log("worker-nodec--1.log");
   EXPECT_THAT(*text, HasSubstr("mt-worker-state 1\nworker_id w-1\ncredential "));
   ASSERT_TRUE(WriteFileAtomically(cluster_.dir() + "/copy.state", *text).ok());
   // A second daemon with the copy keeps being refused while the first one heartbeats.
@@ -157,8 +164,8 @@ TEST_F(ControlPlaneTest, AForgedCredentialIsRefusedAfterACoordinatorRestart) {
   auto genuine = StartWorker("noded", -1, {"--state_file=" + state});
   ASSERT_TRUE(testutil::WaitFor([&] { return CountInState(mt::v1::WORKER_STATE_IDLE) == 1; },
                                 absl::Seconds(20)));
-  auto text = ReadFile(state);
-  ASSERT_TRUE(text.ok());
+  auto text = WaitForStateFile(state);
+  ASSERT_TRUE(text.ok()) << Log("worker-noded--1.log");
   const size_t at = text->find("credential ");
   ASSERT_NE(at, std::string::npos) << *text;
   std::string forged = *text;

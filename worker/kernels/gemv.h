@@ -10,7 +10,9 @@
 // CUDA tensors of fp32, bf16 or fp16 (x, weight and bias of one dtype), in a multiple of 16
 // bytes' elements, 16-byte aligned, and no autograd to record (inference, or under
 // torch::NoGradGuard) take the kernel; anything else LibTorch's linear (and GELU), so the same
-// call works everywhere.
+// call works everywhere. The kernel reads the weight while the kernel before it in the stream
+// may still run (x and bias only after it ends): a weight is written well before the layers
+// that read it (loading, quantizing, an optimizer step), never by that kernel.
 #ifndef MT_WORKER_KERNELS_GEMV_H_
 #define MT_WORKER_KERNELS_GEMV_H_
 

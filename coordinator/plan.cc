@@ -82,7 +82,15 @@ absl::StatusOr<mt::v1::Layout> ComputeLayout(const mt::v1::JobSpec& spec, int wo
   return layout::JobLayout(spec, world);
 }
 
-int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout) {
+namespace {
+
+// A model's parameters as a rank of `layout` holds them (1 / (TP x PP) of them), and of those
+// the transformer layers' linear weights (what --quantize int8 stores in a byte).
+struct RankParams {
+  int64_t all = 0, linear = 0, padded_vocab = 0;
+};
+
+RankParams ParamsPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout) {
   const auto& m = spec.model();
   const int64_t h = m.hidden_size(), L = m.num_layers();
   const int64_t ffn = m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * h;
@@ -95,8 +103,15 @@ int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Lay
   const int64_t seq =
       m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.seq_length();
   const int64_t params_total = L * per_layer + (padded_vocab + seq) * h + 2 * h;
-  const int64_t params =
-      params_total / (layout.tensor_model_parallel_size() * layout.pipeline_model_parallel_size());
+  const int64_t shards = std::max(1, layout.tensor_model_parallel_size()) *
+                         std::max(1, layout.pipeline_model_parallel_size());
+  return {params_total / shards, L * (4 * h * h + 2 * h * ffn) / shards, padded_vocab};
+}
+
+}  // namespace
+
+int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout) {
+  const int64_t params = ParamsPerRank(spec, layout).all;
   const bool half = spec.training().precision() == mt::v1::PRECISION_FP16 ||
                     spec.training().precision() == mt::v1::PRECISION_BF16;
   // Model weights + gradients: 2+2 bytes in half precision (4+4 in fp32); fp32 master copy
@@ -107,6 +122,54 @@ int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Lay
   int64_t opt_bytes = params * optimizer;
   if (spec.parallel().use_distributed_optimizer()) opt_bytes /= layout.data_parallel_size();
   return params * weights_and_grads + opt_bytes;
+}
+
+bool HoldsWeightsOnly(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout) {
+  const mt::v1::InferenceSpec& inference = spec.inference();
+  return inference.has_generate() || (inference.has_eval() && layout.world_size() <= 1);
+}
+
+InferenceBytes EstimateInferenceBytesPerRank(const mt::v1::JobSpec& spec,
+                                             const mt::v1::Layout& layout, bool gpu) {
+  const auto& m = spec.model();
+  const RankParams params = ParamsPerRank(spec, layout);
+  const int64_t t = std::max(1, layout.tensor_model_parallel_size());
+  const int64_t h = m.hidden_size(), heads = std::max(1, m.num_attention_heads());
+  const int64_t ffn = m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * h;
+  const int64_t positions =
+      m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.seq_length();
+  const int64_t bytes = gpu ? 2 : 4;  // the rank's --dtype auto: bf16 on a GPU, fp32 on a CPU
+  const mt::v1::InferenceSpec& inference = spec.inference();
+  const std::string& quantize =
+      inference.has_eval() ? inference.eval().quantize() : inference.generate().quantize();
+  InferenceBytes out;
+  out.weights = quantize == "int8" ? params.linear + (params.all - params.linear) * bytes
+                                   : params.all * bytes;
+  // Rows and positions of the largest forward: a micro-batch of the context (eval), or the
+  // samples over the prompt and the new tokens, whose KV cache the rank keeps (generate; the
+  // prompt's tokens are at most its bytes).
+  int64_t rows = 0, len = 0;
+  if (inference.has_eval()) {
+    const mt::v1::EvalTask& eval = inference.eval();
+    rows = eval.has_micro_batch_size() ? eval.micro_batch_size()
+                                       : std::max(1, spec.training().micro_batch_size());
+    len = eval.has_context_length() ? eval.context_length() : m.seq_length();
+    // The fp32 logits of every position, and their log-softmax in the cross entropy.
+    out.activations = 2 * 4 * rows * len * params.padded_vocab / t;
+  } else {
+    const mt::v1::GenerateTask& generate = inference.generate();
+    rows = generate.has_num_samples() ? generate.num_samples() : 1;
+    const int64_t max_new = generate.has_max_new_tokens() ? generate.max_new_tokens() : 64;
+    len = std::min<int64_t>(positions, static_cast<int64_t>(generate.prompt().size()) + max_new);
+    out.kv_cache = 2 * m.num_layers() * rows * len * h / t * bytes;
+    // The fp32 logits of the last position: logits, probabilities, the sorted copy of top-p.
+    out.activations = 3 * 4 * rows * params.padded_vocab;
+  }
+  // One layer's tensors at a time (no autograd): its input, QKV and MLP outputs; on a CPU the
+  // attention's fp32 scores too (a GPU's fused attention keeps none).
+  out.activations += rows * len * (4 * h + ffn / t) * bytes;
+  if (!gpu) out.activations += 4 * rows * (heads / t) * len * len;
+  return out;
 }
 
 int64_t EstimateActivationBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout) {
@@ -158,6 +221,20 @@ absl::Status CheckMemoryFits(const mt::v1::JobSpec& spec,
   if (world == 0)
     world = std::max(AutoWorld(spec, static_cast<int>(pool.size())), ModelParallelSize(spec));
   MT_ASSIGN_OR_RETURN(mt::v1::Layout layout, ComputeLayout(spec, world));
+  if (HoldsWeightsOnly(spec, layout)) {
+    const InferenceBytes need = EstimateInferenceBytesPerRank(spec, layout, selected.gpu);
+    if (need.total() <= largest) return absl::OkStatus();
+    const bool generate = spec.inference().has_generate();
+    return absl::FailedPreconditionError(absl::StrCat(
+        "no ", selected.gpu ? "GPU" : "CPU", " worker can hold a rank of this ",
+        generate ? "generation" : "evaluation", " job: it needs about ", GiB(need.total()),
+        " per rank (weights ", GiB(need.weights), generate ? ", KV cache " : "",
+        generate ? GiB(need.kv_cache) : "", ", activations ", GiB(need.activations),
+        ") but the largest has ", GiB(largest), "; raise --tensor-model-parallel-size",
+        generate ? "" : " or --pipeline-model-parallel-size",
+        ", use --quantize int8 (one rank), or lower ",
+        generate ? "-n or --max-new-tokens" : "--micro-batch-size or --context-length"));
+  }
   const int64_t state = EstimateStateBytesPerRank(spec, layout);
   const int64_t activations = EstimateActivationBytesPerRank(spec, layout);
   if (state + activations <= largest) return absl::OkStatus();

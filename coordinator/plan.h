@@ -29,6 +29,24 @@ int AutoWorld(const mt::v1::JobSpec& spec, int free_slots);
 // Adam moments), following Megatron's accounting; an estimate for planning only.
 int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout);
 
+// True when a rank of `spec` on `layout` loads the checkpoint's weights only, with no
+// gradients or optimizer state: a generation job, or an evaluation job on one rank (an
+// evaluation over several ranks builds the training engine: worker/train/sharded_eval.h).
+bool HoldsWeightsOnly(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout);
+
+// What such a rank holds at its peak, in bytes; an estimate for planning.
+struct InferenceBytes {
+  int64_t weights = 0;      // its shard in the rank's dtype (bf16 on a GPU, fp32 on a CPU);
+                            // the layers' linear weights in a byte under --quantize int8
+  int64_t kv_cache = 0;     // generation: keys and values of every layer for the samples over
+                            // min(positions, prompt bytes + --max-new-tokens), 1 / TP of them
+  int64_t activations = 0;  // fp32 logits (every position for an evaluation, the last for
+                            // generation), one layer's tensors, and a CPU's attention scores
+  int64_t total() const { return weights + kv_cache + activations; }
+};
+InferenceBytes EstimateInferenceBytesPerRank(const mt::v1::JobSpec& spec,
+                                             const mt::v1::Layout& layout, bool gpu);
+
 // Bytes of activations a rank keeps for the backward pass at its peak (the first pipeline
 // stage, holding min(PP, micro-batches) micro-batches of its layers), after Korthikanti et al.
 // 2022 ("Reducing Activation Recomputation in Large Transformer Models"), per layer and
@@ -41,7 +59,8 @@ int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Lay
 int64_t EstimateActivationBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout);
 
 // Admission: OK unless every live worker that could run the job reports its memory and none
-// has enough for one rank (state + activations, for the largest DP the workers allow);
+// has enough for one rank (state + activations, for the largest DP the workers allow; a rank
+// that holds weights only, EstimateInferenceBytesPerRank);
 // FAILED_PRECONDITION with the numbers and the ways out then. No live worker of the job's
 // kind, or one whose memory is not known yet (a GPU before its first rank), passes.
 absl::Status CheckMemoryFits(const mt::v1::JobSpec& spec,

@@ -253,6 +253,107 @@ TEST(PlanTest, MemoryAdmissionRefusesWithTheNumbers) {
   EXPECT_TRUE(CheckMemoryFits(spec, {}).ok());       // no workers: the job waits
 }
 
+// The small spec as a generation job: prompt "hello" (5 bytes), 4 new tokens, 2 samples.
+mt::v1::JobSpec GenerationSpec(int tp, const std::string& quantize = "") {
+  mt::v1::JobSpec spec = Spec(D(tp, 1, 1));
+  spec.mutable_model()->set_vocab_size(1000);
+  spec.mutable_model()->set_make_vocab_size_divisible_by(128);
+  spec.mutable_model()->set_max_position_embeddings(16);
+  mt::v1::GenerateTask* g = spec.mutable_inference()->mutable_generate();
+  g->set_prompt("hello");
+  g->set_max_new_tokens(4);
+  g->set_num_samples(2);
+  g->set_quantize(quantize);
+  return spec;
+}
+
+TEST(PlanTest, InferenceEstimateCountsWeightsCacheAndLogits) {
+  // The model of MemoryEstimateFollowsMegatronsAccounting: 58752 parameters, of which the
+  // layers' linear weights 2 * (4h^2 + 2h * 4h) = 24576; ffn 128, padded vocabulary 1024.
+  // Generation: 2 samples over min(16, 5 + 4) = 9 positions.
+  constexpr int64_t kParams = 58752, kLinear = 24576;
+  const struct {
+    const char* what;
+    mt::v1::JobSpec spec;
+    int tp;
+    bool gpu;
+    int64_t weights, kv_cache, activations;
+  } cases[] = {
+      // KV: 2 * layers 2 * samples 2 * 9 * h 32 * 2 bytes. Logits 3 * 4 * 2 * 1024; one
+      // layer: 2 * 9 * (4h + ffn) * 2.
+      {"generate, GPU", GenerationSpec(1), 1, true, kParams * 2, 4608, 24576 + 9216},
+      // fp32, and the attention's scores 4 * 2 samples * 2 heads * 9 * 9.
+      {"generate, CPU", GenerationSpec(1), 1, false, kParams * 4, 9216, 24576 + 18432 + 1296},
+      {"generate int8, GPU", GenerationSpec(1, "int8"), 1, true, kLinear + (kParams - kLinear) * 2,
+       4608, 24576 + 9216},
+      // TP 2: half the weights and the cache; the gathered logits stay whole; one layer
+      // 2 * 9 * (4h + ffn / 2) * 2.
+      {"generate TP 2, GPU", GenerationSpec(2), 2, true, kParams, 2304, 24576 + 6912},
+  };
+  for (const auto& c : cases) {
+    MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout layout, ComputeLayout(c.spec, c.tp));
+    EXPECT_TRUE(HoldsWeightsOnly(c.spec, layout)) << c.what;
+    const InferenceBytes got = EstimateInferenceBytesPerRank(c.spec, layout, c.gpu);
+    EXPECT_EQ(got.weights, c.weights) << c.what;
+    EXPECT_EQ(got.kv_cache, c.kv_cache) << c.what;
+    EXPECT_EQ(got.activations, c.activations) << c.what;
+    EXPECT_EQ(got.total(), c.weights + c.kv_cache + c.activations) << c.what;
+  }
+  // An evaluation on one rank: micro-batch 2 of 8 tokens; the logits and their log-softmax
+  // 2 * 4 * 2 * 8 * 1024, one layer 2 * 8 * (4h + ffn) * 2; no cache.
+  mt::v1::JobSpec eval = GenerationSpec(1);
+  eval.mutable_inference()->mutable_eval()->set_micro_batch_size(2);
+  eval.mutable_inference()->mutable_eval()->set_context_length(8);
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout one, ComputeLayout(eval, 1));
+  ASSERT_TRUE(HoldsWeightsOnly(eval, one));
+  const InferenceBytes got = EstimateInferenceBytesPerRank(eval, one, /*gpu=*/true);
+  EXPECT_EQ(got.weights, kParams * 2);
+  EXPECT_EQ(got.kv_cache, 0);
+  EXPECT_EQ(got.activations, 131072 + 8192);
+}
+
+TEST(PlanTest, OnlyGenerationAndOneRankEvaluationHoldWeightsOnly) {
+  mt::v1::JobSpec training = Spec(D(1, 1, 2));
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout two, ComputeLayout(training, 2));
+  EXPECT_FALSE(HoldsWeightsOnly(training, two));
+  mt::v1::JobSpec eval = training;
+  eval.mutable_inference()->mutable_eval()->set_data_path("/data/x");
+  EXPECT_FALSE(HoldsWeightsOnly(eval, two));  // the sharded evaluation builds the engine
+  mt::v1::JobSpec one_rank = Spec(D(1, 1, 1));
+  *one_rank.mutable_inference() = eval.inference();
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout one, ComputeLayout(one_rank, 1));
+  EXPECT_TRUE(HoldsWeightsOnly(one_rank, one));
+  mt::v1::JobSpec generate = GenerationSpec(2);
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout tp2, ComputeLayout(generate, 2));
+  EXPECT_TRUE(HoldsWeightsOnly(generate, tp2));
+}
+
+// A generation job is admitted by what it holds, not by a training rank's state: a worker too
+// small for the training accounting (weights, gradients, Adam) runs it; one too small for its
+// weights and cache refuses it, naming the generation flags.
+TEST(PlanTest, GenerationAdmissionCountsWeightsAndCacheNotTrainingState) {
+  mt::v1::JobSpec spec = GenerationSpec(1);
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout layout, ComputeLayout(spec, 1));
+  const int64_t inference = EstimateInferenceBytesPerRank(spec, layout, /*gpu=*/true).total();
+  mt::v1::JobSpec as_training = spec;
+  as_training.clear_inference();
+  const int64_t training = EstimateStateBytesPerRank(as_training, layout) +
+                           EstimateActivationBytesPerRank(as_training, layout);
+  ASSERT_LT(inference, training);
+  std::vector<mt::v1::Worker> gpus = Workers({"a"}, /*gpu=*/true);
+  gpus[0].mutable_resources()->set_memory_bytes(inference);
+  EXPECT_TRUE(CheckMemoryFits(spec, gpus).ok());
+  EXPECT_THAT(CheckMemoryFits(as_training, gpus), StatusIs(absl::StatusCode::kFailedPrecondition));
+  gpus[0].mutable_resources()->set_memory_bytes(inference - 1);
+  const absl::Status refused = CheckMemoryFits(spec, gpus);
+  EXPECT_THAT(refused, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                HasSubstr("no GPU worker can hold a rank of this generation job")));
+  EXPECT_THAT(refused.message(), HasSubstr("KV cache "));
+  EXPECT_THAT(refused.message(), HasSubstr("--tensor-model-parallel-size"));
+  EXPECT_THAT(refused.message(), HasSubstr("--quantize int8"));
+  EXPECT_THAT(refused.message(), HasSubstr("-n or --max-new-tokens"));
+}
+
 TEST(PlanTest, NotPlaceableNamesTheSlotKind) {
   auto cpu = PlanOnWorkers(Spec(D(1, 1, 4)), Workers({"a", "a"}, false));
   ASSERT_TRUE(cpu.ok()) << cpu.status();

@@ -200,11 +200,7 @@ int64_t EstimateActivationBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1
   const int64_t global = spec.training().global_batch_size();
   const int64_t micro_batches = global > 0 ? std::max<int64_t>(1, global / (b * dp)) : pp;
   const int64_t layers = (m.num_layers() + pp - 1) / pp * std::min(pp, micro_batches);
-  const int64_t divisible = int64_t{m.make_vocab_size_divisible_by()} * t;
-  const int64_t vocab = m.vocab_size() > 0 ? m.vocab_size() : 50257;
-  const int64_t padded_vocab =
-      divisible > 0 ? (vocab + divisible - 1) / divisible * divisible : vocab;
-  return layers * per_layer + 4 * s * b * padded_vocab / t;
+  return layers * per_layer + 4 * s * b * ParamsPerRank(spec, layout).padded_vocab / t;
 }
 
 absl::Status CheckMemoryFits(const mt::v1::JobSpec& spec,

@@ -66,6 +66,65 @@ __device__ __forceinline__ float MergeWeight(float m, float overall) {
   return m == -INFINITY ? 0.0f : exp2f(m - overall);
 }
 
+// The end of a split block: its groups' partial softmaxes (o, m, l of each thread's group)
+// merged through shared memory (s_o, s_m, s_l, s_w, s_max, s_sum: the kernel's), then written
+// as the output (one split) or as the split's partial sums and (max, sum) for CombineKernel.
+template <typename T, int kG, int kV>
+__device__ __forceinline__ void MergeGroupsAndWrite(const DecodeAttentionArgs& a,
+                                                    const float (&o)[kV][16 / sizeof(T)], float m,
+                                                    float l, int group, int glane, int nvec,
+                                                    int64_t bh, int split, float* s_o, float* s_m,
+                                                    float* s_l, float* s_w, float& s_max,
+                                                    float& s_sum) {
+  constexpr int kVec = 16 / sizeof(T);
+  constexpr int kGroups = kThreads / kG;
+  constexpr int kRow = kG * kV * kVec;
+  const int64_t d = a.head_dim;
+#pragma unroll
+  for (int v = 0; v < kV; ++v) {
+    const int i = glane + v * kG;
+    if (i < nvec) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) s_o[group * kRow + i * kVec + e] = o[v][e];
+    }
+  }
+  if (glane == 0) {
+    s_m[group] = m;
+    s_l[group] = l;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    const int g = threadIdx.x;
+    const float mg = g < kGroups ? s_m[g] : -INFINITY;
+    const float overall = WarpMax(mg);
+    const float w = MergeWeight(mg, overall);
+    const float sum = WarpSum(g < kGroups ? w * s_l[g] : 0.0f);
+    if (g < kGroups) s_w[g] = w;
+    if (g == 0) {
+      s_max = overall;
+      s_sum = sum;
+    }
+  }
+  __syncthreads();
+  const bool single = a.splits == 1;
+  const int64_t slot = bh * a.splits + split;
+  for (int64_t c = threadIdx.x; c < d; c += kThreads) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) acc = fmaf(s_w[g], s_o[g * kRow + c], acc);
+    if (single) {
+      static_cast<T*>(a.out)[bh * d + c] = To<T>(acc / s_sum);
+    } else {
+      a.partial[slot * d + c] = acc;
+    }
+  }
+  if (!single && threadIdx.x == 0) {
+    float* ml = a.partial + a.batch * a.heads * a.splits * d;
+    ml[2 * slot] = s_max;
+    ml[2 * slot + 1] = s_sum;
+  }
+}
+
 template <typename T, int kG, int kV>
 __global__ void __launch_bounds__(kThreads) SplitKernel(const DecodeAttentionArgs a, float scale) {
   constexpr int kVec = 16 / sizeof(T);
@@ -176,50 +235,8 @@ __global__ void __launch_bounds__(kThreads) SplitKernel(const DecodeAttentionArg
     m = m_new;
   }
 
-  // Merge the groups.
-#pragma unroll
-  for (int v = 0; v < kV; ++v) {
-    const int i = glane + v * kG;
-    if (i < nvec) {
-#pragma unroll
-      for (int e = 0; e < kVec; ++e) s_o[group * kRow + i * kVec + e] = o[v][e];
-    }
-  }
-  if (glane == 0) {
-    s_m[group] = m;
-    s_l[group] = l;
-  }
-  __syncthreads();
-  if (threadIdx.x < 32) {
-    const int g = threadIdx.x;
-    const float mg = g < kGroups ? s_m[g] : -INFINITY;
-    const float overall = WarpMax(mg);
-    const float w = MergeWeight(mg, overall);
-    const float sum = WarpSum(g < kGroups ? w * s_l[g] : 0.0f);
-    if (g < kGroups) s_w[g] = w;
-    if (g == 0) {
-      s_max = overall;
-      s_sum = sum;
-    }
-  }
-  __syncthreads();
-  const bool single = a.splits == 1;
-  const int64_t slot = bh * a.splits + split;
-  for (int64_t c = threadIdx.x; c < d; c += kThreads) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int g = 0; g < kGroups; ++g) acc = fmaf(s_w[g], s_o[g * kRow + c], acc);
-    if (single) {
-      static_cast<T*>(a.out)[bh * d + c] = To<T>(acc / s_sum);
-    } else {
-      a.partial[slot * d + c] = acc;
-    }
-  }
-  if (!single && threadIdx.x == 0) {
-    float* ml = a.partial + a.batch * a.heads * a.splits * d;
-    ml[2 * slot] = s_max;
-    ml[2 * slot + 1] = s_sum;
-  }
+  MergeGroupsAndWrite<T, kG, kV>(a, o, m, l, group, glane, nvec, bh, split, s_o, s_m, s_l, s_w,
+                                 s_max, s_sum);
 }
 
 // One block per (row, head): out = sum_s w_s o_s / sum_s w_s l_s, w_s = 2^(m_s - max m).

@@ -6,11 +6,13 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "worker/kernels/decode_attention.h"
+#include "worker/kernels/gemv.h"
 #include "worker/kernels/layer_norm.h"
 
 namespace mt::generate {
@@ -62,22 +64,69 @@ torch::Tensor Norm(const torch::nn::LayerNorm& ln, const torch::Tensor& x) {
   return kernels::FusedLayerNorm(x, ln->weight, ln->bias, ln->options.eps());
 }
 
-// {x + residual, LayerNorm(x + residual)}: one kernel where it runs (worker/kernels).
+// {x + residual, LayerNorm(x + residual)} ({x, LayerNorm(x)} without a residual): one kernel
+// where it runs (worker/kernels).
 std::pair<torch::Tensor, torch::Tensor> AddNorm(const torch::nn::LayerNorm& ln,
                                                 const torch::Tensor& x,
                                                 const torch::Tensor& residual) {
+  if (!residual.defined()) return {x, Norm(ln, x)};
   return kernels::FusedAddLayerNorm(x, residual, ln->weight, ln->bias, ln->options.eps());
 }
 
-// One layer given its input x and input_layernorm(x). Returns its output as {h, mlp}: the
-// output is h + mlp, which the caller's next LayerNorm adds.
+// {x + residual, act(LayerNorm(x + residual) w^T + b)} in one kernel (kernels::NormGemv) when
+// the layer's weight is whole and not int8 and the kernel runs; else nullopt.
+std::optional<std::pair<torch::Tensor, torch::Tensor>> NormLinear(const torch::nn::LayerNorm& ln,
+                                                                  const torch::Tensor& x,
+                                                                  const torch::Tensor& residual,
+                                                                  const torch::Tensor& weight,
+                                                                  const torch::Tensor& bias,
+                                                                  bool gelu) {
+  if (!weight.defined() || !kernels::NormGemvAvailable(x, ln->weight, weight)) {
+    return std::nullopt;
+  }
+  return kernels::NormGemv(x, residual, ln->weight, ln->bias, ln->options.eps(), weight, bias,
+                           gelu);
+}
+
+// {x, the QKV projection of input_layernorm(x)} for the layer input x = h + mlp (mlp undefined
+// before the first layer).
+std::pair<torch::Tensor, torch::Tensor> NormQkv(model::TransformerLayerImpl& layer,
+                                                const torch::Tensor& h, const torch::Tensor& mlp) {
+  model::ColumnParallelLinearImpl& qkv = *layer.self_attention->linear_qkv;
+  if (!qkv.int8.q.defined()) {
+    if (auto fused = NormLinear(layer.input_layernorm, h, mlp, qkv.weight, qkv.bias, false)) {
+      return *std::move(fused);
+    }
+  }
+  auto [x, ln_x] = AddNorm(layer.input_layernorm, h, mlp);
+  return {x, qkv.forward(ln_x)};
+}
+
+// {h, the MLP's output for pre_mlp_layernorm(h)} for h = x + the attention's projection.
+std::pair<torch::Tensor, torch::Tensor> NormMlp(model::TransformerLayerImpl& layer,
+                                                const torch::Tensor& x,
+                                                const torch::Tensor& proj) {
+  model::MlpImpl& mlp = *layer.mlp;
+  model::ColumnParallelLinearImpl& fc1 = *mlp.linear_fc1;
+  if (!fc1.int8.q.defined() && !mlp.linear_fc2->int8.q.defined()) {
+    if (auto fused = NormLinear(layer.pre_mlp_layernorm, x, proj, fc1.weight, fc1.bias, true)) {
+      return {fused->first, mlp.linear_fc2(fused->second)};
+    }
+  }
+  auto [h, ln_h] = AddNorm(layer.pre_mlp_layernorm, x, proj);
+  return {h, mlp.forward(ln_h)};
+}
+
+// One layer given its input as two terms, h + mlp (mlp undefined for the first layer), which
+// its first LayerNorm adds. Returns its output as {h, mlp} in the same way.
 std::pair<torch::Tensor, torch::Tensor> LayerStep(model::TransformerLayerImpl& layer, int64_t index,
-                                                  const torch::Tensor& x, const torch::Tensor& ln_x,
+                                                  const torch::Tensor& h_in,
+                                                  const torch::Tensor& mlp_in,
                                                   const torch::Tensor& position, StepMask& mask,
                                                   KvCache& cache) {
   model::SelfAttentionImpl& attn = *layer.self_attention;
   const model::GptConfig& c = attn.config;
-  const torch::Tensor qkv_out = attn.linear_qkv(ln_x);
+  auto [x, qkv_out] = NormQkv(layer, h_in, mlp_in);
   const int64_t b = qkv_out.size(0);
   const int64_t heads = c.num_attention_heads;
   const int64_t d = c.head_dim();
@@ -95,8 +144,7 @@ std::pair<torch::Tensor, torch::Tensor> LayerStep(model::TransformerLayerImpl& l
     context = MaskedAttention(qkv[0].transpose(1, 2), k, v, mask.Get(), c.attention_backend);
     context = context.transpose(1, 2).reshape({b, 1, heads * d});
   }
-  auto [h, ln_h] = AddNorm(layer.pre_mlp_layernorm, x, attn.linear_proj(context));
-  return {h, layer.mlp(ln_h)};
+  return NormMlp(layer, x, attn.linear_proj(context));
 }
 
 torch::Tensor EmbedTokens(model::GptModel& gpt, const DecodeInputs& in) {
@@ -127,18 +175,20 @@ torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvC
   const torch::Tensor embedded = EmbedTokens(gpt, in);
   StepMask mask(in, embedded.options());
   auto& layers = gpt.decoder->layers;
-  // The residual stream is carried as {x, the layer's LayerNorm of x}; each layer's output
-  // reaches the next LayerNorm as two terms that it adds (one fused kernel on CUDA).
-  torch::Tensor x = embedded;
-  torch::Tensor ln_x = Norm(layers.front()->input_layernorm, x);
+  // The residual stream is carried as two terms {h, mlp} that the next LayerNorm adds (on CUDA
+  // in the kernel of the linear layer after it, kernels::NormGemv).
+  torch::Tensor h = embedded, mlp;
   for (size_t i = 0; i < layers.size(); ++i) {
-    auto [h, mlp] =
-        LayerStep(*layers[i], static_cast<int64_t>(i), x, ln_x, in.position, mask, cache);
-    const torch::nn::LayerNorm& next =
-        i + 1 < layers.size() ? layers[i + 1]->input_layernorm : gpt.decoder->final_layernorm;
-    std::tie(x, ln_x) = AddNorm(next, h, mlp);
+    std::tie(h, mlp) =
+        LayerStep(*layers[i], static_cast<int64_t>(i), h, mlp, in.position, mask, cache);
   }
-  return torch::nn::functional::linear(ln_x.select(1, 0), gpt.output_weight()).to(torch::kFloat);
+  const torch::nn::LayerNorm& final_ln = gpt.decoder->final_layernorm;
+  const torch::Tensor out = gpt.output_weight();
+  if (auto fused = NormLinear(final_ln, h, mlp, out, torch::Tensor(), false)) {
+    return fused->second.select(1, 0).to(torch::kFloat);
+  }
+  const torch::Tensor ln = AddNorm(final_ln, h, mlp).second;
+  return torch::nn::functional::linear(ln.select(1, 0), out).to(torch::kFloat);
 }
 
 }  // namespace mt::generate

@@ -45,6 +45,15 @@ struct alignas(sizeof(T) * kVec) Pack {
   T v[kVec];
 };
 
+// a + b elementwise, each sum rounded to T (what a residual add stores).
+template <typename T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> AddPacks(const Pack<T, kVec>& a, const Pack<T, kVec>& b) {
+  Pack<T, kVec> s;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) s.v[k] = To<T>(F(a.v[k]) + F(b.v[k]));
+  return s;
+}
+
 __device__ __forceinline__ float WarpSum(float v) {
   for (int offset = 16; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
   return v;

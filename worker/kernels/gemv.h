@@ -18,6 +18,8 @@
 
 #include <torch/types.h>
 
+#include <utility>
+
 namespace mt::kernels {
 
 // True when Gemv runs the CUDA kernel for this input and weight [out, in] (see above).
@@ -28,6 +30,24 @@ bool GemvAvailable(const torch::Tensor& x, const torch::Tensor& weight);
 // (GemvAvailable is false where autograd would record).
 torch::Tensor Gemv(const torch::Tensor& x, const torch::Tensor& weight, const torch::Tensor& bias,
                    bool gelu = false);
+
+// True when NormGemv runs one kernel for this x [..., in], LayerNorm weight [in] and linear
+// weight [out, in]: GemvAvailable, and the rows normalised in a block's shared memory fit
+// (about 8 rows of 2,560 bf16 values).
+bool NormGemvAvailable(const torch::Tensor& x, const torch::Tensor& norm_weight,
+                       const torch::Tensor& weight);
+
+// {sum, act(LayerNorm(sum) weight^T + bias)} with sum = x + residual (x itself when residual is
+// undefined): what FusedAddLayerNorm (or FusedLayerNorm) and then Gemv compute, in one kernel
+// where NormGemvAvailable and the LayerNorm's parameters are CUDA tensors of x's dtype (each
+// block normalises the rows itself: no LayerNorm kernel between two GEMVs of a decode step);
+// otherwise those two calls. No autograd on the kernel path.
+std::pair<torch::Tensor, torch::Tensor> NormGemv(const torch::Tensor& x,
+                                                 const torch::Tensor& residual,
+                                                 const torch::Tensor& norm_weight,
+                                                 const torch::Tensor& norm_bias, double eps,
+                                                 const torch::Tensor& weight,
+                                                 const torch::Tensor& bias, bool gelu = false);
 
 }  // namespace mt::kernels
 

@@ -12,9 +12,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "worker/kernels/gemv.h"
+#include "worker/kernels/layer_norm.h"
 #include "worker/kernels/linear_tolerance_for_test.h"
 
 #if MT_KERNELS_WITH_CUDA
@@ -141,6 +144,117 @@ TEST_P(GemvGpuTest, DependentLaunchesInACudaGraphReadTheirInputsAfterTheyAreWrit
 #endif
 }
 
+// LayerNorm(x + residual) in double from the rounded sum, rounded to the dtype as the kernels
+// store it: the input NormGemv's linear layer reads.
+torch::Tensor NormalizedReference(const torch::Tensor& sum, const torch::Tensor& w,
+                                  const torch::Tensor& b, double eps) {
+  const torch::Tensor s = sum.to(torch::kDouble);
+  const torch::Tensor mean = s.mean(-1, true);
+  const torch::Tensor var = (s - mean).pow(2).mean(-1, true);
+  return ((s - mean) / (var + eps).sqrt() * w.to(torch::kDouble) + b.to(torch::kDouble))
+      .to(sum.scalar_type());
+}
+
+// The input LayerNorm inside the kernel (decode shapes of 124M and 1.3B, 1 to 8 rows, with and
+// without a residual, bias and GELU): the sum equals the LayerNorm kernel's exactly, and the
+// output holds the linear tolerance against a double reference that reads the normalised x
+// rounded to the dtype; past a block's shared memory (fp32 4 x 2048, 16,400 wide) the
+// LayerNorm kernel and Gemv, with the same results.
+TEST_P(GemvGpuTest, NormGemvNormalisesTheRowsInsideTheKernel) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::ScalarType dtype = GetParam();
+  const auto on = torch::TensorOptions().device(torch::kCUDA);
+  const std::vector<Shape> shapes = {{1, 768, 2304}, {1, 2048, 6144}, {3, 2048, 8192},
+                                     {8, 2048, 6144}, {5, 768, 50304}, {2, 264, 40},
+                                     {4, 2048, 2048}, {1, 16400, 24}};
+  const int64_t max_rows = dtype == torch::kFloat ? 4 : 8;
+  const double eps = 1e-5;
+  torch::manual_seed(18);
+  torch::NoGradGuard no_grad;
+  for (const Shape& s : shapes) {
+    if (s.rows > max_rows) continue;
+    const torch::Tensor w = (torch::randn({s.out, s.in}, on) * 0.02).to(dtype);
+    const torch::Tensor bias = (torch::randn({s.out}, on) * 0.1).to(dtype);
+    const torch::Tensor ln_w = (1.0 + 0.1 * torch::randn({s.in}, on)).to(dtype);
+    const torch::Tensor ln_b = (0.1 * torch::randn({s.in}, on)).to(dtype);
+    // A residual stream with an offset and a scale the LayerNorm takes out.
+    const torch::Tensor x = (3.0 + 2.0 * torch::randn({s.rows, 1, s.in}, on)).to(dtype);
+    const torch::Tensor r = torch::randn({s.rows, 1, s.in}, on).to(dtype);
+    const bool fits = (dtype == torch::kFloat && s.rows * s.in < 4 * 2048) ||
+                      (dtype != torch::kFloat && s.in < 16400);
+    EXPECT_EQ(NormGemvAvailable(x, ln_w, w), fits) << s.rows << "x" << s.in;
+    for (const bool with_residual : {false, true}) {
+      const torch::Tensor residual = with_residual ? r : torch::Tensor();
+      const auto [want_sum, normed] =
+          with_residual ? FusedAddLayerNorm(x, r, ln_w, ln_b, eps)
+                        : std::make_pair(x, FusedLayerNorm(x, ln_w, ln_b, eps));
+      const torch::Tensor ref_in = NormalizedReference(want_sum, ln_w, ln_b, eps);
+      for (const bool gelu : {false, true}) {
+        const torch::Tensor b = gelu ? bias : torch::Tensor();
+        const auto [sum, got] = NormGemv(x, residual, ln_w, ln_b, eps, w, b, gelu);
+        EXPECT_TRUE(torch::equal(sum, want_sum)) << s.rows << "x" << s.in;
+        ASSERT_EQ(got.sizes(), (std::vector<int64_t>{s.rows, 1, s.out}));
+        torch::Tensor want = torch::nn::functional::linear(
+            ref_in.to(torch::kDouble), w.to(torch::kDouble),
+            gelu ? bias.to(torch::kDouble) : torch::Tensor());
+        if (gelu) want = torch::gelu(want, "tanh");
+        EXPECT_LE(LinearExcess(got, want, dtype), 0.0)
+            << "rows " << s.rows << " in " << s.in << " out " << s.out << " residual "
+            << with_residual << " gelu " << gelu;
+        EXPECT_LE(LinearExcess(got, Gemv(normed, w, b, gelu), dtype), 0.0);
+      }
+    }
+  }
+}
+
+// A decode step's chain of NormGemvs (each adding the one before's output to the sum the one
+// before wrote), captured in a CUDA graph and replayed on new inputs: it equals the eager chain
+// bit for bit, so no kernel read a sum or an output before it was written.
+TEST_P(GemvGpuTest, NormGemvChainsInACudaGraph) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+#if MT_KERNELS_WITH_CUDA
+  const torch::ScalarType dtype = GetParam();
+  const auto on = torch::TensorOptions().device(torch::kCUDA);
+  torch::manual_seed(19);
+  torch::NoGradGuard no_grad;
+  const int64_t rows = dtype == torch::kFloat ? 2 : 8;
+  std::vector<torch::Tensor> ws, ln_ws, ln_bs;
+  for (int i = 0; i < 4; ++i) {
+    ws.push_back((torch::randn({2048, 2048}, on) * 0.02).to(dtype));
+    ln_ws.push_back((1.0 + 0.1 * torch::randn({2048}, on)).to(dtype));
+    ln_bs.push_back((0.1 * torch::randn({2048}, on)).to(dtype));
+  }
+  const torch::Tensor x = torch::randn({rows, 2048}, on).to(dtype);
+  auto chain = [&] {
+    torch::Tensor h = x, y;
+    for (int i = 0; i < 4; ++i) {
+      std::tie(h, y) = NormGemv(h, y, ln_ws[i], ln_bs[i], 1e-5, ws[i], {}, i % 2 == 1);
+    }
+    return torch::cat({h, y}, -1);
+  };
+  at::cuda::CUDAGraph graph;
+  torch::Tensor out;
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  torch::cuda::synchronize();
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    chain();  // warm-up
+    graph.capture_begin();
+    out = chain();
+    graph.capture_end();
+  }
+  side.synchronize();
+  for (int replay = 0; replay < 3; ++replay) {
+    x.copy_(torch::randn({rows, 2048}, on));
+    graph.replay();
+    torch::cuda::synchronize();
+    EXPECT_TRUE(torch::equal(out, chain())) << "replay " << replay;
+  }
+#else
+  GTEST_SKIP() << "a build without CUDA LibTorch";
+#endif
+}
+
 TEST(GemvGpuTest, LeavesAutogradAndOtherLayoutsToLibTorch) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto on = torch::TensorOptions().device(torch::kCUDA);
@@ -176,6 +290,29 @@ TEST(GemvCpu, FallsBackToLibTorch) {
   EXPECT_FALSE(GemvAvailable(x, w));
   EXPECT_TRUE(torch::equal(Gemv(x, w, b, /*gelu=*/true),
                            torch::gelu(torch::nn::functional::linear(x, w, b), "tanh")));
+}
+
+// The CPU: the LayerNorm (with the residual added first) and then the linear layer.
+TEST(GemvCpu, NormGemvFallsBackToTheLayerNormAndTheLinearLayer) {
+  torch::manual_seed(20);
+  const torch::Tensor x = torch::randn({2, 1, 32}, torch::kDouble);
+  const torch::Tensor r = torch::randn({2, 1, 32}, torch::kDouble);
+  const torch::Tensor w = torch::randn({8, 32}, torch::kDouble);
+  const torch::Tensor b = torch::randn({8}, torch::kDouble);
+  const torch::Tensor ln_w = torch::randn({32}, torch::kDouble);
+  const torch::Tensor ln_b = torch::randn({32}, torch::kDouble);
+  EXPECT_FALSE(NormGemvAvailable(x, ln_w, w));
+  const auto [sum, y] = NormGemv(x, r, ln_w, ln_b, 1e-5, w, b, /*gelu=*/true);
+  EXPECT_TRUE(torch::equal(sum, x + r));
+  const torch::Tensor normed = torch::layer_norm(x + r, {32}, ln_w, ln_b, 1e-5);
+  EXPECT_TRUE(torch::allclose(y, torch::gelu(torch::nn::functional::linear(normed, w, b), "tanh"),
+                              1e-12, 1e-12));
+  const auto [same, y2] = NormGemv(x, torch::Tensor(), ln_w, ln_b, 1e-5, w, torch::Tensor());
+  EXPECT_TRUE(torch::equal(same, x));
+  EXPECT_TRUE(torch::allclose(
+      y2, torch::nn::functional::linear(torch::layer_norm(x, {32}, ln_w, ln_b, 1e-5), w), 1e-12,
+      1e-12));
+  EXPECT_THROW(NormGemv(x, r.view({1, 2, 32}), ln_w, ln_b, 1e-5, w, b), c10::Error);
 }
 
 }  // namespace

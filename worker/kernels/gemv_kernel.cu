@@ -20,6 +20,12 @@
 // one mma, the next 4 the same of a second. A block's 8 warps split the columns, two passes of
 // loads in flight per warp, and sum in shared memory.
 //
+// With an input LayerNorm (GemvArgs::norm_weight), each block stages the LayerNorm's weight and
+// bias in shared memory before the wait, then adds the residual to x, normalises the rows into
+// shared memory (a warp a row) and reads x from there: the LayerNorm kernel before a decode
+// step's QKV and fc1 layers, and the wait for it, go away. Rows in shared memory are padded by
+// 64 bytes so that the mma lanes' reads of 8 rows fall in different banks.
+//
 // Measured against cuBLAS (bench/generate/gemv_bench.cc, bench/RESULTS.md, 2026-12-03): a
 // one-wave form of both kernels (blocks looping over features, every row prefetched into L2
 // before the wait) read 1.3B's weights slower at every row count, and a second m16n8 tile for
@@ -44,7 +50,139 @@ constexpr int kChunk = 32 * kLoads;       // packs a warp covers per pass
 constexpr int kMmaSlots = 4;              // tensor cores: 16-byte loads per weight row per pass
 constexpr int kMmaCols = 32 * kMmaSlots;  // columns a warp covers per pass (4 lanes x 8 a slot)
 
+constexpr int kPadBytes = 64;             // between rows of x in shared memory (see above)
+
 __device__ __forceinline__ int4 Zero4() { return make_int4(0, 0, 0, 0); }
+
+// GemvArgs in the element type, passed to the kernels by value.
+template <typename T>
+struct Args {
+  const T* x;
+  const T* w;
+  const T* bias;
+  bool gelu;
+  T* y;
+  int rows;
+  int64_t out, in;
+  const T* residual;
+  const T* norm_weight;
+  const T* norm_bias;
+  float eps;
+  T* sum;
+};
+
+template <typename T>
+Args<T> Typed(const GemvArgs& a) {
+  return Args<T>{static_cast<const T*>(a.x),           static_cast<const T*>(a.w),
+                 static_cast<const T*>(a.bias),        a.gelu,
+                 static_cast<T*>(a.y),                 static_cast<int>(a.rows),
+                 a.out,                                a.in,
+                 static_cast<const T*>(a.residual),    static_cast<const T*>(a.norm_weight),
+                 static_cast<const T*>(a.norm_bias),   a.eps,
+                 static_cast<T*>(a.sum)};
+}
+
+// ---- The input LayerNorm ----
+
+// Elements between two rows of x in shared memory.
+template <typename T>
+__host__ __device__ constexpr int64_t SharedStride(int64_t in) {
+  return in + kPadBytes / static_cast<int64_t>(sizeof(T));
+}
+
+// Shared memory of the input LayerNorm: its weight and bias [in], then `rows` rows of x.
+template <typename T>
+size_t NormSharedBytes(int64_t rows, int64_t in) {
+  return static_cast<size_t>(2 * in + rows * SharedStride<T>(in)) * sizeof(T);
+}
+
+// Before the wait: the LayerNorm's weight and bias (parameters: no kernel of the stream writes
+// them) into shared memory.
+template <typename T>
+__device__ __forceinline__ void StageNormParams(const Args<T>& a, T* s_w, T* s_b) {
+  using P = Pack<T, 16 / sizeof(T)>;
+  const int64_t npacks = a.in / (16 / sizeof(T));
+  for (int64_t p = threadIdx.x; p < npacks; p += kThreads) {
+    reinterpret_cast<P*>(s_w)[p] = reinterpret_cast<const P*>(a.norm_weight)[p];
+    reinterpret_cast<P*>(s_b)[p] = reinterpret_cast<const P*>(a.norm_bias)[p];
+  }
+}
+
+// After the wait: x (+ the residual, the sum rounded to T and written out by block 0) into
+// shared memory, then warp r normalises row r in place: mean and biased variance in fp32, each
+// value rounded to T, as the LayerNorm kernel computes them.
+template <typename T>
+__device__ void NormalizeRows(const Args<T>& a, const T* s_w, const T* s_b, T* xs) {
+  constexpr int kVec = 16 / sizeof(T);
+  using P = Pack<T, kVec>;
+  const int npacks = static_cast<int>(a.in / kVec);
+  const int ld = static_cast<int>(SharedStride<T>(a.in) / kVec);
+  const P* x = reinterpret_cast<const P*>(a.x);
+  const P* residual = reinterpret_cast<const P*>(a.residual);
+  P* sum = blockIdx.x == 0 ? reinterpret_cast<P*>(a.sum) : nullptr;
+  P* s = reinterpret_cast<P*>(xs);
+  for (int i = threadIdx.x; i < a.rows * npacks; i += kThreads) {
+    P v = x[i];
+    if (residual != nullptr) {
+      v = AddPacks(v, residual[i]);
+      if (sum != nullptr) sum[i] = v;
+    }
+    s[i / npacks * ld + i % npacks] = v;
+  }
+  __syncthreads();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (warp < a.rows) {
+    P* row = s + warp * ld;
+    float acc = 0.0f;
+    for (int p = lane; p < npacks; p += 32) {
+      const P v = row[p];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc += F(v.v[k]);
+    }
+    const float mean = WarpSum(acc) / static_cast<float>(a.in);
+    acc = 0.0f;
+    for (int p = lane; p < npacks; p += 32) {
+      const P v = row[p];
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) acc += (F(v.v[k]) - mean) * (F(v.v[k]) - mean);
+    }
+    const float rstd = rsqrtf(WarpSum(acc) / static_cast<float>(a.in) + a.eps);
+    for (int p = lane; p < npacks; p += 32) {
+      const P v = row[p];
+      const P w = reinterpret_cast<const P*>(s_w)[p], b = reinterpret_cast<const P*>(s_b)[p];
+      P o;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        o.v[k] = To<T>((F(v.v[k]) - mean) * rstd * F(w.v[k]) + F(b.v[k]));
+      }
+      row[p] = o;
+    }
+  }
+  __syncthreads();
+}
+
+// A kernel's x and its row stride: the argument, or with kNorm the normalised rows in shared
+// memory. Call where the kernel waits for its prerequisites: stages before, normalises after.
+template <typename T, bool kNorm>
+struct Input {
+  const T* x;
+  int64_t ld;
+
+  __device__ __forceinline__ static Input Prepare(const Args<T>& a, int4* smem) {
+    if constexpr (kNorm) {
+      T* s_w = reinterpret_cast<T*>(smem);
+      T* s_b = s_w + a.in;
+      T* xs = s_b + a.in;
+      StageNormParams(a, s_w, s_b);
+      WaitForPrerequisites();
+      NormalizeRows(a, s_w, s_b, xs);
+      return Input{xs, SharedStride<T>(a.in)};
+    } else {
+      WaitForPrerequisites();
+      return Input{a.x, a.in};
+    }
+  }
+};
 
 template <typename T>
 __device__ __forceinline__ float Epilogue(float v, const T* bias, int64_t j, bool gelu) {
@@ -65,8 +203,8 @@ __device__ __forceinline__ void LoadRowPacks(const int4* wj, int64_t first, int6
 }
 
 template <typename T, int kRows>
-__device__ __forceinline__ void AccumulatePacks(const T* x, const int4 (&raw)[kLoads],
-                                                int64_t first, int64_t npacks, int rows, int64_t in,
+__device__ __forceinline__ void AccumulatePacks(const T* x, int64_t ldx, const int4 (&raw)[kLoads],
+                                                int64_t first, int64_t npacks, int rows,
                                                 float (&acc)[kRows]) {
   constexpr int kVec = 16 / sizeof(T);
   using P = Pack<T, kVec>;
@@ -78,7 +216,7 @@ __device__ __forceinline__ void AccumulatePacks(const T* x, const int4 (&raw)[kL
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r >= rows) break;
-      const P xp = reinterpret_cast<const P*>(x + r * in)[p];
+      const P xp = reinterpret_cast<const P*>(x + r * ldx)[p];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) acc[r] = fmaf(F(xp.v[e]), F(wp.v[e]), acc[r]);
     }
@@ -86,18 +224,19 @@ __device__ __forceinline__ void AccumulatePacks(const T* x, const int4 (&raw)[kL
 }
 
 // kSplit warps per output feature (1, 2, 4 or 8), kWarps / kSplit features per block.
-template <typename T, int kRows, int kSplit>
-__global__ void __launch_bounds__(kThreads)
-    GemvKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-               bool gelu, T* __restrict__ y, int rows, int64_t out, int64_t in) {
+template <typename T, int kRows, int kSplit, bool kNorm>
+__global__ void __launch_bounds__(kThreads) GemvKernel(const Args<T> a) {
   constexpr int kVec = 16 / sizeof(T);
   __shared__ float partial[kWarps][kRows];
+  extern __shared__ int4 norm_smem[];
+  const int rows = a.rows;
+  const int64_t out = a.out, in = a.in;
   AllowDependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int part = warp % kSplit;
   const int64_t j = static_cast<int64_t>(blockIdx.x) * (kWarps / kSplit) + warp / kSplit;
   const bool live = j < out;
-  const int4* wj = reinterpret_cast<const int4*>(w + (live ? j : 0) * in);
+  const int4* wj = reinterpret_cast<const int4*>(a.w + (live ? j : 0) * in);
   const int64_t npacks = in / kVec;
   float acc[kRows];
 #pragma unroll
@@ -105,9 +244,10 @@ __global__ void __launch_bounds__(kThreads)
   int4 raw[kLoads];
   int64_t start = static_cast<int64_t>(part) * kChunk;
   LoadRowPacks(wj, start + lane, npacks, live, raw);
-  WaitForPrerequisites();  // x is the kernel before's output; y may still be read by one
+  // x is the kernel before's output; y may still be read by one.
+  const auto x = Input<T, kNorm>::Prepare(a, norm_smem);
   while (start < npacks) {
-    AccumulatePacks<T, kRows>(x, raw, start + lane, npacks, rows, in, acc);
+    AccumulatePacks<T, kRows>(x.x, x.ld, raw, start + lane, npacks, rows, acc);
     start += static_cast<int64_t>(kSplit) * kChunk;
     if (start < npacks) LoadRowPacks(wj, start + lane, npacks, live, raw);
   }
@@ -130,7 +270,7 @@ __global__ void __launch_bounds__(kThreads)
   if (lane != 0 || !live) return;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    if (r < rows) y[r * out + j] = To<T>(Epilogue(acc[r], bias, j, gelu));
+    if (r < rows) a.y[r * out + j] = To<T>(Epilogue(acc[r], a.bias, j, a.gelu));
   }
 }
 
@@ -142,17 +282,18 @@ int SplitFor(int64_t npacks) {
 }
 
 template <typename T, int kRows, int kSplit>
-cudaError_t LaunchCudaCores(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t LaunchCudaCores(const Args<T>& a, cudaStream_t stream) {
   constexpr int64_t kPerBlock = kWarps / kSplit;
   const dim3 grid(static_cast<unsigned>((a.out + kPerBlock - 1) / kPerBlock));
-  return LaunchDependent(GemvKernel<T, kRows, kSplit>, grid, dim3(kThreads), 0, stream,
-                         static_cast<const T*>(a.x), static_cast<const T*>(a.w),
-                         static_cast<const T*>(a.bias), a.gelu, static_cast<T*>(a.y),
-                         static_cast<int>(a.rows), a.out, a.in);
+  if (a.norm_weight != nullptr) {
+    return LaunchDependent(GemvKernel<T, kRows, kSplit, true>, grid, dim3(kThreads),
+                           NormSharedBytes<T>(a.rows, a.in), stream, a);
+  }
+  return LaunchDependent(GemvKernel<T, kRows, kSplit, false>, grid, dim3(kThreads), 0, stream, a);
 }
 
 template <typename T, int kRows>
-cudaError_t LaunchRows(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t LaunchRows(const Args<T>& a, cudaStream_t stream) {
   switch (SplitFor(a.in / (16 / static_cast<int64_t>(sizeof(T))))) {
     case 1:
       return LaunchCudaCores<T, kRows, 1>(a, stream);
@@ -202,7 +343,7 @@ __device__ __forceinline__ void LoadTile(const T* lo, const T* hi, bool lo_live,
 
 // One pass of a warp: the mmas of its slice (columns pass * kMmaCols + ...) against x row g.
 template <typename T>
-__device__ __forceinline__ void MmaPass(const T* x, const int4 (&a_lo)[kMmaSlots],
+__device__ __forceinline__ void MmaPass(const T* x, int64_t ldx, const int4 (&a_lo)[kMmaSlots],
                                         const int4 (&a_hi)[kMmaSlots], int64_t pass, int g, int t,
                                         int rows, int64_t in, float (&acc)[4]) {
 #pragma unroll
@@ -210,7 +351,7 @@ __device__ __forceinline__ void MmaPass(const T* x, const int4 (&a_lo)[kMmaSlots
     const int64_t c = pass * kMmaCols + 32 * u + 8 * t;
     const uint32_t* wl = reinterpret_cast<const uint32_t*>(&a_lo[u]);
     const uint32_t* wh = reinterpret_cast<const uint32_t*>(&a_hi[u]);
-    const int4 xv = c < in && g < rows ? *reinterpret_cast<const int4*>(x + g * in + c) : Zero4();
+    const int4 xv = c < in && g < rows ? *reinterpret_cast<const int4*>(x + g * ldx + c) : Zero4();
     const uint32_t* xb = reinterpret_cast<const uint32_t*>(&xv);
     Mma<T>(acc, wl[0], wh[0], wl[1], wh[1], xb[0], xb[1]);
     Mma<T>(acc, wl[2], wh[2], wl[3], wh[3], xb[2], xb[3]);
@@ -218,31 +359,33 @@ __device__ __forceinline__ void MmaPass(const T* x, const int4 (&a_lo)[kMmaSlots
 }
 
 // A block computes 16 output features for up to 8 rows of x.
-template <typename T>
-__global__ void __launch_bounds__(kThreads)
-    MmaGemvKernel(const T* __restrict__ x, const T* __restrict__ w, const T* __restrict__ bias,
-                  bool gelu, T* __restrict__ y, int rows, int64_t out, int64_t in) {
+template <typename T, bool kNorm>
+__global__ void __launch_bounds__(kThreads) MmaGemvKernel(const Args<T> a) {
   __shared__ float partial[kWarps][32][4];
+  extern __shared__ int4 norm_smem[];
+  const int rows = a.rows;
+  const int64_t out = a.out, in = a.in;
   AllowDependents();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int64_t j0 = static_cast<int64_t>(blockIdx.x) * 16;
   const bool lo_live = j0 + g < out, hi_live = j0 + g + 8 < out;
-  const T* lo = w + (lo_live ? j0 + g : 0) * in;
-  const T* hi = w + (hi_live ? j0 + g + 8 : 0) * in;
+  const T* lo = a.w + (lo_live ? j0 + g : 0) * in;
+  const T* hi = a.w + (hi_live ? j0 + g + 8 : 0) * in;
   const int64_t passes = (in + kMmaCols - 1) / kMmaCols;
   float acc[4] = {};
   int4 a_lo[kMmaSlots], a_hi[kMmaSlots];
   int64_t pass = warp;
   if (pass < passes) LoadTile(lo, hi, lo_live, hi_live, pass * kMmaCols + 8 * t, in, a_lo, a_hi);
-  WaitForPrerequisites();  // x is the kernel before's output; y may still be read by one
+  // x is the kernel before's output; y may still be read by one.
+  const auto x = Input<T, kNorm>::Prepare(a, norm_smem);
   for (; pass < passes; pass += kWarps) {
     int4 n_lo[kMmaSlots], n_hi[kMmaSlots];
     const bool more = pass + kWarps < passes;
     if (more) {
       LoadTile(lo, hi, lo_live, hi_live, (pass + kWarps) * kMmaCols + 8 * t, in, n_lo, n_hi);
     }
-    MmaPass<T>(x, a_lo, a_hi, pass, g, t, rows, in, acc);
+    MmaPass<T>(x.x, x.ld, a_lo, a_hi, pass, g, t, rows, in, acc);
     if (more) {
 #pragma unroll
       for (int u = 0; u < kMmaSlots; ++u) {
@@ -264,21 +407,23 @@ __global__ void __launch_bounds__(kThreads)
     float s = 0.0f;
 #pragma unroll
     for (int v = 0; v < kWarps; ++v) s += partial[v][lane][i];
-    y[n * out + j] = To<T>(Epilogue(s, bias, j, gelu));
+    a.y[n * out + j] = To<T>(Epilogue(s, a.bias, j, a.gelu));
   }
 }
 
 template <typename T>
-cudaError_t LaunchTensorCores(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t LaunchTensorCores(const Args<T>& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.out + 15) / 16));
-  return LaunchDependent(MmaGemvKernel<T>, grid, dim3(kThreads), 0, stream,
-                         static_cast<const T*>(a.x), static_cast<const T*>(a.w),
-                         static_cast<const T*>(a.bias), a.gelu, static_cast<T*>(a.y),
-                         static_cast<int>(a.rows), a.out, a.in);
+  if (a.norm_weight != nullptr) {
+    return LaunchDependent(MmaGemvKernel<T, true>, grid, dim3(kThreads),
+                           NormSharedBytes<T>(a.rows, a.in), stream, a);
+  }
+  return LaunchDependent(MmaGemvKernel<T, false>, grid, dim3(kThreads), 0, stream, a);
 }
 
 template <typename T>
-cudaError_t LaunchTyped(const GemvArgs& a, cudaStream_t stream) {
+cudaError_t LaunchTyped(const GemvArgs& args, cudaStream_t stream) {
+  const Args<T> a = Typed<T>(args);
   if (a.rows <= 1) return LaunchRows<T, 1>(a, stream);
   if constexpr (std::is_same_v<T, float>) {
     if (a.rows <= 2) return LaunchRows<T, 2>(a, stream);
@@ -294,8 +439,25 @@ int64_t GemvMaxRows(FloatKind kind) {
   return kind == FloatKind::kFloat32 ? kGemvCudaCoreRows : kGemvTensorCoreRows;
 }
 
+bool GemvNormFits(FloatKind kind, int64_t rows, int64_t in) {
+  constexpr size_t kMaxBytes = 48 * 1024;  // without opting in to more per block
+  switch (kind) {
+    case FloatKind::kBFloat16:
+      return NormSharedBytes<__nv_bfloat16>(rows, in) <= kMaxBytes;
+    case FloatKind::kFloat16:
+      return NormSharedBytes<__half>(rows, in) <= kMaxBytes;
+    case FloatKind::kFloat32:
+      return NormSharedBytes<float>(rows, in) <= kMaxBytes;
+  }
+  return false;
+}
+
 cudaError_t LaunchGemv(FloatKind kind, const GemvArgs& args, cudaStream_t stream) {
   if (args.rows < 1 || args.rows > GemvMaxRows(kind)) return cudaErrorInvalidValue;
+  if (args.norm_weight != nullptr &&
+      (args.norm_bias == nullptr || !GemvNormFits(kind, args.rows, args.in))) {
+    return cudaErrorInvalidValue;
+  }
   if (args.out == 0) return cudaSuccess;
   switch (kind) {
     case FloatKind::kBFloat16:

@@ -31,10 +31,25 @@ struct GemvArgs {
   bool gelu = false;
   void* y = nullptr;
   int64_t rows = 0, out = 0, in = 0;
+  // An input LayerNorm, when norm_weight is set: x is replaced by LayerNorm(x + residual) over
+  // `in` (no residual when it is null) with norm_weight, norm_bias [in] and eps, the math of
+  // layer_norm_launch.h's forward (the sum rounded to the kind, the normalised x too); the sum
+  // is written to `sum` [rows, in] when residual and sum are set. Each block normalises the rows
+  // itself into shared memory: one kernel where a LayerNorm and a GEMV were two in sequence.
+  const void* residual = nullptr;
+  const void* norm_weight = nullptr;
+  const void* norm_bias = nullptr;
+  float eps = 0.0f;
+  void* sum = nullptr;
 };
 
+// True when the input LayerNorm's rows fit a block's shared memory (48 KiB): about 8 rows of
+// 2,560 bf16 values.
+bool GemvNormFits(FloatKind kind, int64_t rows, int64_t in);
+
 // Launches the kernel for `args.rows` (1 <= rows <= GemvMaxRows(kind)) as a dependent launch
-// (dependent_launch.cuh); cudaErrorInvalidValue for a row count out of range.
+// (dependent_launch.cuh); cudaErrorInvalidValue for a row count out of range or an input
+// LayerNorm that does not fit (GemvNormFits).
 cudaError_t LaunchGemv(FloatKind kind, const GemvArgs& args, cudaStream_t stream);
 
 }  // namespace mt::kernels

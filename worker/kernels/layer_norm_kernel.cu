@@ -52,14 +52,6 @@ __device__ __forceinline__ float2 GroupSum(float2 v, float2* scratch) {
   }
 }
 
-template <typename T, int kVec>
-__device__ __forceinline__ Pack<T, kVec> AddPacks(const Pack<T, kVec>& a, const Pack<T, kVec>& b) {
-  Pack<T, kVec> s;
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) s.v[k] = To<T>(F(a.v[k]) + F(b.v[k]));
-  return s;
-}
-
 // One row per group of G warps; thread t of a group holds packs t, t + 32 G, ... (at most
 // kForwardPacks). The grid covers the rows once.
 template <typename T, int kVec, int G>

@@ -75,12 +75,9 @@ std::pair<torch::Tensor, torch::Tensor> AddNorm(const torch::nn::LayerNorm& ln,
 
 // {x + residual, act(LayerNorm(x + residual) w^T + b)} in one kernel (kernels::NormGemv) when
 // the layer's weight is whole and not int8 and the kernel runs; else nullopt.
-std::optional<std::pair<torch::Tensor, torch::Tensor>> NormLinear(const torch::nn::LayerNorm& ln,
-                                                                  const torch::Tensor& x,
-                                                                  const torch::Tensor& residual,
-                                                                  const torch::Tensor& weight,
-                                                                  const torch::Tensor& bias,
-                                                                  bool gelu) {
+std::optional<std::pair<torch::Tensor, torch::Tensor>> NormLinear(
+    const torch::nn::LayerNorm& ln, const torch::Tensor& x, const torch::Tensor& residual,
+    const torch::Tensor& weight, const torch::Tensor& bias, bool gelu) {
   if (!weight.defined() || !kernels::NormGemvAvailable(x, ln->weight, weight)) {
     return std::nullopt;
   }
@@ -104,8 +101,7 @@ std::pair<torch::Tensor, torch::Tensor> NormQkv(model::TransformerLayerImpl& lay
 
 // {h, the MLP's output for pre_mlp_layernorm(h)} for h = x + the attention's projection.
 std::pair<torch::Tensor, torch::Tensor> NormMlp(model::TransformerLayerImpl& layer,
-                                                const torch::Tensor& x,
-                                                const torch::Tensor& proj) {
+                                                const torch::Tensor& x, const torch::Tensor& proj) {
   model::MlpImpl& mlp = *layer.mlp;
   model::ColumnParallelLinearImpl& fc1 = *mlp.linear_fc1;
   if (!fc1.int8.q.defined() && !mlp.linear_fc2->int8.q.defined()) {

@@ -164,7 +164,7 @@ TEST_P(GemvGpuTest, NormGemvNormalisesTheRowsInsideTheKernel) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const torch::ScalarType dtype = GetParam();
   const auto on = torch::TensorOptions().device(torch::kCUDA);
-  const std::vector<Shape> shapes = {{1, 768, 2304}, {1, 2048, 6144}, {3, 2048, 8192},
+  const std::vector<Shape> shapes = {{1, 768, 2304},  {1, 2048, 6144}, {3, 2048, 8192},
                                      {8, 2048, 6144}, {5, 768, 50304}, {2, 264, 40},
                                      {4, 2048, 2048}, {1, 16400, 24}};
   const int64_t max_rows = dtype == torch::kFloat ? 4 : 8;
@@ -185,18 +185,18 @@ TEST_P(GemvGpuTest, NormGemvNormalisesTheRowsInsideTheKernel) {
     EXPECT_EQ(NormGemvAvailable(x, ln_w, w), fits) << s.rows << "x" << s.in;
     for (const bool with_residual : {false, true}) {
       const torch::Tensor residual = with_residual ? r : torch::Tensor();
-      const auto [want_sum, normed] =
-          with_residual ? FusedAddLayerNorm(x, r, ln_w, ln_b, eps)
-                        : std::make_pair(x, FusedLayerNorm(x, ln_w, ln_b, eps));
+      const auto [want_sum, normed] = with_residual
+                                          ? FusedAddLayerNorm(x, r, ln_w, ln_b, eps)
+                                          : std::make_pair(x, FusedLayerNorm(x, ln_w, ln_b, eps));
       const torch::Tensor ref_in = NormalizedReference(want_sum, ln_w, ln_b, eps);
       for (const bool gelu : {false, true}) {
         const torch::Tensor b = gelu ? bias : torch::Tensor();
         const auto [sum, got] = NormGemv(x, residual, ln_w, ln_b, eps, w, b, gelu);
         EXPECT_TRUE(torch::equal(sum, want_sum)) << s.rows << "x" << s.in;
         ASSERT_EQ(got.sizes(), (std::vector<int64_t>{s.rows, 1, s.out}));
-        torch::Tensor want = torch::nn::functional::linear(
-            ref_in.to(torch::kDouble), w.to(torch::kDouble),
-            gelu ? bias.to(torch::kDouble) : torch::Tensor());
+        torch::Tensor want =
+            torch::nn::functional::linear(ref_in.to(torch::kDouble), w.to(torch::kDouble),
+                                          gelu ? bias.to(torch::kDouble) : torch::Tensor());
         if (gelu) want = torch::gelu(want, "tanh");
         EXPECT_LE(LinearExcess(got, want, dtype), 0.0)
             << "rows " << s.rows << " in " << s.in << " out " << s.out << " residual "

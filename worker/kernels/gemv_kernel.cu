@@ -22,9 +22,9 @@
 //
 // With an input LayerNorm (GemvArgs::norm_weight), each block stages the LayerNorm's weight and
 // bias in shared memory before the wait, then adds the residual to x, normalises the rows into
-// shared memory (a warp a row) and reads x from there: the LayerNorm kernel before a decode
-// step's QKV and fc1 layers, and the wait for it, go away. Rows in shared memory are padded by
-// 64 bytes so that the mma lanes' reads of 8 rows fall in different banks.
+// shared memory (the whole block, a few values a thread) and reads x from there: the LayerNorm
+// kernel before a decode step's QKV and fc1 layers, and the wait for it, go away. Rows in shared
+// memory are padded by 64 bytes so that the mma lanes' reads of 8 rows fall in different banks.
 //
 // Measured against cuBLAS (bench/generate/gemv_bench.cc, bench/RESULTS.md, 2026-12-03): a
 // one-wave form of both kernels (blocks looping over features, every row prefetched into L2
@@ -50,7 +50,7 @@ constexpr int kChunk = 32 * kLoads;       // packs a warp covers per pass
 constexpr int kMmaSlots = 4;              // tensor cores: 16-byte loads per weight row per pass
 constexpr int kMmaCols = 32 * kMmaSlots;  // columns a warp covers per pass (4 lanes x 8 a slot)
 
-constexpr int kPadBytes = 64;             // between rows of x in shared memory (see above)
+constexpr int kPadBytes = 64;  // between rows of x in shared memory (see above)
 
 __device__ __forceinline__ int4 Zero4() { return make_int4(0, 0, 0, 0); }
 
@@ -73,12 +73,18 @@ struct Args {
 
 template <typename T>
 Args<T> Typed(const GemvArgs& a) {
-  return Args<T>{static_cast<const T*>(a.x),           static_cast<const T*>(a.w),
-                 static_cast<const T*>(a.bias),        a.gelu,
-                 static_cast<T*>(a.y),                 static_cast<int>(a.rows),
-                 a.out,                                a.in,
-                 static_cast<const T*>(a.residual),    static_cast<const T*>(a.norm_weight),
-                 static_cast<const T*>(a.norm_bias),   a.eps,
+  return Args<T>{static_cast<const T*>(a.x),
+                 static_cast<const T*>(a.w),
+                 static_cast<const T*>(a.bias),
+                 a.gelu,
+                 static_cast<T*>(a.y),
+                 static_cast<int>(a.rows),
+                 a.out,
+                 a.in,
+                 static_cast<const T*>(a.residual),
+                 static_cast<const T*>(a.norm_weight),
+                 static_cast<const T*>(a.norm_bias),
+                 a.eps,
                  static_cast<T*>(a.sum)};
 }
 
@@ -108,54 +114,86 @@ __device__ __forceinline__ void StageNormParams(const Args<T>& a, T* s_w, T* s_b
   }
 }
 
+// The block's sum of each thread's v[r] for r < rows (a warp sum, then over the warps through
+// `scratch`).
+template <int kRows>
+__device__ __forceinline__ void BlockSums(float (&v)[kRows], int rows,
+                                          float (&scratch)[kRows][kWarps]) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
+    const float w = WarpSum(v[r]);
+    if (lane == 0) scratch[r][warp] = w;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
+    float total = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kWarps; ++i) total += scratch[r][i];
+    v[r] = total;
+  }
+}
+
 // After the wait: x (+ the residual, the sum rounded to T and written out by block 0) into
-// shared memory, then warp r normalises row r in place: mean and biased variance in fp32, each
-// value rounded to T, as the LayerNorm kernel computes them.
-template <typename T>
+// shared memory and normalised there by the whole block: mean and biased variance of each row in
+// fp32 (two passes, as the LayerNorm kernel), each value rounded to T. Every thread handles the
+// same packs in each pass, so only the sums need barriers. kRows: the most rows (a bound the
+// compiler unrolls over).
+template <typename T, int kRows>
 __device__ void NormalizeRows(const Args<T>& a, const T* s_w, const T* s_b, T* xs) {
   constexpr int kVec = 16 / sizeof(T);
   using P = Pack<T, kVec>;
+  __shared__ float scratch[2][kRows][kWarps];
   const int npacks = static_cast<int>(a.in / kVec);
   const int ld = static_cast<int>(SharedStride<T>(a.in) / kVec);
+  const int rows = a.rows;
   const P* x = reinterpret_cast<const P*>(a.x);
   const P* residual = reinterpret_cast<const P*>(a.residual);
   P* sum = blockIdx.x == 0 ? reinterpret_cast<P*>(a.sum) : nullptr;
   P* s = reinterpret_cast<P*>(xs);
-  for (int i = threadIdx.x; i < a.rows * npacks; i += kThreads) {
-    P v = x[i];
-    if (residual != nullptr) {
-      v = AddPacks(v, residual[i]);
-      if (sum != nullptr) sum[i] = v;
+  float mean[kRows] = {}, var[kRows] = {};
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
+    for (int p = threadIdx.x; p < npacks; p += kThreads) {
+      P v = x[r * npacks + p];
+      if (residual != nullptr) {
+        v = AddPacks(v, residual[r * npacks + p]);
+        if (sum != nullptr) sum[r * npacks + p] = v;
+      }
+      s[r * ld + p] = v;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) mean[r] += F(v.v[k]);
     }
-    s[i / npacks * ld + i % npacks] = v;
   }
-  __syncthreads();
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (warp < a.rows) {
-    P* row = s + warp * ld;
-    float acc = 0.0f;
-    for (int p = lane; p < npacks; p += 32) {
-      const P v = row[p];
+  BlockSums(mean, rows, scratch[0]);
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc += F(v.v[k]);
-    }
-    const float mean = WarpSum(acc) / static_cast<float>(a.in);
-    acc = 0.0f;
-    for (int p = lane; p < npacks; p += 32) {
-      const P v = row[p];
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
+    mean[r] /= static_cast<float>(a.in);
+    for (int p = threadIdx.x; p < npacks; p += kThreads) {
+      const P v = s[r * ld + p];
 #pragma unroll
-      for (int k = 0; k < kVec; ++k) acc += (F(v.v[k]) - mean) * (F(v.v[k]) - mean);
+      for (int k = 0; k < kVec; ++k) var[r] += (F(v.v[k]) - mean[r]) * (F(v.v[k]) - mean[r]);
     }
-    const float rstd = rsqrtf(WarpSum(acc) / static_cast<float>(a.in) + a.eps);
-    for (int p = lane; p < npacks; p += 32) {
-      const P v = row[p];
+  }
+  BlockSums(var, rows, scratch[1]);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= rows) break;
+    const float rstd = rsqrtf(var[r] / static_cast<float>(a.in) + a.eps);
+    for (int p = threadIdx.x; p < npacks; p += kThreads) {
+      const P v = s[r * ld + p];
       const P w = reinterpret_cast<const P*>(s_w)[p], b = reinterpret_cast<const P*>(s_b)[p];
       P o;
 #pragma unroll
       for (int k = 0; k < kVec; ++k) {
-        o.v[k] = To<T>((F(v.v[k]) - mean) * rstd * F(w.v[k]) + F(b.v[k]));
+        o.v[k] = To<T>((F(v.v[k]) - mean[r]) * rstd * F(w.v[k]) + F(b.v[k]));
       }
-      row[p] = o;
+      s[r * ld + p] = o;
     }
   }
   __syncthreads();
@@ -163,7 +201,7 @@ __device__ void NormalizeRows(const Args<T>& a, const T* s_w, const T* s_b, T* x
 
 // A kernel's x and its row stride: the argument, or with kNorm the normalised rows in shared
 // memory. Call where the kernel waits for its prerequisites: stages before, normalises after.
-template <typename T, bool kNorm>
+template <typename T, int kRows, bool kNorm>
 struct Input {
   const T* x;
   int64_t ld;
@@ -175,7 +213,7 @@ struct Input {
       T* xs = s_b + a.in;
       StageNormParams(a, s_w, s_b);
       WaitForPrerequisites();
-      NormalizeRows(a, s_w, s_b, xs);
+      NormalizeRows<T, kRows>(a, s_w, s_b, xs);
       return Input{xs, SharedStride<T>(a.in)};
     } else {
       WaitForPrerequisites();
@@ -245,7 +283,7 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const Args<T> a) {
   int64_t start = static_cast<int64_t>(part) * kChunk;
   LoadRowPacks(wj, start + lane, npacks, live, raw);
   // x is the kernel before's output; y may still be read by one.
-  const auto x = Input<T, kNorm>::Prepare(a, norm_smem);
+  const auto x = Input<T, kRows, kNorm>::Prepare(a, norm_smem);
   while (start < npacks) {
     AccumulatePacks<T, kRows>(x.x, x.ld, raw, start + lane, npacks, rows, acc);
     start += static_cast<int64_t>(kSplit) * kChunk;
@@ -378,7 +416,7 @@ __global__ void __launch_bounds__(kThreads) MmaGemvKernel(const Args<T> a) {
   int64_t pass = warp;
   if (pass < passes) LoadTile(lo, hi, lo_live, hi_live, pass * kMmaCols + 8 * t, in, a_lo, a_hi);
   // x is the kernel before's output; y may still be read by one.
-  const auto x = Input<T, kNorm>::Prepare(a, norm_smem);
+  const auto x = Input<T, kGemvTensorCoreRows, kNorm>::Prepare(a, norm_smem);
   for (; pass < passes; pass += kWarps) {
     int4 n_lo[kMmaSlots], n_hi[kMmaSlots];
     const bool more = pass + kWarps < passes;

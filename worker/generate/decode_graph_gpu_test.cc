@@ -249,6 +249,18 @@ TEST(DecodeGraphReplayGpuTest, GeneratorCapturesOnceAndReplaysOnLaterCalls) {
   MT_ASSERT_OK_AND_ASSIGN(GenerateResult first,
                           generator.Generate(Prompt(), Greedy(2, true), LetterText));
   EXPECT_GT(first.graph_capture_seconds, 0.0);
+  // A stop text ends both samples halfway, with the step after it already enqueued (the host
+  // reads a step's tokens while the next one runs): the calls after it decode the same tokens.
+  const std::string text = first.samples[0].text;
+  ASSERT_EQ(text.size(), static_cast<size_t>(kNew));
+  GenerateOptions stop = Greedy(2, true);
+  stop.stop = text.substr(kNew / 2, 3);
+  const size_t cut = text.find(stop.stop);
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult stopped, generator.Generate(Prompt(), stop, LetterText));
+  for (const GeneratedSample& s : stopped.samples) {
+    EXPECT_EQ(s.finish_reason, "stop");
+    EXPECT_EQ(s.text, text.substr(0, cut));
+  }
   for (int call = 0; call < 2; ++call) {
     MT_ASSERT_OK_AND_ASSIGN(GenerateResult again,
                             generator.Generate(Prompt(), Greedy(2, true), LetterText));

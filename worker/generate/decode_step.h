@@ -20,7 +20,7 @@
 // at a tolerance), not bit for bit: the keys are summed in another order (over max_len keys
 // with a mask on the second path), and each LayerNorm adds the residual stream in the same
 // kernel (kernels::FusedAddLayerNorm; on an H100 LibTorch's LayerNorm of one row and the add
-// took 0.30 of a 1.3B step's 1.97 ms, bench/RESULTS.md). On CUDA, at batch <= 8, that add and
+// took 0.30 of a 1.3B step's 1.97 ms, bench/RESULTS.md). On CUDA at batch 1 that add and
 // LayerNorm run inside the linear layer after them (kernels::NormGemv: QKV, fc1 and the
 // logits), so a layer is six kernels: QKV, attention (two), proj, fc1, fc2. Whole models on
 // one device only.

@@ -17,6 +17,7 @@
 #include "worker/generate/cached_forward.h"
 #include "worker/generate/decode_graph.h"
 #include "worker/generate/kv_cache.h"
+#include "worker/generate/token_readback.h"
 #include "worker/model/gpt.h"
 #include "worker/parallel/tensor_parallel.h"
 
@@ -156,6 +157,14 @@ torch::Tensor ChooseTokens(const model::ModelShard& shard, const torch::Tensor& 
   return next;
 }
 
+// The logits of the step that feeds `next` [n] back: through the decode graph where there is
+// one, else the cached forward.
+torch::Tensor Decode(DecodeGraph* graph, model::GptModel& gpt, const torch::Tensor& next,
+                     KvCache& cache) {
+  if (graph != nullptr) return graph->Step(next);
+  return ForwardWithCache(gpt, next.view({next.size(0), 1}), cache);
+}
+
 // Prefill, then decode until every sample is done. `state` was prepared for this call.
 absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
                                             const std::vector<int32_t>& prompt,
@@ -180,16 +189,23 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
   Clock::time_point start = Clock::now();
   torch::Tensor logits = ForwardWithCache(gpt, input, cache);
   const model::ModelShard& shard = gpt.shard();
+  TokenReadback readback(n, input.device());
   for (int64_t step = 0;; ++step) {
     torch::Tensor next = ChooseTokens(shard, logits, config.vocab_size, o.sampling, generator);
-    const torch::Tensor chosen = next.to(torch::kCPU).contiguous();
-    const int64_t* chosen_ids = chosen.data_ptr<int64_t>();
+    readback.Enqueue(next);
+    const bool by_length = step + 1 >= o.max_new_tokens;
+    const bool last = by_length || cache.length() >= max_len;
+    // The next step is enqueued before the host reads these tokens (it needs only `next`, on the
+    // device), so that the device runs it while the host streams them; it is wasted where every
+    // sample stops here at a stop text. Not at the first token: the first step captures the CUDA
+    // graph, which is no part of the time to first token.
+    const bool ahead = step > 0 && !last;
+    if (ahead) logits = Decode(graph, gpt, next, cache);
+    const int64_t* chosen_ids = readback.Wait();
     if (step == 0) {
       result.prefill_seconds = SecondsSince(start);
       start = Clock::now();
     }
-    const bool by_length = step + 1 >= o.max_new_tokens;
-    const bool last = by_length || cache.length() >= max_len;
     bool all_done = true;
     for (int64_t i = 0; i < n; ++i) {
       SampleState& s = samples[static_cast<size_t>(i)];
@@ -200,7 +216,7 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
       all_done = all_done && s.done;
     }
     if (all_done) break;
-    logits = graph != nullptr ? graph->Step(next) : ForwardWithCache(gpt, next.view({n, 1}), cache);
+    if (!ahead) logits = Decode(graph, gpt, next, cache);
   }
   result.decode_seconds = SecondsSince(start);
   if (graph != nullptr) {

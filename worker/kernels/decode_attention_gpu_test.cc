@@ -3,15 +3,14 @@
 // over the entries [0, position]. q, k and v are the split views of a fused QKV output, as in
 // the decode step (and once separate contiguous tensors). Shapes: batch 1 / 3 / 16, heads 12 /
 // 16 / 32, head_dim 64 / 128 at max_len 256 / 2048, plus head_dim 32, 80, 96 and 256 (every
-// lane layout of the kernel) and a max_len of 64 (one split, no combine step); 2 to 8 splits
-// merge in a thread block cluster (max_len 256 to 512, and 2048 at batch 16), 15 to 32 in the
-// combine kernel (max_len 2048 at batch 1 and 3); positions 0, 1, 127, one in the middle and
-// max_len - 1. The cache entries after the position hold NaN: the kernel must not read them.
-// The cache must hold k and v at the position bit for bit and be untouched elsewhere. A CUDA graph
-// captured once reads the position from the device on every replay. Shapes the kernel does not take
-// (head_dim 16, 36) and the CPU run LibTorch's math. Tolerances: fp32 1e-5 absolute + 1e-5 relative
-// (sums in another order); bf16 / fp16 the dtype's rounding of an output that is O(1): 1e-2
-// absolute + 1e-2 relative. The lead runs it on the GPU machine:
+// lane layout of the kernel) and a max_len of 64 (one split, no combine step); positions 0, 1,
+// 127, one in the middle and max_len - 1. The cache entries after the position hold NaN: the
+// kernel must not read them. The cache must hold k and v at the position bit for bit and be
+// untouched elsewhere. A CUDA graph captured once reads the position from the device on every
+// replay. Shapes the kernel does not take (head_dim 16, 36) and the CPU run LibTorch's math.
+// Tolerances: fp32 1e-5 absolute + 1e-5 relative (sums in another order); bf16 / fp16 the
+// dtype's rounding of an output that is O(1): 1e-2 absolute + 1e-2 relative.
+// The lead runs it on the GPU machine:
 //   ctest --test-dir BUILD -R mt_kernels_gpu_test --output-on-failure
 //   (or BUILD/worker/kernels/mt_kernels_gpu_test --gtest_filter='*DecodeAttention*')
 #include <gtest/gtest.h>

@@ -6,16 +6,11 @@
 // reduces the dot product by shuffles, and each group keeps its own online softmax (running max,
 // sum and the fp32 weighted sum of the values over the head dims its lanes hold), four keys per
 // iteration with their loads issued together. The groups are merged through shared memory; with
-// one split the block writes the output. With 2 to kDecodeAttentionMaxClusterSplits splits the
-// blocks of one (row, head) run as a thread block cluster: each keeps its unnormalised output,
-// max and sum in shared memory, and after a cluster barrier each block writes a slice of the
-// output from all of them (distributed shared memory), where a second kernel and a round trip
-// through memory merged them before. With more splits (long caches) the partial sums go to the
-// fp32 scratch and a second kernel (one block per (row, head)) merges them.
+// one split the block writes the output, else its unnormalised output, max and sum go to the
+// fp32 scratch and a second kernel (one block per (row, head)) merges the splits.
 //
 // The new token's key and value are read from k_new / v_new, never from the cache, and only the
 // blocks of split 0 write them into the cache: no block reads what another writes.
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -73,9 +68,8 @@ __device__ __forceinline__ float MergeWeight(float m, float overall) {
 
 // The end of a split block: its groups' partial softmaxes (o, m, l of each thread's group)
 // merged through shared memory (s_o, s_m, s_l, s_w, s_max, s_sum: the kernel's), then written
-// as the output (one split), left in s_o[0, head_dim) with s_max and s_sum for the cluster
-// (kCluster), or written as the split's partial sums and (max, sum) for CombineKernel.
-template <typename T, int kG, int kV, bool kCluster>
+// as the output (one split) or as the split's partial sums and (max, sum) for CombineKernel.
+template <typename T, int kG, int kV>
 __device__ __forceinline__ void MergeGroupsAndWrite(const DecodeAttentionArgs& a,
                                                     const float (&o)[kV][16 / sizeof(T)], float m,
                                                     float l, int group, int glane, int nvec,
@@ -118,60 +112,20 @@ __device__ __forceinline__ void MergeGroupsAndWrite(const DecodeAttentionArgs& a
     float acc = 0.0f;
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) acc = fmaf(s_w[g], s_o[g * kRow + c], acc);
-    if constexpr (kCluster) {
-      s_o[c] = acc;  // column c of every group was read above, by this thread only
-    } else if (single) {
+    if (single) {
       static_cast<T*>(a.out)[bh * d + c] = To<T>(acc / s_sum);
     } else {
       a.partial[slot * d + c] = acc;
     }
   }
-  if (!kCluster && !single && threadIdx.x == 0) {
+  if (!single && threadIdx.x == 0) {
     float* ml = a.partial + a.batch * a.heads * a.splits * d;
     ml[2 * slot] = s_max;
     ml[2 * slot + 1] = s_sum;
   }
 }
 
-// The splits of one (row, head) as one cluster, every block past MergeGroupsAndWrite<kCluster>:
-// block r writes the output's columns [r c, (r + 1) c), c = ceil(head_dim / splits), from every
-// block's s_o, s_max and s_sum, as CombineKernel does from the scratch.
-template <typename T>
-__device__ __forceinline__ void CombineInCluster(const DecodeAttentionArgs& a, int64_t bh,
-                                                 float* s_o, float* s_max, float* s_sum) {
-  namespace cg = cooperative_groups;
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block's partial written to its shared memory
-  const int splits = a.splits;
-  float m[kDecodeAttentionMaxClusterSplits];
-  float overall = -INFINITY;
-#pragma unroll
-  for (int r = 0; r < kDecodeAttentionMaxClusterSplits; ++r) {
-    m[r] = r < splits ? *cluster.map_shared_rank(s_max, r) : -INFINITY;
-    overall = fmaxf(overall, m[r]);
-  }
-  float sum = 0.0f;
-#pragma unroll
-  for (int r = 0; r < kDecodeAttentionMaxClusterSplits; ++r) {
-    m[r] = MergeWeight(m[r], overall);  // now the block's weight
-    if (r < splits) sum += m[r] * *cluster.map_shared_rank(s_sum, r);
-  }
-  const int64_t d = a.head_dim;
-  const int64_t per = (d + splits - 1) / splits;
-  const int64_t first = static_cast<int64_t>(cluster.block_rank()) * per;
-  const int64_t end = min(d, first + per);
-  for (int64_t c = first + threadIdx.x; c < end; c += kThreads) {
-    float acc = 0.0f;
-#pragma unroll
-    for (int r = 0; r < kDecodeAttentionMaxClusterSplits; ++r) {
-      if (r < splits) acc = fmaf(m[r], cluster.map_shared_rank(s_o, r)[c], acc);
-    }
-    static_cast<T*>(a.out)[bh * d + c] = To<T>(acc / sum);
-  }
-  cluster.sync();  // no block leaves while another still reads its shared memory
-}
-
-template <typename T, int kG, int kV, bool kCluster>
+template <typename T, int kG, int kV>
 __global__ void __launch_bounds__(kThreads) SplitKernel(const DecodeAttentionArgs a, float scale) {
   constexpr int kVec = 16 / sizeof(T);
   constexpr int kGroups = kThreads / kG;  // <= 32: warp 0 merges them, one per lane
@@ -281,9 +235,8 @@ __global__ void __launch_bounds__(kThreads) SplitKernel(const DecodeAttentionArg
     m = m_new;
   }
 
-  MergeGroupsAndWrite<T, kG, kV, kCluster>(a, o, m, l, group, glane, nvec, bh, split, s_o, s_m, s_l,
-                                           s_w, s_max, s_sum);
-  if constexpr (kCluster) CombineInCluster<T>(a, bh, s_o, &s_max, &s_sum);
+  MergeGroupsAndWrite<T, kG, kV>(a, o, m, l, group, glane, nvec, bh, split, s_o, s_m, s_l, s_w,
+                                 s_max, s_sum);
 }
 
 // One block per (row, head): out = sum_s w_s o_s / sum_s w_s l_s, w_s = 2^(m_s - max m).
@@ -327,27 +280,22 @@ cudaError_t Launch(const DecodeAttentionArgs& a, cudaStream_t stream) {
       static_cast<float>(1.4426950408889634 / std::sqrt(static_cast<double>(a.head_dim)));
   const int64_t pairs = a.batch * a.heads;
   const dim3 grid(static_cast<unsigned>(pairs * a.splits));
-  const bool cluster = a.splits > 1 && a.splits <= kDecodeAttentionMaxClusterSplits;
-  auto split = [&](auto in_clusters, auto with_scratch) {
-    if (cluster) {
-      return LaunchDependentInClusters(in_clusters, grid, dim3(kThreads), 0, stream, a.splits, a,
-                                       scale);
-    }
-    cudaError_t err = LaunchDependent(with_scratch, grid, dim3(kThreads), 0, stream, a, scale);
+  auto split = [&](auto kernel) {
+    cudaError_t err = LaunchDependent(kernel, grid, dim3(kThreads), 0, stream, a, scale);
     if (err != cudaSuccess || a.splits == 1) return err;
     return LaunchDependent(CombineKernel<T>, dim3(static_cast<unsigned>(pairs)), dim3(kThreads), 0,
                            stream, a);
   };
   if (nvec <= 4) {
-    return split(SplitKernel<T, 4, 1, true>, SplitKernel<T, 4, 1, false>);
+    return split(SplitKernel<T, 4, 1>);
   } else if (nvec <= 8) {
-    return split(SplitKernel<T, 8, 1, true>, SplitKernel<T, 8, 1, false>);
+    return split(SplitKernel<T, 8, 1>);
   } else if (nvec <= 16) {
-    return split(SplitKernel<T, 16, 1, true>, SplitKernel<T, 16, 1, false>);
+    return split(SplitKernel<T, 16, 1>);
   } else if (nvec <= 32) {
-    return split(SplitKernel<T, 32, 1, true>, SplitKernel<T, 32, 1, false>);
+    return split(SplitKernel<T, 32, 1>);
   } else if constexpr (kVec == 4) {  // fp32 past 128 dims (16-bit takes 256 in one vector)
-    return split(SplitKernel<T, 32, 2, true>, SplitKernel<T, 32, 2, false>);
+    return split(SplitKernel<T, 32, 2>);
   } else {
     return cudaErrorInvalidValue;
   }
@@ -364,7 +312,7 @@ int DecodeAttentionSplits(int64_t batch, int64_t heads, int64_t max_len, int sm_
 }
 
 int64_t DecodeAttentionScratchFloats(int64_t batch, int64_t heads, int64_t head_dim, int splits) {
-  if (splits <= kDecodeAttentionMaxClusterSplits) return 0;
+  if (splits <= 1) return 0;
   return batch * heads * splits * (head_dim + 2);
 }
 
@@ -373,7 +321,7 @@ cudaError_t LaunchDecodeAttention(FloatKind kind, const DecodeAttentionArgs& arg
   const int64_t blocks = args.batch * args.heads * args.splits;
   if (!DecodeAttentionHeadDimSupported(args.head_dim) || args.batch < 1 || args.heads < 1 ||
       args.max_len < 1 || args.splits < 1 || args.splits > kMaxSplits || blocks > 0x7fffffff ||
-      (args.splits > kDecodeAttentionMaxClusterSplits && args.partial == nullptr)) {
+      (args.splits > 1 && args.partial == nullptr)) {
     return cudaErrorInvalidValue;
   }
   switch (kind) {

@@ -34,7 +34,7 @@ struct DecodeAttentionArgs {
   void* k_cache = nullptr;
   void* v_cache = nullptr;
   void* out = nullptr;
-  // fp32 scratch of DecodeAttentionScratchFloats(...) elements (may be null when that is 0).
+  // fp32 scratch of DecodeAttentionScratchFloats(...) elements (null when that is 0).
   float* partial = nullptr;
   int64_t batch = 0, heads = 0, max_len = 0, head_dim = 0;
   int splits = 1;  // DecodeAttentionSplits(batch, heads, max_len, SMs)
@@ -44,13 +44,8 @@ struct DecodeAttentionArgs {
 // most one per 64 cache entries and at most 128. Depends only on the static shapes.
 int DecodeAttentionSplits(int64_t batch, int64_t heads, int64_t max_len, int sm_count);
 
-// The most splits that merge inside a thread block cluster (no scratch, no second kernel): the
-// portable cluster size.
-inline constexpr int kDecodeAttentionMaxClusterSplits = 8;
-
 // fp32 elements of the scratch: per (row, head, split) the unnormalised output [head_dim] and
-// the running max and sum of the softmax; 0 up to kDecodeAttentionMaxClusterSplits splits
-// (they merge in a cluster).
+// the running max and sum of the softmax; 0 with one split (no combine step).
 int64_t DecodeAttentionScratchFloats(int64_t batch, int64_t heads, int64_t head_dim, int splits);
 
 // With p = *position (clamped to [0, max_len)): writes k_new and v_new at entry p of every

@@ -36,35 +36,22 @@ __device__ __forceinline__ void AllowDependents() {
 #endif
 }
 
-// LaunchDependent with the grid's x dimension in thread block clusters of `cluster_x` blocks
-// (compute capability 9.0; a divisor of grid.x, at most 8); 1 is an ordinary grid.
-template <typename... Params, typename... Args>
-cudaError_t LaunchDependentInClusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
-                                      cudaStream_t stream, int cluster_x, Args&&... args) {
-  cudaLaunchAttribute attributes[2] = {};
-  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[0].val.programmaticStreamSerializationAllowed = 1;
-  attributes[1].id = cudaLaunchAttributeClusterDimension;
-  attributes[1].val.clusterDim.x = static_cast<unsigned>(cluster_x);
-  attributes[1].val.clusterDim.y = 1;
-  attributes[1].val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  config.attrs = attributes;
-  config.numAttrs = cluster_x > 1 ? 2 : 1;
-  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
-}
-
 // kernel<<<grid, block, smem, stream>>>(args...) allowed to overlap the kernel before it (see
 // above). Returns the launch's error.
 template <typename... Params, typename... Args>
 cudaError_t LaunchDependent(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem,
                             cudaStream_t stream, Args&&... args) {
-  return LaunchDependentInClusters(kernel, grid, block, smem, stream, 1,
-                                   std::forward<Args>(args)...);
+  cudaLaunchAttribute attribute[1] = {};
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = attribute;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
 }  // namespace mt::kernels

@@ -32,8 +32,8 @@ torch::Tensor Gemv(const torch::Tensor& x, const torch::Tensor& weight, const to
                    bool gelu = false);
 
 // True when NormGemv runs one kernel for this x [..., in], LayerNorm weight [in] and linear
-// weight [out, in]: GemvAvailable, and the rows normalised in a block's shared memory fit
-// (about 8 rows of 2,560 bf16 values).
+// weight [out, in]: GemvAvailable, one row (a decode step at batch 1: each block normalises the
+// row again, which costs more than it saves past one row), `in` up to 8,192 bf16 values.
 bool NormGemvAvailable(const torch::Tensor& x, const torch::Tensor& norm_weight,
                        const torch::Tensor& weight);
 

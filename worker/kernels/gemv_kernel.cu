@@ -20,11 +20,14 @@
 // one mma, the next 4 the same of a second. A block's 8 warps split the columns, two passes of
 // loads in flight per warp, and sum in shared memory.
 //
-// With an input LayerNorm (GemvArgs::norm_weight), each block stages the LayerNorm's weight and
-// bias in shared memory before the wait, then adds the residual to x, normalises the rows into
-// shared memory (the whole block, a few values a thread) and reads x from there: the LayerNorm
-// kernel before a decode step's QKV and fc1 layers, and the wait for it, go away. Rows in shared
-// memory are padded by 64 bytes so that the mma lanes' reads of 8 rows fall in different banks.
+// With an input LayerNorm (GemvArgs::norm_weight; one row), each block of the CUDA-core kernel
+// stages the LayerNorm's weight and bias in shared memory before the wait, then adds the
+// residual to x and normalises the row into shared memory (the whole block, a few values a
+// thread) and reads x from there: the LayerNorm kernel before a decode step's QKV, fc1 and
+// logits goes away. It pays at one row only: every block normalises the row again, and at 8 rows
+// (the tensor-core kernel, 16 features a block) that doubled a 1.3B decode step's time, where at
+// one row it took 4% off GPT-2 124M's step and left 1.3B's as it was (bench/RESULTS.md,
+// 2026-12-03).
 //
 // Measured against cuBLAS (bench/generate/gemv_bench.cc, bench/RESULTS.md, 2026-12-03): a
 // one-wave form of both kernels (blocks looping over features, every row prefetched into L2
@@ -49,8 +52,6 @@ constexpr int kLoads = 8;                 // CUDA cores: 16-byte weight loads a 
 constexpr int kChunk = 32 * kLoads;       // packs a warp covers per pass
 constexpr int kMmaSlots = 4;              // tensor cores: 16-byte loads per weight row per pass
 constexpr int kMmaCols = 32 * kMmaSlots;  // columns a warp covers per pass (4 lanes x 8 a slot)
-
-constexpr int kPadBytes = 64;  // between rows of x in shared memory (see above)
 
 __device__ __forceinline__ int4 Zero4() { return make_int4(0, 0, 0, 0); }
 
@@ -88,18 +89,12 @@ Args<T> Typed(const GemvArgs& a) {
                  static_cast<T*>(a.sum)};
 }
 
-// ---- The input LayerNorm ----
+// ---- The input LayerNorm (one row) ----
 
-// Elements between two rows of x in shared memory.
+// Shared memory of the input LayerNorm: its weight, its bias and the row, `in` elements each.
 template <typename T>
-__host__ __device__ constexpr int64_t SharedStride(int64_t in) {
-  return in + kPadBytes / static_cast<int64_t>(sizeof(T));
-}
-
-// Shared memory of the input LayerNorm: its weight and bias [in], then `rows` rows of x.
-template <typename T>
-size_t NormSharedBytes(int64_t rows, int64_t in) {
-  return static_cast<size_t>(2 * in + rows * SharedStride<T>(in)) * sizeof(T);
+size_t NormSharedBytes(int64_t in) {
+  return static_cast<size_t>(3 * in) * sizeof(T);
 }
 
 // Before the wait: the LayerNorm's weight and bias (parameters: no kernel of the stream writes
@@ -114,113 +109,79 @@ __device__ __forceinline__ void StageNormParams(const Args<T>& a, T* s_w, T* s_b
   }
 }
 
-// The block's sum of each thread's v[r] for r < rows (a warp sum, then over the warps through
-// `scratch`).
-template <int kRows>
-__device__ __forceinline__ void BlockSums(float (&v)[kRows], int rows,
-                                          float (&scratch)[kRows][kWarps]) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (r >= rows) break;
-    const float w = WarpSum(v[r]);
-    if (lane == 0) scratch[r][warp] = w;
-  }
+// The block's sum of every thread's v (a warp sum, then over the warps through `scratch`).
+__device__ __forceinline__ float BlockSum(float v, float (&scratch)[kWarps]) {
+  v = WarpSum(v);
+  if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
   __syncthreads();
+  float total = 0.0f;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (r >= rows) break;
-    float total = 0.0f;
-#pragma unroll
-    for (int i = 0; i < kWarps; ++i) total += scratch[r][i];
-    v[r] = total;
-  }
+  for (int i = 0; i < kWarps; ++i) total += scratch[i];
+  return total;
 }
 
 // After the wait: x (+ the residual, the sum rounded to T and written out by block 0) into
-// shared memory and normalised there by the whole block: mean and biased variance of each row in
-// fp32 (two passes, as the LayerNorm kernel), each value rounded to T. Every thread handles the
-// same packs in each pass, so only the sums need barriers. kRows: the most rows (a bound the
-// compiler unrolls over).
-template <typename T, int kRows>
-__device__ void NormalizeRows(const Args<T>& a, const T* s_w, const T* s_b, T* xs) {
+// shared memory and normalised there by the whole block: mean and biased variance in fp32 (two
+// passes, as the LayerNorm kernel), each value rounded to T. Every thread handles the same
+// packs in each pass, so only the sums need barriers.
+template <typename T>
+__device__ void NormalizeRow(const Args<T>& a, const T* s_w, const T* s_b, T* xs) {
   constexpr int kVec = 16 / sizeof(T);
   using P = Pack<T, kVec>;
-  __shared__ float scratch[2][kRows][kWarps];
+  __shared__ float scratch[2][kWarps];
   const int npacks = static_cast<int>(a.in / kVec);
-  const int ld = static_cast<int>(SharedStride<T>(a.in) / kVec);
-  const int rows = a.rows;
   const P* x = reinterpret_cast<const P*>(a.x);
   const P* residual = reinterpret_cast<const P*>(a.residual);
   P* sum = blockIdx.x == 0 ? reinterpret_cast<P*>(a.sum) : nullptr;
   P* s = reinterpret_cast<P*>(xs);
-  float mean[kRows] = {}, var[kRows] = {};
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (r >= rows) break;
-    for (int p = threadIdx.x; p < npacks; p += kThreads) {
-      P v = x[r * npacks + p];
-      if (residual != nullptr) {
-        v = AddPacks(v, residual[r * npacks + p]);
-        if (sum != nullptr) sum[r * npacks + p] = v;
-      }
-      s[r * ld + p] = v;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) mean[r] += F(v.v[k]);
+  float acc = 0.0f;
+  for (int p = threadIdx.x; p < npacks; p += kThreads) {
+    P v = x[p];
+    if (residual != nullptr) {
+      v = AddPacks(v, residual[p]);
+      if (sum != nullptr) sum[p] = v;
     }
+    s[p] = v;
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) acc += F(v.v[k]);
   }
-  BlockSums(mean, rows, scratch[0]);
+  const float mean = BlockSum(acc, scratch[0]) / static_cast<float>(a.in);
+  acc = 0.0f;
+  for (int p = threadIdx.x; p < npacks; p += kThreads) {
+    const P v = s[p];
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (r >= rows) break;
-    mean[r] /= static_cast<float>(a.in);
-    for (int p = threadIdx.x; p < npacks; p += kThreads) {
-      const P v = s[r * ld + p];
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) var[r] += (F(v.v[k]) - mean[r]) * (F(v.v[k]) - mean[r]);
-    }
+    for (int k = 0; k < kVec; ++k) acc += (F(v.v[k]) - mean) * (F(v.v[k]) - mean);
   }
-  BlockSums(var, rows, scratch[1]);
+  const float rstd = rsqrtf(BlockSum(acc, scratch[1]) / static_cast<float>(a.in) + a.eps);
+  for (int p = threadIdx.x; p < npacks; p += kThreads) {
+    const P v = s[p];
+    const P w = reinterpret_cast<const P*>(s_w)[p], b = reinterpret_cast<const P*>(s_b)[p];
+    P o;
 #pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    if (r >= rows) break;
-    const float rstd = rsqrtf(var[r] / static_cast<float>(a.in) + a.eps);
-    for (int p = threadIdx.x; p < npacks; p += kThreads) {
-      const P v = s[r * ld + p];
-      const P w = reinterpret_cast<const P*>(s_w)[p], b = reinterpret_cast<const P*>(s_b)[p];
-      P o;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        o.v[k] = To<T>((F(v.v[k]) - mean[r]) * rstd * F(w.v[k]) + F(b.v[k]));
-      }
-      s[r * ld + p] = o;
-    }
+    for (int k = 0; k < kVec; ++k)
+      o.v[k] = To<T>((F(v.v[k]) - mean) * rstd * F(w.v[k]) + F(b.v[k]));
+    s[p] = o;
   }
   __syncthreads();
 }
 
-// A kernel's x and its row stride: the argument, or with kNorm the normalised rows in shared
-// memory. Call where the kernel waits for its prerequisites: stages before, normalises after.
-template <typename T, int kRows, bool kNorm>
-struct Input {
-  const T* x;
-  int64_t ld;
-
-  __device__ __forceinline__ static Input Prepare(const Args<T>& a, int4* smem) {
-    if constexpr (kNorm) {
-      T* s_w = reinterpret_cast<T*>(smem);
-      T* s_b = s_w + a.in;
-      T* xs = s_b + a.in;
-      StageNormParams(a, s_w, s_b);
-      WaitForPrerequisites();
-      NormalizeRows<T, kRows>(a, s_w, s_b, xs);
-      return Input{xs, SharedStride<T>(a.in)};
-    } else {
-      WaitForPrerequisites();
-      return Input{a.x, a.in};
-    }
+// The kernel's x: the argument, or with kNorm the normalised row in shared memory. Call where
+// the kernel waits for its prerequisites: stages before, normalises after.
+template <typename T, bool kNorm>
+__device__ __forceinline__ const T* PrepareInput(const Args<T>& a, int4* smem) {
+  if constexpr (kNorm) {
+    T* s_w = reinterpret_cast<T*>(smem);
+    T* s_b = s_w + a.in;
+    T* xs = s_b + a.in;
+    StageNormParams(a, s_w, s_b);
+    WaitForPrerequisites();
+    NormalizeRow(a, s_w, s_b, xs);
+    return xs;
+  } else {
+    WaitForPrerequisites();
+    return a.x;
   }
-};
+}
 
 template <typename T>
 __device__ __forceinline__ float Epilogue(float v, const T* bias, int64_t j, bool gelu) {
@@ -241,8 +202,8 @@ __device__ __forceinline__ void LoadRowPacks(const int4* wj, int64_t first, int6
 }
 
 template <typename T, int kRows>
-__device__ __forceinline__ void AccumulatePacks(const T* x, int64_t ldx, const int4 (&raw)[kLoads],
-                                                int64_t first, int64_t npacks, int rows,
+__device__ __forceinline__ void AccumulatePacks(const T* x, const int4 (&raw)[kLoads],
+                                                int64_t first, int64_t npacks, int rows, int64_t in,
                                                 float (&acc)[kRows]) {
   constexpr int kVec = 16 / sizeof(T);
   using P = Pack<T, kVec>;
@@ -254,16 +215,18 @@ __device__ __forceinline__ void AccumulatePacks(const T* x, int64_t ldx, const i
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
       if (r >= rows) break;
-      const P xp = reinterpret_cast<const P*>(x + r * ldx)[p];
+      const P xp = reinterpret_cast<const P*>(x + r * in)[p];
 #pragma unroll
       for (int e = 0; e < kVec; ++e) acc[r] = fmaf(F(xp.v[e]), F(wp.v[e]), acc[r]);
     }
   }
 }
 
-// kSplit warps per output feature (1, 2, 4 or 8), kWarps / kSplit features per block.
+// kSplit warps per output feature (1, 2, 4 or 8), kWarps / kSplit features per block; kNorm:
+// the input LayerNorm (kRows = 1).
 template <typename T, int kRows, int kSplit, bool kNorm>
 __global__ void __launch_bounds__(kThreads) GemvKernel(const Args<T> a) {
+  static_assert(kRows == 1 || !kNorm, "the input LayerNorm takes one row");
   constexpr int kVec = 16 / sizeof(T);
   __shared__ float partial[kWarps][kRows];
   extern __shared__ int4 norm_smem[];
@@ -283,9 +246,9 @@ __global__ void __launch_bounds__(kThreads) GemvKernel(const Args<T> a) {
   int64_t start = static_cast<int64_t>(part) * kChunk;
   LoadRowPacks(wj, start + lane, npacks, live, raw);
   // x is the kernel before's output; y may still be read by one.
-  const auto x = Input<T, kRows, kNorm>::Prepare(a, norm_smem);
+  const T* x = PrepareInput<T, kNorm>(a, norm_smem);
   while (start < npacks) {
-    AccumulatePacks<T, kRows>(x.x, x.ld, raw, start + lane, npacks, rows, acc);
+    AccumulatePacks<T, kRows>(x, raw, start + lane, npacks, rows, in, acc);
     start += static_cast<int64_t>(kSplit) * kChunk;
     if (start < npacks) LoadRowPacks(wj, start + lane, npacks, live, raw);
   }
@@ -323,9 +286,11 @@ template <typename T, int kRows, int kSplit>
 cudaError_t LaunchCudaCores(const Args<T>& a, cudaStream_t stream) {
   constexpr int64_t kPerBlock = kWarps / kSplit;
   const dim3 grid(static_cast<unsigned>((a.out + kPerBlock - 1) / kPerBlock));
-  if (a.norm_weight != nullptr) {
-    return LaunchDependent(GemvKernel<T, kRows, kSplit, true>, grid, dim3(kThreads),
-                           NormSharedBytes<T>(a.rows, a.in), stream, a);
+  if constexpr (kRows == 1) {
+    if (a.norm_weight != nullptr) {
+      return LaunchDependent(GemvKernel<T, 1, kSplit, true>, grid, dim3(kThreads),
+                             NormSharedBytes<T>(a.in), stream, a);
+    }
   }
   return LaunchDependent(GemvKernel<T, kRows, kSplit, false>, grid, dim3(kThreads), 0, stream, a);
 }
@@ -381,7 +346,7 @@ __device__ __forceinline__ void LoadTile(const T* lo, const T* hi, bool lo_live,
 
 // One pass of a warp: the mmas of its slice (columns pass * kMmaCols + ...) against x row g.
 template <typename T>
-__device__ __forceinline__ void MmaPass(const T* x, int64_t ldx, const int4 (&a_lo)[kMmaSlots],
+__device__ __forceinline__ void MmaPass(const T* x, const int4 (&a_lo)[kMmaSlots],
                                         const int4 (&a_hi)[kMmaSlots], int64_t pass, int g, int t,
                                         int rows, int64_t in, float (&acc)[4]) {
 #pragma unroll
@@ -389,7 +354,7 @@ __device__ __forceinline__ void MmaPass(const T* x, int64_t ldx, const int4 (&a_
     const int64_t c = pass * kMmaCols + 32 * u + 8 * t;
     const uint32_t* wl = reinterpret_cast<const uint32_t*>(&a_lo[u]);
     const uint32_t* wh = reinterpret_cast<const uint32_t*>(&a_hi[u]);
-    const int4 xv = c < in && g < rows ? *reinterpret_cast<const int4*>(x + g * ldx + c) : Zero4();
+    const int4 xv = c < in && g < rows ? *reinterpret_cast<const int4*>(x + g * in + c) : Zero4();
     const uint32_t* xb = reinterpret_cast<const uint32_t*>(&xv);
     Mma<T>(acc, wl[0], wh[0], wl[1], wh[1], xb[0], xb[1]);
     Mma<T>(acc, wl[2], wh[2], wl[3], wh[3], xb[2], xb[3]);
@@ -397,10 +362,9 @@ __device__ __forceinline__ void MmaPass(const T* x, int64_t ldx, const int4 (&a_
 }
 
 // A block computes 16 output features for up to 8 rows of x.
-template <typename T, bool kNorm>
+template <typename T>
 __global__ void __launch_bounds__(kThreads) MmaGemvKernel(const Args<T> a) {
   __shared__ float partial[kWarps][32][4];
-  extern __shared__ int4 norm_smem[];
   const int rows = a.rows;
   const int64_t out = a.out, in = a.in;
   AllowDependents();
@@ -415,15 +379,15 @@ __global__ void __launch_bounds__(kThreads) MmaGemvKernel(const Args<T> a) {
   int4 a_lo[kMmaSlots], a_hi[kMmaSlots];
   int64_t pass = warp;
   if (pass < passes) LoadTile(lo, hi, lo_live, hi_live, pass * kMmaCols + 8 * t, in, a_lo, a_hi);
-  // x is the kernel before's output; y may still be read by one.
-  const auto x = Input<T, kGemvTensorCoreRows, kNorm>::Prepare(a, norm_smem);
+  WaitForPrerequisites();  // x is the kernel before's output; y may still be read by one
+  const T* x = a.x;
   for (; pass < passes; pass += kWarps) {
     int4 n_lo[kMmaSlots], n_hi[kMmaSlots];
     const bool more = pass + kWarps < passes;
     if (more) {
       LoadTile(lo, hi, lo_live, hi_live, (pass + kWarps) * kMmaCols + 8 * t, in, n_lo, n_hi);
     }
-    MmaPass<T>(x.x, x.ld, a_lo, a_hi, pass, g, t, rows, in, acc);
+    MmaPass<T>(x, a_lo, a_hi, pass, g, t, rows, in, acc);
     if (more) {
 #pragma unroll
       for (int u = 0; u < kMmaSlots; ++u) {
@@ -452,11 +416,7 @@ __global__ void __launch_bounds__(kThreads) MmaGemvKernel(const Args<T> a) {
 template <typename T>
 cudaError_t LaunchTensorCores(const Args<T>& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.out + 15) / 16));
-  if (a.norm_weight != nullptr) {
-    return LaunchDependent(MmaGemvKernel<T, true>, grid, dim3(kThreads),
-                           NormSharedBytes<T>(a.rows, a.in), stream, a);
-  }
-  return LaunchDependent(MmaGemvKernel<T, false>, grid, dim3(kThreads), 0, stream, a);
+  return LaunchDependent(MmaGemvKernel<T>, grid, dim3(kThreads), 0, stream, a);
 }
 
 template <typename T>
@@ -479,13 +439,14 @@ int64_t GemvMaxRows(FloatKind kind) {
 
 bool GemvNormFits(FloatKind kind, int64_t rows, int64_t in) {
   constexpr size_t kMaxBytes = 48 * 1024;  // without opting in to more per block
+  if (rows != 1) return false;
   switch (kind) {
     case FloatKind::kBFloat16:
-      return NormSharedBytes<__nv_bfloat16>(rows, in) <= kMaxBytes;
+      return NormSharedBytes<__nv_bfloat16>(in) <= kMaxBytes;
     case FloatKind::kFloat16:
-      return NormSharedBytes<__half>(rows, in) <= kMaxBytes;
+      return NormSharedBytes<__half>(in) <= kMaxBytes;
     case FloatKind::kFloat32:
-      return NormSharedBytes<float>(rows, in) <= kMaxBytes;
+      return NormSharedBytes<float>(in) <= kMaxBytes;
   }
   return false;
 }

@@ -31,11 +31,12 @@ struct GemvArgs {
   bool gelu = false;
   void* y = nullptr;
   int64_t rows = 0, out = 0, in = 0;
-  // An input LayerNorm, when norm_weight is set: x is replaced by LayerNorm(x + residual) over
-  // `in` (no residual when it is null) with norm_weight, norm_bias [in] and eps, the math of
-  // layer_norm_launch.h's forward (the sum rounded to the kind, the normalised x too); the sum
-  // is written to `sum` [rows, in] when residual and sum are set. Each block normalises the rows
-  // itself into shared memory: one kernel where a LayerNorm and a GEMV were two in sequence.
+  // An input LayerNorm for one row (rows = 1), when norm_weight is set: x is replaced by
+  // LayerNorm(x + residual) over `in` (no residual when it is null) with norm_weight, norm_bias
+  // [in] and eps, the math of layer_norm_launch.h's forward (the sum rounded to the kind, the
+  // normalised x too); the sum is written to `sum` [in] when residual and sum are set. Each block
+  // normalises the row itself into shared memory: one kernel where a LayerNorm and a GEMV were
+  // two in sequence.
   const void* residual = nullptr;
   const void* norm_weight = nullptr;
   const void* norm_bias = nullptr;
@@ -43,8 +44,8 @@ struct GemvArgs {
   void* sum = nullptr;
 };
 
-// True when the input LayerNorm's rows fit a block's shared memory (48 KiB): about 8 rows of
-// 2,560 bf16 values.
+// True when LaunchGemv takes an input LayerNorm for these rows: one row, its LayerNorm's weight,
+// bias and values in a block's shared memory (48 KiB: 8,192 bf16 values).
 bool GemvNormFits(FloatKind kind, int64_t rows, int64_t in);
 
 // Launches the kernel for `args.rows` (1 <= rows <= GemvMaxRows(kind)) as a dependent launch

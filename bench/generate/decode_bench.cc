@@ -14,9 +14,12 @@
 // with the graph (capture_ms: the warm-up's capture). --no-cuda-graph runs the eager path
 // only (its figures are then the main ones; graph_ms_per_token=nan). --quantize int8: the
 // layers' linear weights as int8 (worker/model/quantize.h); weights_mib is what the model's
-// tensors hold either way. --profile: after the timings, one more generation of the first batch
-// size eagerly and one through the graph under LibTorch's profiler, each printing the GPU busy
-// time per new token and the top kernels (bench/profile/kernel_profile.h).
+// tensors hold either way, kv_cache_mib the cache of the batch, and peak_mib the most the CUDA
+// allocator held for tensors during the main path's generations (the weights, the cache, the
+// prefill's activations, the graph's pool; nan off CUDA). --profile: after the timings, one more
+// generation of the first batch size eagerly and one through the graph under LibTorch's profiler,
+// each printing the GPU busy time per new token and the top kernels
+// (bench/profile/kernel_profile.h).
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -34,6 +37,10 @@
 #include "worker/generate/generator.h"
 #include "worker/model/gpt.h"
 #include "worker/model/quantize.h"
+
+#if MT_BENCH_WITH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
 
 namespace {
 
@@ -57,7 +64,25 @@ struct Timing {
   double ttft = 1e30;
   double total = 1e30;
   double capture = 0.0;
+  double kv_cache_mib = 0.0;
+  double peak_mib = std::numeric_limits<double>::quiet_NaN();
 };
+
+// The CUDA allocator's peak of allocated bytes on `device` since the last call, in MiB (nan
+// off CUDA); starts a new peak.
+double TakePeakMib(const torch::Device& device) {
+#if MT_BENCH_WITH_CUDA
+  if (device.is_cuda()) {
+    namespace alloc = c10::cuda::CUDACachingAllocator;
+    const c10::DeviceIndex index = device.index() < 0 ? 0 : device.index();
+    const double peak = static_cast<double>(alloc::getDeviceStats(index).allocated_bytes[0].peak);
+    alloc::resetPeakStats(index);
+    return peak / (1 << 20);
+  }
+#endif
+  (void)device;
+  return std::numeric_limits<double>::quiet_NaN();
+}
 
 bool Parse(int argc, char** argv, Args* a) {
   for (int i = 1; i < argc; ++i) {
@@ -155,6 +180,8 @@ bool Profile(mt::model::GptModel& gpt, const std::vector<int32_t>& prompt, const
 bool Measure(mt::model::GptModel& gpt, const std::vector<int32_t>& prompt, const Args& a,
              int64_t batch, bool cuda_graph, Timing* t) {
   const mt::generate::GenerateOptions o = GreedyOptions(a, batch, cuda_graph);
+  const torch::Device device = gpt.output_weight().device();
+  TakePeakMib(device);  // a new peak from here (the weights are allocated already)
   mt::generate::Generator generator(gpt);
   const double steps = static_cast<double>(a.new_tokens - 1);
   double best_step = 1e30;
@@ -164,6 +191,7 @@ bool Measure(mt::model::GptModel& gpt, const std::vector<int32_t>& prompt, const
       std::fprintf(stderr, "decode_bench: %s\n", std::string(result.status().message()).c_str());
       return false;
     }
+    t->kv_cache_mib = static_cast<double>(result->kv_cache_bytes) / (1 << 20);
     if (r == 0) {
       t->capture = result->graph_capture_seconds;
       continue;
@@ -174,6 +202,7 @@ bool Measure(mt::model::GptModel& gpt, const std::vector<int32_t>& prompt, const
   }
   // One new token has no decode step: its step figures are nan.
   t->step = steps > 0 ? best_step : std::numeric_limits<double>::quiet_NaN();
+  t->peak_mib = TakePeakMib(device);
   return true;
 }
 
@@ -184,13 +213,13 @@ void Print(const Args& a, int64_t batch, double weights_mib, const Timing& main,
       "mt size=%s dtype=%s quantize=%s weights_mib=%.0f batch=%lld prompt=%lld new=%lld "
       "ms_per_token=%.3f tokens_per_s=%.1f ttft_ms=%.2f total_ms_per_token=%.3f "
       "total_tokens_per_s=%.1f eager_ms_per_token=%.3f graph_ms_per_token=%.3f "
-      "graph_speedup=%.2f capture_ms=%.1f\n",
+      "graph_speedup=%.2f capture_ms=%.1f kv_cache_mib=%.1f peak_mib=%.0f\n",
       a.size.c_str(), a.dtype.c_str(), a.quantize.c_str(), weights_mib,
       static_cast<long long>(batch), static_cast<long long>(a.prompt),
       static_cast<long long>(a.new_tokens), main.step * 1e3, b / main.step, main.ttft * 1e3,
       main.total * 1e3 / static_cast<double>(a.new_tokens),
       b * static_cast<double>(a.new_tokens) / main.total, eager.step * 1e3, graph.step * 1e3,
-      eager.step / graph.step, graph.capture * 1e3);
+      eager.step / graph.step, graph.capture * 1e3, main.kv_cache_mib, main.peak_mib);
   std::fflush(stdout);
 }
 

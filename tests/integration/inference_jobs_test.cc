@@ -104,6 +104,20 @@ class InferenceJobsTest : public testutil::JobFixture {
     return testutil::RunCommand(args, absl::Seconds(120));
   }
 
+  // `mt-worker generate`'s greedy text of `prompt` (8 new tokens) from the checkpoint in
+  // `directory`, and a newline: what a generation job's stream and mtctl must give. Empty after
+  // a reported failure of the command.
+  static std::string LocalGreedyText(const std::string& directory, const std::string& prompt) {
+    const absl::StatusOr<CommandResult> local = LocalGenerate(
+        directory, {"--prompt", prompt, "--temperature", "0", "--max-new-tokens", "8"});
+    if (!local.ok()) {
+      ADD_FAILURE() << local.status().message();
+      return "";
+    }
+    EXPECT_EQ(local->exit_code, 0) << local->err;
+    return local->exit_code == 0 ? local->out : "";
+  }
+
   std::unique_ptr<mt::v1::ClientService::Stub> Stub() {
     return mt::v1::ClientService::NewStub(
         grpc::CreateChannel(cluster_.address(), grpc::InsecureChannelCredentials()));
@@ -237,11 +251,8 @@ TEST_F(InferenceJobsTest, GenerateStreamsTheLocalGreedyTextAndAGoneClientCancels
   const std::string checkpoint = TrainAndSave(tokenizer, &directory);
   ASSERT_FALSE(checkpoint.empty());
   const std::string prompt = "Call me Ishmael.";
-  const absl::StatusOr<CommandResult> local =
-      LocalGenerate(directory, {"--prompt", prompt, "--temperature", "0", "--max-new-tokens", "8"});
-  ASSERT_TRUE(local.ok()) << local.status().message();
-  ASSERT_EQ(local->exit_code, 0) << local->err;
-  ASSERT_FALSE(local->out.empty());  // the text and a newline
+  const std::string local = LocalGreedyText(directory, prompt);
+  ASSERT_GT(local.size(), 1u);  // the text and a newline
 
   // The stream: the job's id first, then the text piece by piece, then the sample's end.
   const mt::v1::GenerateTextRequest request = GreedyRequest(checkpoint, prompt);
@@ -253,7 +264,7 @@ TEST_F(InferenceJobsTest, GenerateStreamsTheLocalGreedyTextAndAGoneClientCancels
     EXPECT_EQ(stream.ends[0].finish_reason(), "length");
     EXPECT_EQ(stream.ends[0].tokens(), 8);
     EXPECT_GT(stream.pieces, 1) << stream.text;
-    EXPECT_EQ(stream.text + "\n", local->out);
+    EXPECT_EQ(stream.text + "\n", local);
     EXPECT_TRUE(cluster_.WaitForState(stream.job, mt::v1::JOB_STATE_SUCCEEDED, absl::Seconds(30)))
         << EventText(stream.job);
   }
@@ -261,7 +272,7 @@ TEST_F(InferenceJobsTest, GenerateStreamsTheLocalGreedyTextAndAGoneClientCancels
   CommandResult cli = Mtctl(
       {"generate", checkpoint, "--prompt", prompt, "--temperature", "0", "--max-new-tokens", "8"});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
-  EXPECT_EQ(cli.out, local->out);
+  EXPECT_EQ(cli.out, local);
   EXPECT_THAT(cli.err, HasSubstr("finished by length"));
   CommandResult json = Mtctl({"-o", "json", "generate", checkpoint, "--prompt", prompt,
                               "--temperature", "0", "--max-new-tokens", "8", "-n", "2"});
@@ -421,11 +432,8 @@ TEST_F(ShardedGenerateJobsTest, TwoTensorParallelRanksStreamTheLocalText) {
   const std::string checkpoint = TrainAndSave(tokenizer, &directory);
   ASSERT_FALSE(checkpoint.empty());
   const std::string prompt = "Call me Ishmael.";
-  const absl::StatusOr<CommandResult> local =
-      LocalGenerate(directory, {"--prompt", prompt, "--temperature", "0", "--max-new-tokens", "8"});
-  ASSERT_TRUE(local.ok()) << local.status().message();
-  ASSERT_EQ(local->exit_code, 0) << local->err;
-  ASSERT_GT(local->out.size(), 1u);  // the text and a newline
+  const std::string local = LocalGreedyText(directory, prompt);
+  ASSERT_GT(local.size(), 1u);  // the text and a newline
 
   // The stream of a TP-2 job: the job's id, the text piece by piece, the sample's end.
   mt::v1::GenerateTextRequest request = GreedyRequest(checkpoint, prompt);
@@ -440,7 +448,7 @@ TEST_F(ShardedGenerateJobsTest, TwoTensorParallelRanksStreamTheLocalText) {
   EXPECT_EQ(stream.ends[0].finish_reason(), "length");
   EXPECT_EQ(stream.ends[0].tokens(), 8);
   EXPECT_GT(stream.pieces, 1) << stream.text;
-  EXPECT_EQ(stream.text + "\n", local->out);
+  EXPECT_EQ(stream.text + "\n", local);
   EXPECT_TRUE(cluster_.WaitForState(job, mt::v1::JOB_STATE_SUCCEEDED, absl::Seconds(30)))
       << EventText(job);
   auto got = cluster_.GetJob(job);
@@ -455,7 +463,7 @@ TEST_F(ShardedGenerateJobsTest, TwoTensorParallelRanksStreamTheLocalText) {
   CommandResult cli = Mtctl({"generate", checkpoint, "--prompt", prompt, "--temperature", "0",
                              "--max-new-tokens", "8", "--tensor-model-parallel-size", "2"});
   ASSERT_EQ(cli.exit_code, 0) << cli.err;
-  EXPECT_EQ(cli.out, local->out);
+  EXPECT_EQ(cli.out, local);
   EXPECT_THAT(cli.err, HasSubstr("finished by length"));
   const std::vector<std::string> sampling = {
       "--prompt", prompt, "--temperature",    "0.8", "--top-k", "50",

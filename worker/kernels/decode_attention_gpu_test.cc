@@ -26,9 +26,7 @@
 #include "worker/kernels/decode_attention.h"
 
 #if MT_KERNELS_WITH_CUDA
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include "worker/kernels/graph_capture_for_test.h"
 #endif
 
 namespace mt::kernels {
@@ -179,18 +177,8 @@ TEST_P(DecodeAttentionGpuTest, CapturedInACudaGraphFollowsThePositionOnTheDevice
     const torch::Tensor position = torch::zeros({1}, torch::dtype(torch::kLong).device(cuda));
     ASSERT_TRUE(DecodeAttentionAvailable(in.q, in.k, in.v, position, in.k_cache, in.v_cache));
     at::cuda::CUDAGraph graph;
-    torch::Tensor out;
-    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-    side.synchronize();
-    torch::cuda::synchronize();
-    {
-      c10::cuda::CUDAStreamGuard on_side(side);
-      DecodeAttention(in.q, in.k, in.v, position, in.k_cache, in.v_cache);  // warm-up
-      graph.capture_begin();
-      out = DecodeAttention(in.q, in.k, in.v, position, in.k_cache, in.v_cache);
-      graph.capture_end();
-    }
-    side.synchronize();
+    const torch::Tensor out = CaptureForTest(
+        [&] { return DecodeAttention(in.q, in.k, in.v, position, in.k_cache, in.v_cache); }, graph);
     for (const int64_t p : {int64_t{5}, s.max_len - 1, int64_t{300}, int64_t{0}, int64_t{127}}) {
       const std::string what = Name(s, dtype, p) + " (graph)";
       position.fill_(p);

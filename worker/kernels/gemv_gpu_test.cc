@@ -21,9 +21,7 @@
 #include "worker/kernels/linear_tolerance_for_test.h"
 
 #if MT_KERNELS_WITH_CUDA
-#include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
-#include <c10/cuda/CUDAStream.h>
+#include "worker/kernels/graph_capture_for_test.h"
 #endif
 
 namespace mt::kernels {
@@ -107,17 +105,7 @@ TEST_P(GemvGpuTest, DependentLaunchesInACudaGraphReadTheirInputsAfterTheyAreWrit
     const torch::Tensor x = torch::randn({rows, 2048}, on).to(dtype);
     auto chain = [&] { return Gemv(Gemv(Gemv(x, w1, b1, /*gelu=*/true), w2, {}), w3, {}); };
     at::cuda::CUDAGraph graph;
-    torch::Tensor out;
-    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-    torch::cuda::synchronize();
-    {
-      c10::cuda::CUDAStreamGuard on_side(side);
-      chain();  // warm-up
-      graph.capture_begin();
-      out = chain();
-      graph.capture_end();
-    }
-    side.synchronize();
+    const torch::Tensor out = CaptureForTest(chain, graph);
     for (int replay = 0; replay < 3; ++replay) {
       x.copy_(torch::randn({rows, 2048}, on));
       graph.replay();
@@ -233,17 +221,7 @@ TEST_P(GemvGpuTest, NormGemvChainsInACudaGraph) {
     return torch::cat({h, y}, -1);
   };
   at::cuda::CUDAGraph graph;
-  torch::Tensor out;
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  torch::cuda::synchronize();
-  {
-    c10::cuda::CUDAStreamGuard on_side(side);
-    chain();  // warm-up
-    graph.capture_begin();
-    out = chain();
-    graph.capture_end();
-  }
-  side.synchronize();
+  const torch::Tensor out = CaptureForTest(chain, graph);
   for (int replay = 0; replay < 3; ++replay) {
     x.copy_(torch::randn({rows, 2048}, on));
     graph.replay();

@@ -1,0 +1,37 @@
+// A CUDA graph captured as the decode step captures one (worker/generate/decode_graph.cc): on a
+// side stream that starts after the work of the current one, one warm-up run, then the capture.
+// For the kernels' GPU tests; include only where LibTorch has CUDA (MT_KERNELS_WITH_CUDA).
+#ifndef MT_WORKER_KERNELS_GRAPH_CAPTURE_FOR_TEST_H_
+#define MT_WORKER_KERNELS_GRAPH_CAPTURE_FOR_TEST_H_
+
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#include <torch/cuda.h>
+#include <torch/types.h>
+
+#include <functional>
+
+namespace mt::kernels {
+
+// Captures run() into `graph` and returns the captured run's output: the tensor each
+// graph.replay() writes again.
+inline torch::Tensor CaptureForTest(const std::function<torch::Tensor()>& run,
+                                    at::cuda::CUDAGraph& graph) {
+  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
+  torch::cuda::synchronize();
+  torch::Tensor out;
+  {
+    c10::cuda::CUDAStreamGuard on_side(side);
+    run();  // warm-up
+    graph.capture_begin();
+    out = run();
+    graph.capture_end();
+  }
+  side.synchronize();
+  return out;
+}
+
+}  // namespace mt::kernels
+
+#endif  // MT_WORKER_KERNELS_GRAPH_CAPTURE_FOR_TEST_H_

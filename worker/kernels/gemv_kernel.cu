@@ -26,8 +26,8 @@
 // thread) and reads x from there: the LayerNorm kernel before a decode step's QKV, fc1 and
 // logits goes away. It pays at one row only: every block normalises the row again, and at 8 rows
 // (the tensor-core kernel, 16 features a block) that doubled a 1.3B decode step's time, where at
-// one row it took 4% off GPT-2 124M's step and left 1.3B's as it was (bench/RESULTS.md,
-// 2026-12-03).
+// one row it took 2% off 1.3B's step and 7% off GPT-2 124M's (0% and 3% in another lease;
+// bench/RESULTS.md, 2026-12-03).
 //
 // Measured against cuBLAS (bench/generate/gemv_bench.cc, bench/RESULTS.md, 2026-12-03): a
 // one-wave form of both kernels (blocks looping over features, every row prefetched into L2

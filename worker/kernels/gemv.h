@@ -3,9 +3,10 @@
 // step reads each weight once per token, so its time is the weights' bytes over memory
 // bandwidth; cuBLAS's kernels for a few rows read a GPT-2 1.3B's layers at about half of an
 // H200's bandwidth (bench/RESULTS.md, 2026-12-03). The kernels (gemv_kernel.cu) stream the
-// weight rows (CUDA cores up to 4 rows, tensor cores past them), products and sums in fp32, the
-// bias and an optional tanh GELU applied before the one rounding to the dtype; each starts
-// streaming while the kernel before it finishes (a dependent launch).
+// weight rows (CUDA cores for one row and for fp32, tensor cores for 2 to 8 rows of bf16 or
+// fp16), products and sums in fp32, the bias and an optional tanh GELU applied before the one
+// rounding to the dtype; each starts streaming while the kernel before it finishes (a dependent
+// launch).
 //
 // CUDA tensors of fp32, bf16 or fp16 (x, weight and bias of one dtype), in a multiple of 16
 // bytes' elements, 16-byte aligned, and no autograd to record (inference, or under
@@ -40,7 +41,7 @@ bool NormGemvAvailable(const torch::Tensor& x, const torch::Tensor& norm_weight,
 // {sum, act(LayerNorm(sum) weight^T + bias)} with sum = x + residual (x itself when residual is
 // undefined): what FusedAddLayerNorm (or FusedLayerNorm) and then Gemv compute, in one kernel
 // where NormGemvAvailable and the LayerNorm's parameters are CUDA tensors of x's dtype (each
-// block normalises the rows itself: no LayerNorm kernel between two GEMVs of a decode step);
+// block normalises the row itself: no LayerNorm kernel between two GEMVs of a decode step);
 // otherwise those two calls. No autograd on the kernel path.
 std::pair<torch::Tensor, torch::Tensor> NormGemv(const torch::Tensor& x,
                                                  const torch::Tensor& residual,

@@ -8,9 +8,12 @@
 // backend runs the decode-attention kernel (kernels::DecodeAttention: head_dim 32 here); against
 // the step with kMath (index_copy_ + masked math over the whole cache) on the same model its
 // logits agree within 1e-4 of their largest in fp32 (0.1 in bf16) over 40 steps, and the first
-// layer's cache (the same inputs on both paths) is the same bit for bit.
+// layer's cache (the same inputs on both paths) is the same bit for bit. A stop text that ends
+// the samples while the next step is enqueued leaves the Generator's later calls as they were,
+// and TokenReadback's pinned copy reads the tokens as enqueued.
 // The lead runs it on the GPU machine:
-//   ctest --test-dir BUILD -R "DecodeGraph(Replay)?GpuTest" --output-on-failure
+//   ctest --test-dir BUILD -R "DecodeGraph(Replay)?GpuTest|TokenReadbackGpuTest"
+//   --output-on-failure
 #include <torch/cuda.h>
 
 #include <memory>
@@ -26,6 +29,7 @@
 #include "worker/generate/generator.h"
 #include "worker/generate/kv_cache.h"
 #include "worker/generate/test_models.h"
+#include "worker/generate/token_readback.h"
 #include "worker/kernels/decode_attention.h"
 #include "worker/model/quantize.h"
 
@@ -209,6 +213,24 @@ TEST(DecodeAttentionStepGpuTest, KernelStepMatchesTheMathStep) {
     EXPECT_TRUE(torch::equal(kernel_cache.keys(0), math_cache.keys(0)));
     EXPECT_TRUE(torch::equal(kernel_cache.values(0), math_cache.values(0)));
   }
+}
+
+// TokenReadback's CUDA path: the copy is ordered behind the work enqueued before it and ahead
+// of what is enqueued after it, so Wait gives the tokens as they were at Enqueue even when
+// later work (a long matmul, then the tokens overwritten) is still queued.
+TEST(TokenReadbackGpuTest, WaitGivesTheTokensAsEnqueuedWhileLaterWorkRuns) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const torch::Device cuda(torch::kCUDA);
+  TokenReadback readback(4, cuda);
+  torch::Tensor tokens = torch::arange(4, torch::dtype(torch::kLong).device(cuda)) * 3;
+  readback.Enqueue(tokens);
+  const torch::Tensor a = torch::randn({4096, 4096}, torch::dtype(torch::kFloat).device(cuda));
+  const torch::Tensor busy = torch::matmul(torch::matmul(a, a), a);
+  tokens.fill_(-1);
+  const int64_t* got = readback.Wait();
+  EXPECT_EQ(std::vector<int64_t>(got, got + 4), (std::vector<int64_t>{0, 3, 6, 9}));
+  EXPECT_EQ(tokens.cpu()[0].item<int64_t>(), -1);
+  EXPECT_TRUE(busy.isfinite().all().item<bool>());
 }
 
 TEST(DecodeGraphReplayGpuTest, ReplaysAllocateNothing) {

@@ -3,7 +3,8 @@
 //
 //   decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32]
 //                [--batches 1,16] [--prompt 128] [--new 128] [--repeat 3] [--no-cuda-graph]
-//                [--quantize none|int8] [--profile [--top N]]
+//                [--quantize none|int8] [--no-read-ahead] [--no-norm-in-linear]
+//                [--profile [--top N]]
 //
 // One line per batch size on stdout (key=value): ms per decode step and tokens/s of the decode
 // steps alone, time to first token (prefill), and the whole generation per new token (what
@@ -16,7 +17,10 @@
 // layers' linear weights as int8 (worker/model/quantize.h); weights_mib is what the model's
 // tensors hold either way, kv_cache_mib the cache of the batch, and peak_mib the most the CUDA
 // allocator held for tensors during the main path's generations (the weights, the cache, the
-// prefill's activations, the graph's pool; nan off CUDA). --profile: after the timings, one more
+// prefill's activations, the graph's pool; nan off CUDA). --no-read-ahead and
+// --no-norm-in-linear turn off the decode loop's read-ahead (GenerateOptions::read_ahead) and
+// the LayerNorm inside the linear layers (DecodeStepOptions), to compare each against the
+// default in one lease (bench/RESULTS.md, 2026-12-03). --profile: after the timings, one more
 // generation of the first batch size eagerly and one through the graph under LibTorch's profiler,
 // each printing the GPU busy time per new token and the top kernels
 // (bench/profile/kernel_profile.h).
@@ -56,6 +60,8 @@ struct Args {
   std::string quantize = "none";
   bool profile = false;
   int top = 25;
+  bool read_ahead = true;      // --no-read-ahead: GenerateOptions::read_ahead = false
+  bool norm_in_linear = true;  // --no-norm-in-linear: DecodeStepOptions::norm_in_linear = false
 };
 
 // Best figures of --repeat timed runs, in seconds (step: per decode step).
@@ -93,6 +99,14 @@ bool Parse(int argc, char** argv, Args* a) {
     }
     if (k == "--profile") {
       a->profile = true;
+      continue;
+    }
+    if (k == "--no-read-ahead") {
+      a->read_ahead = false;
+      continue;
+    }
+    if (k == "--no-norm-in-linear") {
+      a->norm_in_linear = false;
       continue;
     }
     if (i + 1 >= argc) return false;
@@ -153,6 +167,8 @@ mt::generate::GenerateOptions GreedyOptions(const Args& a, int64_t batch, bool c
   o.num_samples = batch;
   o.sampling.temperature = 0.0;
   o.cuda_graph = cuda_graph;
+  o.read_ahead = a.read_ahead;
+  o.step.norm_in_linear = a.norm_in_linear;
   return o;
 }
 
@@ -210,14 +226,15 @@ void Print(const Args& a, int64_t batch, double weights_mib, const Timing& main,
            const Timing& eager, const Timing& graph) {
   const double b = static_cast<double>(batch);
   std::printf(
-      "mt size=%s dtype=%s quantize=%s weights_mib=%.0f batch=%lld prompt=%lld new=%lld "
+      "mt size=%s dtype=%s quantize=%s read_ahead=%d norm_in_linear=%d weights_mib=%.0f "
+      "batch=%lld prompt=%lld new=%lld "
       "ms_per_token=%.3f tokens_per_s=%.1f ttft_ms=%.2f total_ms_per_token=%.3f "
       "total_tokens_per_s=%.1f eager_ms_per_token=%.3f graph_ms_per_token=%.3f "
       "graph_speedup=%.2f capture_ms=%.1f kv_cache_mib=%.1f peak_mib=%.0f\n",
-      a.size.c_str(), a.dtype.c_str(), a.quantize.c_str(), weights_mib,
-      static_cast<long long>(batch), static_cast<long long>(a.prompt),
-      static_cast<long long>(a.new_tokens), main.step * 1e3, b / main.step, main.ttft * 1e3,
-      main.total * 1e3 / static_cast<double>(a.new_tokens),
+      a.size.c_str(), a.dtype.c_str(), a.quantize.c_str(), a.read_ahead ? 1 : 0,
+      a.norm_in_linear ? 1 : 0, weights_mib, static_cast<long long>(batch),
+      static_cast<long long>(a.prompt), static_cast<long long>(a.new_tokens), main.step * 1e3,
+      b / main.step, main.ttft * 1e3, main.total * 1e3 / static_cast<double>(a.new_tokens),
       b * static_cast<double>(a.new_tokens) / main.total, eager.step * 1e3, graph.step * 1e3,
       eager.step / graph.step, graph.capture * 1e3, main.kv_cache_mib, main.peak_mib);
   std::fflush(stdout);
@@ -232,7 +249,8 @@ int main(int argc, char** argv) {
           argc, argv, "decode_bench",
           "usage: decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32] "
           "[--batches 1,16] [--prompt 128] [--new 128] [--repeat 3] [--no-cuda-graph] "
-          "[--quantize none|int8] [--profile [--top N]]")) {
+          "[--quantize none|int8] [--no-read-ahead] [--no-norm-in-linear] "
+          "[--profile [--top N]]")) {
     return 0;
   }
   if (!Parse(argc, argv, &a) || !ConfigFor(a.size, &config)) {

@@ -35,7 +35,8 @@ bool DecodeGraph::Available() { return MT_GENERATE_WITH_CUDA != 0; }
 absl::StatusOr<std::unique_ptr<DecodeGraph>> DecodeGraph::Create(model::GptModel& gpt,
                                                                  KvCache& cache,
                                                                  const torch::Device& device,
-                                                                 bool capture) {
+                                                                 bool capture,
+                                                                 const DecodeStepOptions& step) {
   if (capture && (!device.is_cuda() || !Available())) {
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA graph decoding needs a CUDA device and a build against a CUDA "
@@ -43,15 +44,16 @@ absl::StatusOr<std::unique_ptr<DecodeGraph>> DecodeGraph::Create(model::GptModel
                      device.str(), ", CUDA graphs ", Available() ? "built" : "not built",
                      "); decode without it (cuda_graph = false)"));
   }
-  return std::unique_ptr<DecodeGraph>(new DecodeGraph(gpt, cache, device, capture));
+  return std::unique_ptr<DecodeGraph>(new DecodeGraph(gpt, cache, device, capture, step));
 }
 
 DecodeGraph::DecodeGraph(model::GptModel& gpt, KvCache& cache, const torch::Device& device,
-                         bool capture)
+                         bool capture, const DecodeStepOptions& step)
     : gpt_(gpt),
       cache_(cache),
       device_(device),
       capture_(capture),
+      step_options_(step),
       graph_(std::make_unique<Graph>()),
       inputs_(DecodeInputs::For(cache, device)) {}
 
@@ -62,7 +64,7 @@ DecodeGraph::~DecodeGraph() {
 
 torch::Tensor DecodeGraph::RunStep() {
   torch::NoGradGuard no_grad;
-  return StaticDecodeStep(gpt_, inputs_, cache_);
+  return StaticDecodeStep(gpt_, inputs_, cache_, step_options_);
 }
 
 torch::Tensor DecodeGraph::Step(const torch::Tensor& tokens) {

@@ -42,11 +42,12 @@ class DecodeGraph {
   static bool Available();
 
   // For `cache` on `device`, which must outlive the DecodeGraph. `capture`: replay a CUDA
-  // graph (device must be CUDA and Available()); else run eagerly. Errors: FAILED_PRECONDITION
-  // for capture where there are no CUDA graphs.
+  // graph (device must be CUDA and Available()); else run eagerly. `step`: how the step runs
+  // (decode_step.h). Errors: FAILED_PRECONDITION for capture where there are no CUDA graphs.
   static absl::StatusOr<std::unique_ptr<DecodeGraph>> Create(model::GptModel& gpt, KvCache& cache,
                                                              const torch::Device& device,
-                                                             bool capture);
+                                                             bool capture,
+                                                             const DecodeStepOptions& step = {});
   ~DecodeGraph();
   DecodeGraph(const DecodeGraph&) = delete;
   DecodeGraph& operator=(const DecodeGraph&) = delete;
@@ -66,7 +67,8 @@ class DecodeGraph {
  private:
   struct Graph;  // the CUDA graph (decode_graph.cc; empty without CUDA)
 
-  DecodeGraph(model::GptModel& gpt, KvCache& cache, const torch::Device& device, bool capture);
+  DecodeGraph(model::GptModel& gpt, KvCache& cache, const torch::Device& device, bool capture,
+              const DecodeStepOptions& step);
   torch::Tensor RunStep();
   void Capture();
 
@@ -74,6 +76,7 @@ class DecodeGraph {
   KvCache& cache_;
   torch::Device device_;
   bool capture_;
+  DecodeStepOptions step_options_;
   // Declared before the tensors it made (the static logits): destroyed after them.
   std::unique_ptr<Graph> graph_;
   DecodeInputs inputs_;

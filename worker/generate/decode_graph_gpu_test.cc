@@ -10,7 +10,8 @@
 // logits agree within 1e-4 of their largest in fp32 (0.1 in bf16) over 40 steps, and the first
 // layer's cache (the same inputs on both paths) is the same bit for bit. A stop text that ends
 // the samples while the next step is enqueued leaves the Generator's later calls as they were,
-// and TokenReadback's pinned copy reads the tokens as enqueued.
+// decode_bench's comparison switches (no read-ahead, no LayerNorm inside the linear layers) give
+// the same tokens, and TokenReadback's pinned copy reads the tokens as enqueued.
 // The lead runs it on the GPU machine:
 //   ctest --test-dir BUILD -R "DecodeGraph(Replay)?GpuTest|TokenReadbackGpuTest"
 //   --output-on-failure
@@ -213,6 +214,26 @@ TEST(DecodeAttentionStepGpuTest, KernelStepMatchesTheMathStep) {
     EXPECT_TRUE(torch::equal(kernel_cache.keys(0), math_cache.keys(0)));
     EXPECT_TRUE(torch::equal(kernel_cache.values(0), math_cache.values(0)));
   }
+}
+
+// The switches decode_bench compares: without the read-ahead the graph's greedy tokens are the
+// same bit for bit (the same kernels); without the LayerNorm inside the linear layers (batch 1,
+// fp32: the LayerNorm kernel's sums in another order) they are the same tokens.
+TEST(DecodeGraphReplayGpuTest, TheComparisonSwitchesGiveTheSameTokens) {
+  if (NoCudaGraphs()) GTEST_SKIP() << "no CUDA (or a build without CUDA graphs)";
+  auto gpt = TinyGpt(GpuGpt(torch::kFloat, model::AttentionBackend::kAuto));
+  ASSERT_NE(gpt, nullptr);
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult base,
+                          Generate(*gpt, Prompt(), Greedy(1, true), LetterText));
+  GenerateOptions waited = Greedy(1, true);
+  waited.read_ahead = false;
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult no_ahead, Generate(*gpt, Prompt(), waited, LetterText));
+  EXPECT_EQ(no_ahead.samples[0].tokens, base.samples[0].tokens);
+  GenerateOptions unfused = Greedy(1, true);
+  unfused.step.norm_in_linear = false;
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult no_norm, Generate(*gpt, Prompt(), unfused, LetterText));
+  EXPECT_EQ(no_norm.samples[0].tokens, base.samples[0].tokens);
+  EXPECT_EQ(no_norm.samples[0].tokens.size(), static_cast<size_t>(kNew));
 }
 
 // TokenReadback's CUDA path: the copy is ordered behind the work enqueued before it and ahead

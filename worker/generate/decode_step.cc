@@ -74,11 +74,14 @@ std::pair<torch::Tensor, torch::Tensor> AddNorm(const torch::nn::LayerNorm& ln,
 }
 
 // {x + residual, act(LayerNorm(x + residual) w^T + b)} in one kernel (kernels::NormGemv) when
-// the layer's weight is whole and not int8 and the kernel runs; else nullopt.
+// the options allow it, the layer's weight is whole and not int8 and the kernel runs; else
+// nullopt.
 std::optional<std::pair<torch::Tensor, torch::Tensor>> NormLinear(
-    const torch::nn::LayerNorm& ln, const torch::Tensor& x, const torch::Tensor& residual,
-    const torch::Tensor& weight, const torch::Tensor& bias, bool gelu) {
-  if (!weight.defined() || !kernels::NormGemvAvailable(x, ln->weight, weight)) {
+    const DecodeStepOptions& options, const torch::nn::LayerNorm& ln, const torch::Tensor& x,
+    const torch::Tensor& residual, const torch::Tensor& weight, const torch::Tensor& bias,
+    bool gelu) {
+  if (!options.norm_in_linear || !weight.defined() ||
+      !kernels::NormGemvAvailable(x, ln->weight, weight)) {
     return std::nullopt;
   }
   return kernels::NormGemv(x, residual, ln->weight, ln->bias, ln->options.eps(), weight, bias,
@@ -87,11 +90,13 @@ std::optional<std::pair<torch::Tensor, torch::Tensor>> NormLinear(
 
 // {x, the QKV projection of input_layernorm(x)} for the layer input x = h + mlp (mlp undefined
 // before the first layer).
-std::pair<torch::Tensor, torch::Tensor> NormQkv(model::TransformerLayerImpl& layer,
+std::pair<torch::Tensor, torch::Tensor> NormQkv(const DecodeStepOptions& options,
+                                                model::TransformerLayerImpl& layer,
                                                 const torch::Tensor& h, const torch::Tensor& mlp) {
   model::ColumnParallelLinearImpl& qkv = *layer.self_attention->linear_qkv;
   if (!qkv.int8.q.defined()) {
-    if (auto fused = NormLinear(layer.input_layernorm, h, mlp, qkv.weight, qkv.bias, false)) {
+    if (auto fused =
+            NormLinear(options, layer.input_layernorm, h, mlp, qkv.weight, qkv.bias, false)) {
       return *std::move(fused);
     }
   }
@@ -100,12 +105,14 @@ std::pair<torch::Tensor, torch::Tensor> NormQkv(model::TransformerLayerImpl& lay
 }
 
 // {h, the MLP's output for pre_mlp_layernorm(h)} for h = x + the attention's projection.
-std::pair<torch::Tensor, torch::Tensor> NormMlp(model::TransformerLayerImpl& layer,
+std::pair<torch::Tensor, torch::Tensor> NormMlp(const DecodeStepOptions& options,
+                                                model::TransformerLayerImpl& layer,
                                                 const torch::Tensor& x, const torch::Tensor& proj) {
   model::MlpImpl& mlp = *layer.mlp;
   model::ColumnParallelLinearImpl& fc1 = *mlp.linear_fc1;
   if (!fc1.int8.q.defined() && !mlp.linear_fc2->int8.q.defined()) {
-    if (auto fused = NormLinear(layer.pre_mlp_layernorm, x, proj, fc1.weight, fc1.bias, true)) {
+    if (auto fused =
+            NormLinear(options, layer.pre_mlp_layernorm, x, proj, fc1.weight, fc1.bias, true)) {
       return {fused->first, mlp.linear_fc2(fused->second)};
     }
   }
@@ -119,10 +126,11 @@ std::pair<torch::Tensor, torch::Tensor> LayerStep(model::TransformerLayerImpl& l
                                                   const torch::Tensor& h_in,
                                                   const torch::Tensor& mlp_in,
                                                   const torch::Tensor& position, StepMask& mask,
-                                                  KvCache& cache) {
+                                                  KvCache& cache,
+                                                  const DecodeStepOptions& options) {
   model::SelfAttentionImpl& attn = *layer.self_attention;
   const model::GptConfig& c = attn.config;
-  auto [x, qkv_out] = NormQkv(layer, h_in, mlp_in);
+  auto [x, qkv_out] = NormQkv(options, layer, h_in, mlp_in);
   const int64_t b = qkv_out.size(0);
   const int64_t heads = c.num_attention_heads;
   const int64_t d = c.head_dim();
@@ -140,7 +148,7 @@ std::pair<torch::Tensor, torch::Tensor> LayerStep(model::TransformerLayerImpl& l
     context = MaskedAttention(qkv[0].transpose(1, 2), k, v, mask.Get(), c.attention_backend);
     context = context.transpose(1, 2).reshape({b, 1, heads * d});
   }
-  return NormMlp(layer, x, attn.linear_proj(context));
+  return NormMlp(options, layer, x, attn.linear_proj(context));
 }
 
 torch::Tensor EmbedTokens(model::GptModel& gpt, const DecodeInputs& in) {
@@ -159,7 +167,8 @@ DecodeInputs DecodeInputs::For(const KvCache& cache, const torch::Device& device
   return in;
 }
 
-torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvCache& cache) {
+torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvCache& cache,
+                               const DecodeStepOptions& options) {
   const model::ModelShard& shard = gpt.shard();
   TORCH_CHECK(shard.tp_size == 1 && shard.pre_process && shard.post_process &&
                   gpt.decoder->layers.size() == static_cast<size_t>(gpt.config().num_layers),
@@ -176,11 +185,11 @@ torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvC
   torch::Tensor h = embedded, mlp;
   for (size_t i = 0; i < layers.size(); ++i) {
     std::tie(h, mlp) =
-        LayerStep(*layers[i], static_cast<int64_t>(i), h, mlp, in.position, mask, cache);
+        LayerStep(*layers[i], static_cast<int64_t>(i), h, mlp, in.position, mask, cache, options);
   }
   const torch::nn::LayerNorm& final_ln = gpt.decoder->final_layernorm;
   const torch::Tensor out = gpt.output_weight();
-  if (auto fused = NormLinear(final_ln, h, mlp, out, torch::Tensor(), false)) {
+  if (auto fused = NormLinear(options, final_ln, h, mlp, out, torch::Tensor(), false)) {
     return fused->second.select(1, 0).to(torch::kFloat);
   }
   const torch::Tensor ln = AddNorm(final_ln, h, mlp).second;

@@ -32,6 +32,7 @@
 
 #include <cstdint>
 
+#include "worker/generate/decode_step_options.h"
 #include "worker/generate/kv_cache.h"
 #include "worker/model/gpt.h"
 
@@ -50,7 +51,8 @@ struct DecodeInputs {
 // logits [b, padded_vocab] in fp32. Does NOT advance the cache (the caller does, after it).
 // Call under torch::NoGradGuard. Throws c10::Error on misuse (a sharded model, shapes that do
 // not match the cache).
-torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvCache& cache);
+torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvCache& cache,
+                               const DecodeStepOptions& options = {});
 
 }  // namespace mt::generate
 

@@ -88,10 +88,11 @@ class GeneratorState {
     bool graph = false;
     const void* weight = nullptr;  // the output weight's data: a moved or re-cast model differs
     model::AttentionBackend backend = model::AttentionBackend::kAuto;
+    DecodeStepOptions step;
 
     bool operator==(const Key& o) const {
       return batch == o.batch && max_len == o.max_len && graph == o.graph && weight == o.weight &&
-             backend == o.backend;
+             backend == o.backend && step == o.step;
     }
   };
 
@@ -104,7 +105,7 @@ namespace {
 
 // `state` ready for a call of `n` rows and `max_len` positions, its cache emptied.
 absl::Status PrepareState(model::GptModel& gpt, int64_t n, int64_t max_len, bool cuda_graph,
-                          std::unique_ptr<GeneratorState>& state) {
+                          const DecodeStepOptions& step, std::unique_ptr<GeneratorState>& state) {
   const torch::Tensor weight = gpt.output_weight();
   const model::ModelShard& shard = gpt.shard();
   // The static decode step (decode_step.h) is a whole model's: a TP shard decodes with
@@ -116,6 +117,7 @@ absl::Status PrepareState(model::GptModel& gpt, int64_t n, int64_t max_len, bool
   key.graph = whole && weight.is_cuda() && cuda_graph && DecodeGraph::Available();
   key.weight = weight.data_ptr();
   key.backend = gpt.config().attention_backend;
+  key.step = step;
   if (state != nullptr && state->key == key) {
     state->cache.Reset();
     return absl::OkStatus();
@@ -128,7 +130,7 @@ absl::Status PrepareState(model::GptModel& gpt, int64_t n, int64_t max_len, bool
                                       gpt.config().num_attention_heads / shard.tp_size));
   if (whole && weight.is_cuda()) {
     MT_ASSIGN_OR_RETURN(fresh->step,
-                        DecodeGraph::Create(gpt, fresh->cache, weight.device(), key.graph));
+                        DecodeGraph::Create(gpt, fresh->cache, weight.device(), key.graph, step));
   }
   state = std::move(fresh);
   return absl::OkStatus();
@@ -199,7 +201,7 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
     // device), so that the device runs it while the host streams them; it is wasted where every
     // sample stops here at a stop text. Not at the first token: the first step captures the CUDA
     // graph, which is no part of the time to first token.
-    const bool ahead = step > 0 && !last;
+    const bool ahead = o.read_ahead && step > 0 && !last;
     if (ahead) logits = Decode(graph, gpt, next, cache);
     const int64_t* chosen_ids = readback.Wait();
     if (step == 0) {
@@ -296,7 +298,7 @@ absl::StatusOr<GenerateResult> Generator::Generate(const std::vector<int32_t>& p
   absl::StatusOr<GenerateResult> out;
   try {
     absl::Status prepared =
-        PrepareState(gpt_, options.num_samples, max_len, options.cuda_graph, state_);
+        PrepareState(gpt_, options.num_samples, max_len, options.cuda_graph, options.step, state_);
     out = prepared.ok() ? GenerateImpl(gpt_, prompt, options, detokenize, on_text, *state_)
                         : absl::StatusOr<GenerateResult>(prepared);
   } catch (const c10::Error& e) {

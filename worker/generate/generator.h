@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "worker/generate/decode_step_options.h"
 #include "worker/generate/sampling.h"
 
 namespace mt::model {
@@ -44,6 +45,12 @@ struct GenerateOptions {
   // On CUDA, replay each decode step from a CUDA graph (decode_graph.h); false runs the same
   // step's kernels one by one. No effect on the CPU or in a build without CUDA graphs.
   bool cuda_graph = true;
+  // Enqueue the next decode step before the host reads this step's tokens, so that the device
+  // runs it while the host streams them (token_readback.h); false reads each step's tokens
+  // first. The same tokens either way; for comparing the two (decode_bench --no-read-ahead).
+  bool read_ahead = true;
+  // How the static decode step runs on CUDA (decode_step.h; decode_bench --no-norm-in-linear).
+  DecodeStepOptions step;
 };
 
 // INVALID_ARGUMENT naming the flag: the sampling values, --max-new-tokens, -n.
@@ -88,9 +95,10 @@ absl::StatusOr<GenerateResult> Generate(model::GptModel& gpt, const std::vector<
 
 // Generate with state kept between calls: the KV cache and (CUDA) the decode step's graph are
 // reused while the batch (num_samples), the length (prompt + max_new_tokens, at most the
-// context), cuda_graph and the model's output weight stay the same; another shape replaces them
-// (a new capture). `gpt` must outlive the Generator and keep its parameters' storage while it
-// holds a graph (in-place updates are fine; Reset() drops the state).
+// context), cuda_graph, the step options and the model's output weight stay the same; another
+// shape replaces them (a new capture). `gpt` must outlive the Generator and keep its
+// parameters' storage while it holds a graph (in-place updates are fine; Reset() drops the
+// state).
 class Generator {
  public:
   explicit Generator(model::GptModel& gpt);

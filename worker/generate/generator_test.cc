@@ -226,6 +226,39 @@ TEST(GenerateTest, StopTextEndsTheSampleAndIsNeverStreamed) {
   EXPECT_EQ(streamed, text);
 }
 
+// Reading each step's tokens before the next step is enqueued (read_ahead false) gives the same
+// samples, to the end and at a stop text that ends every sample with the next step enqueued.
+TEST(GenerateTest, ReadAheadGivesTheSameSamples) {
+  auto gpt = TinyModel(model::AttentionBackend::kMath);
+  GenerateOptions o = Greedy(12);
+  o.num_samples = 2;
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult ahead, Generate(*gpt, kPrompt, o, LetterText));
+  o.read_ahead = false;
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult waited, Generate(*gpt, kPrompt, o, LetterText));
+  ASSERT_EQ(ahead.samples.size(), 2u);
+  ASSERT_EQ(waited.samples.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(ahead.samples[i].tokens, waited.samples[i].tokens) << "sample " << i;
+    EXPECT_EQ(ahead.samples[i].tokens.size(), 12u);
+  }
+  Generator generator(*gpt);
+  o.stop = ahead.samples[0].text.substr(5, 3);
+  const size_t cut = ahead.samples[0].text.find(o.stop);
+  for (const bool read_ahead : {true, false}) {
+    o.read_ahead = read_ahead;
+    MT_ASSERT_OK_AND_ASSIGN(GenerateResult stopped, generator.Generate(kPrompt, o, LetterText));
+    for (const GeneratedSample& sample : stopped.samples) {
+      EXPECT_EQ(sample.finish_reason, "stop") << read_ahead;
+      EXPECT_EQ(sample.text, ahead.samples[0].text.substr(0, cut)) << read_ahead;
+    }
+  }
+  // The Generator's next call after a stop with a step enqueued decodes from a clean cache.
+  o.stop.clear();
+  o.read_ahead = true;
+  MT_ASSERT_OK_AND_ASSIGN(GenerateResult again, generator.Generate(kPrompt, o, LetterText));
+  EXPECT_EQ(again.samples[0].tokens, ahead.samples[0].tokens);
+}
+
 TEST(GenerateTest, EndOfDocumentAndContextEndSamples) {
   auto gpt = TinyModel(model::AttentionBackend::kMath);
   MT_ASSERT_OK_AND_ASSIGN(GenerateResult full, Generate(*gpt, kPrompt, Greedy(8), LetterText));

@@ -1,10 +1,10 @@
 // The chosen tokens of a decode step, read on the host while the device runs the next step
 // (issue #17). Reading them with a plain `.to(kCPU)` waits for everything enqueued so far; done
 // after the next step is enqueued, that is the next step too, and done before, the device idles
-// while the host streams the text and enqueues the next step (some 20 microseconds a token,
-// 2-7% of a token at batch 1 on an H200). Enqueue copies the tokens into pinned host memory
-// behind the work enqueued so far and records an event; the caller then enqueues the next step
-// and Wait blocks on that event only.
+// while the host streams the text and enqueues the next step (15 to 33 microseconds a token,
+// 2.6% of GPT-2 1.3B's at batch 1 and 5% of 124M's on an H200; bench/RESULTS.md, 2026-12-03).
+// Enqueue copies the tokens into pinned host memory behind the work enqueued so far and records
+// an event; the caller then enqueues the next step and Wait blocks on that event only.
 //
 // On the CPU (or a build without CUDA) Enqueue copies at once and Wait returns the copy.
 // Thread-compatible; one device.

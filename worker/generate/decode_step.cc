@@ -110,7 +110,7 @@ std::pair<torch::Tensor, torch::Tensor> NormMlp(const DecodeStepOptions& options
                                                 const torch::Tensor& x, const torch::Tensor& proj) {
   model::MlpImpl& mlp = *layer.mlp;
   model::ColumnParallelLinearImpl& fc1 = *mlp.linear_fc1;
-  if (!fc1.int8.q.defined() && !mlp.linear_fc2->int8.q.defined()) {
+  if (!fc1.int8.q.defined()) {
     if (auto fused =
             NormLinear(options, layer.pre_mlp_layernorm, x, proj, fc1.weight, fc1.bias, true)) {
       return {fused->first, mlp.linear_fc2(fused->second)};

@@ -128,9 +128,7 @@ std::pair<torch::Tensor, torch::Tensor> NormGemv(const torch::Tensor& x,
     const int64_t in = x.size(-1);
     if ((!bias.defined() || KernelVector(bias, x, weight.size(0))) &&
         KernelVector(norm_bias, x, in) && Aligned16(norm_bias) && Aligned16(xc) &&
-        (!rc.defined() ||
-         (rc.scalar_type() == x.scalar_type() && rc.is_cuda() &&
-          !(torch::GradMode::is_enabled() && rc.requires_grad()) && Aligned16(rc)))) {
+        (!rc.defined() || (KernelVector(rc, x, x.numel()) && Aligned16(rc)))) {
       GemvArgs args;
       torch::Tensor sum = xc;
       if (rc.defined()) {

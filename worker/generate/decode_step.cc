@@ -88,8 +88,8 @@ std::optional<std::pair<torch::Tensor, torch::Tensor>> NormLinear(
                            gelu);
 }
 
-// {x, the QKV projection of input_layernorm(x)} for the layer input x = h + mlp (mlp undefined
-// before the first layer).
+// {x, the QKV projection of input_layernorm(x)} for the layer input x = h + mlp (h alone for an
+// undefined mlp).
 std::pair<torch::Tensor, torch::Tensor> NormQkv(const DecodeStepOptions& options,
                                                 model::TransformerLayerImpl& layer,
                                                 const torch::Tensor& h, const torch::Tensor& mlp) {
@@ -120,7 +120,7 @@ std::pair<torch::Tensor, torch::Tensor> NormMlp(const DecodeStepOptions& options
   return {h, mlp.forward(ln_h)};
 }
 
-// One layer given its input as two terms, h + mlp (mlp undefined for the first layer), which
+// One layer given its input as two terms, h + mlp (undefined mlp: h alone), which
 // its first LayerNorm adds. Returns its output as {h, mlp} in the same way.
 std::pair<torch::Tensor, torch::Tensor> LayerStep(model::TransformerLayerImpl& layer, int64_t index,
                                                   const torch::Tensor& h_in,
@@ -151,9 +151,15 @@ std::pair<torch::Tensor, torch::Tensor> LayerStep(model::TransformerLayerImpl& l
   return NormMlp(options, layer, x, attn.linear_proj(context));
 }
 
-torch::Tensor EmbedTokens(model::GptModel& gpt, const DecodeInputs& in) {
+// The embeddings as the two terms {word, position} that the first LayerNorm adds (at batch 1,
+// where the terms have one shape: on CUDA the first QKV kernel adds them, kernels::NormGemv);
+// at larger batches {their sum, undefined}.
+std::pair<torch::Tensor, torch::Tensor> EmbedTokens(model::GptModel& gpt, const DecodeInputs& in) {
   model::GptEmbeddingImpl& emb = *gpt.embedding;
-  return emb.word_embeddings(in.tokens) + emb.position_embeddings(in.position).unsqueeze(0);
+  torch::Tensor word = emb.word_embeddings(in.tokens);
+  torch::Tensor position = emb.position_embeddings(in.position).unsqueeze(0);
+  if (word.sizes() == position.sizes()) return {word, position};
+  return {word + position, torch::Tensor()};
 }
 
 }  // namespace
@@ -177,12 +183,12 @@ torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvC
                   in.tokens.size(1) == 1 && in.key_positions.numel() == cache.max_len(),
               "decode inputs [", cache.batch(), ", 1] over ", cache.max_len(),
               " positions expected, got ", in.tokens.sizes(), " over ", in.key_positions.numel());
-  const torch::Tensor embedded = EmbedTokens(gpt, in);
-  StepMask mask(in, embedded.options());
-  auto& layers = gpt.decoder->layers;
   // The residual stream is carried as two terms {h, mlp} that the next LayerNorm adds (on CUDA
   // in the kernel of the linear layer after it, kernels::NormGemv).
-  torch::Tensor h = embedded, mlp;
+  torch::Tensor h, mlp;
+  std::tie(h, mlp) = EmbedTokens(gpt, in);
+  StepMask mask(in, h.options());
+  auto& layers = gpt.decoder->layers;
   for (size_t i = 0; i < layers.size(); ++i) {
     std::tie(h, mlp) =
         LayerStep(*layers[i], static_cast<int64_t>(i), h, mlp, in.position, mask, cache, options);

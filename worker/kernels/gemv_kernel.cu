@@ -225,7 +225,7 @@ __device__ __forceinline__ void AccumulatePacks(const T* x, const int4 (&raw)[kL
 // kSplit warps per output feature (1, 2, 4 or 8), kWarps / kSplit features per block; kNorm:
 // the input LayerNorm (kRows = 1). Four blocks an SM (64 registers a thread; 3 at the 76-80 the
 // compiler took unbounded, a few bytes spilled with kNorm): a third more weight in flight took
-// 4% off a 1.3B decode step at batch 1 and 2% off 124M's (bench/RESULTS.md, 2026-12-03, 15:20).
+// 4% off a 1.3B decode step at batch 1 and 2% off 124M's (bench/RESULTS.md, 2026-12-03, 14:50).
 template <typename T, int kRows, int kSplit, bool kNorm>
 __global__ void __launch_bounds__(kThreads, 4) GemvKernel(const Args<T> a) {
   static_assert(kRows == 1 || !kNorm, "the input LayerNorm takes one row");

@@ -124,10 +124,22 @@ int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Lay
   return params * weights_and_grads + opt_bytes;
 }
 
-bool HoldsWeightsOnly(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout) {
+bool HoldsWeightsOnly(const mt::v1::JobSpec& spec) {
   const mt::v1::InferenceSpec& inference = spec.inference();
-  return inference.has_generate() || (inference.has_eval() && layout.world_size() <= 1);
+  return inference.has_generate() || inference.has_eval();
 }
+
+namespace {
+
+// Bytes of a weight on a rank of an inference job (InferenceBytes::weights).
+int64_t InferenceWeightBytes(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout, bool gpu) {
+  if (!gpu) return 4;
+  if (!spec.inference().has_eval() || layout.world_size() <= 1) return 2;  // --dtype auto
+  const mt::v1::Precision p = spec.training().precision();
+  return p == mt::v1::PRECISION_BF16 || p == mt::v1::PRECISION_FP16 ? 2 : 4;
+}
+
+}  // namespace
 
 InferenceBytes EstimateInferenceBytesPerRank(const mt::v1::JobSpec& spec,
                                              const mt::v1::Layout& layout, bool gpu) {
@@ -138,7 +150,7 @@ InferenceBytes EstimateInferenceBytesPerRank(const mt::v1::JobSpec& spec,
   const int64_t ffn = m.ffn_hidden_size() > 0 ? m.ffn_hidden_size() : 4 * h;
   const int64_t positions =
       m.max_position_embeddings() > 0 ? m.max_position_embeddings() : m.seq_length();
-  const int64_t bytes = gpu ? 2 : 4;  // the rank's --dtype auto: bf16 on a GPU, fp32 on a CPU
+  const int64_t bytes = InferenceWeightBytes(spec, layout, gpu);
   const mt::v1::InferenceSpec& inference = spec.inference();
   const std::string& quantize =
       inference.has_eval() ? inference.eval().quantize() : inference.generate().quantize();
@@ -217,7 +229,7 @@ absl::Status CheckMemoryFits(const mt::v1::JobSpec& spec,
   if (world == 0)
     world = std::max(AutoWorld(spec, static_cast<int>(pool.size())), ModelParallelSize(spec));
   MT_ASSIGN_OR_RETURN(mt::v1::Layout layout, ComputeLayout(spec, world));
-  if (HoldsWeightsOnly(spec, layout)) {
+  if (HoldsWeightsOnly(spec)) {
     const InferenceBytes need = EstimateInferenceBytesPerRank(spec, layout, selected.gpu);
     if (need.total() <= largest) return absl::OkStatus();
     const bool generate = spec.inference().has_generate();

@@ -29,15 +29,17 @@ int AutoWorld(const mt::v1::JobSpec& spec, int free_slots);
 // Adam moments), following Megatron's accounting; an estimate for planning only.
 int64_t EstimateStateBytesPerRank(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout);
 
-// True when a rank of `spec` on `layout` loads the checkpoint's weights only, with no
-// gradients or optimizer state: a generation job, or an evaluation job on one rank (an
-// evaluation over several ranks builds the training engine: worker/train/sharded_eval.h).
-bool HoldsWeightsOnly(const mt::v1::JobSpec& spec, const mt::v1::Layout& layout);
+// True when a rank of `spec` loads the checkpoint's weights only, with no
+// gradients or optimizer state: an inference job (generation, or evaluation on any layout: a
+// sharded one builds the training engine without an optimizer, worker/train/sharded_eval.h).
+bool HoldsWeightsOnly(const mt::v1::JobSpec& spec);
 
 // What such a rank holds at its peak, in bytes; an estimate for planning.
 struct InferenceBytes {
-  int64_t weights = 0;      // its shard in the rank's dtype (bf16 on a GPU, fp32 on a CPU);
-                            // the layers' linear weights in a byte under --quantize int8
+  int64_t weights = 0;      // its shard in the rank's dtype (fp32 on a CPU; on a GPU bf16, or
+                            // for an evaluation over several ranks the job's training
+                            // precision, which its engine runs); the layers' linear weights
+                            // in a byte under --quantize int8
   int64_t kv_cache = 0;     // generation: keys and values of every layer for the samples over
                             // min(positions, prompt bytes + --max-new-tokens), 1 / TP of them
   int64_t activations = 0;  // fp32 logits (every position for an evaluation, the last for

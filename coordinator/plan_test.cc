@@ -292,7 +292,7 @@ TEST(PlanTest, InferenceEstimateCountsWeightsCacheAndLogits) {
   };
   for (const auto& c : cases) {
     MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout layout, ComputeLayout(c.spec, c.tp));
-    EXPECT_TRUE(HoldsWeightsOnly(c.spec, layout)) << c.what;
+    EXPECT_TRUE(HoldsWeightsOnly(c.spec)) << c.what;
     const InferenceBytes got = EstimateInferenceBytesPerRank(c.spec, layout, c.gpu);
     EXPECT_EQ(got.weights, c.weights) << c.what;
     EXPECT_EQ(got.kv_cache, c.kv_cache) << c.what;
@@ -305,27 +305,39 @@ TEST(PlanTest, InferenceEstimateCountsWeightsCacheAndLogits) {
   eval.mutable_inference()->mutable_eval()->set_micro_batch_size(2);
   eval.mutable_inference()->mutable_eval()->set_context_length(8);
   MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout one, ComputeLayout(eval, 1));
-  ASSERT_TRUE(HoldsWeightsOnly(eval, one));
+  ASSERT_TRUE(HoldsWeightsOnly(eval));
   const InferenceBytes got = EstimateInferenceBytesPerRank(eval, one, /*gpu=*/true);
   EXPECT_EQ(got.weights, kParams * 2);
   EXPECT_EQ(got.kv_cache, 0);
   EXPECT_EQ(got.activations, 131072 + 8192);
 }
 
-TEST(PlanTest, OnlyGenerationAndOneRankEvaluationHoldWeightsOnly) {
+TEST(PlanTest, InferenceJobsHoldWeightsOnly) {
   mt::v1::JobSpec training = Spec(D(1, 1, 2));
-  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout two, ComputeLayout(training, 2));
-  EXPECT_FALSE(HoldsWeightsOnly(training, two));
+  EXPECT_FALSE(HoldsWeightsOnly(training));
   mt::v1::JobSpec eval = training;
   eval.mutable_inference()->mutable_eval()->set_data_path("/data/x");
-  EXPECT_FALSE(HoldsWeightsOnly(eval, two));  // the sharded evaluation builds the engine
-  mt::v1::JobSpec one_rank = Spec(D(1, 1, 1));
-  *one_rank.mutable_inference() = eval.inference();
-  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout one, ComputeLayout(one_rank, 1));
-  EXPECT_TRUE(HoldsWeightsOnly(one_rank, one));
-  mt::v1::JobSpec generate = GenerationSpec(2);
-  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout tp2, ComputeLayout(generate, 2));
-  EXPECT_TRUE(HoldsWeightsOnly(generate, tp2));
+  // The sharded evaluation builds the engine without an optimizer.
+  EXPECT_TRUE(HoldsWeightsOnly(eval));
+  EXPECT_TRUE(HoldsWeightsOnly(GenerationSpec(2)));
+}
+
+// An evaluation over several ranks holds its shard in the job's training precision on a GPU
+// (its engine runs in it), where a one-rank one picks bf16; fp32 on a CPU either way.
+TEST(PlanTest, AShardedEvaluationsWeightsAreInTheTrainingPrecision) {
+  constexpr int64_t kParams = 58752;  // InferenceEstimateCountsWeightsCacheAndLogits's model
+  mt::v1::JobSpec eval = GenerationSpec(2);
+  eval.mutable_inference()->clear_generate();
+  eval.mutable_inference()->mutable_eval()->set_data_path("/data/x");
+  eval.mutable_inference()->mutable_eval()->set_micro_batch_size(2);
+  eval.mutable_inference()->mutable_eval()->set_context_length(8);
+  MT_ASSERT_OK_AND_ASSIGN(mt::v1::Layout tp2, ComputeLayout(eval, 2));
+  ASSERT_EQ(tp2.world_size(), 2);
+  eval.mutable_training()->set_precision(mt::v1::PRECISION_BF16);
+  EXPECT_EQ(EstimateInferenceBytesPerRank(eval, tp2, /*gpu=*/true).weights, kParams);  // 2 B / 2
+  eval.mutable_training()->set_precision(mt::v1::PRECISION_FP32);
+  EXPECT_EQ(EstimateInferenceBytesPerRank(eval, tp2, /*gpu=*/true).weights, 2 * kParams);
+  EXPECT_EQ(EstimateInferenceBytesPerRank(eval, tp2, /*gpu=*/false).weights, 2 * kParams);
 }
 
 // A generation job is admitted by what it holds, not by a training rank's state: a worker too

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,8 +56,10 @@ mt::v1::JobSpec TinySpec(mt::v1::Precision precision = mt::v1::PRECISION_FP32) {
 
 std::unique_ptr<engine::Trainer> MakeTrainer(const mt::v1::JobSpec& spec,
                                              int64_t consumed_samples = 0,
-                                             bool sync_every_step = true) {
+                                             bool sync_every_step = true,
+                                             bool evaluation_only = false) {
   engine::TrainerOptions o;
+  o.evaluation_only = evaluation_only;
   o.log_progress = false;
   o.attention_backend = "math";
   o.sync_every_step = sync_every_step;  // losses of every step are compared
@@ -256,6 +259,44 @@ TEST(CheckpointerTest, WeightsOnlyLoadsStartAfresh) {
   EXPECT_TRUE(
       torch::equal(tuned->model().named_parameters()["decoder.layers.0.mlp.linear_fc1.weight"],
                    t->model().named_parameters()["decoder.layers.0.mlp.linear_fc1.weight"]));
+}
+
+// A trainer built for evaluation only (no optimizer) takes a checkpoint's weights, whatever
+// the restore options ask, and evaluates as a full trainer given the same weights; it has no
+// training state to save, and its save is refused before any file is written.
+TEST(CheckpointerTest, AnEvaluationOnlyTrainerRestoresTheWeightsAndRefusesToSave) {
+  const mt::v1::JobSpec spec = TinySpec(mt::v1::PRECISION_BF16);
+  const std::string dir = testutil::MakeTempDir("ckpt");
+  LocalExchange exchange;
+  auto t = MakeTrainer(spec);
+  TrainTo(*t, 3);
+  MT_ASSERT_OK(MakeCheckpointer(dir, spec, &exchange)->Save(*t, 1.0, 1.0));
+  MT_ASSERT_OK_AND_ASSIGN(LoadChoice c, ChooseCheckpoint(dir));
+  auto eval = MakeTrainer(spec, 0, true, /*evaluation_only=*/true);
+  ASSERT_FALSE(eval->has_optimizer());
+  {
+    MT_ASSERT_OK_AND_ASSIGN(auto source, OpenCheckpointSource(c.dir, c.manifest));
+    MT_ASSERT_OK(RestoreTrainer(*eval, *source, {}));  // not weights_only: forced
+  }
+  EXPECT_EQ(eval->iteration(), 0);
+  const auto want = t->model().named_parameters();
+  for (const auto& [name, param] : eval->Parameters()) {
+    EXPECT_TRUE(torch::equal(param, want[name])) << name;
+  }
+  RestoreOptions weights_only;
+  weights_only.weights_only = true;
+  auto full = MakeTrainer(spec);
+  {
+    MT_ASSERT_OK_AND_ASSIGN(auto source, OpenCheckpointSource(c.dir, c.manifest));
+    MT_ASSERT_OK(RestoreTrainer(*full, *source, weights_only));
+  }
+  MT_ASSERT_OK_AND_ASSIGN(engine::EvalMetrics a, eval->Evaluate());
+  MT_ASSERT_OK_AND_ASSIGN(engine::EvalMetrics b, full->Evaluate());
+  EXPECT_EQ(a.loss, b.loss);
+  const std::string other = testutil::MakeTempDir("ckpt-eval");
+  EXPECT_THAT(MakeCheckpointer(other, spec, &exchange)->Save(*eval, 1.0, 1.0),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("evaluation only")));
+  EXPECT_TRUE(std::filesystem::is_empty(other));
 }
 
 // A checkpoint of another model shape is refused naming the tensor.

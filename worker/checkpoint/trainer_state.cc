@@ -87,24 +87,23 @@ void ScatterState(const engine::MixedPrecisionOptimizer& opt,
   }
 }
 
-// The optimizer's parameters (every chunk of an interleaved pipeline stage, whose model() is
-// its first chunk only) in the model's registration order (the embedding first), the other
-// chunks' after.
-std::vector<const engine::MixedPrecisionOptimizer::ParamSlot*> ModelOrder(
-    engine::Trainer& trainer) {
-  const auto& slots = trainer.optimizer().slots();
+// The parameters this rank holds (Trainer::Parameters: every chunk of an interleaved pipeline
+// stage, whose model() is its first chunk only) in the model's registration order (the
+// embedding first), the other chunks' after.
+std::vector<std::pair<std::string, torch::Tensor>> ModelOrder(engine::Trainer& trainer) {
+  const std::vector<std::pair<std::string, torch::Tensor>> params = trainer.Parameters();
   std::map<std::string, size_t> index;
-  for (size_t i = 0; i < slots.size(); ++i) index[slots[i].name] = i;
-  std::vector<const engine::MixedPrecisionOptimizer::ParamSlot*> out;
-  std::vector<bool> taken(slots.size(), false);
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].first] = i;
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::vector<bool> taken(params.size(), false);
   for (const auto& item : trainer.model().named_parameters()) {
     auto it = index.find(item.key());
     if (it == index.end() || taken[it->second]) continue;
     taken[it->second] = true;
-    out.push_back(&slots[it->second]);
+    out.push_back(params[it->second]);
   }
-  for (size_t i = 0; i < slots.size(); ++i) {
-    if (!taken[i]) out.push_back(&slots[i]);
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (!taken[i]) out.push_back(params[i]);
   }
   return out;
 }
@@ -224,13 +223,16 @@ absl::StatusOr<c10::ScalarType> ToScalarType(DType dtype) {
 
 absl::StatusOr<std::vector<StateTensor>> CollectTensors(engine::Trainer& trainer) {
   try {
+    if (!trainer.has_optimizer()) {
+      return absl::FailedPreconditionError(
+          "a trainer built for evaluation only has no training state to save");
+    }
     std::vector<StateTensor> out;
     engine::MixedPrecisionOptimizer& opt = trainer.optimizer();
     // The parameters the optimizer updates, under the whole model's names.
     MT_RETURN_IF_ERROR(opt.WaitForParameters());
-    for (const auto* slot : ModelOrder(trainer)) {
-      out.push_back(
-          {"model." + slot->name, slot->param.detach(), model::TensorParallelSplitDim(slot->name)});
+    for (const auto& [name, param] : ModelOrder(trainer)) {
+      out.push_back({"model." + name, param.detach(), model::TensorParallelSplitDim(name)});
     }
     std::vector<std::pair<std::string, torch::Tensor>> flat;
     for (const auto& [state, local] : StateBuffers(opt)) {
@@ -263,9 +265,12 @@ mt::v1::TrainerState CollectScalars(engine::Trainer& trainer) {
   s.set_iteration(trainer.iteration());
   s.set_consumed_samples(trainer.consumed_samples());
   s.set_skipped_iterations(trainer.skipped_iterations());
-  s.set_optimizer_steps(trainer.optimizer().step_count());
-  s.set_optimizer(
-      trainer.optimizer().config().kind == engine::OptimizerConfig::Kind::kAdamW ? "adamw" : "sgd");
+  if (trainer.has_optimizer()) {
+    s.set_optimizer_steps(trainer.optimizer().step_count());
+    s.set_optimizer(trainer.optimizer().config().kind == engine::OptimizerConfig::Kind::kAdamW
+                        ? "adamw"
+                        : "sgd");
+  }
   s.mutable_loss_scaler()->set_scale(trainer.loss_scaler().scale());
   s.mutable_loss_scaler()->set_growth_tracker(trainer.loss_scaler().growth_tracker());
   s.mutable_loss_scaler()->set_hysteresis_tracker(trainer.loss_scaler().hysteresis_tracker());
@@ -303,68 +308,89 @@ int64_t StagedFiles::bytes() const {
   return total;
 }
 
+namespace {
+
+// RestoreTrainer's step 2, for a trainer with an optimizer: the checkpoint's optimizer kind
+// checked against it, then its master weights and state from `reader` (the state zeros with
+// `weights_only` or without options.load_optimizer).
+absl::Status RestoreOptimizerState(engine::MixedPrecisionOptimizer& opt,
+                                   const mt::v1::CheckpointManifest& manifest, SourceReader& reader,
+                                   bool weights_only, const RestoreOptions& options,
+                                   std::deque<HostTensor>& hold) {
+  if (!weights_only && options.load_optimizer) {
+    const std::string kind =
+        opt.config().kind == engine::OptimizerConfig::Kind::kAdamW ? "adamw" : "sgd";
+    const std::string& saved = manifest.trainer().optimizer();
+    if (!saved.empty() && saved != kind) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the checkpoint's optimizer is ", saved, ", the spec's ", kind,
+                       "; load with --no-load-optim to start the optimizer afresh"));
+    }
+  }
+  // 2. Master weights and optimizer state, parameter by parameter, whatever layout and
+  // optimizer wrote them: each parameter's whole (TP-sliced) state is read, and this rank
+  // keeps the part it holds (ScatterState; with the distributed optimizer its segments),
+  // copied there straight from the checkpoint's bytes.
+  for (const auto& slot : opt.slots()) {
+    const int split = model::TensorParallelSplitDim(slot.name);
+    for (const auto& [state, local] : StateBuffers(opt)) {
+      const std::string name = absl::StrCat("optimizer.", state, ".", slot.name);
+      torch::Tensor value;
+      if (state == "master") {
+        // The checkpoint's master weights (the tied embedding's for the last stage's copy,
+        // as Slice finds them), else its weights (an fp32 checkpoint's are exactly its
+        // master weights; a 16-bit one's are what there is).
+        absl::StatusOr<torch::Tensor> t = reader.Get(name, split, slot.param, hold);
+        if (absl::IsNotFound(t.status())) {
+          t = reader.Get("model." + slot.name, split, slot.param, hold);
+        }
+        if (!t.ok()) return t.status();
+        value = *std::move(t);
+      } else if (!weights_only && options.load_optimizer) {
+        MT_ASSIGN_OR_RETURN(value, reader.Get(name, split, slot.param, hold));
+      } else {
+        value = torch::zeros(slot.param.sizes(), local.options());
+      }
+      ScatterState(opt, slot, value, local,
+                   /*non_blocking=*/value.is_cuda() && value.device() == local.device());
+      hold.clear();
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
                             const RestoreOptions& options) {
   bool on_gpu = false;
   try {
     const mt::v1::CheckpointManifest& manifest = source.manifest();
-    const bool weights_only = options.weights_only || !manifest.has_trainer();
+    // A trainer built for evaluation only holds the weights alone.
+    const bool weights_only =
+        options.weights_only || !manifest.has_trainer() || !trainer.has_optimizer();
     SourceReader reader(source, options);
     // Host tensors assembled for this restore (resharding); kept until the copies are done.
     std::deque<HostTensor> hold;  // a deque: elements stay in place
     // 1. Weights (the model's dtype as stored; copy_ converts), every parameter the optimizer
     // updates (all chunks of an interleaved pipeline stage).
-    engine::MixedPrecisionOptimizer& opt = trainer.optimizer();
-    MT_RETURN_IF_ERROR(opt.WaitForParameters());
-    opt.RunUpdateFences();  // an async save's copies of the state are done before it changes
+    if (trainer.has_optimizer()) {
+      MT_RETURN_IF_ERROR(trainer.optimizer().WaitForParameters());
+      // An async save's copies of the state are done before it changes.
+      trainer.optimizer().RunUpdateFences();
+    }
     torch::NoGradGuard no_grad;
-    for (const auto* slot : ModelOrder(trainer)) {
-      const std::string name = "model." + slot->name;
-      on_gpu = on_gpu || slot->param.is_cuda();
-      MT_ASSIGN_OR_RETURN(
-          torch::Tensor src,
-          reader.Get(name, model::TensorParallelSplitDim(slot->name), slot->param, hold));
-      CopyTo(slot->param, src);
+    for (const auto& [param_name, param] : ModelOrder(trainer)) {
+      const std::string name = "model." + param_name;
+      on_gpu = on_gpu || param.is_cuda();
+      MT_ASSIGN_OR_RETURN(torch::Tensor src,
+                          reader.Get(name, model::TensorParallelSplitDim(param_name), param, hold));
+      CopyTo(param, src);
       hold.clear();
     }
-    if (!weights_only && options.load_optimizer) {
-      const std::string kind =
-          opt.config().kind == engine::OptimizerConfig::Kind::kAdamW ? "adamw" : "sgd";
-      const std::string& saved = manifest.trainer().optimizer();
-      if (!saved.empty() && saved != kind) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("the checkpoint's optimizer is ", saved, ", the spec's ", kind,
-                         "; load with --no-load-optim to start the optimizer afresh"));
-      }
-    }
-    // 2. Master weights and optimizer state, parameter by parameter, whatever layout and
-    // optimizer wrote them: each parameter's whole (TP-sliced) state is read, and this rank
-    // keeps the part it holds (ScatterState; with the distributed optimizer its segments),
-    // copied there straight from the checkpoint's bytes.
-    for (const auto& slot : opt.slots()) {
-      const int split = model::TensorParallelSplitDim(slot.name);
-      for (const auto& [state, local] : StateBuffers(opt)) {
-        const std::string name = absl::StrCat("optimizer.", state, ".", slot.name);
-        torch::Tensor value;
-        if (state == "master") {
-          // The checkpoint's master weights (the tied embedding's for the last stage's copy,
-          // as Slice finds them), else its weights (an fp32 checkpoint's are exactly its
-          // master weights; a 16-bit one's are what there is).
-          absl::StatusOr<torch::Tensor> t = reader.Get(name, split, slot.param, hold);
-          if (absl::IsNotFound(t.status())) {
-            t = reader.Get("model." + slot.name, split, slot.param, hold);
-          }
-          if (!t.ok()) return t.status();
-          value = *std::move(t);
-        } else if (!weights_only && options.load_optimizer) {
-          MT_ASSIGN_OR_RETURN(value, reader.Get(name, split, slot.param, hold));
-        } else {
-          value = torch::zeros(slot.param.sizes(), local.options());
-        }
-        ScatterState(opt, slot, value, local,
-                     /*non_blocking=*/value.is_cuda() && value.device() == local.device());
-        hold.clear();
-      }
+    if (trainer.has_optimizer()) {
+      MT_RETURN_IF_ERROR(RestoreOptimizerState(trainer.optimizer(), manifest, reader, weights_only,
+                                               options, hold));
     }
     // Every queued copy done before the staged copies may be freed and training runs on other
     // streams.
@@ -380,9 +406,11 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
                  << " assembled (resharding or files not kept)";
     // 3. Counters, loss scale, Adam's t, the generator.
     if (weights_only) {
-      opt.RestoreStepCount(0);
+      if (trainer.has_optimizer()) trainer.optimizer().RestoreStepCount(0);
       return trainer.RestoreProgress(0, 0, 0, 0);
     }
+    // Here the trainer has an optimizer (weights_only is set where it has none).
+    engine::MixedPrecisionOptimizer& opt = trainer.optimizer();
     const mt::v1::TrainerState& s = manifest.trainer();
     if (options.load_optimizer) {
       opt.RestoreStepCount(s.optimizer_steps());

@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -588,12 +589,29 @@ Trainer::Trainer(TrainPlan plan, LrSchedule schedule, LossScaler scaler, Trainer
 Trainer::~Trainer() = default;
 
 model::GptModel& Trainer::model() {
+  if (state_->optimizer == nullptr) return *state_->model;
   if (absl::Status s = state_->optimizer->WaitForParameters(); !s.ok()) {
     MT_LOG(ERROR) << "waiting for the parameter all-gather: " << s;
   }
   return *state_->model;
 }
 MixedPrecisionOptimizer& Trainer::optimizer() { return *state_->optimizer; }
+bool Trainer::has_optimizer() const { return state_->optimizer != nullptr; }
+
+std::vector<std::pair<std::string, torch::Tensor>> Trainer::Parameters() {
+  model();  // waits for the parameter all-gathers
+  torch::nn::Module& owner =
+      state_->pipeline != nullptr ? state_->pipeline->module() : *state_->model;
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : owner.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) {
+      out.emplace_back(item.key(), p);
+    }
+  }
+  return out;
+}
 MemoryStats Trainer::memory() const { return ReadMemoryStats(state_->device); }
 
 std::vector<parallel::CommTime> Trainer::TakeCommunication() {
@@ -673,6 +691,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
       const std::set<std::string> late(sp.begin(), sp.end());
       opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
     }
+    if (options.evaluation_only) return absl::OkStatus();
     const bool per_part = GathersPerPart(opt_parallel);
     if (per_part) SetForwardPartsOf({s.model}, &opt_parallel);
     MT_ASSIGN_OR_RETURN(s.optimizer,
@@ -686,7 +705,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                  << plan.micro_batch_size << " x " << plan.num_micro_batches << " = global batch "
                  << plan.global_batch_size << "; " << plan.train_iterations << " iterations; lr "
                  << trainer->schedule_.config().DebugString();
-    if (plan.data_parallel_size > 1) {
+    if (plan.data_parallel_size > 1 && s.optimizer != nullptr) {
       MT_LOG(INFO) << "trainer: dp " << plan.data_parallel_size << ", "
                    << s.optimizer->buckets().size()
                    << " gradient bucket(s) of <= " << plan.ddp_bucket_elements << " elements"
@@ -703,6 +722,11 @@ void SetCpuThreads(int threads) {
 }
 
 absl::StatusOr<StepMetrics> Trainer::Step() {
+  if (state_->optimizer == nullptr) {
+    return absl::FailedPreconditionError(
+        "this trainer was built for evaluation only (TrainerOptions::evaluation_only): it has "
+        "no optimizer to step");
+  }
   return CatchTorch(absl::StrCat("training step ", iteration_ + 1), [this] { return StepImpl(); });
 }
 
@@ -878,7 +902,7 @@ absl::StatusOr<EvalMetrics> Trainer::EvaluateImpl() {
   out.iteration = iteration_;
   out.batches = batches;
   if (batches == 0) return out;
-  MT_RETURN_IF_ERROR(s.optimizer->WaitForParameters());
+  if (s.optimizer != nullptr) MT_RETURN_IF_ERROR(s.optimizer->WaitForParameters());
   s.model->eval();
   torch::Tensor loss_sum;
   if (s.pipeline != nullptr) {
@@ -953,10 +977,12 @@ absl::Status Trainer::CreatePipelineStage(const mt::v1::JobSpec& spec,
     };
   }
   const bool per_part = GathersPerPart(opt_parallel);
-  if (per_part) SetForwardPartsOf(s.pipeline->chunks, &opt_parallel);
-  MT_ASSIGN_OR_RETURN(
-      s.optimizer, MixedPrecisionOptimizer::Create(opt_config, s.pipeline->module(), opt_parallel));
-  if (per_part) InstallParameterWaits(s.pipeline->chunks, s.optimizer.get());
+  if (!options_.evaluation_only) {
+    if (per_part) SetForwardPartsOf(s.pipeline->chunks, &opt_parallel);
+    MT_ASSIGN_OR_RETURN(s.optimizer, MixedPrecisionOptimizer::Create(
+                                         opt_config, s.pipeline->module(), opt_parallel));
+    if (per_part) InstallParameterWaits(s.pipeline->chunks, s.optimizer.get());
+  }
   if (options_.log_progress) {
     const parallel::ProcessGroups& g = *options_.groups;
     MT_LOG(INFO) << "trainer: pipeline stage " << g.pp_rank() << " of " << g.pp().size << ", "

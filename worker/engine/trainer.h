@@ -27,6 +27,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -87,6 +88,11 @@ struct TrainerOptions {
   // LayerNorm (+ the attention's residual add) through the fused kernels on CUDA
   // (model::GptConfig::fused_layernorm; see there).
   bool fused_layernorm = true;
+  // No optimizer: no master weights, moments or gradient buffers, only the model (a bf16
+  // model's 2 bytes a parameter where training holds 14 or more, optimizer.h). For evaluation
+  // jobs (worker/train/sharded_eval.h): Evaluate() runs as in training, checkpoints restore
+  // their weights into it (never optimizer state, never a save), Step() fails.
+  bool evaluation_only = false;
   // Data parallelism (not owned; null = a world of one). With it, each rank runs
   // global_batch / (micro_batch * dp) micro-batches on its own slice of every global batch,
   // the optimizer reduces the gradients over the DP group of `groups` (bucketed, see
@@ -232,7 +238,13 @@ class Trainer {
   // For tests, checkpoints and the parallel layer. model() first waits for the parameter
   // all-gathers of the distributed optimizer still running (overlap_param_gather).
   model::GptModel& model();
+  // Only where has_optimizer() (not for TrainerOptions::evaluation_only).
   MixedPrecisionOptimizer& optimizer();
+  bool has_optimizer() const;
+  // Each trainable parameter this rank holds, once (a tied one under its first name), under
+  // the whole model's names, every chunk of a pipeline stage: what the optimizer updates and a
+  // checkpoint holds. Waits as model() does.
+  std::vector<std::pair<std::string, at::Tensor>> Parameters();
 
   // --- Checkpoints (worker/checkpoint) ----------------------------------------------------
   // Global validation samples evaluated so far (the validation loader's position).

@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 #include <torch/utils.h>
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <string>
@@ -321,6 +322,39 @@ TEST(TrainerTest, Bf16OnCpuTrains) {
   EXPECT_LT(steps.back().loss, steps.front().loss - 1.0);
   EXPECT_EQ(trainer->optimizer().master_params().scalar_type(), torch::kFloat);
   EXPECT_EQ(trainer->model().embedding->word_embeddings->weight.scalar_type(), torch::kBFloat16);
+}
+
+// An evaluation-only trainer (TrainerOptions::evaluation_only) builds the same model without
+// an optimizer: the optimizer's parameters under the same names and values, the same
+// evaluation bit for bit, and a step refused with a clear error.
+TEST(TrainerTest, EvaluationOnlyBuildsNoOptimizerAndEvaluatesAlike) {
+  mt::v1::JobSpec spec = TinySpec();
+  spec.mutable_training()->set_precision(mt::v1::PRECISION_BF16);
+  spec.mutable_evaluation()->set_eval_iters(2);
+  TrainerOptions options = QuietOptions();
+  options.evaluation_only = true;
+  auto full = MakeTrainer(spec, Source(4096), Source(4096, 99));
+  auto eval = MakeTrainer(spec, Source(4096), Source(4096, 99), options);
+  ASSERT_NE(full, nullptr);
+  ASSERT_NE(eval, nullptr);
+  EXPECT_TRUE(full->has_optimizer());
+  EXPECT_FALSE(eval->has_optimizer());
+  std::vector<std::string> slots, names;
+  for (const auto& slot : full->optimizer().slots()) slots.push_back(slot.name);
+  for (const auto& [name, param] : eval->Parameters()) {
+    names.push_back(name);
+    EXPECT_EQ(param.scalar_type(), torch::kBFloat16) << name;
+  }
+  std::sort(slots.begin(), slots.end());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, slots);
+  EXPECT_EQ(MaxParamDiff(full->model(), eval->model()), 0.0);
+  MT_ASSERT_OK_AND_ASSIGN(EvalMetrics a, full->Evaluate());
+  MT_ASSERT_OK_AND_ASSIGN(EvalMetrics b, eval->Evaluate());
+  EXPECT_EQ(a.loss, b.loss);
+  EXPECT_THAT(eval->Step().status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("evaluation only")));
+  EXPECT_THAT(eval->Train(), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(TrainerTest, MfuIsPerDevice) {

@@ -79,8 +79,11 @@ absl::StatusOr<ShardedEvalRun> EvaluateSharded(const mt::v1::JobSpec& spec,
   // The engine wants a training source; it is never read.
   MT_ASSIGN_OR_RETURN(engine::DataSources unused,
                       engine::SyntheticDataSources(engine_spec, options.dp_rank, options.dp_size));
+  // Evaluation only: the weights, no optimizer (engine::TrainerOptions::evaluation_only).
+  engine::TrainerOptions trainer_options = options.trainer;
+  trainer_options.evaluation_only = true;
   MT_ASSIGN_OR_RETURN(std::unique_ptr<engine::Trainer> trainer,
-                      engine::Trainer::Create(engine_spec, options.trainer, std::move(unused.train),
+                      engine::Trainer::Create(engine_spec, trainer_options, std::move(unused.train),
                                               std::move(valid)));
   {
     MT_ASSIGN_OR_RETURN(std::unique_ptr<checkpoint::TensorSource> source,

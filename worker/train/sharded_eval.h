@@ -1,9 +1,11 @@
 // The evaluation of an eval job past one rank (`mtctl eval --tensor-model-parallel-size T
 // --pipeline-model-parallel-size P --data-parallel-size D`): every rank of the layout builds
-// the training engine for its place, restores the checkpoint's weights into it (resharded to
-// T and P as a training job's resume would be), and runs the engine's evaluation, which is the
-// one the training loop runs: TP ranks split each layer, PP stages pass the activations on,
-// DP ranks take their micro-batch of every global batch and average the losses.
+// the training engine for its place without an optimizer (TrainerOptions::evaluation_only: the
+// model's weights alone: 2 bytes a parameter in bf16 where training holds 14 or more), restores the
+// checkpoint's weights into it (resharded to T and P as a training job's resume would be), and runs
+// the engine's evaluation, which is the one the training loop runs: TP ranks split each layer, PP
+// stages pass the activations on, DP ranks take their micro-batch of every global batch and average
+// the losses.
 //
 // The samples are those of `mt-worker eval` with the same flags (eval_command.h's plan and
 // data), read a global batch of micro-batch x D samples at a time: with D = 1 exactly the

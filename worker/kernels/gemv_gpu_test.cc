@@ -12,6 +12,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+#include <string>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -32,6 +34,26 @@ struct Shape {
 };
 
 class GemvGpuTest : public ::testing::TestWithParam<torch::ScalarType> {};
+
+#if MT_KERNELS_WITH_CUDA
+// Captures `chain` (dependent launches reading x) in a CUDA graph, then three times draws a new
+// x in place, replays, and expects the graph's output to equal `chain` run eagerly, bit for bit
+// (no kernel read its input before the one before it wrote it); `also` checks more of the
+// output after each replay.
+void ExpectReplaysEqualTheEagerChain(const std::function<torch::Tensor()>& chain,
+                                     const torch::Tensor& x, const std::string& what,
+                                     const std::function<void(const torch::Tensor&)>& also = {}) {
+  at::cuda::CUDAGraph graph;
+  const torch::Tensor out = CaptureForTest(chain, graph);
+  for (int replay = 0; replay < 3; ++replay) {
+    x.copy_(torch::randn(x.sizes(), x.options().dtype(torch::kFloat)));
+    graph.replay();
+    torch::cuda::synchronize();
+    EXPECT_TRUE(torch::equal(out, chain())) << what << " replay " << replay;
+    if (also) also(out);
+  }
+}
+#endif
 
 TEST_P(GemvGpuTest, MatchesADoublePrecisionReference) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
@@ -104,15 +126,7 @@ TEST_P(GemvGpuTest, DependentLaunchesInACudaGraphReadTheirInputsAfterTheyAreWrit
     const torch::Tensor b1 = (torch::randn({8192}, on) * 0.1).to(dtype);
     const torch::Tensor x = torch::randn({rows, 2048}, on).to(dtype);
     auto chain = [&] { return Gemv(Gemv(Gemv(x, w1, b1, /*gelu=*/true), w2, {}), w3, {}); };
-    at::cuda::CUDAGraph graph;
-    const torch::Tensor out = CaptureForTest(chain, graph);
-    for (int replay = 0; replay < 3; ++replay) {
-      x.copy_(torch::randn({rows, 2048}, on));
-      graph.replay();
-      torch::cuda::synchronize();
-      // The reference: the same three kernels launched eagerly, one after another.
-      const torch::Tensor want = chain();
-      EXPECT_TRUE(torch::equal(out, want)) << "rows " << rows << " replay " << replay;
+    ExpectReplaysEqualTheEagerChain(chain, x, "rows " + std::to_string(rows), [&](const auto& out) {
       const torch::Tensor exact = torch::matmul(
           torch::matmul(
               torch::gelu(torch::nn::functional::linear(x.to(torch::kDouble), w1.to(torch::kDouble),
@@ -125,7 +139,7 @@ TEST_P(GemvGpuTest, DependentLaunchesInACudaGraphReadTheirInputsAfterTheyAreWrit
               .to(torch::kDouble),
           w3.to(torch::kDouble).t());
       EXPECT_LE(LinearExcess(out, exact, dtype), 0.0) << "rows " << rows;
-    }
+    });
   }
 #else
   GTEST_SKIP() << "a build without CUDA LibTorch";
@@ -220,14 +234,7 @@ TEST_P(GemvGpuTest, NormGemvChainsInACudaGraph) {
     }
     return torch::cat({h, y}, -1);
   };
-  at::cuda::CUDAGraph graph;
-  const torch::Tensor out = CaptureForTest(chain, graph);
-  for (int replay = 0; replay < 3; ++replay) {
-    x.copy_(torch::randn({rows, 2048}, on));
-    graph.replay();
-    torch::cuda::synchronize();
-    EXPECT_TRUE(torch::equal(out, chain())) << "replay " << replay;
-  }
+  ExpectReplaysEqualTheEagerChain(chain, x, "NormGemv chain");
 #else
   GTEST_SKIP() << "a build without CUDA LibTorch";
 #endif

@@ -1,7 +1,7 @@
 // The top GPU kernels of a piece of work, for the benchmarks' profiling modes (profile_step,
 // decode_bench --profile): runs it under LibTorch's Kineto profiler and prints on stdout the
-// wall time and GPU busy time per unit of work and the kernels by total time (ms per unit,
-// share of the busy time, calls per unit, name).
+// wall time and GPU busy time per unit of work, where the GPU idles between kernels, and the
+// kernels by total time (ms per unit, share of the busy time, calls per unit, name).
 #ifndef MT_BENCH_PROFILE_KERNEL_PROFILE_H_
 #define MT_BENCH_PROFILE_KERNEL_PROFILE_H_
 

@@ -5,7 +5,6 @@
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
-#include <torch/version.h>
 
 #include <algorithm>
 #include <cmath>
@@ -19,6 +18,7 @@
 #include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
+#include "worker/kernels/adamw.h"
 #include "worker/model/sharding.h"
 #include "worker/parallel/grad_reducer.h"
 #include "worker/parallel/process_groups.h"
@@ -515,7 +515,9 @@ MixedPrecisionOptimizer::MemoryBytes MixedPrecisionOptimizer::memory_bytes() con
   m.master_params = master_is_model_ ? 0 : bytes(master_);
   m.master_grads = has_fp32_master_grads() ? bytes(master_grad_) : 0;
   m.optimizer_state = bytes(exp_avg_) + bytes(exp_avg_sq_) + bytes(momentum_);
-  if (needs_conversion_) {
+  // The kernel update reads the 16-bit gradients as they are: no conversion chunk.
+  const bool kernel_update = config_.kind == OptimizerConfig::Kind::kAdamW && UsesFusedKernels();
+  if (needs_conversion_ && !kernel_update) {
     m.temporary = std::min(config_.chunk_elements, state_numel_) *
                   static_cast<int64_t>(master_.element_size());
   }
@@ -706,8 +708,30 @@ void MixedPrecisionOptimizer::SyncGradViews() {
   }
 }
 
+std::vector<kernels::GradPiece> MixedPrecisionOptimizer::NormPieces() const {
+  std::vector<kernels::GradPiece> pieces;
+  if (per_param_grads_) {
+    for (const ParamSlot& slot : slots_) {
+      const torch::Tensor& g = slot.param.grad();
+      if (g.defined()) pieces.push_back({g.reshape({-1}), slot.counted_in_norm});
+    }
+    return pieces;
+  }
+  const torch::Tensor& g = GradBuffer();
+  for (bool counted : {true, false}) {
+    for (const auto& r : counted ? norm_ranges_ : excluded_ranges_) {
+      pieces.push_back({g.narrow(0, r.first, r.second - r.first), counted});
+    }
+  }
+  return pieces;
+}
+
 torch::Tensor MixedPrecisionOptimizer::LocalSumOfSquares() {
   const c10::ScalarType acc = master_.scalar_type();
+  if (UsesFusedKernels()) {
+    std::vector<kernels::GradPiece> pieces = NormPieces();
+    if (kernels::GradSumOfSquaresSupports(pieces)) return kernels::GradSumOfSquares(pieces);
+  }
   if (per_param_grads_) {
     // Each .grad in pieces of at most chunk_elements (as below: an upcast copy, where the
     // reduction makes one, stays chunk-sized).
@@ -830,15 +854,16 @@ absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, dou
   //    Adam's t counts the steps taken.
   RunUpdateFences();
   step_.add_(1.0 - found_inf);
-  // 5. The update (nothing changes when found_inf), then the model's copy.
+  // 5. The update (nothing changes when found_inf), then the model's copy (which the fused
+  //    kernel writes in the same pass).
+  bool model_written = false;
   if (config_.kind == OptimizerConfig::Kind::kAdamW) {
-    if (!FusedAdamWUpdate(lr, (divisor / coeff).to(torch::kFloat), found_inf)) {
-      AdamWUpdate(lr, coeff / divisor, found_inf);
-    }
+    model_written = KernelAdamWUpdate(lr, (divisor / coeff).to(torch::kFloat), found_inf);
+    if (!model_written) AdamWUpdate(lr, coeff / divisor, found_inf);
   } else {
     SgdUpdate(lr, coeff / divisor, found_inf);
   }
-  if (!master_is_model_) {
+  if (!master_is_model_ && !model_written) {
     if (!reducer_->shard()) {
       model_flat_.copy_(master_);  // one kernel (padding is zero in both)
     } else {
@@ -866,53 +891,44 @@ absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, dou
   return OptimizerStepResult(norm, found_inf);
 }
 
-bool MixedPrecisionOptimizer::FusedAdamWUpdate(double lr, const torch::Tensor& grad_divisor,
-                                               const torch::Tensor& found_inf) {
-#if TORCH_VERSION_MAJOR >= 2
-  if (!config_.fused_adamw || !master_.is_cuda() || master_.scalar_type() != at::kFloat) {
-    return false;
+bool MixedPrecisionOptimizer::UsesFusedKernels() const {
+  return config_.fused_adamw && kernels::FusedOptimizerKernelsBuilt() && master_.is_cuda() &&
+         master_.scalar_type() == torch::kFloat;
+}
+
+bool MixedPrecisionOptimizer::KernelAdamWUpdate(double lr, const torch::Tensor& grad_divisor,
+                                                const torch::Tensor& found_inf) {
+  if (!UsesFusedKernels()) return false;
+  kernels::AdamWState state;
+  state.master = master_;
+  state.exp_avg = exp_avg_;
+  state.exp_avg_sq = exp_avg_sq_;
+  state.master_is_model = master_is_model_;
+  if (!master_is_model_) state.model = model_flat_;
+  state.step = step_;
+  state.grad_divisor = grad_divisor.reshape({});
+  state.found_inf = found_inf.reshape({});
+  std::vector<kernels::AdamWPiece> pieces;
+  for (const Segment& s : segments_) {
+    kernels::AdamWPiece p;
+    // A parameter backward did not reach: the kernel reads zeros (GradView would allocate them).
+    const bool no_grad = per_param_grads_ && !slots_[s.slot].param.grad().defined();
+    if (!no_grad) p.grad = GradView(s);
+    p.state_begin = s.local_begin;
+    p.model_begin = s.flat_begin;
+    p.numel = s.numel;
+    p.weight_decay = s.weight_decay;
+    pieces.push_back(std::move(p));
   }
-  // The kernel divides each gradient by grad_scale (= dp / clip coefficient: the DP mean and
-  // clipping cost no pass of their own), does nothing at all when found_inf is
-  // 1, and reads each step tensor as Adam's t (torch.optim.AdamW(fused=True) increments them
-  // before the call, as Step does). Weight decay is per call: decayed and other pieces go
-  // separately.
-  const int64_t limit = needs_conversion_ ? config_.chunk_elements : 0;
-  torch::Tensor temp;
-  if (needs_conversion_) {
-    temp = torch::empty({std::min(limit, state_numel_)}, master_.options());
-  }
-  for (const std::vector<Piece>& chunk : Chunks(limit)) {
-    for (bool decay : {true, false}) {
-      std::vector<at::Tensor> params, g, m, v, steps;
-      for (const Piece& p : chunk) {
-        const Segment& s = p.segment;
-        if (s.weight_decay != decay) continue;
-        params.push_back(MasterView(s));
-        torch::Tensor grad = GradView(s);
-        if (needs_conversion_) {
-          torch::Tensor t = temp.narrow(0, p.temp_begin, s.numel);
-          t.copy_(grad);
-          grad = t;
-        }
-        g.push_back(grad);
-        m.push_back(exp_avg_.narrow(0, s.local_begin, s.numel));
-        v.push_back(exp_avg_sq_.narrow(0, s.local_begin, s.numel));
-        steps.push_back(step_);
-      }
-      if (params.empty()) continue;
-      at::_fused_adamw_(params, g, m, v, /*max_exp_avg_sqs=*/{}, steps, lr, config_.adam_beta1,
-                        config_.adam_beta2, decay ? config_.weight_decay : 0.0, config_.adam_eps,
-                        /*amsgrad=*/false, /*maximize=*/false, grad_divisor, found_inf);
-    }
-  }
+  if (!kernels::FusedAdamWSupports(state, pieces)) return false;
+  kernels::AdamWHyper hyper;
+  hyper.lr = lr;
+  hyper.beta1 = config_.adam_beta1;
+  hyper.beta2 = config_.adam_beta2;
+  hyper.eps = config_.adam_eps;
+  hyper.weight_decay = config_.weight_decay;
+  kernels::FusedAdamW(state, pieces, hyper);
   return true;
-#else
-  (void)lr;
-  (void)grad_divisor;
-  (void)found_inf;
-  return false;
-#endif
 }
 
 void MixedPrecisionOptimizer::AdamWUpdate(double lr, const torch::Tensor& scale,

@@ -107,6 +107,10 @@ namespace torch::autograd {
 struct Node;
 }  // namespace torch::autograd
 
+namespace mt::kernels {
+struct GradPiece;
+}  // namespace mt::kernels
+
 namespace mt::parallel {
 class GradReducer;
 class ProcessGroups;
@@ -130,8 +134,10 @@ struct OptimizerConfig {
   bool accumulate_grads_in_fp32 = true;
   // Micro-batches per step on this rank (gradient accumulation steps).
   int64_t num_micro_batches = 1;
-  // AdamW on CUDA tensors with LibTorch >= 2.0: one fused kernel per step (at::_fused_adamw_)
-  // instead of a chain of element-wise passes over the master weights. Same math.
+  // fp32 master weights on CUDA (a build with the CUDA kernels): the gradients' sum of squares
+  // in one kernel, and AdamW as one kernel that reads the gradients in their own dtype and
+  // writes the model's copy too (worker/kernels/adamw.h). Otherwise, or false: the chain of
+  // element-wise passes (the reference). Same math.
   bool fused_adamw = true;
   // Elements of 16-bit gradients converted to fp32 at a time (the size of the one temporary the
   // update uses when there are no fp32 master gradients); also the piece size of the norm.
@@ -364,6 +370,11 @@ class MixedPrecisionOptimizer {
   // Starts bucket `b`'s reduction, first folding it into the master gradients when `fold`
   // (a hook during the last micro-batch's backward) and not done yet.
   void StartBucket(size_t b, bool fold);
+  // config_.fused_adamw where the kernels of worker/kernels/adamw.h are built and the master
+  // weights are fp32 on CUDA.
+  bool UsesFusedKernels() const;
+  // The norm's pieces: every gradient in the norm (counted) or only in its inf/NaN check.
+  std::vector<kernels::GradPiece> NormPieces() const;
   torch::Tensor LocalSumOfSquares();
   absl::Status AllReduceSum(torch::Tensor& value);
   // Pieces of the local segments, each at most `limit` elements (one piece per segment when
@@ -381,9 +392,10 @@ class MixedPrecisionOptimizer {
   void ForEachUnscaledGradient(int64_t limit, const torch::Tensor& grad_scale,
                                const std::function<void(const Segment&, torch::Tensor&)>& update);
   void AdamWUpdate(double lr, const torch::Tensor& scale, const torch::Tensor& found_inf);
-  // The fused kernel; false when this LibTorch or device has none (the caller falls back).
-  bool FusedAdamWUpdate(double lr, const torch::Tensor& grad_divisor,
-                        const torch::Tensor& found_inf);
+  // The update and the model's copy in one kernel (UsesFusedKernels); false when it does not
+  // run here (the caller falls back and copies the model).
+  bool KernelAdamWUpdate(double lr, const torch::Tensor& grad_divisor,
+                         const torch::Tensor& found_inf);
   void SgdUpdate(double lr, const torch::Tensor& scale, const torch::Tensor& found_inf);
   torch::Tensor MasterView(const Segment& s) const;
 

@@ -1,0 +1,285 @@
+// The optimizer's fused kernels (adamw_launch.h): the gradients' sum of squares for the global
+// norm, and AdamW's update with the 16-bit model copy, over a table of pieces.
+//
+// A block of 256 threads takes a tile of 4,096 elements of one piece: thread t handles the four
+// consecutive elements at t * 4 + j * 1,024 for j = 0..3, as 16-byte vectors of fp32 state (and
+// 8- or 16-byte vectors of gradient and model) where the piece's addresses allow, element by
+// element where they do not. All loads of a thread are issued before its arithmetic.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "worker/kernels/adamw_launch.h"
+#include "worker/kernels/float_convert.cuh"
+
+namespace mt::kernels {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kVec = 4;
+constexpr int kSteps = static_cast<int>(kAdamWTileElements / (kThreads * kVec));  // 4
+static_assert(kSteps * kThreads * kVec == kAdamWTileElements, "a tile is whole vectors");
+constexpr int kSumBlocks = 1024;
+
+// The piece holding tile t: the last one whose tile_begin <= t (tile_begin ascends from 0).
+__device__ __forceinline__ int FindPiece(const AdamWPieceDesc* pieces, int n, int64_t t) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (pieces[mid].tile_begin <= t) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+template <typename T>
+__device__ __forceinline__ bool AlignedFor(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kVec) == 0;
+}
+
+// The kVec gradient values at element i of a piece (i + kVec <= numel, vector-aligned).
+template <typename G>
+__device__ __forceinline__ void LoadGrad(const void* grad, int64_t i, float (&g)[kVec]) {
+  if (grad == nullptr) {
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) g[k] = 0.0f;
+    return;
+  }
+  const Pack<G, kVec> v = *reinterpret_cast<const Pack<G, kVec>*>(static_cast<const G*>(grad) + i);
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) g[k] = F(v.v[k]);
+}
+
+template <typename G>
+__device__ __forceinline__ float GradAt(const void* grad, int64_t i) {
+  return grad == nullptr ? 0.0f : F(static_cast<const G*>(grad)[i]);
+}
+
+// ---- Sum of squares ----
+
+template <typename G>
+__global__ void __launch_bounds__(kThreads)
+    SumOfSquaresKernel(const AdamWPieceDesc* pieces, int num_pieces, int64_t num_tiles,
+                       float* partial) {
+  float counted = 0.0f, other = 0.0f;
+  for (int64_t t = blockIdx.x; t < num_tiles; t += gridDim.x) {
+    const AdamWPieceDesc p = pieces[FindPiece(pieces, num_pieces, t)];
+    const int64_t base = (t - p.tile_begin) * kAdamWTileElements;
+    const bool vec = AlignedFor<G>(p.grad);
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+      const int64_t i = base + j * kThreads * kVec + threadIdx.x * kVec;
+      if (vec && i + kVec <= p.numel) {
+        float g[kVec];
+        LoadGrad<G>(p.grad, i, g);
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) s += g[k] * g[k];
+      } else {
+        for (int64_t e = i; e < i + kVec && e < p.numel; ++e) {
+          const float g = GradAt<G>(p.grad, e);
+          s += g * g;
+        }
+      }
+    }
+    if (p.counted) {
+      counted += s;
+    } else {
+      other += s;
+    }
+  }
+  __shared__ float sums[2][kThreads / 32];
+  counted = WarpSum(counted);
+  other = WarpSum(other);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    sums[0][warp] = counted;
+    sums[1][warp] = other;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    float c = lane < kThreads / 32 ? sums[0][lane] : 0.0f;
+    float o = lane < kThreads / 32 ? sums[1][lane] : 0.0f;
+    c = WarpSum(c);
+    o = WarpSum(o);
+    if (lane == 0) {
+      partial[2 * blockIdx.x] = c;
+      partial[2 * blockIdx.x + 1] = o;
+    }
+  }
+}
+
+// One block of kSumBlocks threads: the partial sums in a fixed order.
+__global__ void __launch_bounds__(kSumBlocks) FinishSumKernel(const float* partial, float* sumsq) {
+  __shared__ float sums[2][kSumBlocks / 32];
+  float c = WarpSum(partial[2 * threadIdx.x]);
+  float o = WarpSum(partial[2 * threadIdx.x + 1]);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) {
+    sums[0][warp] = c;
+    sums[1][warp] = o;
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    c = WarpSum(sums[0][lane]);
+    o = WarpSum(sums[1][lane]);
+    // The others' inf or NaN reaches the sum; their finite values do not.
+    if (lane == 0) sumsq[0] = c + 0.0f * o;
+  }
+}
+static_assert(kSumBlocks / 32 == 32, "FinishSumKernel's second stage is one warp");
+
+// ---- AdamW ----
+
+struct AdamWFactors {
+  float lr, beta1, beta2, eps, decay;  // decay = lr * weight_decay
+  float step_size, bc2_sqrt, divisor;
+};
+
+__device__ __forceinline__ void AdamWElement(const AdamWFactors& f, bool decays, float g, float& w,
+                                             float& m, float& v) {
+  g /= f.divisor;
+  if (decays) w -= f.decay * w;
+  m = f.beta1 * m + (1.0f - f.beta1) * g;
+  v = f.beta2 * v + (1.0f - f.beta2) * g * g;
+  const float denom = sqrtf(v) / f.bc2_sqrt + f.eps;
+  w -= f.step_size * m / denom;
+}
+
+template <typename G, typename M>
+__global__ void __launch_bounds__(kThreads)
+    AdamWKernel(const AdamWPieceDesc* pieces, int num_pieces, AdamWArgs a) {
+  if (*a.found_inf != 0.0f) return;
+  const AdamWPieceDesc p = pieces[FindPiece(pieces, num_pieces, blockIdx.x)];
+  const double t = *a.step;
+  AdamWFactors f;
+  f.lr = a.lr;
+  f.beta1 = a.beta1;
+  f.beta2 = a.beta2;
+  f.eps = a.eps;
+  f.decay = a.lr * a.weight_decay;
+  f.step_size = static_cast<float>(a.lr / (1.0 - pow(static_cast<double>(a.beta1), t)));
+  f.bc2_sqrt = static_cast<float>(sqrt(1.0 - pow(static_cast<double>(a.beta2), t)));
+  f.divisor = *a.grad_divisor;
+  const bool decays = p.weight_decay != 0 && a.weight_decay != 0.0f;
+  float* w = a.master + (a.master_is_model ? p.model_begin : p.state_begin);
+  float* m = a.exp_avg + p.state_begin;
+  float* v = a.exp_avg_sq + p.state_begin;
+  M* model = a.model != nullptr ? static_cast<M*>(a.model) + p.model_begin : nullptr;
+  const bool vec = AlignedFor<G>(p.grad) && AlignedFor<float>(w) && AlignedFor<float>(m) &&
+                   AlignedFor<float>(v) && (model == nullptr || AlignedFor<M>(model));
+  const int64_t base = (blockIdx.x - p.tile_begin) * kAdamWTileElements;
+  if (vec && base + kAdamWTileElements <= p.numel) {
+    // A whole tile: every load first, then the arithmetic and the stores.
+    float g[kSteps][kVec];
+    Pack<float, kVec> wv[kSteps], mv[kSteps], vv[kSteps];
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+      const int64_t i = base + j * kThreads * kVec + threadIdx.x * kVec;
+      LoadGrad<G>(p.grad, i, g[j]);
+      wv[j] = *reinterpret_cast<const Pack<float, kVec>*>(w + i);
+      mv[j] = *reinterpret_cast<const Pack<float, kVec>*>(m + i);
+      vv[j] = *reinterpret_cast<const Pack<float, kVec>*>(v + i);
+    }
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+      const int64_t i = base + j * kThreads * kVec + threadIdx.x * kVec;
+      Pack<M, kVec> out;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) {
+        AdamWElement(f, decays, g[j][k], wv[j].v[k], mv[j].v[k], vv[j].v[k]);
+        out.v[k] = To<M>(wv[j].v[k]);
+      }
+      *reinterpret_cast<Pack<float, kVec>*>(w + i) = wv[j];
+      *reinterpret_cast<Pack<float, kVec>*>(m + i) = mv[j];
+      *reinterpret_cast<Pack<float, kVec>*>(v + i) = vv[j];
+      if (model != nullptr) *reinterpret_cast<Pack<M, kVec>*>(model + i) = out;
+    }
+    return;
+  }
+  // The piece's last tile, or addresses that are not vector-aligned: element by element.
+  for (int j = 0; j < kSteps; ++j) {
+    const int64_t i = base + j * kThreads * kVec + threadIdx.x * kVec;
+    for (int64_t e = i; e < i + kVec && e < p.numel; ++e) {
+      float we = w[e], me = m[e], ve = v[e];
+      AdamWElement(f, decays, GradAt<G>(p.grad, e), we, me, ve);
+      w[e] = we;
+      m[e] = me;
+      v[e] = ve;
+      if (model != nullptr) model[e] = To<M>(we);
+    }
+  }
+}
+
+template <typename G>
+cudaError_t LaunchSum(const AdamWPieceDesc* pieces, int num_pieces, int64_t num_tiles,
+                      float* partial, float* sumsq, cudaStream_t stream) {
+  SumOfSquaresKernel<G>
+      <<<kSumBlocks, kThreads, 0, stream>>>(pieces, num_pieces, num_tiles, partial);
+  FinishSumKernel<<<1, kSumBlocks, 0, stream>>>(partial, sumsq);
+  return cudaGetLastError();
+}
+
+template <typename G, typename M>
+cudaError_t LaunchUpdate(const AdamWPieceDesc* pieces, int num_pieces, int64_t num_tiles,
+                         const AdamWArgs& args, cudaStream_t stream) {
+  AdamWKernel<G, M>
+      <<<static_cast<unsigned>(num_tiles), kThreads, 0, stream>>>(pieces, num_pieces, args);
+  return cudaGetLastError();
+}
+
+template <typename G>
+cudaError_t LaunchUpdateFor(FloatKind model_kind, const AdamWPieceDesc* pieces, int num_pieces,
+                            int64_t num_tiles, const AdamWArgs& args, cudaStream_t stream) {
+  switch (model_kind) {
+    case FloatKind::kBFloat16:
+      return LaunchUpdate<G, __nv_bfloat16>(pieces, num_pieces, num_tiles, args, stream);
+    case FloatKind::kFloat16:
+      return LaunchUpdate<G, __half>(pieces, num_pieces, num_tiles, args, stream);
+    case FloatKind::kFloat32:
+      return LaunchUpdate<G, float>(pieces, num_pieces, num_tiles, args, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
+int GradSumOfSquaresBlocks() { return kSumBlocks; }
+
+cudaError_t LaunchGradSumOfSquares(FloatKind grad_kind, const AdamWPieceDesc* pieces,
+                                   int num_pieces, int64_t num_tiles, float* partial, float* sumsq,
+                                   cudaStream_t stream) {
+  if (num_pieces <= 0 || num_tiles <= 0) return cudaErrorInvalidValue;
+  switch (grad_kind) {
+    case FloatKind::kFloat32:
+      return LaunchSum<float>(pieces, num_pieces, num_tiles, partial, sumsq, stream);
+    case FloatKind::kBFloat16:
+      return LaunchSum<__nv_bfloat16>(pieces, num_pieces, num_tiles, partial, sumsq, stream);
+    case FloatKind::kFloat16:
+      return LaunchSum<__half>(pieces, num_pieces, num_tiles, partial, sumsq, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchAdamW(FloatKind grad_kind, FloatKind model_kind, const AdamWPieceDesc* pieces,
+                        int num_pieces, int64_t num_tiles, const AdamWArgs& args,
+                        cudaStream_t stream) {
+  if (num_pieces <= 0 || num_tiles <= 0 || num_tiles > INT32_MAX) return cudaErrorInvalidValue;
+  switch (grad_kind) {
+    case FloatKind::kFloat32:
+      return LaunchUpdateFor<float>(model_kind, pieces, num_pieces, num_tiles, args, stream);
+    case FloatKind::kBFloat16:
+      return LaunchUpdateFor<__nv_bfloat16>(model_kind, pieces, num_pieces, num_tiles, args,
+                                            stream);
+    case FloatKind::kFloat16:
+      return LaunchUpdateFor<__half>(model_kind, pieces, num_pieces, num_tiles, args, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace mt::kernels

@@ -1,0 +1,108 @@
+// ColumnSum (column_sum_launch.h): a bias's gradient, the sum of the output gradient's rows.
+//
+// Pass 1: block (column group g, row chunk k) of 8 warps: lane l holds the 16-byte vector of
+// columns g * 32 * kVec + l * kVec, warp w the rows k * 128 + w, + 8, ... (16 of them, all loads
+// issued before the sums); the 8 warps' sums meet in shared memory and the chunk's sum of each
+// column goes to partial[k][c]. Pass 2: one thread a column adds its chunks in order.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "worker/kernels/column_sum_launch.h"
+#include "worker/kernels/float_convert.cuh"
+
+namespace mt::kernels {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kRowsPerChunk = 128;
+constexpr int kRowsPerWarp = kRowsPerChunk / kWarps;  // 16
+constexpr int kFinishThreads = 256;
+
+template <typename T>
+__global__ void __launch_bounds__(kWarps * 32)
+    ChunkSumKernel(const T* __restrict__ x, float* __restrict__ partial, int64_t rows,
+                   int64_t cols) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * 32 + lane) * kVec;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kRowsPerChunk + warp;
+  float sum[kVec] = {};
+  if (col < cols) {
+    Pack<T, kVec> v[kRowsPerWarp];
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+      const int64_t r = row0 + static_cast<int64_t>(i) * kWarps;
+      if (r < rows) {
+        v[i] = *reinterpret_cast<const Pack<T, kVec>*>(x + r * cols + col);
+      } else {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) v[i].v[k] = To<T>(0.0f);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < kRowsPerWarp; ++i) {
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) sum[k] += F(v[i].v[k]);
+    }
+  }
+  __shared__ float sums[kWarps][32 * kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) sums[warp][lane * kVec + k] = sum[k];
+  __syncthreads();
+  for (int c = threadIdx.x; c < 32 * kVec; c += blockDim.x) {
+    const int64_t at = static_cast<int64_t>(blockIdx.x) * 32 * kVec + c;
+    if (at >= cols) continue;
+    float s = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) s += sums[w][c];
+    partial[static_cast<int64_t>(blockIdx.y) * cols + at] = s;
+  }
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kFinishThreads)
+    FinishColumnsKernel(const float* __restrict__ partial, T* __restrict__ out, int64_t chunks,
+                        int64_t cols) {
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kFinishThreads + threadIdx.x;
+  if (c >= cols) return;
+  float s = 0.0f;
+  for (int64_t k = 0; k < chunks; ++k) s += partial[k * cols + c];
+  out[c] = To<T>(s);
+}
+
+template <typename T>
+cudaError_t Launch(const void* x, void* out, float* partial, int64_t rows, int64_t cols,
+                   cudaStream_t stream) {
+  constexpr int kVec = 16 / sizeof(T);
+  const int64_t chunks = ColumnSumChunks(rows);
+  const int64_t groups = (cols + 32 * kVec - 1) / (32 * kVec);
+  if (rows <= 0 || cols <= 0 || cols % kVec != 0 || chunks > 65535) return cudaErrorInvalidValue;
+  ChunkSumKernel<T><<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(chunks)),
+                      kWarps * 32, 0, stream>>>(static_cast<const T*>(x), partial, rows, cols);
+  FinishColumnsKernel<T>
+      <<<static_cast<unsigned>((cols + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0,
+         stream>>>(partial, static_cast<T*>(out), chunks, cols);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+int64_t ColumnSumChunks(int64_t rows) { return (rows + kRowsPerChunk - 1) / kRowsPerChunk; }
+
+cudaError_t LaunchColumnSum(FloatKind kind, const void* x, void* out, float* partial, int64_t rows,
+                            int64_t cols, cudaStream_t stream) {
+  switch (kind) {
+    case FloatKind::kFloat32:
+      return Launch<float>(x, out, partial, rows, cols, stream);
+    case FloatKind::kBFloat16:
+      return Launch<__nv_bfloat16>(x, out, partial, rows, cols, stream);
+    case FloatKind::kFloat16:
+      return Launch<__half>(x, out, partial, rows, cols, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace mt::kernels

@@ -56,10 +56,9 @@ torch::Tensor ColumnSum(const torch::Tensor& x) {
     torch::Tensor out = torch::empty({cols}, x.options());
     torch::Tensor partial =
         torch::empty({ColumnSumChunks(rows), cols}, x.options().dtype(torch::kFloat));
-    const cudaError_t err =
-        LaunchColumnSum(KindOf(x.scalar_type()), x.data_ptr(), out.data_ptr(),
-                        partial.data_ptr<float>(), rows, cols,
-                        at::cuda::getCurrentCUDAStream(x.device().index()).stream());
+    const cudaError_t err = LaunchColumnSum(
+        KindOf(x.scalar_type()), x.data_ptr(), out.data_ptr(), partial.data_ptr<float>(), rows,
+        cols, at::cuda::getCurrentCUDAStream(x.device().index()).stream());
     TORCH_CHECK(err == cudaSuccess, "ColumnSum launch: ", cudaGetErrorString(err));
     return out;
   }

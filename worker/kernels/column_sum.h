@@ -1,7 +1,9 @@
-// A bias's gradient: the sum of the output gradient's rows, in one pass at the memory's speed
-// (LibTorch's generic reduction, which `sum(0)` and the backward of addmm's broadcast bias
-// run, took 2.7 ms of a GPT-2 124M step on the H200 for 49 calls: about half the bandwidth).
-// And the linear layer whose backward uses it.
+// A bias's gradient: the sum of the output gradient's rows, and the linear layer whose backward
+// uses it. LibTorch's generic reduction (what `sum(0)` and the backward of addmm's broadcast
+// bias run) took 2.68 ms of a GPT-2 124M step on the H200 for 49 calls, about half the memory's
+// bandwidth. Measured on 2026-12-03 (bench/RESULTS.md): this kernel's first pass reads at
+// 3.4 TB/s (1.61 ms for the same sums), but its second pass, a thread a column adding 256
+// chunks, costs 0.98 ms: 2.58 ms in all, no real gain yet.
 #ifndef MT_WORKER_KERNELS_COLUMN_SUM_H_
 #define MT_WORKER_KERNELS_COLUMN_SUM_H_
 
@@ -17,7 +19,8 @@ torch::Tensor ColumnSum(const torch::Tensor& x);
 // x [N, in] w^T + b (w [out, in], b [out]) as torch::addmm(b, x, w.t()) computes it (the bias
 // in the GEMM's epilogue), with a backward of two GEMMs and ColumnSum for b's gradient. All
 // three need gradients or none; x 2-D.
-torch::Tensor LinearWithBias(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b);
+torch::Tensor LinearWithBias(const torch::Tensor& x, const torch::Tensor& w,
+                             const torch::Tensor& b);
 
 }  // namespace mt::kernels
 

@@ -7,14 +7,17 @@
 // |got - want| <= u |want| + 1e-5 sum |x| (u: the output's rounding, 2^-8 bf16, 2^-11 fp16, 0
 // fp32; 1e-5 sum |x| covers fp32 sums in another order). Run twice it gives the same bits. A
 // row of 7 bf16 columns (no whole 16-byte vectors) takes LibTorch's sum.
-// LinearWithBias against torch::addmm(b, x, w.t()) with LibTorch's autograd: the output and
-// dx, dw bit for bit (the same GEMMs), db within the bound above (a different reduction).
+// LinearWithBias against torch::addmm(b, x, w.t()) with LibTorch's autograd: the output bit for
+// bit (the same call); dx and dw are GEMMs of the same operands that cuBLAS may run with
+// another layout, so within 2^-7 |want| + 2^-8 max |want| in bf16 and 1e-6 relative in fp32;
+// db within the bound above (a different reduction).
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "worker/kernels/column_sum.h"
 
@@ -38,7 +41,7 @@ double Excess(const torch::Tensor& got, const torch::Tensor& x) {
 TEST(ColumnSumGpuTest, MatchesTheFp64SumAndIsDeterministic) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(21);
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 8},      {300, 768},  {4097, 2304},
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 8},      {300, 768},   {4097, 2304},
                                                 {129, 1032}, {32768, 768}, {8192, 6144}};
   for (torch::ScalarType dtype : {torch::kBFloat16, torch::kHalf, torch::kFloat}) {
     for (const auto& [rows, cols] : shapes) {
@@ -90,8 +93,14 @@ void ExpectLinearMatchesAddmm(torch::Device device, torch::ScalarType dtype) {
   const LinearResult ref = RunLinear(false, x, w, b, dy);
   const std::string what = std::string(c10::toString(dtype)) + " on " + device.str();
   EXPECT_TRUE(torch::equal(ours.y, ref.y)) << what;
-  EXPECT_TRUE(torch::equal(ours.dx, ref.dx)) << what;
-  EXPECT_TRUE(torch::allclose(ours.dw, ref.dw, 1e-6, 1e-6)) << what;
+  const bool bf16 = dtype == torch::kBFloat16;
+  for (const auto& [got, want] : {std::pair(ours.dx, ref.dx), std::pair(ours.dw, ref.dw)}) {
+    const torch::Tensor g = got.to(torch::kDouble), r = want.to(torch::kDouble);
+    const double largest = r.abs().max().item<double>();
+    const torch::Tensor bound = bf16 ? std::ldexp(1.0, -7) * r.abs() + std::ldexp(1.0, -8) * largest
+                                     : 1e-6 * r.abs() + 1e-6 * largest;
+    EXPECT_LE(((g - r).abs() - bound).max().item<double>(), 0.0) << what;
+  }
   EXPECT_LE(Excess(ours.db, dy), 0.0) << what;
 }
 

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "worker/kernels/column_sum.h"
+
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
@@ -156,9 +158,9 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
     }
     if (ctx->needs_input_grad(0)) dx = torch::mm(dpre, w1);
     if (ctx->needs_input_grad(1) && !dw1.defined()) dw1 = torch::mm(dpre.t(), x);
-    if (ctx->needs_input_grad(2) && !db1.defined()) db1 = dpre.sum(0);
+    if (ctx->needs_input_grad(2) && !db1.defined()) db1 = ColumnSum(dpre);
     if (ctx->needs_input_grad(3) && !dw2.defined()) dw2 = torch::mm(dy.t(), h);
-    if (ctx->needs_input_grad(4) && !db2.defined()) db2 = dy.sum(0);
+    if (ctx->needs_input_grad(4) && !db2.defined()) db2 = ColumnSum(dy);
     return {dx, dw1, db1, dw2, db2, torch::Tensor(), torch::Tensor()};
   }
 };

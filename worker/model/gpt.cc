@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/rng.h"
 #include "common/base/status_macros.h"
+#include "worker/kernels/column_sum.h"
 #include "worker/kernels/cross_entropy.h"
 #include "worker/kernels/fused_mlp.h"
 #include "worker/kernels/gemv.h"
@@ -73,14 +74,21 @@ torch::Tensor MathCausalAttention(const torch::Tensor& q, const torch::Tensor& k
 // (bench/RESULTS.md, issue #16).
 //
 // A few rows without autograd (a decode step at batch <= 8) take kernels::Gemv on CUDA: it
-// streams the weight at more of the memory's bandwidth than cuBLAS does for one row.
+// streams the weight at more of the memory's bandwidth than cuBLAS does for one row. Training on
+// CUDA takes kernels::LinearWithBias: the same addmm, with the bias gradient summed by
+// kernels::ColumnSum in backward instead of LibTorch's generic reduction.
 torch::Tensor Linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b = {}) {
   if (kernels::GemvAvailable(x, w)) return kernels::Gemv(x, w, b);
   if (!b.defined()) return torch::matmul(x, w.t());
-  if (x.dim() == 2) return torch::addmm(b, x, w.t());
+  const bool train = x.is_cuda() && torch::GradMode::is_enabled() && x.requires_grad() &&
+                     w.requires_grad() && b.requires_grad();
+  auto affine = [&](const torch::Tensor& x2d) {
+    return train ? kernels::LinearWithBias(x2d, w, b) : torch::addmm(b, x2d, w.t());
+  };
+  if (x.dim() == 2) return affine(x);
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes.back() = w.size(0);
-  return torch::addmm(b, x.reshape({-1, x.size(-1)}), w.t()).view(sizes);
+  return affine(x.reshape({-1, x.size(-1)})).view(sizes);
 }
 
 // Dropout of an activation that is sharded over the TP group (each rank its own mask).

@@ -13,6 +13,7 @@
 #                     tests are cut off where they would leave no time for the table, and the
 #                     benchmark gets what is left (runs that do not fit are listed as "skip")
 #   MT_GPU_SKIP_TESTS=1, MT_GPU_SKIP_BENCH=1   leave a stage out
+#   MT_ASSET_DIR      GPT-2 BPE files for the tests (default .device/assets when it has them)
 #   MT_GPU_DECODE=1   also run the decode benchmark (bench/generate/run_decode.sh: ours against
 #                     transformers' generate) before the engine benchmark, in at most 240 s
 #   MT_BENCH_SIZES, MT_BENCH_MODES, MT_BENCH_WARMUP, MT_BENCH_STEPS, ...  see run_bench.sh
@@ -81,6 +82,11 @@ if ! source .device/gpu-env.sh >"$out/gpu-env.log" 2>&1; then
   finish 1
 fi
 record env ok $(($(date +%s) - s)) "$(grep -m1 '^gpu-env:' "$out/gpu-env.log" | cut -c10-)"
+# The GPT-2 BPE files for the tests that tokenize (HfGenerateTest skips without them): the
+# machine has no npm, so they come in .device/assets/ (gpt2-vocab.json, gpt2-merges.txt).
+if [ -z "${MT_ASSET_DIR:-}" ] && [ -f .device/assets/gpt2-vocab.json ]; then
+  export MT_ASSET_DIR=$root/.device/assets
+fi
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
 say "environment ready: $(tail -1 "$out/gpu-env.log")"
 

@@ -141,6 +141,63 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, FusedAdamWGpuTest,
                                            Case{torch::kFloat, torch::kBFloat16},
                                            Case{torch::kFloat, torch::kFloat}));
 
+// The distributed optimizer's layout: this rank's state holds its slice only (state offsets
+// from 0), which lies elsewhere in the model buffer (model offsets from 5,000). A bf16 model
+// gets the slice's rounded master; an fp32 model is its own master, indexed by the model
+// offsets. The rest of the model buffer stays as it was.
+TEST(FusedAdamWGpuOnlyTest, AShardOfTheStateUpdatesItsRangeOfTheModel) {
+  if (!torch::cuda::is_available() || !FusedOptimizerKernelsBuilt()) GTEST_SKIP() << "no CUDA";
+  torch::manual_seed(13);
+  const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);
+  const int64_t model_total = 20000, slice = 9000, model_at = 5000;
+  const int64_t lengths[] = {4000, 5000};  // two pieces (decayed, not), back to back
+  for (bool fp32_model : {false, true}) {
+    AdamWState s;
+    const torch::Tensor model_fp32 = torch::randn({model_total}, f32);
+    s.master_is_model = fp32_model;
+    s.master = fp32_model ? model_fp32.clone() : model_fp32.narrow(0, model_at, slice).clone();
+    if (!fp32_model) s.model = model_fp32.to(torch::kBFloat16);
+    s.exp_avg = torch::zeros({slice}, f32);
+    s.exp_avg_sq = torch::zeros({slice}, f32);
+    s.step = torch::ones({}, f32);
+    s.grad_divisor = torch::ones({}, f32);
+    s.found_inf = torch::zeros({}, f32);
+    const torch::Tensor model0 = fp32_model ? s.master.clone() : s.model.clone();
+    Reference r{model_fp32.narrow(0, model_at, slice).to(torch::kDouble),
+                torch::zeros({slice}, f32.dtype(torch::kDouble)),
+                torch::zeros({slice}, f32.dtype(torch::kDouble))};
+    AdamWHyper h;
+    h.lr = 1e-2;
+    h.weight_decay = 0.1;
+    std::vector<AdamWPiece> pieces;
+    int64_t local = 0;
+    for (int i = 0; i < 2; ++i) {
+      AdamWPiece p;
+      p.grad = torch::randn({lengths[i]}, f32.dtype(torch::kBFloat16));
+      p.state_begin = local;
+      p.model_begin = model_at + local;
+      p.numel = lengths[i];
+      p.weight_decay = i == 0;
+      ReferenceStep(r, local, p.grad, p.numel, p.weight_decay, 1.0, 1.0, h);
+      pieces.push_back(p);
+      local += lengths[i];
+    }
+    ASSERT_TRUE(FusedAdamWSupports(s, pieces));
+    FusedAdamW(s, pieces, h);
+    const torch::Tensor updated = fp32_model ? s.master.narrow(0, model_at, slice) : s.master;
+    EXPECT_LE(ScaledError(updated, r.w), 1e-6) << "fp32 model " << fp32_model;
+    EXPECT_LE(ScaledError(s.exp_avg, r.m), 1e-6) << "fp32 model " << fp32_model;
+    const torch::Tensor model = fp32_model ? s.master : s.model;
+    if (!fp32_model) {
+      EXPECT_TRUE(torch::equal(model.narrow(0, model_at, slice), s.master.to(torch::kBFloat16)));
+    }
+    EXPECT_TRUE(torch::equal(model.narrow(0, 0, model_at), model0.narrow(0, 0, model_at)));
+    const int64_t after = model_at + slice;
+    EXPECT_TRUE(torch::equal(model.narrow(0, after, model_total - after),
+                             model0.narrow(0, after, model_total - after)));
+  }
+}
+
 TEST(FusedAdamWGpuOnlyTest, ASkippedStepChangesNothing) {
   if (!torch::cuda::is_available() || !FusedOptimizerKernelsBuilt()) GTEST_SKIP() << "no CUDA";
   const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);

@@ -17,11 +17,12 @@
 // fp32 master gradients exist only where something is summed in them (16-bit model with
 // accumulate_grads_in_fp32 and more than one micro-batch per step or more than one DP rank
 // -- Megatron's --accumulate-allreduce-grads-in-fp32, its bf16 default -- and always for fp16).
-// Otherwise the update reads the 16-bit gradients, converting at most chunk_elements of them at
-// a time into one reused fp32 temporary. With one DP rank there is then no gradient buffer at
-// all: autograd allocates each parameter's 16-bit .grad during backward (as the activations
-// are freed) and Step drops them once read (PyTorch's zero_grad(set_to_none)). Bytes per
-// parameter, bf16, one micro-batch, one rank: 2 (weights) + 4 (master) + 8 (moments) = 14
+// Otherwise the update reads the 16-bit gradients: as they are in the fused kernels (CUDA,
+// OptimizerConfig::fused_adamw), or on the element-wise path converting at most chunk_elements
+// of them at a time into one reused fp32 temporary. With one DP rank there is then no gradient
+// buffer at all: autograd allocates each parameter's 16-bit .grad during backward (as the
+// activations are freed) and Step drops them once read (PyTorch's zero_grad(set_to_none)). Bytes
+// per parameter, bf16, one micro-batch, one rank: 2 (weights) + 4 (master) + 8 (moments) = 14
 // between steps, + 2 (gradients) from backward to the step; with fp32 gradients 2 + 2 + 4 + 4
 // + 8 = 20.
 //

@@ -2,12 +2,12 @@
 // squares for the global norm, and AdamW's update with the 16-bit model copy, each one pass
 // over all of a step's gradients however many parameters there are.
 //
-// What they replace (LibTorch's chain, which the optimizer keeps for CPU builds and tensors
-// these kernels do not take): one norm kernel per parameter plus a stack and a sum; a
-// conversion of each 16-bit gradient into an fp32 temporary, at::_fused_adamw_ over the
-// temporaries, and a copy of the master weights into the model. The kernels read 16-bit (or
-// fp32) gradients as they are and write the model's copy in the same pass: 30 bytes of traffic
-// a parameter where the chain moves 42 (bf16 model, fp32 master and moments).
+// What they replaced: one norm kernel per parameter plus a stack and a sum; a conversion of
+// each 16-bit gradient into an fp32 temporary, at::_fused_adamw_ over the temporaries, and a
+// copy of the master weights into the model. The kernels read 16-bit (or fp32) gradients as
+// they are and write the model's copy in the same pass: 30 bytes of traffic a parameter where
+// that chain moved 42 (bf16 model, fp32 master and moments). CPU builds, and tensors these
+// kernels do not take, keep the optimizer's element-wise LibTorch path.
 //
 // The pieces are runs of the optimizer's flat fp32 buffers (file comment of adamw_launch.h),
 // each with the gradient that belongs to it: a parameter's own .grad or a range of a gradient

@@ -87,6 +87,11 @@ void ScatterState(const engine::MixedPrecisionOptimizer& opt,
   }
 }
 
+// The optimizer's kind as the manifest's TrainerState.optimizer names it.
+const char* OptimizerKind(const engine::MixedPrecisionOptimizer& opt) {
+  return opt.config().kind == engine::OptimizerConfig::Kind::kAdamW ? "adamw" : "sgd";
+}
+
 // The parameters this rank holds (Trainer::Parameters: every chunk of an interleaved pipeline
 // stage, whose model() is its first chunk only) in the model's registration order (the
 // embedding first), the other chunks' after.
@@ -267,9 +272,7 @@ mt::v1::TrainerState CollectScalars(engine::Trainer& trainer) {
   s.set_skipped_iterations(trainer.skipped_iterations());
   if (trainer.has_optimizer()) {
     s.set_optimizer_steps(trainer.optimizer().step_count());
-    s.set_optimizer(trainer.optimizer().config().kind == engine::OptimizerConfig::Kind::kAdamW
-                        ? "adamw"
-                        : "sgd");
+    s.set_optimizer(OptimizerKind(trainer.optimizer()));
   }
   s.mutable_loss_scaler()->set_scale(trainer.loss_scaler().scale());
   s.mutable_loss_scaler()->set_growth_tracker(trainer.loss_scaler().growth_tracker());
@@ -318,8 +321,7 @@ absl::Status RestoreOptimizerState(engine::MixedPrecisionOptimizer& opt,
                                    bool weights_only, const RestoreOptions& options,
                                    std::deque<HostTensor>& hold) {
   if (!weights_only && options.load_optimizer) {
-    const std::string kind =
-        opt.config().kind == engine::OptimizerConfig::Kind::kAdamW ? "adamw" : "sgd";
+    const std::string kind = OptimizerKind(opt);
     const std::string& saved = manifest.trainer().optimizer();
     if (!saved.empty() && saved != kind) {
       return absl::FailedPreconditionError(

@@ -92,6 +92,18 @@ bool UsesWeightDecay(const std::string& name, const torch::Tensor& param) {
   return !(absl::EndsWith(name, ".bias") || name == "bias" || param.dim() == 1);
 }
 
+std::vector<std::pair<std::string, torch::Tensor>> TrainableParameters(torch::nn::Module& module) {
+  std::vector<std::pair<std::string, torch::Tensor>> out;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : module.named_parameters()) {
+    const torch::Tensor& p = item.value();
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) {
+      out.emplace_back(item.key(), p);
+    }
+  }
+  return out;
+}
+
 bool OptimizerStepResult::skipped() const {
   return found_inf_.defined() && found_inf_.item<double>() != 0.0;
 }
@@ -221,15 +233,12 @@ MixedPrecisionOptimizer::CollectParameters(torch::nn::Module& model) const {
   const parallel::ProcessGroups* groups = parallel_.groups.get();
   const int tp_rank = groups != nullptr ? groups->tp_rank() : 0;
   std::vector<Candidate> candidates;
-  std::unordered_set<const void*> seen;
-  for (const auto& item : model.named_parameters()) {
-    const torch::Tensor& p = item.value();
-    if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+  for (const auto& [name, p] : TrainableParameters(model)) {
     Candidate c;
-    c.slot.name = item.key();
+    c.slot.name = name;
     c.slot.param = p;
     c.slot.numel = p.numel();
-    c.slot.weight_decay = UsesWeightDecay(c.slot.name, p);
+    c.slot.weight_decay = UsesWeightDecay(name, p);
     c.replicated = model::TensorParallelSplit(c.slot.name) == model::TpSplit::kReplicated;
     c.late = parallel_.late_gradient && parallel_.late_gradient(c.slot.name);
     const bool duplicate = parallel_.norm_duplicate && parallel_.norm_duplicate(c.slot.name);

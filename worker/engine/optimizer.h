@@ -95,6 +95,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -202,6 +203,10 @@ class OptimizerStepResult {
 
 // Megatron's no-weight-decay rule: biases and 1-D parameters.
 bool UsesWeightDecay(const std::string& name, const torch::Tensor& param);
+
+// Each trainable (requires_grad) parameter of `module` once, a tied one under its first name,
+// in registration order: what an optimizer over `module` updates.
+std::vector<std::pair<std::string, torch::Tensor>> TrainableParameters(torch::nn::Module& module);
 
 class GradReadyHook;
 

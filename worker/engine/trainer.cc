@@ -13,7 +13,6 @@
 #include <map>
 #include <set>
 #include <string>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -600,17 +599,8 @@ bool Trainer::has_optimizer() const { return state_->optimizer != nullptr; }
 
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::Parameters() {
   model();  // waits for the parameter all-gathers
-  torch::nn::Module& owner =
-      state_->pipeline != nullptr ? state_->pipeline->module() : *state_->model;
-  std::vector<std::pair<std::string, torch::Tensor>> out;
-  std::unordered_set<const void*> seen;
-  for (const auto& item : owner.named_parameters()) {
-    const torch::Tensor& p = item.value();
-    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second) {
-      out.emplace_back(item.key(), p);
-    }
-  }
-  return out;
+  return TrainableParameters(state_->pipeline != nullptr ? state_->pipeline->module()
+                                                         : *state_->model);
 }
 MemoryStats Trainer::memory() const { return ReadMemoryStats(state_->device); }
 

@@ -3,7 +3,8 @@
 // Pass 1: block (column group g, row chunk k) of 8 warps: lane l holds the 16-byte vector of
 // columns g * 32 * kVec + l * kVec, warp w the rows k * 128 + w, + 8, ... (16 of them, all loads
 // issued before the sums); the 8 warps' sums meet in shared memory and the chunk's sum of each
-// column goes to partial[k][c]. Pass 2: one thread a column adds its chunks in order.
+// column goes to partial[k][c]. Pass 2 adds the chunks of each column in a fixed order
+// (FinishColumnsKernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -62,15 +63,30 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// Pass 2: block b adds the chunks of columns b * 32 .. + 31: lane l takes column b * 32 + l
+// (a warp reads 128 contiguous bytes a chunk), warp w the chunks w, w + 8, ...; then the eight
+// warps' sums in order.
 template <typename T>
 __global__ void __launch_bounds__(kFinishThreads)
     FinishColumnsKernel(const float* __restrict__ partial, T* __restrict__ out, int64_t chunks,
                         int64_t cols) {
-  const int64_t c = static_cast<int64_t>(blockIdx.x) * kFinishThreads + threadIdx.x;
-  if (c >= cols) return;
+  constexpr int kFinishWarps = kFinishThreads / 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + lane;
   float s = 0.0f;
-  for (int64_t k = 0; k < chunks; ++k) s += partial[k * cols + c];
-  out[c] = To<T>(s);
+  if (c < cols) {
+#pragma unroll 8
+    for (int64_t k = warp; k < chunks; k += kFinishWarps) s += partial[k * cols + c];
+  }
+  __shared__ float sums[kFinishWarps][32];
+  sums[warp][lane] = s;
+  __syncthreads();
+  if (warp == 0 && c < cols) {
+    float total = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kFinishWarps; ++w) total += sums[w][lane];
+    out[c] = To<T>(total);
+  }
 }
 
 template <typename T>
@@ -82,9 +98,8 @@ cudaError_t Launch(const void* x, void* out, float* partial, int64_t rows, int64
   if (rows <= 0 || cols <= 0 || cols % kVec != 0 || chunks > 65535) return cudaErrorInvalidValue;
   ChunkSumKernel<T><<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(chunks)),
                       kWarps * 32, 0, stream>>>(static_cast<const T*>(x), partial, rows, cols);
-  FinishColumnsKernel<T>
-      <<<static_cast<unsigned>((cols + kFinishThreads - 1) / kFinishThreads), kFinishThreads, 0,
-         stream>>>(partial, static_cast<T*>(out), chunks, cols);
+  FinishColumnsKernel<T><<<static_cast<unsigned>((cols + 31) / 32), kFinishThreads, 0, stream>>>(
+      partial, static_cast<T*>(out), chunks, cols);
   return cudaGetLastError();
 }
 

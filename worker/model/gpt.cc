@@ -358,16 +358,34 @@ torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& input) {
                            : Dropout(t, hidden_dropout, training);
   };
   if (fused_layernorm) {
-    const auto& ln1 = input_layernorm->options;
-    const auto& ln2 = pre_mlp_layernorm->options;
-    const torch::Tensor attention = dropout(self_attention(
-        kernels::FusedLayerNorm(input, input_layernorm->weight, input_layernorm->bias, ln1.eps())));
-    const auto [x, normed] = kernels::FusedAddLayerNorm(input, attention, pre_mlp_layernorm->weight,
-                                                        pre_mlp_layernorm->bias, ln2.eps());
-    return x + dropout(mlp(normed));
+    const auto [x, delta] = ForwardPending(input, torch::Tensor());
+    return x + delta;
   }
   torch::Tensor x = input + dropout(self_attention(input_layernorm(input)));
   return x + dropout(mlp(pre_mlp_layernorm(x)));
+}
+
+std::pair<torch::Tensor, torch::Tensor> TransformerLayerImpl::ForwardPending(
+    const torch::Tensor& residual, const torch::Tensor& delta) {
+  const bool training = is_training();
+  auto dropout = [&](const torch::Tensor& t) {
+    return sharded_dropout ? ShardedDropout(t, hidden_dropout, training, tp_rank)
+                           : Dropout(t, hidden_dropout, training);
+  };
+  const double eps1 = input_layernorm->options.eps(), eps2 = pre_mlp_layernorm->options.eps();
+  torch::Tensor input, normed;
+  if (delta.defined()) {
+    std::tie(input, normed) = kernels::FusedAddLayerNorm(residual, delta, input_layernorm->weight,
+                                                         input_layernorm->bias, eps1);
+  } else {
+    input = residual;
+    normed =
+        kernels::FusedLayerNorm(residual, input_layernorm->weight, input_layernorm->bias, eps1);
+  }
+  const torch::Tensor attention = dropout(self_attention(normed));
+  const auto [x, normed2] = kernels::FusedAddLayerNorm(input, attention, pre_mlp_layernorm->weight,
+                                                       pre_mlp_layernorm->bias, eps2);
+  return {x, dropout(mlp(normed2))};
 }
 
 GptEmbeddingImpl::GptEmbeddingImpl(const GptConfig& c, const ModelShard& shard,
@@ -422,26 +440,43 @@ TransformerBlockImpl::TransformerBlockImpl(const GptConfig& c, const ModelShard&
 }
 
 torch::Tensor TransformerBlockImpl::RunLayers(torch::Tensor x, int64_t begin, int64_t end) {
+  const auto [residual, delta] = RunLayersPending(std::move(x), begin, end);
+  return delta.defined() ? residual + delta : residual;
+}
+
+std::pair<torch::Tensor, torch::Tensor> TransformerBlockImpl::RunLayersPending(torch::Tensor x,
+                                                                               int64_t begin,
+                                                                               int64_t end) {
+  torch::Tensor delta;
   for (int64_t i = begin; i < end; ++i) {
     if (before_layer) before_layer(i);
-    x = layers[i]->forward(x);
+    if (config.fused_layernorm) {
+      std::tie(x, delta) = layers[i]->ForwardPending(x, delta);
+    } else {
+      x = layers[i]->forward(x);
+    }
   }
-  return x;
+  return {x, delta};
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
   const int64_t n = static_cast<int64_t>(layers.size());
-  auto finish = [this, n](const torch::Tensor& x) {
-    if (!final_layernorm) return x;
+  // The final LayerNorm, on x + delta (delta undefined: x), the add made by its kernel.
+  auto finish = [this, n](const torch::Tensor& x, const torch::Tensor& delta = {}) {
+    if (!final_layernorm) return delta.defined() ? x + delta : x;
     if (before_layer) before_layer(n);
     if (!config.fused_layernorm) return final_layernorm(x);
-    return kernels::FusedLayerNorm(x, final_layernorm->weight, final_layernorm->bias,
-                                   final_layernorm->options.eps());
+    const auto& ln = final_layernorm;
+    if (!delta.defined()) {
+      return kernels::FusedLayerNorm(x, ln->weight, ln->bias, ln->options.eps());
+    }
+    return kernels::FusedAddLayerNorm(x, delta, ln->weight, ln->bias, ln->options.eps()).second;
   };
   torch::Tensor x = input;
   if (config.recompute_granularity != RecomputeGranularity::kFull ||
       !torch::GradMode::is_enabled()) {
-    return finish(RunLayers(x, 0, n));
+    const auto [residual, delta] = RunLayersPending(x, 0, n);
+    return finish(residual, delta);
   }
   const bool preserve_rng =
       is_training() && (config.hidden_dropout > 0.0 || config.attention_dropout > 0.0);

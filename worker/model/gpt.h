@@ -69,6 +69,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -222,6 +223,11 @@ class TransformerLayerImpl : public torch::nn::Module {
                        const torch::TensorOptions& options);
   // [b, s, h] ([b, s/tp, h] under SP) -> the same shape.
   torch::Tensor forward(const torch::Tensor& x);
+  // With fused_layernorm: the layer on residual + delta (delta undefined: residual alone) as its
+  // input, with that sum made by the first LayerNorm's kernel; returns (x, mlp delta) whose sum
+  // is the layer's output, left for the next LayerNorm to make (TransformerBlock::RunLayers).
+  std::pair<torch::Tensor, torch::Tensor> ForwardPending(const torch::Tensor& residual,
+                                                         const torch::Tensor& delta);
 
   torch::nn::LayerNorm input_layernorm{nullptr};
   SelfAttention self_attention{nullptr};
@@ -269,6 +275,10 @@ class TransformerBlockImpl : public torch::nn::Module {
 
  private:
   torch::Tensor RunLayers(torch::Tensor x, int64_t begin, int64_t end);
+  // The same, with the last layer's residual add left undone (fused_layernorm): (residual,
+  // delta), delta undefined when there is nothing to add.
+  std::pair<torch::Tensor, torch::Tensor> RunLayersPending(torch::Tensor x, int64_t begin,
+                                                           int64_t end);
 };
 TORCH_MODULE(TransformerBlock);
 

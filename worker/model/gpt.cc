@@ -351,27 +351,23 @@ TransformerLayerImpl::TransformerLayerImpl(const GptConfig& c, const ModelShard&
   mlp = register_module("mlp", Mlp(c, shard, options));
 }
 
-torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& input) {
+torch::Tensor TransformerLayerImpl::HiddenDropout(const torch::Tensor& t) {
   const bool training = is_training();
-  auto dropout = [&](const torch::Tensor& t) {
-    return sharded_dropout ? ShardedDropout(t, hidden_dropout, training, tp_rank)
-                           : Dropout(t, hidden_dropout, training);
-  };
+  return sharded_dropout ? ShardedDropout(t, hidden_dropout, training, tp_rank)
+                         : Dropout(t, hidden_dropout, training);
+}
+
+torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& input) {
   if (fused_layernorm) {
     const auto [x, delta] = ForwardPending(input, torch::Tensor());
     return x + delta;
   }
-  torch::Tensor x = input + dropout(self_attention(input_layernorm(input)));
-  return x + dropout(mlp(pre_mlp_layernorm(x)));
+  torch::Tensor x = input + HiddenDropout(self_attention(input_layernorm(input)));
+  return x + HiddenDropout(mlp(pre_mlp_layernorm(x)));
 }
 
 std::pair<torch::Tensor, torch::Tensor> TransformerLayerImpl::ForwardPending(
     const torch::Tensor& residual, const torch::Tensor& delta) {
-  const bool training = is_training();
-  auto dropout = [&](const torch::Tensor& t) {
-    return sharded_dropout ? ShardedDropout(t, hidden_dropout, training, tp_rank)
-                           : Dropout(t, hidden_dropout, training);
-  };
   const double eps1 = input_layernorm->options.eps(), eps2 = pre_mlp_layernorm->options.eps();
   torch::Tensor input, normed;
   if (delta.defined()) {
@@ -382,10 +378,10 @@ std::pair<torch::Tensor, torch::Tensor> TransformerLayerImpl::ForwardPending(
     normed =
         kernels::FusedLayerNorm(residual, input_layernorm->weight, input_layernorm->bias, eps1);
   }
-  const torch::Tensor attention = dropout(self_attention(normed));
+  const torch::Tensor attention = HiddenDropout(self_attention(normed));
   const auto [x, normed2] = kernels::FusedAddLayerNorm(input, attention, pre_mlp_layernorm->weight,
                                                        pre_mlp_layernorm->bias, eps2);
-  return {x, dropout(mlp(normed2))};
+  return {x, HiddenDropout(mlp(normed2))};
 }
 
 GptEmbeddingImpl::GptEmbeddingImpl(const GptConfig& c, const ModelShard& shard,

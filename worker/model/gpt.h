@@ -225,9 +225,13 @@ class TransformerLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x);
   // With fused_layernorm: the layer on residual + delta (delta undefined: residual alone) as its
   // input, with that sum made by the first LayerNorm's kernel; returns (x, mlp delta) whose sum
-  // is the layer's output, left for the next LayerNorm to make (TransformerBlock::RunLayers).
+  // is the layer's output, left for the next LayerNorm to make
+  // (TransformerBlock::RunLayersPending).
   std::pair<torch::Tensor, torch::Tensor> ForwardPending(const torch::Tensor& residual,
                                                          const torch::Tensor& delta);
+  // Dropout on the attention's or the MLP's output before its residual add (per-rank masks
+  // under SP); the identity in eval mode.
+  torch::Tensor HiddenDropout(const torch::Tensor& t);
 
   torch::nn::LayerNorm input_layernorm{nullptr};
   SelfAttention self_attention{nullptr};

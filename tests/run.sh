@@ -8,4 +8,11 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${MT_BUILD_DIR:-$root/build}
 "$root/tools/check_format.sh"
+# Every test's scratch files (testutil::MakeTempDir and the daemons the tests start honour
+# TMPDIR) go under one folder that is removed when the run ends, pass or fail: runs on one
+# machine never pile checkpoints and datasets up in /tmp until its disk is full.
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/mt-tests.XXXXXX")
+trap 'rm -rf "$scratch" || true' EXIT
+export TMPDIR=$scratch
+echo "tests/run.sh: scratch files under $scratch ($(df -h --output=avail "$scratch" | tail -1 | tr -d ' ') free)" >&2
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -LE 'gpu|perf|long' --timeout 900 "$@"

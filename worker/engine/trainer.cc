@@ -624,6 +624,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   config.fused_lm_head = options.fused_lm_head;
   config.fused_mlp = options.fused_mlp;
   config.fused_layernorm = options.fused_layernorm;
+  config.fused_qkv = options.fused_qkv;
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
                       LrSchedule::FromSpec(spec.training(), plan.global_batch_size));
   MT_ASSIGN_OR_RETURN(LossScaler scaler, options.force_dynamic_loss_scaling

@@ -11,14 +11,15 @@
 
 #include <cstdint>
 
+#include "worker/kernels/column_sum.cuh"
 #include "worker/kernels/column_sum_launch.h"
 #include "worker/kernels/float_convert.cuh"
 
 namespace mt::kernels {
 namespace {
 
-constexpr int kWarps = 8;
-constexpr int kRowsPerChunk = 128;
+constexpr int kWarps = kColumnSumWarps;
+constexpr int kRowsPerChunk = kColumnSumRowsPerChunk;
 constexpr int kRowsPerWarp = kRowsPerChunk / kWarps;  // 16
 constexpr int kFinishThreads = 256;
 
@@ -49,18 +50,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int k = 0; k < kVec; ++k) sum[k] += F(v[i].v[k]);
     }
   }
-  __shared__ float sums[kWarps][32 * kVec];
-#pragma unroll
-  for (int k = 0; k < kVec; ++k) sums[warp][lane * kVec + k] = sum[k];
-  __syncthreads();
-  for (int c = threadIdx.x; c < 32 * kVec; c += blockDim.x) {
-    const int64_t at = static_cast<int64_t>(blockIdx.x) * 32 * kVec + c;
-    if (at >= cols) continue;
-    float s = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) s += sums[w][c];
-    partial[static_cast<int64_t>(blockIdx.y) * cols + at] = s;
-  }
+  StoreChunkSums<kVec>(sum, partial, cols);
 }
 
 // Pass 2: block b adds the chunks of columns b * 32 .. + 31: lane l takes column b * 32 + l
@@ -90,6 +80,14 @@ __global__ void __launch_bounds__(kFinishThreads)
 }
 
 template <typename T>
+cudaError_t LaunchFinish(const float* partial, void* out, int64_t chunks, int64_t cols,
+                         cudaStream_t stream) {
+  FinishColumnsKernel<T><<<static_cast<unsigned>((cols + 31) / 32), kFinishThreads, 0, stream>>>(
+      partial, static_cast<T*>(out), chunks, cols);
+  return cudaGetLastError();
+}
+
+template <typename T>
 cudaError_t Launch(const void* x, void* out, float* partial, int64_t rows, int64_t cols,
                    cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
@@ -98,9 +96,7 @@ cudaError_t Launch(const void* x, void* out, float* partial, int64_t rows, int64
   if (rows <= 0 || cols <= 0 || cols % kVec != 0 || chunks > 65535) return cudaErrorInvalidValue;
   ChunkSumKernel<T><<<dim3(static_cast<unsigned>(groups), static_cast<unsigned>(chunks)),
                       kWarps * 32, 0, stream>>>(static_cast<const T*>(x), partial, rows, cols);
-  FinishColumnsKernel<T><<<static_cast<unsigned>((cols + 31) / 32), kFinishThreads, 0, stream>>>(
-      partial, static_cast<T*>(out), chunks, cols);
-  return cudaGetLastError();
+  return LaunchFinish<T>(partial, out, chunks, cols, stream);
 }
 
 }  // namespace
@@ -116,6 +112,20 @@ cudaError_t LaunchColumnSum(FloatKind kind, const void* x, void* out, float* par
       return Launch<__nv_bfloat16>(x, out, partial, rows, cols, stream);
     case FloatKind::kFloat16:
       return Launch<__half>(x, out, partial, rows, cols, stream);
+  }
+  return cudaErrorInvalidValue;
+}
+
+cudaError_t LaunchFinishColumns(FloatKind kind, const float* partial, void* out, int64_t chunks,
+                                int64_t cols, cudaStream_t stream) {
+  if (chunks <= 0 || cols <= 0) return cudaErrorInvalidValue;
+  switch (kind) {
+    case FloatKind::kFloat32:
+      return LaunchFinish<float>(partial, out, chunks, cols, stream);
+    case FloatKind::kBFloat16:
+      return LaunchFinish<__nv_bfloat16>(partial, out, chunks, cols, stream);
+    case FloatKind::kFloat16:
+      return LaunchFinish<__half>(partial, out, chunks, cols, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -10,6 +10,12 @@
 
 namespace mt::kernels {
 
+// The first pass: a block of kColumnSumWarps warps sums a chunk of kColumnSumRowsPerChunk rows,
+// warp w the rows w, w + kColumnSumWarps, ... of it in that order (kernels that fuse the first
+// pass into their own, qkv_heads_kernel.cu, keep this order and so the same bits).
+inline constexpr int kColumnSumWarps = 8;
+inline constexpr int kColumnSumRowsPerChunk = 128;
+
 // Row chunks of the first pass: `partial` holds ColumnSumChunks(rows) x cols floats.
 int64_t ColumnSumChunks(int64_t rows);
 
@@ -19,6 +25,11 @@ int64_t ColumnSumChunks(int64_t rows);
 // the chunks in order (deterministic).
 cudaError_t LaunchColumnSum(FloatKind kind, const void* x, void* out, float* partial, int64_t rows,
                             int64_t cols, cudaStream_t stream);
+
+// ColumnSum's second pass alone, for kernels that write the first pass's `partial` themselves
+// (qkv_heads_kernel.cu): out[c] = the sum of partial[k][c] over k < chunks, in order.
+cudaError_t LaunchFinishColumns(FloatKind kind, const float* partial, void* out, int64_t chunks,
+                                int64_t cols, cudaStream_t stream);
 
 }  // namespace mt::kernels
 

@@ -24,6 +24,7 @@
 #include "worker/kernels/gemv.h"
 #include "worker/kernels/int8_linear.h"
 #include "worker/kernels/layer_norm.h"
+#include "worker/kernels/qkv_heads.h"
 #include "worker/model/recompute.h"
 #include "worker/model/sdpa_backend.h"
 #include "worker/model/sharding.h"
@@ -264,18 +265,30 @@ SelfAttentionImpl::SelfAttentionImpl(const GptConfig& c, const ModelShard& shard
       "linear_proj", RowParallelLinear(proj, c.hidden_size, /*bias=*/true, shard, options));
 }
 
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
-  // [b, s, heads/tp, 3d] -> q, k, v [b, heads/tp, s, d]; s is the full sequence even under SP
-  // (linear_qkv all-gathers it).
+std::vector<torch::Tensor> SelfAttentionImpl::ProjectQkv(const torch::Tensor& x, int64_t heads,
+                                                         int64_t d) {
+  const torch::Tensor &w = linear_qkv->weight, &bias = linear_qkv->bias;
+  if (config.fused_qkv && tp_size == 1 && !linear_qkv->int8.q.defined() &&
+      kernels::QkvHeadsAvailable(x, w, bias, heads, d)) {
+    return kernels::QkvHeads(x, w, bias, heads, d);
+  }
   const torch::Tensor qkv_out = linear_qkv(x);
   const int64_t b = qkv_out.size(0);
   const int64_t s = qkv_out.size(1);
+  std::vector<torch::Tensor> qkv = qkv_out.view({b, s, heads, 3 * d}).split(d, -1);
+  for (torch::Tensor& t : qkv) t = t.transpose(1, 2);
+  return qkv;
+}
+
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
+  // [b, s, heads/tp, 3d] -> q, k, v [b, heads/tp, s, d]; s is the full sequence even under SP
+  // (linear_qkv all-gathers it).
   const int64_t heads = config.num_attention_heads / tp_size;
   const int64_t d = config.head_dim();
-  std::vector<torch::Tensor> qkv = qkv_out.view({b, s, heads, 3 * d}).split(d, -1);
-  torch::Tensor q = qkv[0].transpose(1, 2);
-  torch::Tensor k = qkv[1].transpose(1, 2);
-  torch::Tensor v = qkv[2].transpose(1, 2);
+  const std::vector<torch::Tensor> qkv = ProjectQkv(x, heads, d);
+  const torch::Tensor &q = qkv[0], &k = qkv[1], &v = qkv[2];
+  const int64_t b = q.size(0);
+  const int64_t s = q.size(2);
 
   const double p = config.attention_dropout;
   const bool training = is_training();

@@ -200,6 +200,11 @@ class SelfAttentionImpl : public torch::nn::Module {
   GptConfig config;
   int tp_size = 1;
   int tp_rank = 0;
+
+ private:
+  // x [b, s, h] -> q, k, v [b, heads, s, d]: views of linear_qkv's output (kernels::QkvHeads
+  // under GptConfig::fused_qkv where it runs).
+  std::vector<torch::Tensor> ProjectQkv(const torch::Tensor& x, int64_t heads, int64_t d);
 };
 TORCH_MODULE(SelfAttention);
 

@@ -165,7 +165,7 @@ std::string GptConfig::DebugString() const {
                             recompute_num_layers)
           : std::string(),
       fused_lm_head ? " lm_head=fused" : "", fused_mlp ? " mlp=fused" : "",
-      fused_layernorm ? " layernorm=fused" : "");
+      fused_layernorm ? " layernorm=fused" : "", fused_qkv ? " qkv=fused" : "");
 }
 
 int64_t CountParameters(const GptConfig& c) {

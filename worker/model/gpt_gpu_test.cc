@@ -4,6 +4,7 @@
 // - fused_lm_head gives the default head's loss and gradients (bf16 tolerances there);
 // - fused_layernorm gives LibTorch's LayerNorm's loss and gradients (fp32 and bf16);
 // - fused_mlp gives the unfused MLP's loss and gradients (fp32 and bf16);
+// - fused_qkv gives LibTorch's split's loss and gradients (fp32 and bf16);
 // - pipeline stages chained on the device give the whole model's loss (the same kernels:
 //   1e-3 relative);
 // - the vocabulary-parallel cross entropy (no group: one rank) on CUDA is the full cross
@@ -15,6 +16,7 @@
 #include <torch/cuda.h>
 #include <torch/torch.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -114,54 +116,27 @@ TEST(GptGpuTest, FusedLmHeadMatchesTheDefaultHead) {
   }
 }
 
-// fused_layernorm (kernels::FusedLayerNorm / FusedAddLayerNorm) against LibTorch's LayerNorm
-// and add on the same model: fp32 loss within 1e-5 relative and gradients within 1e-3 relative
-// + 1e-4 x the tensor's largest entry (sums in another order); bf16 loss within 1e-2 relative.
-TEST(GptGpuTest, FusedLayerNormMatchesLibTorchs) {
-  MT_SKIP_WITHOUT_GPU();
-  const torch::Tensor sample = Sample(SmallConfig()).to(torch::kCUDA);
-  auto run = [&](bool fused, torch::ScalarType dtype) {
-    GptConfig c = SmallConfig();
-    c.fused_layernorm = fused;
-    auto m = Build(c, {}, torch::kCUDA, dtype);
-    const torch::Tensor loss = m->LossOnSample(sample);
-    loss.backward();
-    std::map<std::string, torch::Tensor> out{{"loss", loss.detach().to(torch::kFloat)}};
-    for (const auto& p : m->named_parameters()) out[p.key()] = p.value().grad().to(torch::kFloat);
-    return out;
-  };
-  {
-    const auto want = run(false, torch::kFloat);
-    const auto got = run(true, torch::kFloat);
-    const double l = want.at("loss").item<double>();
-    EXPECT_NEAR(got.at("loss").item<double>(), l, 1e-5 * l);
-    for (const auto& [name, w] : want) {
-      if (name == "loss") continue;
-      const double scale = w.abs().max().item<double>();
-      const torch::Tensor& g = got.at(name);
-      EXPECT_LE(((g - w).abs() - (1e-3 * w.abs() + 1e-4 * scale)).max().item<double>(), 0.0)
-          << name;
-    }
-  }
-  const double l16 = run(false, torch::kBFloat16).at("loss").item<double>();
-  EXPECT_NEAR(run(true, torch::kBFloat16).at("loss").item<double>(), l16, 1e-2 * l16);
+// The loss on `sample` and every parameter's gradient (as fp32) of a model of config `c`.
+std::map<std::string, torch::Tensor> LossAndGradients(const GptConfig& c, torch::ScalarType dtype,
+                                                      const torch::Tensor& sample) {
+  auto m = Build(c, {}, torch::kCUDA, dtype);
+  const torch::Tensor loss = m->LossOnSample(sample);
+  loss.backward();
+  std::map<std::string, torch::Tensor> out{{"loss", loss.detach().to(torch::kFloat)}};
+  for (const auto& p : m->named_parameters()) out[p.key()] = p.value().grad().to(torch::kFloat);
+  return out;
 }
 
-// fused_mlp (kernels::FusedMlp: bias + GELU and their gradients in cuBLASLt epilogues) against
-// the unfused MLP on the same model: fp32 loss within 1e-5 relative and every gradient within
-// 1e-3 relative + 1e-4 x its largest entry; bf16 loss within 1e-2 relative.
-TEST(GptGpuTest, FusedMlpMatchesTheUnfusedMlp) {
-  MT_SKIP_WITHOUT_GPU();
-  const torch::Tensor sample = Sample(SmallConfig()).to(torch::kCUDA);
+// A fused path (`use(&config, true)`) against the unfused one on the same model: fp32 loss
+// within 1e-5 relative and every gradient within 1e-3 relative + 1e-4 x the tensor's largest
+// entry (sums in another order); bf16 loss within 1e-2 relative.
+void ExpectFusedMatchesUnfused(const std::function<void(GptConfig*, bool)>& use,
+                               const GptConfig& base = SmallConfig()) {
+  const torch::Tensor sample = Sample(base).to(torch::kCUDA);
   auto run = [&](bool fused, torch::ScalarType dtype) {
-    GptConfig c = SmallConfig();
-    c.fused_mlp = fused;
-    auto m = Build(c, {}, torch::kCUDA, dtype);
-    const torch::Tensor loss = m->LossOnSample(sample);
-    loss.backward();
-    std::map<std::string, torch::Tensor> out{{"loss", loss.detach().to(torch::kFloat)}};
-    for (const auto& p : m->named_parameters()) out[p.key()] = p.value().grad().to(torch::kFloat);
-    return out;
+    GptConfig c = base;
+    use(&c, fused);
+    return LossAndGradients(c, dtype, sample);
   };
   const auto want = run(false, torch::kFloat);
   const auto got = run(true, torch::kFloat);
@@ -175,6 +150,33 @@ TEST(GptGpuTest, FusedMlpMatchesTheUnfusedMlp) {
   }
   const double l16 = run(false, torch::kBFloat16).at("loss").item<double>();
   EXPECT_NEAR(run(true, torch::kBFloat16).at("loss").item<double>(), l16, 1e-2 * l16);
+}
+
+// fused_layernorm (kernels::FusedLayerNorm / FusedAddLayerNorm) against LibTorch's LayerNorm
+// and add.
+TEST(GptGpuTest, FusedLayerNormMatchesLibTorchs) {
+  MT_SKIP_WITHOUT_GPU();
+  ExpectFusedMatchesUnfused([](GptConfig* c, bool fused) { c->fused_layernorm = fused; });
+}
+
+// fused_mlp (kernels::FusedMlp: bias + GELU and their gradients in cuBLASLt epilogues) against
+// the unfused MLP.
+TEST(GptGpuTest, FusedMlpMatchesTheUnfusedMlp) {
+  MT_SKIP_WITHOUT_GPU();
+  ExpectFusedMatchesUnfused([](GptConfig* c, bool fused) { c->fused_mlp = fused; });
+}
+
+// fused_qkv (kernels::QkvHeads: the QKV projection's gradient gathered with its bias sums)
+// against LibTorch's split, with and without selective recomputation (the kernel test checks
+// the node bit for bit; here the attention's backward may add in another order between runs).
+TEST(GptGpuTest, FusedQkvMatchesTheSplit) {
+  MT_SKIP_WITHOUT_GPU();
+  for (RecomputeGranularity recompute :
+       {RecomputeGranularity::kNone, RecomputeGranularity::kSelective}) {
+    GptConfig base = SmallConfig();
+    base.recompute_granularity = recompute;
+    ExpectFusedMatchesUnfused([](GptConfig* c, bool fused) { c->fused_qkv = fused; }, base);
+  }
 }
 
 TEST(GptGpuTest, ChainedStagesOnTheDeviceGiveTheWholeModelsLoss) {

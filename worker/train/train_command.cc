@@ -52,6 +52,7 @@ struct TrainArgs {
   bool fused_lm_head = true;
   bool fused_mlp = true;
   bool fused_layernorm = true;
+  bool fused_qkv = false;
   bool help = false;
 };
 
@@ -62,7 +63,8 @@ bool* FusedSwitch(const std::string& name, TrainArgs* args, bool* on) {
     bool TrainArgs::*field;
   } switches[] = {{"fused-lm-head", &TrainArgs::fused_lm_head},
                   {"fused-mlp", &TrainArgs::fused_mlp},
-                  {"fused-layernorm", &TrainArgs::fused_layernorm}};
+                  {"fused-layernorm", &TrainArgs::fused_layernorm},
+                  {"fused-qkv", &TrainArgs::fused_qkv}};
   for (const auto& s : switches) {
     if (name == absl::StrCat("--", s.suffix) || name == absl::StrCat("--no-", s.suffix)) {
       *on = !absl::StartsWith(name, "--no-");
@@ -199,6 +201,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.fused_lm_head = args.fused_lm_head;
   c.trainer.fused_mlp = args.fused_mlp;
   c.trainer.fused_layernorm = args.fused_layernorm;
+  c.trainer.fused_qkv = args.fused_qkv;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
                            job.training().precision() == mt::v1::PRECISION_FP16;
   double peak_tflops = args.peak_tflops;
@@ -274,6 +277,7 @@ const char* TrainCommandUsage() {
          "                       [--save DIR] [--load DIR] [--save-interval N] [--async-save]\n"
          "                       [--[no-]fused-lm-head] [--[no-]fused-mlp] "
          "[--[no-]fused-layernorm]\n"
+         "                       [--[no-]fused-qkv]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -296,6 +300,8 @@ const char* TrainCommandUsage() {
          "                     (default: in the GEMMs' cuBLASLt epilogues on CUDA)\n"
          "  --no-fused-layernorm  LayerNorm and the residual add before it through LibTorch\n"
          "                     (default: one kernel each way on CUDA)\n"
+         "  --fused-qkv        the QKV projection's gradient and its bias sums by one gather\n"
+         "                     kernel on CUDA (default: LibTorch's split, then a reduction)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

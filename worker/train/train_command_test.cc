@@ -177,7 +177,8 @@ TEST(TrainCommandTest, UsageAndSpecErrorsExitWithTwo) {
   EXPECT_THAT(err, HasSubstr("--save-interval \"-1\": want an integer >= 0"));
 }
 
-// The fused paths are on by default; each has a --no- switch; the model says what it runs.
+// The fused paths are on by default (the QKV gather off until measured on the GPU); each has a
+// --no- and a -- switch; the model says what it runs.
 TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
   const std::string spec = WriteSpec("tiny3.yaml", kTinyYaml);
   auto run = [&](std::vector<std::string> extra) {
@@ -193,6 +194,8 @@ TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
   };
   const std::string defaults = run({});
   EXPECT_THAT(defaults, HasSubstr(" lm_head=fused mlp=fused layernorm=fused"));
+  EXPECT_THAT(defaults, Not(HasSubstr("qkv=fused")));
+  EXPECT_THAT(run({"--fused-qkv"}), HasSubstr(" layernorm=fused qkv=fused"));
   const std::string off = run({"--no-fused-mlp", "--no-fused-lm-head", "--no-fused-layernorm"});
   EXPECT_THAT(off, Not(HasSubstr("lm_head=fused")));
   EXPECT_THAT(off, Not(HasSubstr("mlp=fused")));

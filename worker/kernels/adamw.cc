@@ -15,10 +15,6 @@ namespace mt::kernels {
 namespace {
 
 #if MT_KERNELS_WITH_CUDA
-bool FloatingType(torch::ScalarType t) {
-  return t == torch::kFloat || t == torch::kBFloat16 || t == torch::kHalf;
-}
-
 // The pieces' defined gradients are 1-D, contiguous, of one floating dtype and on `device`.
 // Sets *dtype to theirs (kFloat where none is defined).
 template <typename Piece>
@@ -30,7 +26,7 @@ bool GradsFit(const std::vector<Piece>& pieces, const torch::Device& device,
     const torch::Tensor& g = p.grad;
     if (!g.defined()) continue;
     if (g.device() != device || g.dim() != 1 || !g.is_contiguous() ||
-        !FloatingType(g.scalar_type()) || (!first && g.scalar_type() != *dtype)) {
+        !KernelFloat(g.scalar_type()) || (!first && g.scalar_type() != *dtype)) {
       return false;
     }
     *dtype = g.scalar_type();

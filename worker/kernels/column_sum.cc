@@ -16,7 +16,7 @@ namespace {
 bool KernelTakes(const torch::Tensor& x) {
   const auto t = x.scalar_type();
   if (!x.is_cuda() || x.dim() != 2 || !x.is_contiguous() || x.size(0) == 0 || x.size(1) == 0 ||
-      (t != torch::kFloat && t != torch::kBFloat16 && t != torch::kHalf)) {
+      !KernelFloat(t)) {
     return false;
   }
   const int64_t vec = 16 / static_cast<int64_t>(x.element_size());

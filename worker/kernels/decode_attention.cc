@@ -77,7 +77,7 @@ bool DecodeAttentionAvailable(const torch::Tensor& q, const torch::Tensor& k_new
     if (!t->defined() || !t->is_cuda() || t->device() != q.device()) return false;
   }
   const auto t = q.scalar_type();
-  if (t != torch::kFloat && t != torch::kBFloat16 && t != torch::kHalf) return false;
+  if (!KernelFloat(t)) return false;
   for (const torch::Tensor* x : {&k_new, &v_new, &k_cache, &v_cache}) {
     if (x->scalar_type() != t) return false;
   }

@@ -180,7 +180,7 @@ bool FusedMlpAvailable(const torch::Tensor& x, const torch::Tensor& w1, const to
                        const torch::Tensor& w2, const torch::Tensor& b2) {
 #if MT_KERNELS_WITH_CUDA
   const auto t = x.scalar_type();
-  if (t != torch::kFloat && t != torch::kBFloat16 && t != torch::kHalf) return false;
+  if (!KernelFloat(t)) return false;
   for (const torch::Tensor* p : {&x, &w1, &b1, &w2, &b2}) {
     if (!p->defined() || !p->is_cuda() || p->scalar_type() != t) return false;
   }

@@ -59,9 +59,8 @@ torch::Tensor Reference(const torch::Tensor& x, const torch::Tensor& weight,
 bool GemvAvailable(const torch::Tensor& x, const torch::Tensor& weight) {
 #if MT_KERNELS_WITH_CUDA
   const auto t = x.scalar_type();
-  if (!x.is_cuda() || !weight.is_cuda() || weight.scalar_type() != t ||
-      (t != torch::kFloat && t != torch::kBFloat16 && t != torch::kHalf) || x.dim() < 1 ||
-      weight.dim() != 2) {
+  if (!x.is_cuda() || !weight.is_cuda() || weight.scalar_type() != t || !KernelFloat(t) ||
+      x.dim() < 1 || weight.dim() != 2) {
     return false;
   }
   if (torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad())) {

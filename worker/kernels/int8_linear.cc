@@ -54,8 +54,8 @@ torch::Tensor DequantizeInt8(const Int8Weight& weight, torch::ScalarType dtype) 
 bool Int8GemvAvailable(const torch::Tensor& x, const Int8Weight& weight) {
 #if MT_KERNELS_WITH_CUDA
   const auto t = x.scalar_type();
-  if (!x.is_cuda() || !weight.q.is_cuda() || !weight.scale.is_cuda() ||
-      (t != torch::kFloat && t != torch::kBFloat16 && t != torch::kHalf) || x.dim() < 1) {
+  if (!x.is_cuda() || !weight.q.is_cuda() || !weight.scale.is_cuda() || !KernelFloat(t) ||
+      x.dim() < 1) {
     return false;
   }
   const int64_t in = x.size(-1);

@@ -24,6 +24,11 @@ inline FloatKind KindOf(torch::ScalarType t) {
   }
 }
 
+// fp32, bf16 or fp16: the element types the kernels are built for.
+inline bool KernelFloat(torch::ScalarType t) {
+  return t == torch::kFloat || t == torch::kBFloat16 || t == torch::kHalf;
+}
+
 inline bool Aligned16(const torch::Tensor& t) {
   return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0;
 }

@@ -82,9 +82,8 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
 bool FusedLayerNormAvailable(const torch::Tensor& x, const torch::Tensor& weight) {
 #if MT_KERNELS_WITH_CUDA
   const auto t = x.scalar_type();
-  return x.is_cuda() && weight.is_cuda() && weight.scalar_type() == t &&
-         (t == torch::kFloat || t == torch::kBFloat16 || t == torch::kHalf) && x.dim() >= 1 &&
-         x.size(-1) > 0 && x.size(-1) <= kMaxHidden;
+  return x.is_cuda() && weight.is_cuda() && weight.scalar_type() == t && KernelFloat(t) &&
+         x.dim() >= 1 && x.size(-1) > 0 && x.size(-1) <= kMaxHidden;
 #else
   (void)x;
   (void)weight;

@@ -3,12 +3,12 @@
 #include <torch/torch.h>
 
 #include "worker/kernels/column_sum.h"
+#include "worker/kernels/kind_of.h"
 
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
 #include "worker/kernels/column_sum_launch.h"
-#include "worker/kernels/kind_of.h"
 #include "worker/kernels/qkv_heads_launch.h"
 #endif
 
@@ -22,10 +22,6 @@ struct Dims {
   int64_t heads = 0;
   int64_t head_dim = 0;
 };
-
-bool FloatType(torch::ScalarType t) {
-  return t == torch::kFloat || t == torch::kBFloat16 || t == torch::kHalf;
-}
 
 #if MT_KERNELS_WITH_CUDA
 // Whether the gather kernel takes these gradients: CUDA tensors of `like`'s dtype whose head
@@ -140,7 +136,7 @@ bool QkvHeadsAvailable(const torch::Tensor& x, const torch::Tensor& w, const tor
   for (const torch::Tensor* p : {&x, &w, &b}) {
     if (!p->is_cuda() || p->scalar_type() != t || !p->requires_grad()) return false;
   }
-  if (!FloatType(t) || x.dim() != 3 || w.dim() != 2 || b.dim() != 1 || heads <= 0 ||
+  if (!KernelFloat(t) || x.dim() != 3 || w.dim() != 2 || b.dim() != 1 || heads <= 0 ||
       head_dim <= 0) {
     return false;
   }
@@ -158,7 +154,7 @@ std::vector<torch::Tensor> QkvHeads(const torch::Tensor& x, const torch::Tensor&
   TORCH_CHECK(
       x.dim() == 3 && w.dim() == 2 && b.dim() == 1 && heads > 0 && head_dim > 0 &&
           w.size(0) == heads * 3 * head_dim && w.size(1) == x.size(2) && b.size(0) == w.size(0) &&
-          (FloatType(x.scalar_type()) || x.scalar_type() == torch::kDouble),
+          (KernelFloat(x.scalar_type()) || x.scalar_type() == torch::kDouble),
       "QkvHeads: x [b, s, in], w [heads * 3 * head_dim, in] and b [heads * 3 * head_dim] "
       "with heads ",
       heads, " and head_dim ", head_dim, ", got ", x.sizes(), ", ", w.sizes(), " and ", b.sizes());

@@ -62,7 +62,15 @@ __global__ void __launch_bounds__(kWarps * 32)
     const int64_t seq_stride = part == 0   ? g0.seq_stride
                                : part == 1 ? g1.seq_stride
                                            : g2.seq_stride;
-    const T* src = static_cast<const T*>(data) + head * head_stride + first;
+    // Row r = row0 + j * kWarps is token (b, t) of the source. The source and destination
+    // pointers advance by kWarps rows at a time, so the loop divides nothing (a 64-bit division
+    // per row, and the registers its addresses held, kept the kernel at twice the cat's time).
+    const int64_t b0 = row0 / shape.seq;
+    int64_t t = row0 - b0 * shape.seq;
+    const T* src = static_cast<const T*>(data) + head * head_stride + first + b0 * batch_stride +
+                   t * seq_stride;
+    T* dst = dqkv + row0 * cols + col;
+    int64_t r = row0;
     // Two rounds of kRowsPerBatch rows: their loads in flight together, then their stores and
     // sums in row order (ColumnSum's order).
 #pragma unroll
@@ -70,19 +78,24 @@ __global__ void __launch_bounds__(kWarps * 32)
       Pack<T, kVec> v[kRowsPerBatch];
 #pragma unroll
       for (int i = 0; i < kRowsPerBatch; ++i) {
-        const int64_t r = row0 + static_cast<int64_t>(i0 + i) * kWarps;
-        if (r < rows) {
-          const int64_t b = r / shape.seq, t = r - b * shape.seq;
-          v[i] = *reinterpret_cast<const Pack<T, kVec>*>(src + b * batch_stride + t * seq_stride);
+        if (r + i * kWarps < rows) {
+          v[i] = *reinterpret_cast<const Pack<T, kVec>*>(src);
         } else {
 #pragma unroll
           for (int k = 0; k < kVec; ++k) v[i].v[k] = To<T>(0.0f);
         }
+        t += kWarps;
+        src += kWarps * seq_stride;
+        while (t >= shape.seq) {
+          t -= shape.seq;
+          src += batch_stride - shape.seq * seq_stride;
+        }
       }
 #pragma unroll
       for (int i = 0; i < kRowsPerBatch; ++i) {
-        const int64_t r = row0 + static_cast<int64_t>(i0 + i) * kWarps;
-        if (r < rows) *reinterpret_cast<Pack<T, kVec>*>(dqkv + r * cols + col) = v[i];
+        if (r < rows) *reinterpret_cast<Pack<T, kVec>*>(dst) = v[i];
+        r += kWarps;
+        dst += kWarps * cols;
 #pragma unroll
         for (int k = 0; k < kVec; ++k) sum[k] += F(v[i].v[k]);
       }

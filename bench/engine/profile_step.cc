@@ -55,7 +55,7 @@ struct Args {
   bool fused_lm_head = true;  // the trainer's defaults
   bool fused_mlp = true;
   bool fused_layernorm = true;
-  bool fused_qkv = false;
+  bool fused_qkv = true;
 };
 
 [[noreturn]] void Die(const std::string& message, int code = 2) {

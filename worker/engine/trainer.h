@@ -89,7 +89,7 @@ struct TrainerOptions {
   // (model::GptConfig::fused_layernorm; see there).
   bool fused_layernorm = true;
   // The QKV projection's backward gather (model::GptConfig::fused_qkv; see there).
-  bool fused_qkv = false;
+  bool fused_qkv = true;
   // No optimizer: no master weights, moments or gradient buffers, only the model (a bf16
   // model's 2 bytes a parameter where training holds 14 or more, optimizer.h). For evaluation
   // jobs (worker/train/sharded_eval.h): Evaluate() runs as in training, checkpoints restore

@@ -73,10 +73,11 @@ struct GptConfig {
   bool fused_layernorm = true;
   // The attention's QKV projection as one autograd node (kernels::QkvHeads) on CUDA: backward
   // gathers dq, dk and dv into the projection's gradient and sums the bias gradient in one read
-  // instead of a concatenation and a reduction (issue #16). Used with tp = 1; elsewhere, and
-  // where the kernel does not take the shapes, LibTorch's split. Off by default until its GPU
-  // tests and a same-lease benchmark have run on the GPU machine (not yet: issue #16's note).
-  bool fused_qkv = false;
+  // instead of a concatenation and a reduction: 1.21-1.37x the split chain for the projection's
+  // forward + backward, +0.4% tok/s at 124M, +1.0% at 350M on an H200 (bench/RESULTS.md,
+  // 2026-12-04, issue #16). Used with tp = 1; elsewhere, and where the kernel does not take the
+  // shapes, LibTorch's split.
+  bool fused_qkv = true;
 
   // From spec.model (and the recompute fields of spec.training, the TP size of
   // spec.parallel). Unset fields take the defaults written in proto/mt/v1/job_spec.proto;

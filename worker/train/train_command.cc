@@ -52,7 +52,7 @@ struct TrainArgs {
   bool fused_lm_head = true;
   bool fused_mlp = true;
   bool fused_layernorm = true;
-  bool fused_qkv = false;
+  bool fused_qkv = true;
   bool help = false;
 };
 
@@ -300,8 +300,8 @@ const char* TrainCommandUsage() {
          "                     (default: in the GEMMs' cuBLASLt epilogues on CUDA)\n"
          "  --no-fused-layernorm  LayerNorm and the residual add before it through LibTorch\n"
          "                     (default: one kernel each way on CUDA)\n"
-         "  --fused-qkv        the QKV projection's gradient and its bias sums by one gather\n"
-         "                     kernel on CUDA (default: LibTorch's split, then a reduction)\n"
+         "  --no-fused-qkv     the QKV projection's gradient by LibTorch's split and its bias\n"
+         "                     by a reduction (default: one gather kernel for both on CUDA)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

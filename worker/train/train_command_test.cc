@@ -15,6 +15,7 @@
 namespace mt::train {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -193,13 +194,16 @@ TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
     return err;
   };
   const std::string defaults = run({});
-  EXPECT_THAT(defaults, HasSubstr(" lm_head=fused mlp=fused layernorm=fused"));
-  EXPECT_THAT(defaults, Not(HasSubstr("qkv=fused")));
-  EXPECT_THAT(run({"--fused-qkv"}), HasSubstr(" layernorm=fused qkv=fused"));
-  const std::string off = run({"--no-fused-mlp", "--no-fused-lm-head", "--no-fused-layernorm"});
+  EXPECT_THAT(defaults, HasSubstr(" lm_head=fused mlp=fused layernorm=fused qkv=fused"));
+  EXPECT_THAT(run({"--no-fused-qkv"}),
+              AllOf(HasSubstr(" layernorm=fused"), Not(HasSubstr("qkv=fused"))));
+  const std::string off =
+      run({"--no-fused-mlp", "--no-fused-lm-head", "--no-fused-layernorm", "--no-fused-qkv"});
   EXPECT_THAT(off, Not(HasSubstr("lm_head=fused")));
   EXPECT_THAT(off, Not(HasSubstr("mlp=fused")));
   EXPECT_THAT(off, Not(HasSubstr("layernorm=fused")));
+  EXPECT_THAT(off, Not(HasSubstr("qkv=fused")));
+  EXPECT_THAT(run({"--no-fused-qkv", "--fused-qkv"}), HasSubstr(" qkv=fused"));
   EXPECT_THAT(run({"--no-fused-layernorm", "--fused-layernorm"}), HasSubstr(" layernorm=fused"));
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(RunTrainCommand({"--spec", spec, "--fused-mlp=1"}), 2);

@@ -7,7 +7,7 @@
 //   profile_step --spec FILE [--device cuda] [--warmup 5] [--steps 3] [--top 25]
 //                [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]
 //                [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]
-//                [--[no-]fused-qkv]
+//                [--[no-]fused-qkv] [--[no-]cuda-graph]
 //
 // Needs a CUDA LibTorch >= 2.0 (Kineto); elsewhere it says so and exits 2.
 #include <torch/torch.h>
@@ -41,7 +41,7 @@ constexpr char kUsage[] =
     "usage: profile_step --spec FILE [--device cuda] [--warmup N] [--steps N] [--top N]\n"
     "                    [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]\n"
     "                    [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]\n"
-    "                    [--[no-]fused-qkv]\n"
+    "                    [--[no-]fused-qkv] [--[no-]cuda-graph]\n"
     "Profiles training steps of the job spec (synthetic tokens) and prints the top GPU kernels.\n";
 
 struct Args {
@@ -56,6 +56,7 @@ struct Args {
   bool fused_mlp = true;
   bool fused_layernorm = true;
   bool fused_qkv = true;
+  bool cuda_graph = false;
 };
 
 [[noreturn]] void Die(const std::string& message, int code = 2) {
@@ -86,7 +87,8 @@ Args Parse(int argc, char** argv) {
     const std::pair<const char*, bool*> switches[] = {{"fused-lm-head", &a.fused_lm_head},
                                                       {"fused-mlp", &a.fused_mlp},
                                                       {"fused-layernorm", &a.fused_layernorm},
-                                                      {"fused-qkv", &a.fused_qkv}};
+                                                      {"fused-qkv", &a.fused_qkv},
+                                                      {"cuda-graph", &a.cuda_graph}};
     bool matched = false;
     for (const auto& [suffix, field] : switches) {
       if (name == std::string("--") + suffix || name == std::string("--no-") + suffix) {
@@ -153,6 +155,7 @@ int main(int argc, char** argv) {
   options.fused_mlp = a.fused_mlp;
   options.fused_layernorm = a.fused_layernorm;
   options.fused_qkv = a.fused_qkv;
+  options.cuda_graph = a.cuda_graph;
   auto trainer = mt::engine::Trainer::Create(job, options, std::move(data->train), nullptr);
   if (!trainer.ok()) Die("trainer: " + std::string(trainer.status().message()));
   for (int i = 0; i < a.warmup; ++i) Step(**trainer);

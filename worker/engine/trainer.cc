@@ -28,6 +28,7 @@
 #include "mt/v1/job_spec.pb.h"
 #include "worker/engine/optimizer.h"
 #include "worker/engine/resolved_spec.h"
+#include "worker/engine/step_graph.h"
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
 #include "worker/parallel/collectives.h"
@@ -544,6 +545,8 @@ struct Trainer::State {
   std::unique_ptr<MixedPrecisionOptimizer> optimizer;
   // Pipeline parallelism (pp > 1); null otherwise. `model` is then its first chunk.
   std::unique_ptr<PipelineStage> pipeline;
+  // TrainerOptions::cuda_graph where StepGraphBlocker allows it; null otherwise.
+  std::unique_ptr<StepGraph> graph;
   DeviceStepStats stats;
 
   // One batch from the source onto the device, checked.
@@ -596,6 +599,9 @@ model::GptModel& Trainer::model() {
 }
 MixedPrecisionOptimizer& Trainer::optimizer() { return *state_->optimizer; }
 bool Trainer::has_optimizer() const { return state_->optimizer != nullptr; }
+bool Trainer::step_graph_captured() const {
+  return state_->graph != nullptr && state_->graph->captured();
+}
 
 std::vector<std::pair<std::string, torch::Tensor>> Trainer::Parameters() {
   model();  // waits for the parameter all-gathers
@@ -690,6 +696,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
     if (per_part) InstallParameterWaits({s.model}, s.optimizer.get());
     return absl::OkStatus();
   }));
+  if (options.cuda_graph && s.optimizer != nullptr) {
+    StepGraphSetting g;
+    g.cuda = device.is_cuda();
+    g.graphs_built = StepGraph::Available();
+    g.data_parallel = plan.data_parallel_size;
+    g.tensor_parallel = tp_size;
+    g.pipeline_parallel = pp_size;
+    g.micro_batches = plan.num_micro_batches;
+    g.hidden_dropout = config.hidden_dropout;
+    g.attention_dropout = config.attention_dropout;
+    g.dynamic_loss_scale = trainer->scaler_.config().kind == LossScalerConfig::Kind::kDynamic;
+    if (const std::string blocker = StepGraphBlocker(g); blocker.empty()) {
+      s.graph = std::make_unique<StepGraph>(device, s.model->parameters());
+      if (options.log_progress) {
+        MT_LOG(INFO) << "trainer: each step's forward and backward replayed from a CUDA graph "
+                        "(captured at the first step)";
+      }
+    } else {
+      MT_LOG(WARNING) << "trainer: the step runs eagerly, not as a CUDA graph: " << blocker;
+    }
+  }
   if (options.log_progress) {
     MT_LOG(INFO) << "trainer: " << s.model->config().DebugString() << "; " << plan.num_parameters
                  << " parameters; " << plan.precision << " on " << device.str() << "; micro-batch "
@@ -746,6 +773,15 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     Tell(Activity::kForward, step);
     MT_ASSIGN_OR_RETURN(loss_sum, PipelineForwardBackward(loss_scale, &data_seconds));
   }
+  // One micro-batch's forward and backward, the gradients accumulated; its detached loss.
+  auto forward_backward = [&](const torch::Tensor& sample, bool last) {
+    torch::Tensor loss = s.model->LossOnSample(sample);
+    s.optimizer->BeginMicroBatch(last);
+    Tell(Activity::kBackward, step);
+    (loss * (loss_scale / static_cast<double>(num_micro))).backward();
+    s.optimizer->FinishMicroBatch();
+    return loss.detach();
+  };
   for (int64_t m = 0; s.pipeline == nullptr && m < num_micro; ++m) {
     Tell(Activity::kData, step);
     const Clock::time_point data_start = Clock::now();
@@ -753,12 +789,16 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     data_seconds += SecondsSince(data_start);
     Tell(Activity::kForward, step);
     MT_ASSIGN_OR_RETURN(torch::Tensor sample, s.ToDevice(batch, rows, cols, vocab_size_));
-    torch::Tensor loss = s.model->LossOnSample(sample);
-    s.optimizer->BeginMicroBatch(/*last=*/m == num_micro - 1);
-    Tell(Activity::kBackward, step);
-    (loss * (loss_scale / static_cast<double>(num_micro))).backward();
-    s.optimizer->FinishMicroBatch();
-    loss_sum = m == 0 ? loss.detach() : loss_sum + loss.detach();
+    torch::Tensor loss;
+    if (s.graph != nullptr) {  // one micro-batch (StepGraphBlocker)
+      MT_ASSIGN_OR_RETURN(
+          loss, s.graph->Run(
+                    sample, [&](const torch::Tensor& x) { return forward_backward(x, true); },
+                    [&] { return s.optimizer->ZeroGrad(); }));
+    } else {
+      loss = forward_backward(sample, /*last=*/m == num_micro - 1);
+    }
+    loss_sum = m == 0 ? loss : loss_sum + loss;
   }
 
   // 4. Sequence parallelism: sum the replicated parameters' partial gradients over TP.

@@ -90,6 +90,11 @@ struct TrainerOptions {
   bool fused_layernorm = true;
   // The QKV projection's backward gather (model::GptConfig::fused_qkv; see there).
   bool fused_qkv = true;
+  // Each step's forward and backward replayed from one CUDA graph (step_graph.h) where
+  // StepGraphBlocker allows it (one GPU, one micro-batch a step, no dropout, a constant loss
+  // scale); elsewhere the eager step, the reason logged once. Off by default until its GPU
+  // tests and a same-lease benchmark have run on the GPU machine (issue #16).
+  bool cuda_graph = false;
   // No optimizer: no master weights, moments or gradient buffers, only the model (a bf16
   // model's 2 bytes a parameter where training holds 14 or more, optimizer.h). For evaluation
   // jobs (worker/train/sharded_eval.h): Evaluate() runs as in training, checkpoints restore
@@ -243,6 +248,9 @@ class Trainer {
   // Only where has_optimizer() (not for TrainerOptions::evaluation_only).
   MixedPrecisionOptimizer& optimizer();
   bool has_optimizer() const;
+  // Whether the steps so far replay a CUDA graph (TrainerOptions::cuda_graph, captured at the
+  // first step).
+  bool step_graph_captured() const;
   // Each trainable parameter this rank holds, once (a tied one under its first name), under
   // the whole model's names, every chunk of a pipeline stage: what the optimizer updates and a
   // checkpoint holds. Waits as model() does.

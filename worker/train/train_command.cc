@@ -53,18 +53,20 @@ struct TrainArgs {
   bool fused_mlp = true;
   bool fused_layernorm = true;
   bool fused_qkv = true;
+  bool cuda_graph = false;
   bool help = false;
 };
 
-// The switch `name` turns on or off (--fused-X / --no-fused-X), or null.
-bool* FusedSwitch(const std::string& name, TrainArgs* args, bool* on) {
+// The switch `name` turns on or off (--X / --no-X), or null.
+bool* OnOffSwitch(const std::string& name, TrainArgs* args, bool* on) {
   const struct {
     const char* suffix;
     bool TrainArgs::*field;
   } switches[] = {{"fused-lm-head", &TrainArgs::fused_lm_head},
                   {"fused-mlp", &TrainArgs::fused_mlp},
                   {"fused-layernorm", &TrainArgs::fused_layernorm},
-                  {"fused-qkv", &TrainArgs::fused_qkv}};
+                  {"fused-qkv", &TrainArgs::fused_qkv},
+                  {"cuda-graph", &TrainArgs::cuda_graph}};
   for (const auto& s : switches) {
     if (name == absl::StrCat("--", s.suffix) || name == absl::StrCat("--no-", s.suffix)) {
       *on = !absl::StartsWith(name, "--no-");
@@ -130,7 +132,7 @@ absl::StatusOr<TrainArgs> ParseArgs(const std::vector<std::string>& args) {
     } else if (name == "--async-save") {
       if (has_value) return absl::InvalidArgumentError("--async-save takes no value");
       out.async_save = true;
-    } else if (bool* flag = FusedSwitch(name, &out, &on)) {
+    } else if (bool* flag = OnOffSwitch(name, &out, &on)) {
       if (has_value) return absl::InvalidArgumentError(absl::StrCat(name, " takes no value"));
       *flag = on;
     } else {
@@ -202,6 +204,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.fused_mlp = args.fused_mlp;
   c.trainer.fused_layernorm = args.fused_layernorm;
   c.trainer.fused_qkv = args.fused_qkv;
+  c.trainer.cuda_graph = args.cuda_graph;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
                            job.training().precision() == mt::v1::PRECISION_FP16;
   double peak_tflops = args.peak_tflops;
@@ -277,7 +280,7 @@ const char* TrainCommandUsage() {
          "                       [--save DIR] [--load DIR] [--save-interval N] [--async-save]\n"
          "                       [--[no-]fused-lm-head] [--[no-]fused-mlp] "
          "[--[no-]fused-layernorm]\n"
-         "                       [--[no-]fused-qkv]\n"
+         "                       [--[no-]fused-qkv] [--[no-]cuda-graph]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -302,6 +305,9 @@ const char* TrainCommandUsage() {
          "                     (default: one kernel each way on CUDA)\n"
          "  --no-fused-qkv     the QKV projection's gradient by LibTorch's split and its bias\n"
          "                     by a reduction (default: one gather kernel for both on CUDA)\n"
+         "  --cuda-graph       each step's forward and backward replayed from one CUDA graph\n"
+         "                     (one GPU, one micro-batch a step, no dropout, a constant loss\n"
+         "                     scale; else eager, the reason logged; default: off)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

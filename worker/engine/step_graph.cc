@@ -113,8 +113,9 @@ absl::Status StepGraph::Capture(const torch::Tensor& sample, const ForwardBackwa
     c10::cuda::CUDAStreamGuard on_side(side);
     step(sample_);
     MT_RETURN_IF_ERROR(zero_grad());
-    // The eager steps' and the warm-up's cached blocks go back to the device: from now on the
-    // graph's pool holds the step's activations, and the peak stays the eager step's.
+    // The allocator's cached blocks (the warm-up's activations among them) go back to the
+    // device: from now on the graph's pool holds the step's activations, and the peak stays
+    // the eager step's.
     side.synchronize();
     c10::cuda::CUDACachingAllocator::emptyCache();
     graph_->graph.capture_begin();

@@ -1,10 +1,11 @@
-// The forward and backward of a training step as one CUDA graph (issue #16: a GPT-2 124M step
-// is about 1,100 kernels, and the host's launches leave the GPU idle between them for about 1.5
-// ms of a 57 ms step on an H200). The first step warms up once on a side stream (per-stream
-// state such as cuBLAS workspaces and cuDNN plans is made outside the capture), drops that
-// warm-up's gradients, returns the eager steps' cached blocks to the device and captures the
-// forward and backward on the side stream into the graph's own memory pool; that step and every
-// later one then replay the graph on the step's stream. The optimizer step stays eager: its
+// The forward and backward of a training step as one CUDA graph (issue #16: a step is one
+// kernel launch after another, over 1,100 of them at 1.3B, and the GPU waits between them for
+// about 2 ms of a 57 ms GPT-2 124M step on an H200, bench/RESULTS.md's profiles). At the first
+// step: one eager forward and backward on a side stream (per-stream state such as cuBLAS
+// workspaces and cuDNN plans is made there, outside the capture), its gradients dropped, the
+// allocator's cached blocks returned to the device (so the graph's own memory pool does not add
+// to the peak), then the capture of the forward and backward on the side stream. That step and
+// every later one replay the graph on the step's stream. The optimizer step stays eager: its
 // learning rate and its descriptor tables change from step to step, and it is a few kernels.
 //
 // What a graph fixes at capture, and so what StepGraphBlocker asks for:

@@ -8,11 +8,11 @@
 #include "common/base/status_macros.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include "worker/kernels/graph_capture.h"
 #define MT_STEP_GRAPH_CUDA 1
 #else
 #define MT_STEP_GRAPH_CUDA 0
@@ -102,42 +102,26 @@ absl::Status StepGraph::Capture(const torch::Tensor& sample, const ForwardBackwa
   const c10::DeviceIndex index = device_.index() < 0
                                      ? c10::cuda::current_device()
                                      : static_cast<c10::DeviceIndex>(device_.index());
-  c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
   sample_ = sample.clone();
-  // The side stream starts after the current one's work (the last step, the sample).
-  at::cuda::CUDAEvent inputs_ready;
-  inputs_ready.record(current);
-  inputs_ready.block(side);
-  {
-    c10::cuda::CUDAStreamGuard on_side(side);
+  auto warm_up = [&]() -> absl::Status {
     step(sample_);
     MT_RETURN_IF_ERROR(zero_grad());
     // The allocator's cached blocks (the warm-up's activations among them) go back to the
     // device: from now on the graph's pool holds the step's activations, and the peak stays
     // the eager step's.
-    side.synchronize();
+    c10::cuda::getCurrentCUDAStream(index).synchronize();
     c10::cuda::CUDACachingAllocator::emptyCache();
-    graph_->graph.capture_begin();
-    try {
-      loss_ = step(sample_);
-    } catch (...) {
-      // End the broken capture so that the stream works again; its own error is secondary.
-      try {
-        graph_->graph.capture_end();
-      } catch (...) {
-      }
-      loss_ = torch::Tensor();
-      throw;
-    }
-    graph_->graph.capture_end();
+    return absl::OkStatus();
+  };
+  try {
+    MT_RETURN_IF_ERROR(kernels::CaptureOnSideStream(graph_->graph, index, warm_up,
+                                                    [&] { loss_ = step(sample_); }));
+  } catch (...) {
+    loss_ = torch::Tensor();
+    throw;
   }
   grads_.clear();
   for (const torch::Tensor& p : params_) grads_.push_back(p.grad());
-  // The current stream replays after the side stream's warm-up.
-  at::cuda::CUDAEvent captured;
-  captured.record(side);
-  captured.block(current);
   graph_->ready = true;
   capture_seconds_ = SecondsSince(start);
   return absl::OkStatus();

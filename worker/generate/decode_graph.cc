@@ -8,10 +8,10 @@
 #include "common/base/durations.h"
 
 #if MT_GENERATE_WITH_CUDA
-#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
+
+#include "worker/kernels/graph_capture.h"
 #endif
 
 namespace mt::generate {
@@ -93,33 +93,18 @@ void DecodeGraph::Capture() {
   const c10::DeviceIndex index = device_.index() < 0
                                      ? c10::cuda::current_device()
                                      : static_cast<c10::DeviceIndex>(device_.index());
-  c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(index);
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(/*isHighPriority=*/false, index);
-  // The side stream starts after the prefill and the input copies of the current one.
-  at::cuda::CUDAEvent inputs_ready;
-  inputs_ready.record(current);
-  inputs_ready.block(side);
-  {
-    c10::cuda::CUDAStreamGuard on_side(side);
+  auto warm_up = [&] {
     for (int i = 0; i < kWarmupSteps; ++i) RunStep();
-    graph_->graph.capture_begin();
-    try {
-      logits_ = RunStep();
-    } catch (...) {
-      // End the broken capture so that the stream works again; its own error is secondary.
-      try {
-        graph_->graph.capture_end();
-      } catch (...) {
-      }
-      logits_ = torch::Tensor();
-      throw;
-    }
-    graph_->graph.capture_end();
+    return absl::OkStatus();
+  };
+  try {
+    const absl::Status warmed =
+        kernels::CaptureOnSideStream(graph_->graph, index, warm_up, [&] { logits_ = RunStep(); });
+    TORCH_CHECK(warmed.ok(), "decode graph warm-up: ", warmed.ToString());
+  } catch (...) {
+    logits_ = torch::Tensor();
+    throw;
   }
-  // The current stream replays after the side stream's warm-up writes.
-  at::cuda::CUDAEvent captured;
-  captured.record(side);
-  captured.block(current);
   graph_->ready = true;
   capture_seconds_ = SecondsSince(start);
 }

@@ -1,16 +1,18 @@
-// A CUDA graph captured as the decode step captures one (worker/generate/decode_graph.cc): on a
-// side stream that starts after the work of the current one, one warm-up run, then the capture.
+// A CUDA graph captured as the decode step captures one (graph_capture.h): on a side stream that
+// starts after the work of the current one, one warm-up run, then the capture.
 // For the kernels' GPU tests; include only where LibTorch has CUDA (MT_KERNELS_WITH_CUDA).
 #ifndef MT_WORKER_KERNELS_GRAPH_CAPTURE_FOR_TEST_H_
 #define MT_WORKER_KERNELS_GRAPH_CAPTURE_FOR_TEST_H_
 
 #include <ATen/cuda/CUDAGraph.h>
-#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/cuda.h>
 #include <torch/types.h>
 
 #include <functional>
+
+#include "absl/status/status.h"
+#include "worker/kernels/graph_capture.h"
 
 namespace mt::kernels {
 
@@ -18,17 +20,16 @@ namespace mt::kernels {
 // graph.replay() writes again.
 inline torch::Tensor CaptureForTest(const std::function<torch::Tensor()>& run,
                                     at::cuda::CUDAGraph& graph) {
-  c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool();
-  torch::cuda::synchronize();
   torch::Tensor out;
-  {
-    c10::cuda::CUDAStreamGuard on_side(side);
-    run();  // warm-up
-    graph.capture_begin();
-    out = run();
-    graph.capture_end();
-  }
-  side.synchronize();
+  const absl::Status status = CaptureOnSideStream(
+      graph, c10::cuda::current_device(),
+      [&] {
+        run();  // warm-up
+        return absl::OkStatus();
+      },
+      [&] { out = run(); });
+  TORCH_CHECK(status.ok(), status.ToString());
+  torch::cuda::synchronize();
   return out;
 }
 

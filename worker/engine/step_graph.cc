@@ -132,11 +132,6 @@ absl::StatusOr<torch::Tensor> StepGraph::Run(const torch::Tensor&, const Forward
   return absl::FailedPreconditionError(
       "step graph: this build's LibTorch has no CUDA (StepGraph::Available)");
 }
-
-absl::Status StepGraph::Capture(const torch::Tensor&, const ForwardBackward&,
-                                const std::function<absl::Status()>&) {
-  return absl::FailedPreconditionError("step graph: no CUDA graphs in this build");
-}
 #endif
 
 }  // namespace mt::engine

@@ -56,7 +56,7 @@ struct Args {
   bool fused_mlp = true;
   bool fused_layernorm = true;
   bool fused_qkv = true;
-  bool cuda_graph = false;
+  bool cuda_graph = true;
 };
 
 [[noreturn]] void Die(const std::string& message, int code = 2) {

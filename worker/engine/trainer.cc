@@ -696,25 +696,27 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
     if (per_part) InstallParameterWaits({s.model}, s.optimizer.get());
     return absl::OkStatus();
   }));
-  if (options.cuda_graph && s.optimizer != nullptr) {
-    StepGraphSetting g;
-    g.cuda = device.is_cuda();
-    g.graphs_built = StepGraph::Available();
-    g.data_parallel = plan.data_parallel_size;
-    g.tensor_parallel = tp_size;
-    g.pipeline_parallel = pp_size;
-    g.micro_batches = plan.num_micro_batches;
-    g.hidden_dropout = config.hidden_dropout;
-    g.attention_dropout = config.attention_dropout;
-    g.dynamic_loss_scale = trainer->scaler_.config().kind == LossScalerConfig::Kind::kDynamic;
-    if (const std::string blocker = StepGraphBlocker(g); blocker.empty()) {
-      s.graph = std::make_unique<StepGraph>(device, s.model->parameters());
-      if (options.log_progress) {
-        MT_LOG(INFO) << "trainer: each step's forward and backward replayed from a CUDA graph "
-                        "(captured at the first step)";
-      }
-    } else {
-      MT_LOG(WARNING) << "trainer: the step runs eagerly, not as a CUDA graph: " << blocker;
+  if (s.optimizer != nullptr) {
+    std::string blocker = "turned off (--no-cuda-graph)";
+    if (options.cuda_graph) {
+      StepGraphSetting g;
+      g.cuda = device.is_cuda();
+      g.graphs_built = StepGraph::Available();
+      g.data_parallel = plan.data_parallel_size;
+      g.tensor_parallel = tp_size;
+      g.pipeline_parallel = pp_size;
+      g.micro_batches = plan.num_micro_batches;
+      g.hidden_dropout = config.hidden_dropout;
+      g.attention_dropout = config.attention_dropout;
+      g.dynamic_loss_scale = trainer->scaler_.config().kind == LossScalerConfig::Kind::kDynamic;
+      blocker = StepGraphBlocker(g);
+      if (blocker.empty()) s.graph = std::make_unique<StepGraph>(device, s.model->parameters());
+    }
+    if (options.log_progress && s.graph != nullptr) {
+      MT_LOG(INFO) << "trainer: each step's forward and backward replayed from a CUDA graph "
+                      "(captured at the first step)";
+    } else if (options.log_progress) {
+      MT_LOG(INFO) << "trainer: the step runs eagerly, not as a CUDA graph: " << blocker;
     }
   }
   if (options.log_progress) {

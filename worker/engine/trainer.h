@@ -92,9 +92,8 @@ struct TrainerOptions {
   bool fused_qkv = true;
   // Each step's forward and backward replayed from one CUDA graph (step_graph.h) where
   // StepGraphBlocker allows it (one GPU, one micro-batch a step, no dropout, a constant loss
-  // scale); elsewhere the eager step, the reason logged once. Off by default until its GPU
-  // tests and a same-lease benchmark have run on the GPU machine (issue #16).
-  bool cuda_graph = false;
+  // scale); elsewhere the eager step. With log_progress, one line says which and why.
+  bool cuda_graph = true;
   // No optimizer: no master weights, moments or gradient buffers, only the model (a bf16
   // model's 2 bytes a parameter where training holds 14 or more, optimizer.h). For evaluation
   // jobs (worker/train/sharded_eval.h): Evaluate() runs as in training, checkpoints restore

@@ -53,7 +53,7 @@ struct TrainArgs {
   bool fused_mlp = true;
   bool fused_layernorm = true;
   bool fused_qkv = true;
-  bool cuda_graph = false;
+  bool cuda_graph = true;
   bool help = false;
 };
 
@@ -305,9 +305,10 @@ const char* TrainCommandUsage() {
          "                     (default: one kernel each way on CUDA)\n"
          "  --no-fused-qkv     the QKV projection's gradient by LibTorch's split and its bias\n"
          "                     by a reduction (default: one gather kernel for both on CUDA)\n"
-         "  --cuda-graph       each step's forward and backward replayed from one CUDA graph\n"
-         "                     (one GPU, one micro-batch a step, no dropout, a constant loss\n"
-         "                     scale; else eager, the reason logged; default: off)\n"
+         "  --no-cuda-graph    every step launched kernel by kernel (default: the forward and\n"
+         "                     backward replayed from one CUDA graph where the step allows it:\n"
+         "                     one GPU, one micro-batch a step, no dropout, a constant loss\n"
+         "                     scale; else eager, the reason logged)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

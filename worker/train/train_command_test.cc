@@ -204,11 +204,15 @@ TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
   EXPECT_THAT(off, Not(HasSubstr("layernorm=fused")));
   EXPECT_THAT(off, Not(HasSubstr("qkv=fused")));
   EXPECT_THAT(run({"--no-fused-qkv", "--fused-qkv"}), HasSubstr(" qkv=fused"));
-  // --cuda-graph reaches the trainer, which runs the CPU's step eagerly and says why.
-  EXPECT_THAT(run({"--cuda-graph"}),
-              HasSubstr("the step runs eagerly, not as a CUDA graph: the device is not a GPU"));
-  EXPECT_THAT(defaults, Not(HasSubstr("CUDA graph")));
-  EXPECT_THAT(run({"--cuda-graph", "--no-cuda-graph"}), Not(HasSubstr("CUDA graph")));
+  // The CUDA graph is on by default and reaches the trainer, which runs the CPU's step eagerly
+  // and says why; --no-cuda-graph turns it off.
+  const std::string no_gpu = "the step runs eagerly, not as a CUDA graph: the device is not a GPU";
+  EXPECT_THAT(defaults, HasSubstr(no_gpu));
+  EXPECT_THAT(run({"--no-cuda-graph", "--cuda-graph"}), HasSubstr(no_gpu));
+  EXPECT_THAT(run({"--cuda-graph", "--no-cuda-graph"}),
+              AllOf(HasSubstr("the step runs eagerly, not as a CUDA graph: turned off "
+                              "(--no-cuda-graph)"),
+                    Not(HasSubstr(no_gpu))));
   EXPECT_THAT(run({"--no-fused-layernorm", "--fused-layernorm"}), HasSubstr(" layernorm=fused"));
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(RunTrainCommand({"--spec", spec, "--fused-mlp=1"}), 2);

@@ -1,7 +1,8 @@
-// See gemm_lt_launch.h. Host code only: descriptors, one heuristic query, one cublasLtMatmul.
+// See gemm_lt_launch.h. Host code only: descriptors, a heuristic query, cublasLtMatmul calls.
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "worker/kernels/gemm_lt_launch.h"
 
@@ -138,15 +139,93 @@ cublasStatus_t DescribePreference(const LtMatmulArgs& g, size_t workspace_bytes,
   return CUBLAS_STATUS_SUCCESS;
 }
 
+cublasStatus_t Describe(const LtMatmulArgs& g, size_t workspace_bytes, Descriptors* s) {
+  MT_LT_TRY(DescribeOperation(g, s));
+  MT_LT_TRY(DescribeMatrices(g, s));
+  return DescribePreference(g, workspace_bytes, s);
+}
+
+// Milliseconds a call of `algo` over `repeats` calls after one warm-up call (CUDA events on
+// `stream`, which is synchronised); -1 where cuBLASLt refuses the algorithm.
+float TimeAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
+                    const cublasLtMatmulAlgo_t& algo, void* workspace, size_t workspace_bytes,
+                    cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, int repeats) {
+  const float alpha = 1.0f, beta = 0.0f;
+  auto run = [&] {
+    return cublasLtMatmul(handle, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d,
+                          &algo, workspace, workspace_bytes, stream);
+  };
+  if (run() != CUBLAS_STATUS_SUCCESS) return -1.0f;
+  cudaEventRecord(start, stream);
+  for (int r = 0; r < repeats; ++r) {
+    if (run() != CUBLAS_STATUS_SUCCESS) return -1.0f;
+  }
+  cudaEventRecord(stop, stream);
+  float ms = -1.0f;
+  if (cudaEventSynchronize(stop) != cudaSuccess ||
+      cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+    return -1.0f;
+  }
+  return ms / static_cast<float>(repeats);
+}
+
+// The heuristic's first `max_algorithms` candidates for the described problem.
+cublasStatus_t Candidates(cublasLtHandle_t handle, const Descriptors& s, int max_algorithms,
+                          std::vector<cublasLtMatmulHeuristicResult_t>* results) {
+  results->resize(max_algorithms);
+  int found = 0;
+  MT_LT_TRY(cublasLtMatmulAlgoGetHeuristic(handle, s.op, s.a, s.b, s.d, s.d, s.preference,
+                                           max_algorithms, results->data(), &found));
+  results->resize(found);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// Times every candidate (ms[i], -1 where cuBLASLt refuses it); false when the events fail.
+bool TimeCandidates(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
+                    const std::vector<cublasLtMatmulHeuristicResult_t>& results, void* workspace,
+                    size_t workspace_bytes, cudaStream_t stream, int repeats,
+                    std::vector<float>* ms) {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    if (start != nullptr) cudaEventDestroy(start);
+    return false;
+  }
+  ms->clear();
+  for (const cublasLtMatmulHeuristicResult_t& r : results) {
+    ms->push_back(r.state != CUBLAS_STATUS_SUCCESS
+                      ? -1.0f
+                      : TimeAlgorithm(handle, g, s, r.algo, workspace, workspace_bytes, stream,
+                                      start, stop, repeats));
+  }
+  cudaEventDestroy(stop);
+  cudaEventDestroy(start);
+  return true;
+}
+
 }  // namespace
+
+int LtTimeAlgorithms(const LtMatmulArgs& g, void* lt_handle, void* workspace,
+                     size_t workspace_bytes, cudaStream_t stream, int max_algorithms, int repeats,
+                     std::vector<float>* ms) {
+  ms->clear();
+  if (max_algorithms < 1 || repeats < 1) return CUBLAS_STATUS_INVALID_VALUE;
+  auto handle = static_cast<cublasLtHandle_t>(lt_handle);
+  Descriptors s;
+  MT_LT_TRY(Describe(g, workspace_bytes, &s));
+  std::vector<cublasLtMatmulHeuristicResult_t> results;
+  MT_LT_TRY(Candidates(handle, s, max_algorithms, &results));
+  if (results.empty()) return kLtNoAlgorithm;
+  if (!TimeCandidates(handle, g, s, results, workspace, workspace_bytes, stream, repeats, ms)) {
+    return kLtCudaError;
+  }
+  return 0;
+}
 
 int LtMatmul(const LtMatmulArgs& g, void* lt_handle, void* workspace, size_t workspace_bytes,
              cudaStream_t stream) {
   auto handle = static_cast<cublasLtHandle_t>(lt_handle);
   Descriptors s;
-  MT_LT_TRY(DescribeOperation(g, &s));
-  MT_LT_TRY(DescribeMatrices(g, &s));
-  MT_LT_TRY(DescribePreference(g, workspace_bytes, &s));
+  MT_LT_TRY(Describe(g, workspace_bytes, &s));
   cublasLtMatmulHeuristicResult_t heuristic = {};
   int found = 0;
   MT_LT_TRY(cublasLtMatmulAlgoGetHeuristic(handle, s.op, s.a, s.b, s.d, s.d, s.preference, 1,
@@ -164,6 +243,8 @@ const char* LtStatusName(int status) {
       return "CUBLAS_STATUS_SUCCESS";
     case kLtNoAlgorithm:
       return "no cuBLASLt algorithm for this problem";
+    case kLtCudaError:
+      return "a CUDA runtime error (timing events)";
     case CUBLAS_STATUS_NOT_INITIALIZED:
       return "CUBLAS_STATUS_NOT_INITIALIZED";
     case CUBLAS_STATUS_ALLOC_FAILED:

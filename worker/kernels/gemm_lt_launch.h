@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "worker/kernels/float_kind.h"
 
@@ -45,12 +46,23 @@ struct LtMatmulArgs {
 };
 
 // Queues the matmul on `stream` with the cuBLASLt handle `lt_handle` (a cublasLtHandle_t) and
-// `workspace` (device memory of `workspace_bytes`). Returns 0 when queued, else the
-// cublasStatus_t; kLtNoAlgorithm when cuBLASLt offers no algorithm for this problem (the caller
-// may then take another path: nothing was queued).
+// `workspace` (device memory of `workspace_bytes`), with the algorithm cuBLASLt's heuristic
+// picks first. Returns 0 when queued, else the cublasStatus_t; kLtNoAlgorithm when cuBLASLt offers
+// no algorithm for this problem (the caller may then take another path: nothing was queued).
 inline constexpr int kLtNoAlgorithm = -1;
 int LtMatmul(const LtMatmulArgs& args, void* lt_handle, void* workspace, size_t workspace_bytes,
              cudaStream_t stream);
+
+// Times the first `max_algorithms` algorithms cuBLASLt's heuristic offers for the problem, in
+// the heuristic's order (the first is the one LtMatmul runs): ms[i] is milliseconds a call over
+// `repeats` calls after one warm-up, -1 where cuBLASLt refuses algorithm i. Every call writes D
+// (and the epilogue's outputs) as LtMatmul would; `stream` is synchronised. Returns 0, a
+// cublasStatus_t, kLtNoAlgorithm, or kLtCudaError when the timing events fail. For the
+// benchmarks: not to be called while `stream` is being captured into a CUDA graph.
+inline constexpr int kLtCudaError = -2;
+int LtTimeAlgorithms(const LtMatmulArgs& args, void* lt_handle, void* workspace,
+                     size_t workspace_bytes, cudaStream_t stream, int max_algorithms, int repeats,
+                     std::vector<float>* ms);
 
 // A name for LtMatmul's status (e.g. "CUBLAS_STATUS_NOT_SUPPORTED").
 const char* LtStatusName(int status);

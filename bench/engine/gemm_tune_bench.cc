@@ -1,0 +1,168 @@
+// gemm_tune_bench: how much a training step's GEMMs would gain if each shape ran the fastest of
+// cuBLASLt's candidate algorithms instead of the heuristic's first pick (what LtMatmul and
+// LibTorch run). For the engine bench's three sizes (tokens = micro-batch x 1,024), each of a
+// layer's four linears (QKV, attention projection, fc1, fc2) and the LM head, forward, input
+// gradient and weight gradient, it times the heuristic's first --algos algorithms in the same
+// run (kernels::LtTimeAlgorithms) and prints the first pick's ms, the best's, and a step's sum of
+// both (the layer's GEMMs times the layer count, plus the LM head's).
+//
+//   gemm_tune_bench [--dtype bf16|fp16|fp32] [--algos N] [--steps N]
+#include <ATen/cuda/CUDAContext.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/cli/help_version.h"
+#include "worker/kernels/gemm_lt_launch.h"
+#include "worker/kernels/kind_of.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: gemm_tune_bench [--dtype bf16|fp16|fp32] [--algos N] [--steps N]\n"
+    "Times cuBLASLt's candidate algorithms for a training step's GEMMs against the heuristic's\n"
+    "first pick (ms per call; --algos candidates, default 16; --steps calls each, default 10).";
+
+constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
+constexpr int64_t kVocab = 50304;
+
+struct Size {
+  const char* name;
+  int64_t tokens, hidden, layers;
+};
+constexpr Size kSizes[] = {
+    {"124m", 32768, 768, 12}, {"350m", 16384, 1024, 24}, {"1.3b", 8192, 2048, 24}};
+
+// A linear y [T, out] = x [T, in] w^T, w [out, in], all row-major; `count` of them a step.
+struct Linear {
+  const char* name;
+  int64_t in, out, count;
+};
+
+struct Args {
+  torch::ScalarType dtype = torch::kBFloat16;
+  std::string dtype_name = "bf16";
+  int algos = 16;
+  int steps = 10;
+};
+
+[[noreturn]] void Die(const std::string& message) {
+  std::fprintf(stderr, "gemm_tune_bench: %s\n%s\n", message.c_str(), kUsage);
+  std::exit(2);
+}
+
+Args Parse(int argc, char** argv) {
+  Args a;
+  if (argc % 2 == 0) Die("every flag takes a value");
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--dtype") {
+      a.dtype_name = value;
+      if (value == "bf16") {
+        a.dtype = torch::kBFloat16;
+      } else if (value == "fp16") {
+        a.dtype = torch::kHalf;
+      } else if (value == "fp32") {
+        a.dtype = torch::kFloat;
+      } else {
+        Die("--dtype \"" + value + "\": want bf16, fp16 or fp32");
+      }
+    } else if (flag == "--algos") {
+      a.algos = std::atoi(value.c_str());
+      if (a.algos < 1 || a.algos > 64) Die("--algos: want an integer in [1, 64]");
+    } else if (flag == "--steps") {
+      a.steps = std::atoi(value.c_str());
+      if (a.steps < 1 || a.steps > 1000) Die("--steps: want an integer in [1, 1000]");
+    } else {
+      Die("unknown argument \"" + flag + "\"");
+    }
+  }
+  return a;
+}
+
+// The three GEMMs of a linear in cuBLAS's column-major terms (a row-major [r, c] tensor is a
+// column-major c x r matrix with leading dimension c).
+std::vector<std::pair<const char*, mt::kernels::LtMatmulArgs>> Passes(const Linear& l,
+                                                                      int64_t tokens,
+                                                                      const torch::Tensor& x,
+                                                                      const torch::Tensor& w,
+                                                                      const torch::Tensor& y) {
+  mt::kernels::LtMatmulArgs fwd;  // y^T [out x T] = w [out x in] x^T [in x T]
+  fwd.transpose_a = true;
+  fwd.m = l.out, fwd.n = tokens, fwd.k = l.in;
+  fwd.a = w.data_ptr(), fwd.lda = l.in;
+  fwd.b = x.data_ptr(), fwd.ldb = l.in;
+  fwd.d = y.data_ptr(), fwd.ldd = l.out;
+  mt::kernels::LtMatmulArgs dgrad;  // dx^T [in x T] = w^T [in x out] dy^T [out x T]
+  dgrad.m = l.in, dgrad.n = tokens, dgrad.k = l.out;
+  dgrad.a = w.data_ptr(), dgrad.lda = l.in;
+  dgrad.b = y.data_ptr(), dgrad.ldb = l.out;
+  dgrad.d = x.data_ptr(), dgrad.ldd = l.in;
+  mt::kernels::LtMatmulArgs wgrad;  // dw^T [in x out] = x^T [in x T] dy [T x out]
+  wgrad.transpose_b = true;
+  wgrad.m = l.in, wgrad.n = l.out, wgrad.k = tokens;
+  wgrad.a = x.data_ptr(), wgrad.lda = l.in;
+  wgrad.b = y.data_ptr(), wgrad.ldb = l.out;
+  wgrad.d = w.data_ptr(), wgrad.ldd = l.in;
+  return {{"fwd", fwd}, {"dgrad", dgrad}, {"wgrad", wgrad}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (mt::cli::AnswerHelpOrVersion(argc, argv, "gemm_tune_bench", kUsage)) return 0;
+  const Args args = Parse(argc, argv);
+  if (!torch::cuda::is_available()) Die("no CUDA device");
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(args.dtype);
+  const torch::Tensor workspace = torch::empty({kWorkspaceBytes}, options.dtype(torch::kByte));
+  void* handle = at::cuda::getCurrentCUDABlasLtHandle();
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
+  std::printf(
+      "gemm_tune_bench: %s, the heuristic's first %d algorithms, %d calls each; ms a call\n",
+      args.dtype_name.c_str(), args.algos, args.steps);
+  std::printf("%-5s %-8s %-6s %6s %6s %6s | %8s %8s %5s %6s\n", "size", "linear", "pass", "m", "n",
+              "k", "first", "best", "index", "gain");
+  torch::manual_seed(1);
+  for (const Size& s : kSizes) {
+    const int64_t h = s.hidden;
+    const Linear linears[] = {{"qkv", h, 3 * h, s.layers},
+                              {"proj", h, h, s.layers},
+                              {"fc1", h, 4 * h, s.layers},
+                              {"fc2", 4 * h, h, s.layers},
+                              {"lm_head", h, kVocab, 1}};
+    double first_sum = 0, best_sum = 0;
+    for (const Linear& l : linears) {
+      const torch::Tensor x = torch::randn({s.tokens, l.in}, options);
+      const torch::Tensor w = torch::randn({l.out, l.in}, options) * 0.02;
+      const torch::Tensor y = torch::randn({s.tokens, l.out}, options);
+      for (auto [pass, g] : Passes(l, s.tokens, x, w, y)) {
+        g.kind = mt::kernels::KindOf(args.dtype);
+        std::vector<float> ms;
+        const int status = mt::kernels::LtTimeAlgorithms(
+            g, handle, workspace.data_ptr(), kWorkspaceBytes, stream, args.algos, args.steps, &ms);
+        if (status != 0 || ms.empty() || ms[0] < 0) {
+          std::fprintf(stderr, "gemm_tune_bench: %s %s %s: %s\n", s.name, l.name, pass,
+                       mt::kernels::LtStatusName(status));
+          return 1;
+        }
+        size_t best = 0;
+        for (size_t i = 1; i < ms.size(); ++i) {
+          if (ms[i] > 0 && ms[i] < ms[best]) best = i;
+        }
+        first_sum += l.count * ms[0];
+        best_sum += l.count * ms[best];
+        std::printf("%-5s %-8s %-6s %6ld %6ld %6ld | %8.3f %8.3f %5zu %5.1f%%\n", s.name, l.name,
+                    pass, static_cast<long>(g.m), static_cast<long>(g.n), static_cast<long>(g.k),
+                    ms[0], ms[best], best, 100.0 * (ms[0] - ms[best]) / ms[0]);
+      }
+    }
+    std::printf("%-5s a step's GEMMs: first pick %.2f ms, best %.2f ms (%.1f%% less)\n", s.name,
+                first_sum, best_sum, 100.0 * (first_sum - best_sum) / first_sum);
+  }
+  return 0;
+}

@@ -45,9 +45,10 @@ function(mt_add_test name)
   add_executable(${name} ${A_SOURCES})
   mt_target_defaults(${name})
   # A test's own code is set-up and assertions; what it tests is in the libraries, which keep
-  # the build type's flags (-O3 in Release). -O1 compiles a test translation unit ~25% faster
-  # (the optimiser is most of the time of one that includes LibTorch and GoogleTest; CI builds
-  # every test on two cores) and keeps the warnings that need data-flow analysis.
+  # the build type's flags (-O3 in Release). -O1 compiles a test translation unit 20-30% faster
+  # (the optimiser is most of the time of one that includes LibTorch and GoogleTest, and test
+  # objects are half of CI's build; bench/RESULTS.md, "CI time") and keeps the warnings that
+  # need data-flow analysis.
   if(CMAKE_BUILD_TYPE STREQUAL "Release")
     target_compile_options(${name} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O1>)
   endif()

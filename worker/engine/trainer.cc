@@ -712,11 +712,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
       blocker = StepGraphBlocker(g);
       if (blocker.empty()) s.graph = std::make_unique<StepGraph>(device, s.model->parameters());
     }
-    if (options.log_progress && s.graph != nullptr) {
-      MT_LOG(INFO) << "trainer: each step's forward and backward replayed from a CUDA graph "
-                      "(captured at the first step)";
-    } else if (options.log_progress) {
-      MT_LOG(INFO) << "trainer: the step runs eagerly, not as a CUDA graph: " << blocker;
+    if (options.log_progress) {
+      if (s.graph != nullptr) {
+        MT_LOG(INFO) << "trainer: each step's forward and backward replayed from a CUDA graph "
+                        "(captured at the first step)";
+      } else {
+        MT_LOG(INFO) << "trainer: the step runs eagerly, not as a CUDA graph: " << blocker;
+      }
     }
   }
   if (options.log_progress) {

@@ -15,4 +15,8 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/mt-tests.XXXXXX")
 trap 'rm -rf "$scratch" || true' EXIT
 export TMPDIR=$scratch
 echo "tests/run.sh: scratch files under $scratch ($(df -h --output=avail "$scratch" | tail -1 | tr -d ' ') free)" >&2
+# ctest runs one test per core, and a test's trainers compute with one thread each (the daemons
+# of tests/testutil serve one-core slots; in-process trainers call at::set_num_threads(1)).
+# OpenBLAS ignores LibTorch's count and would start a spinning thread per core in every process.
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-1}
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)" -LE 'gpu|perf|long' --timeout 900 "$@"

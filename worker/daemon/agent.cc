@@ -72,6 +72,20 @@ mt::v1::WorkerResources DetectResources(const AgentConfig& config) {
   return r;
 }
 
+std::vector<std::string> RankEnvironment(const AgentConfig& config,
+                                         const mt::v1::WorkerResources& resources) {
+  std::vector<std::string> env;
+  if (!config.token_file.empty()) env.push_back("MT_TOKEN_FILE=" + config.token_file);
+  for (std::string& e : rpc::ClientTlsEnvironment(config.tls)) env.push_back(std::move(e));
+  // A CPU rank computes with the cores of its slot, no more: several slots share a machine.
+  if (resources.gpu_index() < 0) {
+    env.push_back(absl::StrCat("MT_CPU_THREADS=", resources.cpu_cores()));
+    env.push_back(absl::StrCat("OPENBLAS_NUM_THREADS=", resources.cpu_cores()));
+  }
+  env.insert(env.end(), config.rank_environment.begin(), config.rank_environment.end());
+  return env;
+}
+
 absl::StatusOr<std::string> TrainerBesideThisExecutable() {
   char self[4096];
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -386,17 +400,7 @@ void Agent::Handle(const mt::v1::WorkerCommand& command) {
   RankProcessOptions options;
   options.trainer_binary = config_.trainer_binary;
   options.work_dir = config_.work_dir;
-  if (!config_.token_file.empty())
-    options.extra_env.push_back("MT_TOKEN_FILE=" + config_.token_file);
-  for (std::string& env : rpc::ClientTlsEnvironment(config_.tls)) {
-    options.extra_env.push_back(std::move(env));
-  }
-  // A CPU rank computes with the cores of its slot, no more: several slots share a machine.
-  if (resources_.gpu_index() < 0) {
-    options.extra_env.push_back(absl::StrCat("MT_CPU_THREADS=", resources_.cpu_cores()));
-  }
-  options.extra_env.insert(options.extra_env.end(), config_.rank_environment.begin(),
-                           config_.rank_environment.end());
+  options.extra_env = RankEnvironment(config_, resources_);
   if (observer_ != nullptr) observer_->OnRankStarted(a);
   // This daemon's own check of the paths, right before the rank starts.
   const absl::Status allowed = CheckAssignmentPaths(a, allowed_roots_);

@@ -188,6 +188,17 @@ absl::StatusOr<std::string> TrainerBesideThisExecutable();
 // This machine's resources for a slot: node name, device name and memory.
 mt::v1::WorkerResources DetectResources(const AgentConfig& config);
 
+// NAME=VALUE pairs that the daemon adds to the environment of each rank it starts on the slot
+// `resources`: the token file, TLS files and config.rank_environment, and on a CPU slot the
+// slot's cores as the thread count of LibTorch's pool (MT_CPU_THREADS) and of OpenBLAS's
+// (OPENBLAS_NUM_THREADS). OpenBLAS reads its count when it loads and ignores LibTorch's
+// at::set_num_threads: left alone it starts one thread per core of the machine, which spin
+// (sched_yield) between calls, and the ranks of several slots of one machine took 8x longer a
+// step fighting over the cores (bench/RESULTS.md, "CI time"). A variable of the daemon's own
+// environment comes first in the rank's and wins (rank_process.cc).
+std::vector<std::string> RankEnvironment(const AgentConfig& config,
+                                         const mt::v1::WorkerResources& resources);
+
 }  // namespace mt::worker
 
 #endif  // MT_WORKER_DAEMON_AGENT_H_

@@ -88,5 +88,23 @@ TEST(DetectResourcesTest, CpuSlotAndGpuSlot) {
   EXPECT_FALSE(DetectResources(config).node().empty());  // this host's name
 }
 
+TEST(RankEnvironmentTest, ACpuSlotBoundsLibTorchAndOpenBlasToItsCores) {
+  AgentConfig config;
+  config.token_file = "/etc/mt/token";
+  config.rank_environment = {"MT_ADVERTISE_HOST=10.0.0.2"};
+  mt::v1::WorkerResources cpu;
+  cpu.set_gpu_index(-1);
+  cpu.set_cpu_cores(3);
+  EXPECT_THAT(RankEnvironment(config, cpu),
+              ::testing::ElementsAre("MT_TOKEN_FILE=/etc/mt/token", "MT_CPU_THREADS=3",
+                                     "OPENBLAS_NUM_THREADS=3", "MT_ADVERTISE_HOST=10.0.0.2"));
+  mt::v1::WorkerResources gpu;
+  gpu.set_gpu_index(1);
+  gpu.set_cpu_cores(8);
+  // A GPU rank's threads are LibTorch's defaults; the explicit variables come last.
+  EXPECT_THAT(RankEnvironment(config, gpu),
+              ::testing::ElementsAre("MT_TOKEN_FILE=/etc/mt/token", "MT_ADVERTISE_HOST=10.0.0.2"));
+}
+
 }  // namespace
 }  // namespace mt::worker

@@ -42,6 +42,13 @@ function(mt_add_test name)
   if(NOT A_COST)
     set(A_COST 0)
   endif()
+  # A gpu-labelled binary with no test that runs without a GPU (no ANYWHERE) is built where
+  # LibTorch has CUDA only: elsewhere its tests could only skip, and its ~20 CPU-seconds a
+  # translation unit were ~220 of CI's build (bench/RESULTS.md, "CI time"). The GPU machine's
+  # suite (tests/gpu/run.sh) builds and runs them all. Callers test `if(TARGET name)`.
+  if("gpu" IN_LIST A_LABELS AND NOT A_ANYWHERE AND NOT MT_HAVE_CUDA)
+    return()
+  endif()
   add_executable(${name} ${A_SOURCES})
   mt_target_defaults(${name})
   # A test's own code is set-up and assertions; what it tests is in the libraries, which keep

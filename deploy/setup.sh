@@ -19,7 +19,7 @@ say() { printf '\033[1msetup:\033[0m %s\n' "$*" >&2; }
 
 # --- 1. Debian packages -------------------------------------------------------------------
 packages=(
-  build-essential cmake ninja-build pkg-config git ca-certificates clang-format
+  build-essential cmake ninja-build mold pkg-config git ca-certificates clang-format
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   prometheus-cpp-dev libcivetweb-dev libyaml-cpp-dev libyaml-dev libsqlite3-dev libssl-dev zlib1g-dev
   libre2-dev libc-ares-dev libgtest-dev libgmock-dev googletest
@@ -29,6 +29,7 @@ packages=(
   clang-16 libclang-rt-16-dev
   slurmctld slurmd slurm-client munge iproute2
 )
+# mold: the linker CMakeLists.txt picks where it is found, a tenth of GNU ld's time.
 # openssl: the command line that tests/testutil/certs.cc (mt_security_test) makes test
 # certificates with, and that docs/security.md's set-up uses.
 # slurmctld, slurmd, slurm-client, munge, iproute2: tests/slurm runs deploy/slurm/mt.sbatch

@@ -739,10 +739,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   return trainer;
 }
 
-void SetCpuThreads(int threads) {
-  if (threads > 0) at::set_num_threads(threads);
-}
-
 absl::StatusOr<StepMetrics> Trainer::Step() {
   if (state_->optimizer == nullptr) {
     return absl::FailedPreconditionError(

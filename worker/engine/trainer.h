@@ -193,9 +193,6 @@ struct TrainPlan {
   std::string precision;  // "fp32", "bf16", "fp16"
 };
 
-// Intra-op threads LibTorch uses on the CPU (a CPU rank sets its slot's core count).
-void SetCpuThreads(int threads);
-
 class Trainer {
  public:
   // Builds the model (seeded with training.seed), the optimizer, the schedule and the loss

@@ -24,6 +24,7 @@
 #include "mt/v1/worker_service.pb.h"
 #include "worker/checkpoint/checkpointer.h"
 #include "worker/checkpoint/store_exchange.h"
+#include "worker/engine/cpu_process.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
 #include "worker/parallel/collectives.h"
@@ -257,10 +258,9 @@ int RunRankCommand(const std::vector<std::string>& args) {
   worker::ProgressBeacon beacon(writer);
   reporter.set_beacon(&beacon);
 
-  if (const char* threads = std::getenv("MT_CPU_THREADS");
-      assignment.gpu_index() < 0 && threads != nullptr) {
-    const int n = std::atoi(threads);
-    if (n > 0) engine::SetCpuThreads(n);
+  if (assignment.gpu_index() < 0) {
+    const char* threads = std::getenv("MT_CPU_THREADS");  // the daemon's: its slot's cores
+    engine::ConfigureCpuProcess(threads != nullptr ? std::atoi(threads) : 0);
   }
   std::unique_ptr<parallel::RendezvousClient> rendezvous;
   auto distributed = JoinProcessGroups(&spec, assignment, &rendezvous);

@@ -21,6 +21,7 @@
 #include "common/spec/validate.h"
 #include "common/spec/yaml_spec.h"
 #include "mt/v1/job_spec.pb.h"
+#include "worker/engine/cpu_process.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
 #include "worker/train/log_reporter.h"
@@ -329,6 +330,7 @@ int RunTrainCommand(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "mt-worker train: %s\n", std::string(job.status().message()).c_str());
     return kExitUsage;
   }
+  if (args->device == "cpu") engine::ConfigureCpuProcess(/*threads=*/0);
   LogReporter reporter(job->logging().tensorboard_dir());
   const SessionResult result = RunSession(LocalSessionConfig(*args, *job), reporter);
   if (!result.status.ok()) {

@@ -36,6 +36,14 @@ TEST(DaemonBinaryTest, AnswersHelp) {
   EXPECT_THAT(r->out, HasSubstr("mt-worker eval"));
 }
 
+TEST(DaemonBinaryTest, ABadFlagIsNamedBeforeAnythingStarts) {
+  auto r = testutil::RunCommand({kBinary, "--cpu_cores=-1", "--metrics_port=0"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->exit_code, 2) << r->err;
+  EXPECT_THAT(r->err, HasSubstr("--cpu-cores must be 0..4096"));
+  EXPECT_THAT(r->err, ::testing::Not(HasSubstr("metrics on")));  // no endpoint was started
+}
+
 // `mt-worker generate|eval ARGS` run `mt-train generate|eval ARGS` in its place (where this
 // build has the trainer beside the daemon).
 TEST(DaemonBinaryTest, GenerateAndEvalRunTheTrainerBinary) {

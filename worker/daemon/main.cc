@@ -170,6 +170,11 @@ int main(int argc, char** argv) {
                       "  mt-worker eval CHECKPOINT --data-path PREFIX ...      (loss, perplexity)");
   mt::cli::BlockTerminationSignals();
   mt::worker::AgentConfig config = ConfigFromFlags(argc, argv);
+  // Bad flags are named before anything starts (the network choice, the metrics endpoint).
+  if (const absl::Status valid = config.Validate(); !valid.ok()) {
+    std::fprintf(stderr, "mt-worker: %s\n", std::string(valid.message()).c_str());
+    return 2;
+  }
   absl::StatusOr<std::vector<std::string>> network = RankNetwork(config.coordinator);
   if (!network.ok()) {
     std::fprintf(stderr, "mt-worker: %s\n", std::string(network.status().message()).c_str());

@@ -6,11 +6,6 @@
 
 namespace mt::engine {
 
-// The size up to which glibc's malloc serves a block from its heap (its largest, 32 MiB),
-// and how much free memory the heap's top may hold before it is returned to the system.
-inline constexpr int kHostHeapBlockBytes = 32 << 20;
-inline constexpr int kHostHeapKeepBytes = 512 << 20;
-
 // threads > 0: LibTorch's intra-op pool takes that many threads (a CPU rank passes its slot's
 // cores; OpenBLAS's pool is bounded by the daemon's OPENBLAS_NUM_THREADS, which OpenBLAS
 // reads at load). And, whatever `threads`: a step's freed tensors stay in the heap for the

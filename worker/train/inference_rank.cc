@@ -3,7 +3,6 @@
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -13,7 +12,6 @@
 #include "absl/strings/string_view.h"
 #include "common/base/logging.h"
 #include "common/spec/inference.h"
-#include "worker/engine/cpu_process.h"
 #include "worker/engine/trainer.h"
 #include "worker/report/progress_beacon.h"
 #include "worker/train/eval_command.h"
@@ -176,11 +174,6 @@ int RunInferenceRank(const mt::v1::JobSpec& spec, const mt::v1::Assignment& assi
   started.set_phase(mt::v1::RANK_PHASE_EVALUATING);
   Send(writer, started);
   beacon.Set(mt::v1::RANK_ACTIVITY_LOAD, 0);
-  // The daemon's share of the CPU for a CPU rank, as a training rank takes it.
-  if (assignment.gpu_index() < 0) {
-    const char* threads = std::getenv("MT_CPU_THREADS");
-    engine::ConfigureCpuProcess(threads != nullptr ? std::atoi(threads) : 0);
-  }
   // The daemon sets CUDA_VISIBLE_DEVICES to the rank's GPU: it is device 0 here.
   const std::vector<std::string> device = {"--device",
                                            assignment.gpu_index() >= 0 ? "cuda:0" : "cpu"};

@@ -242,6 +242,12 @@ int RunRankCommand(const std::vector<std::string>& args) {
                << assignment.attempt() << "), world " << layout.world_size();
   // One writer: its copies share the lock that keeps the beacon's frames whole.
   const worker::ReportWriter writer = worker::ReportWriter::FromEnvironment();
+  // A CPU rank, training or inference, computes with its slot's cores (the daemon's
+  // MT_CPU_THREADS) and keeps its freed tensors in the heap.
+  if (assignment.gpu_index() < 0) {
+    const char* threads = std::getenv("MT_CPU_THREADS");
+    engine::ConfigureCpuProcess(threads != nullptr ? std::atoi(threads) : 0);
+  }
   if (spec.has_inference()) {
     std::unique_ptr<parallel::RendezvousClient> rendezvous;
     return RunInferenceRank(spec, assignment, writer, [&]() -> absl::StatusOr<RankPlace> {
@@ -258,10 +264,6 @@ int RunRankCommand(const std::vector<std::string>& args) {
   worker::ProgressBeacon beacon(writer);
   reporter.set_beacon(&beacon);
 
-  if (assignment.gpu_index() < 0) {
-    const char* threads = std::getenv("MT_CPU_THREADS");  // the daemon's: its slot's cores
-    engine::ConfigureCpuProcess(threads != nullptr ? std::atoi(threads) : 0);
-  }
   std::unique_ptr<parallel::RendezvousClient> rendezvous;
   auto distributed = JoinProcessGroups(&spec, assignment, &rendezvous);
   if (!distributed.ok()) return Fail(distributed.status(), absl::StrCat("rank ", rank));

@@ -4,7 +4,7 @@
 //   decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32]
 //                [--batches 1,16] [--prompt 128] [--new 128] [--repeat 3] [--no-cuda-graph]
 //                [--quantize none|int8] [--no-read-ahead] [--no-norm-in-linear]
-//                [--profile [--top N]]
+//                [--no-greedy-in-step] [--profile [--top N]]
 //
 // One line per batch size on stdout (key=value): ms per decode step and tokens/s of the decode
 // steps alone, time to first token (prefill), and the whole generation per new token (what
@@ -17,10 +17,11 @@
 // layers' linear weights as int8 (worker/model/quantize.h); weights_mib is what the model's
 // tensors hold either way, kv_cache_mib the cache of the batch, and peak_mib the most the CUDA
 // allocator held for tensors during the main path's generations (the weights, the cache, the
-// prefill's activations, the graph's pool; nan off CUDA). --no-read-ahead and
-// --no-norm-in-linear turn off the decode loop's read-ahead (GenerateOptions::read_ahead) and
-// the LayerNorm inside the linear layers (DecodeStepOptions), to compare each against the
-// default in one lease (bench/RESULTS.md, 2026-12-03). --profile: after the timings, one more
+// prefill's activations, the graph's pool; nan off CUDA). --no-read-ahead,
+// --no-norm-in-linear and --no-greedy-in-step turn off the decode loop's read-ahead
+// (GenerateOptions::read_ahead), the LayerNorm inside the linear layers and the greedy token
+// chosen inside the step (DecodeStepOptions), to compare each against the default in one lease
+// (bench/RESULTS.md, 2026-12-03 and 12-04). --profile: after the timings, one more
 // generation of the first batch size eagerly and one through the graph under LibTorch's profiler,
 // each printing the GPU busy time per new token and the top kernels
 // (bench/profile/kernel_profile.h).
@@ -62,6 +63,7 @@ struct Args {
   int top = 25;
   bool read_ahead = true;      // --no-read-ahead: GenerateOptions::read_ahead = false
   bool norm_in_linear = true;  // --no-norm-in-linear: DecodeStepOptions::norm_in_linear = false
+  bool greedy_in_step = true;  // --no-greedy-in-step: DecodeStepOptions::greedy_in_step = false
 };
 
 // Best figures of --repeat timed runs, in seconds (step: per decode step).
@@ -107,6 +109,10 @@ bool Parse(int argc, char** argv, Args* a) {
     }
     if (k == "--no-norm-in-linear") {
       a->norm_in_linear = false;
+      continue;
+    }
+    if (k == "--no-greedy-in-step") {
+      a->greedy_in_step = false;
       continue;
     }
     if (i + 1 >= argc) return false;
@@ -169,6 +175,7 @@ mt::generate::GenerateOptions GreedyOptions(const Args& a, int64_t batch, bool c
   o.cuda_graph = cuda_graph;
   o.read_ahead = a.read_ahead;
   o.step.norm_in_linear = a.norm_in_linear;
+  o.step.greedy_in_step = a.greedy_in_step;
   return o;
 }
 
@@ -226,15 +233,17 @@ void Print(const Args& a, int64_t batch, double weights_mib, const Timing& main,
            const Timing& eager, const Timing& graph) {
   const double b = static_cast<double>(batch);
   std::printf(
-      "mt size=%s dtype=%s quantize=%s read_ahead=%d norm_in_linear=%d weights_mib=%.0f "
+      "mt size=%s dtype=%s quantize=%s read_ahead=%d norm_in_linear=%d greedy_in_step=%d "
+      "weights_mib=%.0f "
       "batch=%lld prompt=%lld new=%lld "
       "ms_per_token=%.3f tokens_per_s=%.1f ttft_ms=%.2f total_ms_per_token=%.3f "
       "total_tokens_per_s=%.1f eager_ms_per_token=%.3f graph_ms_per_token=%.3f "
       "graph_speedup=%.2f capture_ms=%.1f kv_cache_mib=%.1f peak_mib=%.0f\n",
       a.size.c_str(), a.dtype.c_str(), a.quantize.c_str(), a.read_ahead ? 1 : 0,
-      a.norm_in_linear ? 1 : 0, weights_mib, static_cast<long long>(batch),
-      static_cast<long long>(a.prompt), static_cast<long long>(a.new_tokens), main.step * 1e3,
-      b / main.step, main.ttft * 1e3, main.total * 1e3 / static_cast<double>(a.new_tokens),
+      a.norm_in_linear ? 1 : 0, a.greedy_in_step ? 1 : 0, weights_mib,
+      static_cast<long long>(batch), static_cast<long long>(a.prompt),
+      static_cast<long long>(a.new_tokens), main.step * 1e3, b / main.step, main.ttft * 1e3,
+      main.total * 1e3 / static_cast<double>(a.new_tokens),
       b * static_cast<double>(a.new_tokens) / main.total, eager.step * 1e3, graph.step * 1e3,
       eager.step / graph.step, graph.capture * 1e3, main.kv_cache_mib, main.peak_mib);
   std::fflush(stdout);
@@ -250,7 +259,7 @@ int main(int argc, char** argv) {
           "usage: decode_bench [--size 124m|350m|1.3b] [--device cuda] [--dtype bf16|fp16|fp32] "
           "[--batches 1,16] [--prompt 128] [--new 128] [--repeat 3] [--no-cuda-graph] "
           "[--quantize none|int8] [--no-read-ahead] [--no-norm-in-linear] "
-          "[--profile [--top N]]")) {
+          "[--no-greedy-in-step] [--profile [--top N]]")) {
     return 0;
   }
   if (!Parse(argc, argv, &a) || !ConfigFor(a.size, &config)) {

@@ -1,5 +1,8 @@
 #include "worker/generate/decode_graph.h"
 
+#include <ATen/ATen.h>
+
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -32,11 +35,14 @@ constexpr int kWarmupSteps = 2;
 
 bool DecodeGraph::Available() { return MT_GENERATE_WITH_CUDA != 0; }
 
-absl::StatusOr<std::unique_ptr<DecodeGraph>> DecodeGraph::Create(model::GptModel& gpt,
-                                                                 KvCache& cache,
-                                                                 const torch::Device& device,
-                                                                 bool capture,
-                                                                 const DecodeStepOptions& step) {
+absl::StatusOr<std::unique_ptr<DecodeGraph>> DecodeGraph::Create(
+    model::GptModel& gpt, KvCache& cache, const torch::Device& device, bool capture,
+    const DecodeStepOptions& step, int64_t greedy_vocab) {
+  if (greedy_vocab < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "greedy_vocab ", greedy_vocab,
+        " is negative; pass the vocabulary size for a greedy graph or 0 for a sampling one"));
+  }
   if (capture && (!device.is_cuda() || !Available())) {
     return absl::FailedPreconditionError(
         absl::StrCat("CUDA graph decoding needs a CUDA device and a build against a CUDA "
@@ -44,16 +50,18 @@ absl::StatusOr<std::unique_ptr<DecodeGraph>> DecodeGraph::Create(model::GptModel
                      device.str(), ", CUDA graphs ", Available() ? "built" : "not built",
                      "); decode without it (cuda_graph = false)"));
   }
-  return std::unique_ptr<DecodeGraph>(new DecodeGraph(gpt, cache, device, capture, step));
+  return std::unique_ptr<DecodeGraph>(
+      new DecodeGraph(gpt, cache, device, capture, step, greedy_vocab));
 }
 
 DecodeGraph::DecodeGraph(model::GptModel& gpt, KvCache& cache, const torch::Device& device,
-                         bool capture, const DecodeStepOptions& step)
+                         bool capture, const DecodeStepOptions& step, int64_t greedy_vocab)
     : gpt_(gpt),
       cache_(cache),
       device_(device),
       capture_(capture),
       step_options_(step),
+      greedy_vocab_(greedy_vocab),
       graph_(std::make_unique<Graph>()),
       inputs_(DecodeInputs::For(cache, device)) {}
 
@@ -64,27 +72,51 @@ DecodeGraph::~DecodeGraph() {
 
 torch::Tensor DecodeGraph::RunStep() {
   torch::NoGradGuard no_grad;
-  return StaticDecodeStep(gpt_, inputs_, cache_, step_options_);
+  if (greedy_vocab_ == 0) return StaticDecodeStep(gpt_, inputs_, cache_, step_options_);
+  // The argmax of the model's own dtype: the same token as of an fp32 copy (a widening is
+  // exact), without the copy.
+  const torch::Tensor logits = StaticDecodeLogits(gpt_, inputs_, cache_, step_options_);
+  const torch::Tensor scores = logits.narrow(-1, 0, std::min(greedy_vocab_, logits.size(-1)));
+  at::argmax_out(inputs_.tokens, scores, /*dim=*/-1, /*keepdim=*/true);
+  return inputs_.tokens.view({cache_.batch()});
 }
 
 torch::Tensor DecodeGraph::Step(const torch::Tensor& tokens) {
+  TORCH_CHECK(greedy_vocab_ == 0, "Step on a greedy decode graph: use StepGreedy");
+  return Advance(tokens);
+}
+
+torch::Tensor DecodeGraph::StepGreedy(const torch::Tensor& tokens) {
+  TORCH_CHECK(greedy_vocab_ > 0, "StepGreedy on a sampling decode graph: use Step");
+  return Advance(tokens);
+}
+
+torch::Tensor DecodeGraph::Advance(const torch::Tensor& tokens) {
   TORCH_CHECK(cache_.length() < cache_.max_len(), "KV cache full: ", cache_.length(), " + 1 > ",
               cache_.max_len());
-  inputs_.tokens.copy_(tokens.reshape({cache_.batch(), 1}));
-  inputs_.position.fill_(cache_.length());
-  torch::Tensor logits;
+  TORCH_CHECK(tokens.numel() == cache_.batch(), "decode step: ", cache_.batch(),
+              " tokens expected, got ", tokens.sizes());
+  // A greedy graph's last output is its own input already.
+  if (tokens.data_ptr() != inputs_.tokens.data_ptr()) {
+    inputs_.tokens.copy_(tokens.reshape({cache_.batch(), 1}));
+  }
+  const int64_t position = cache_.length();
+  if (device_position_ != position) inputs_.position.fill_(position);
+  torch::Tensor out;
   if (!capture_) {
-    logits = RunStep();
+    out = RunStep();
+    device_position_ = position;
   } else {
 #if MT_GENERATE_WITH_CUDA
     if (!graph_->ready) Capture();
     graph_->graph.replay();
     ++replays_;
-    logits = logits_;
+    out = logits_;
+    device_position_ = position + 1;  // the graph's last kernel
 #endif
   }
   cache_.Advance(1);
-  return logits;
+  return out;
 }
 
 #if MT_GENERATE_WITH_CUDA
@@ -93,13 +125,20 @@ void DecodeGraph::Capture() {
   const c10::DeviceIndex index = device_.index() < 0
                                      ? c10::cuda::current_device()
                                      : static_cast<c10::DeviceIndex>(device_.index());
+  // The warm-up leaves the inputs as they were: the position is advanced only by the captured
+  // step, and a greedy step's argmax (which overwrites the tokens) is undone.
   auto warm_up = [&] {
+    const torch::Tensor tokens = greedy_vocab_ > 0 ? inputs_.tokens.clone() : torch::Tensor();
     for (int i = 0; i < kWarmupSteps; ++i) RunStep();
+    if (tokens.defined()) inputs_.tokens.copy_(tokens);
     return absl::OkStatus();
   };
+  auto step = [&] {
+    logits_ = RunStep();
+    inputs_.position.add_(1);
+  };
   try {
-    const absl::Status warmed =
-        kernels::CaptureOnSideStream(graph_->graph, index, warm_up, [&] { logits_ = RunStep(); });
+    const absl::Status warmed = kernels::CaptureOnSideStream(graph_->graph, index, warm_up, step);
     TORCH_CHECK(warmed.ok(), "decode graph warm-up: ", warmed.ToString());
   } catch (...) {
     logits_ = torch::Tensor();

@@ -10,8 +10,10 @@
 // logits agree within 1e-4 of their largest in fp32 (0.1 in bf16) over 40 steps, and the first
 // layer's cache (the same inputs on both paths) is the same bit for bit. A stop text that ends
 // the samples while the next step is enqueued leaves the Generator's later calls as they were,
-// decode_bench's comparison switches (no read-ahead, no LayerNorm inside the linear layers) give
-// the same tokens, and TokenReadback's pinned copy reads the tokens as enqueued.
+// decode_bench's comparison switches (no read-ahead, no LayerNorm inside the linear layers, the
+// greedy token chosen outside the step) give the same tokens, a greedy graph feeds its own
+// tokens back without a copy or an allocation, and TokenReadback's pinned copy reads the tokens
+// as enqueued.
 // The lead runs it on the GPU machine:
 //   ctest --test-dir BUILD -R "DecodeGraph(Replay)?GpuTest|TokenReadbackGpuTest"
 //   --output-on-failure
@@ -234,6 +236,119 @@ TEST(DecodeGraphReplayGpuTest, TheComparisonSwitchesGiveTheSameTokens) {
   MT_ASSERT_OK_AND_ASSIGN(GenerateResult no_norm, Generate(*gpt, Prompt(), unfused, LetterText));
   EXPECT_EQ(no_norm.samples[0].tokens, base.samples[0].tokens);
   EXPECT_EQ(no_norm.samples[0].tokens.size(), static_cast<size_t>(kNew));
+}
+
+// The CUDA caching allocator's count of allocations on `device` so far (0 without CUDA).
+int64_t AllocationsSoFar(const torch::Device& device) {
+#if MT_GENERATE_WITH_CUDA
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(device.index() < 0 ? 0 : device.index())
+      .allocation[0]
+      .allocated;
+#else
+  (void)device;
+  return 0;
+#endif
+}
+
+// Greedy decoding chooses each token inside the step (the argmax in the graph, fed straight to
+// the next step) by default; chosen outside it from the fp32 logits, as sampling does, the
+// tokens are the same, in fp32 and bf16, at batch 1 and 3, with and without the graph.
+TEST(DecodeGraphReplayGpuTest, GreedyInTheStepGivesTheTokensChosenOutsideIt) {
+  if (NoCudaGraphs()) GTEST_SKIP() << "no CUDA (or a build without CUDA graphs)";
+  for (const torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
+    auto gpt = TinyGpt(GpuGpt(dtype, model::AttentionBackend::kAuto));
+    ASSERT_NE(gpt, nullptr);
+    for (const int64_t batch : {int64_t{1}, int64_t{3}}) {
+      for (const bool graph : {true, false}) {
+        const std::string where = absl::StrCat(dtype == torch::kFloat ? "fp32" : "bf16", " batch ",
+                                               batch, graph ? " graph" : " eager");
+        MT_ASSERT_OK_AND_ASSIGN(GenerateResult inside,
+                                Generate(*gpt, Prompt(), Greedy(batch, graph), LetterText));
+        GenerateOptions o = Greedy(batch, graph);
+        o.step.greedy_in_step = false;
+        MT_ASSERT_OK_AND_ASSIGN(GenerateResult outside, Generate(*gpt, Prompt(), o, LetterText));
+        ASSERT_EQ(inside.samples.size(), static_cast<size_t>(batch)) << where;
+        for (size_t i = 0; i < inside.samples.size(); ++i) {
+          EXPECT_EQ(inside.samples[i].tokens.size(), static_cast<size_t>(kNew)) << where;
+          EXPECT_EQ(inside.samples[i].tokens, outside.samples[i].tokens)
+              << where << " sample " << i;
+        }
+        EXPECT_EQ(inside.graph_replays, graph ? kNew - 1 : 0) << where;
+      }
+    }
+  }
+}
+
+// A greedy DecodeGraph driven directly: each StepGreedy returns the step's own token input,
+// which the next StepGreedy reads without a copy, with the same tokens as the argmax of a
+// sampling graph's logits over the same prefilled cache; its replays allocate nothing; the
+// cache fills to its last position (captured there, the warm-up steps leave the position as
+// it was) and a step past it throws, as does Step on a greedy graph.
+TEST(DecodeGraphReplayGpuTest, AGreedyGraphFeedsItsOwnTokensBack) {
+  if (NoCudaGraphs()) GTEST_SKIP() << "no CUDA (or a build without CUDA graphs)";
+  auto gpt = TinyGpt(GpuGpt(torch::kBFloat16, model::AttentionBackend::kAuto));
+  ASSERT_NE(gpt, nullptr);
+  torch::NoGradGuard no_grad;
+  const torch::Device device = gpt->output_weight().device();
+  const auto longs = torch::TensorOptions(torch::kLong).device(device);
+  constexpr int64_t kBatch = 2, kPrompt = 10, kSteps = 40;
+  const torch::Tensor prompt = torch::randint(0, kVocab, {kBatch, kPrompt}, longs);
+  MT_ASSERT_OK_AND_ASSIGN(
+      KvCache greedy_cache,
+      KvCache::Create(gpt->config(), kBatch, kPrompt + kSteps, gpt->output_weight().options()));
+  MT_ASSERT_OK_AND_ASSIGN(
+      KvCache sampling_cache,
+      KvCache::Create(gpt->config(), kBatch, kPrompt + kSteps, gpt->output_weight().options()));
+  const torch::Tensor first =
+      ForwardWithCache(*gpt, prompt, greedy_cache).narrow(-1, 0, kVocab).argmax(-1);
+  ForwardWithCache(*gpt, prompt, sampling_cache);
+  MT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DecodeGraph> greedy,
+                          DecodeGraph::Create(*gpt, greedy_cache, device, /*capture=*/true, {},
+                                              /*greedy_vocab=*/kVocab));
+  MT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DecodeGraph> sampling,
+                          DecodeGraph::Create(*gpt, sampling_cache, device, /*capture=*/true));
+  EXPECT_TRUE(greedy->greedy());
+  EXPECT_FALSE(sampling->greedy());
+  EXPECT_THROW(greedy->Step(first), c10::Error);
+  EXPECT_THROW(sampling->StepGreedy(first), c10::Error);
+  EXPECT_EQ(greedy_cache.length(), kPrompt);  // the refused steps did nothing
+
+  torch::Tensor mine = greedy->StepGreedy(first);  // captures
+  torch::Tensor theirs = sampling->Step(first).narrow(-1, 0, kVocab).argmax(-1);
+  ASSERT_EQ(mine.dim(), 1);
+  ASSERT_EQ(mine.size(0), kBatch);
+  EXPECT_TRUE(torch::equal(mine, theirs));
+  const void* input = mine.data_ptr();
+  torch::cuda::synchronize();
+  for (int64_t i = 1; i < kSteps; ++i) {
+    const int64_t before = AllocationsSoFar(device);
+    mine = greedy->StepGreedy(mine);
+    EXPECT_EQ(AllocationsSoFar(device), before) << "step " << i;
+    EXPECT_EQ(mine.data_ptr(), input) << "step " << i;
+    theirs = sampling->Step(theirs).narrow(-1, 0, kVocab).argmax(-1);
+    ASSERT_TRUE(torch::equal(mine, theirs)) << "step " << i;
+  }
+  EXPECT_EQ(greedy->replays(), kSteps);
+  EXPECT_EQ(greedy_cache.length(), kPrompt + kSteps);
+  EXPECT_THROW(greedy->StepGreedy(mine), c10::Error);  // the cache is full
+
+  // Captured with one position left: the warm-up steps must not move the position past it.
+  MT_ASSERT_OK_AND_ASSIGN(KvCache last_cache, KvCache::Create(gpt->config(), kBatch, kPrompt + 1,
+                                                              gpt->output_weight().options()));
+  ForwardWithCache(*gpt, prompt, last_cache);
+  MT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DecodeGraph> last,
+                          DecodeGraph::Create(*gpt, last_cache, device, /*capture=*/true, {},
+                                              /*greedy_vocab=*/kVocab));
+  MT_ASSERT_OK_AND_ASSIGN(KvCache eager_cache, KvCache::Create(gpt->config(), kBatch, kPrompt + 1,
+                                                               gpt->output_weight().options()));
+  ForwardWithCache(*gpt, prompt, eager_cache);
+  MT_ASSERT_OK_AND_ASSIGN(std::unique_ptr<DecodeGraph> eager,
+                          DecodeGraph::Create(*gpt, eager_cache, device, /*capture=*/false, {},
+                                              /*greedy_vocab=*/kVocab));
+  const torch::Tensor at_last = last->StepGreedy(first).clone();
+  EXPECT_TRUE(torch::equal(at_last, eager->StepGreedy(first)));
+  EXPECT_TRUE(torch::equal(last_cache.keys(0), eager_cache.keys(0)));
+  EXPECT_EQ(last_cache.length(), kPrompt + 1);
 }
 
 // TokenReadback's CUDA path: the copy is ordered behind the work enqueued before it and ahead

@@ -173,8 +173,8 @@ DecodeInputs DecodeInputs::For(const KvCache& cache, const torch::Device& device
   return in;
 }
 
-torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvCache& cache,
-                               const DecodeStepOptions& options) {
+torch::Tensor StaticDecodeLogits(model::GptModel& gpt, const DecodeInputs& in, KvCache& cache,
+                                 const DecodeStepOptions& options) {
   const model::ModelShard& shard = gpt.shard();
   TORCH_CHECK(shard.tp_size == 1 && shard.pre_process && shard.post_process &&
                   gpt.decoder->layers.size() == static_cast<size_t>(gpt.config().num_layers),
@@ -196,10 +196,15 @@ torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvC
   const torch::nn::LayerNorm& final_ln = gpt.decoder->final_layernorm;
   const torch::Tensor out = gpt.output_weight();
   if (auto fused = NormLinear(options, final_ln, h, mlp, out, torch::Tensor(), false)) {
-    return fused->second.select(1, 0).to(torch::kFloat);
+    return fused->second.select(1, 0);
   }
   const torch::Tensor ln = AddNorm(final_ln, h, mlp).second;
-  return torch::nn::functional::linear(ln.select(1, 0), out).to(torch::kFloat);
+  return torch::nn::functional::linear(ln.select(1, 0), out);
+}
+
+torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvCache& cache,
+                               const DecodeStepOptions& options) {
+  return StaticDecodeLogits(gpt, in, cache, options).to(torch::kFloat);
 }
 
 }  // namespace mt::generate

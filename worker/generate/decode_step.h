@@ -54,6 +54,11 @@ struct DecodeInputs {
 torch::Tensor StaticDecodeStep(model::GptModel& gpt, const DecodeInputs& in, KvCache& cache,
                                const DecodeStepOptions& options = {});
 
+// The same step's logits [b, padded_vocab] in the model's dtype, for a caller that needs no
+// fp32 copy of them (greedy decoding's argmax, decode_graph.h).
+torch::Tensor StaticDecodeLogits(model::GptModel& gpt, const DecodeInputs& in, KvCache& cache,
+                                 const DecodeStepOptions& options = {});
+
 }  // namespace mt::generate
 
 #endif  // MT_WORKER_GENERATE_DECODE_STEP_H_

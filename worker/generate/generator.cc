@@ -86,13 +86,14 @@ class GeneratorState {
     int64_t batch = 0;
     int64_t max_len = 0;
     bool graph = false;
+    bool greedy = false;           // the step chooses greedy tokens itself (DecodeGraph)
     const void* weight = nullptr;  // the output weight's data: a moved or re-cast model differs
     model::AttentionBackend backend = model::AttentionBackend::kAuto;
     DecodeStepOptions step;
 
     bool operator==(const Key& o) const {
-      return batch == o.batch && max_len == o.max_len && graph == o.graph && weight == o.weight &&
-             backend == o.backend && step == o.step;
+      return batch == o.batch && max_len == o.max_len && graph == o.graph && greedy == o.greedy &&
+             weight == o.weight && backend == o.backend && step == o.step;
     }
   };
 
@@ -103,9 +104,11 @@ class GeneratorState {
 
 namespace {
 
-// `state` ready for a call of `n` rows and `max_len` positions, its cache emptied.
+// `state` ready for a call of `n` rows and `max_len` positions, its cache emptied. `greedy`:
+// the decode step chooses the tokens (greedy decoding with DecodeStepOptions::greedy_in_step).
 absl::Status PrepareState(model::GptModel& gpt, int64_t n, int64_t max_len, bool cuda_graph,
-                          const DecodeStepOptions& step, std::unique_ptr<GeneratorState>& state) {
+                          bool greedy, const DecodeStepOptions& step,
+                          std::unique_ptr<GeneratorState>& state) {
   const torch::Tensor weight = gpt.output_weight();
   const model::ModelShard& shard = gpt.shard();
   // The static decode step (decode_step.h) is a whole model's: a TP shard decodes with
@@ -115,6 +118,7 @@ absl::Status PrepareState(model::GptModel& gpt, int64_t n, int64_t max_len, bool
   key.batch = n;
   key.max_len = max_len;
   key.graph = whole && weight.is_cuda() && cuda_graph && DecodeGraph::Available();
+  key.greedy = whole && weight.is_cuda() && greedy;
   key.weight = weight.data_ptr();
   key.backend = gpt.config().attention_backend;
   key.step = step;
@@ -130,7 +134,8 @@ absl::Status PrepareState(model::GptModel& gpt, int64_t n, int64_t max_len, bool
                                       gpt.config().num_attention_heads / shard.tp_size));
   if (whole && weight.is_cuda()) {
     MT_ASSIGN_OR_RETURN(fresh->step,
-                        DecodeGraph::Create(gpt, fresh->cache, weight.device(), key.graph, step));
+                        DecodeGraph::Create(gpt, fresh->cache, weight.device(), key.graph, step,
+                                            key.greedy ? gpt.config().vocab_size : 0));
   }
   state = std::move(fresh);
   return absl::OkStatus();
@@ -159,12 +164,19 @@ torch::Tensor ChooseTokens(const model::ModelShard& shard, const torch::Tensor& 
   return next;
 }
 
-// The logits of the step that feeds `next` [n] back: through the decode graph where there is
-// one, else the cached forward.
-torch::Tensor Decode(DecodeGraph* graph, model::GptModel& gpt, const torch::Tensor& next,
-                     KvCache& cache) {
-  if (graph != nullptr) return graph->Step(next);
-  return ForwardWithCache(gpt, next.view({next.size(0), 1}), cache);
+// What a decode step gives: its logits, or the tokens a greedy decode graph chose itself.
+struct StepOutput {
+  torch::Tensor logits;
+  torch::Tensor tokens;
+};
+
+// The step that feeds `next` [n] back: through the decode graph where there is one, else the
+// cached forward.
+StepOutput Decode(DecodeGraph* graph, model::GptModel& gpt, const torch::Tensor& next,
+                  KvCache& cache) {
+  if (graph == nullptr) return {ForwardWithCache(gpt, next.view({next.size(0), 1}), cache), {}};
+  if (graph->greedy()) return {torch::Tensor(), graph->StepGreedy(next)};
+  return {graph->Step(next), torch::Tensor()};
 }
 
 // Prefill, then decode until every sample is done. `state` was prepared for this call.
@@ -189,11 +201,14 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
   std::vector<SampleState> samples(static_cast<size_t>(n));
   Streamer streamer(o, detokenize, on_text);
   Clock::time_point start = Clock::now();
-  torch::Tensor logits = ForwardWithCache(gpt, input, cache);
+  StepOutput out{ForwardWithCache(gpt, input, cache), torch::Tensor()};
   const model::ModelShard& shard = gpt.shard();
   TokenReadback readback(n, input.device());
   for (int64_t step = 0;; ++step) {
-    torch::Tensor next = ChooseTokens(shard, logits, config.vocab_size, o.sampling, generator);
+    const torch::Tensor next =
+        out.tokens.defined()
+            ? out.tokens
+            : ChooseTokens(shard, out.logits, config.vocab_size, o.sampling, generator);
     readback.Enqueue(next);
     const bool by_length = step + 1 >= o.max_new_tokens;
     const bool last = by_length || cache.length() >= max_len;
@@ -202,7 +217,7 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
     // sample stops here at a stop text. Not at the first token: the first step captures the CUDA
     // graph, which is no part of the time to first token.
     const bool ahead = o.read_ahead && step > 0 && !last;
-    if (ahead) logits = Decode(graph, gpt, next, cache);
+    if (ahead) out = Decode(graph, gpt, next, cache);
     const int64_t* chosen_ids = readback.Wait();
     if (step == 0) {
       result.prefill_seconds = SecondsSince(start);
@@ -218,7 +233,7 @@ absl::StatusOr<GenerateResult> GenerateImpl(model::GptModel& gpt,
       all_done = all_done && s.done;
     }
     if (all_done) break;
-    if (!ahead) logits = Decode(graph, gpt, next, cache);
+    if (!ahead) out = Decode(graph, gpt, next, cache);
   }
   result.decode_seconds = SecondsSince(start);
   if (graph != nullptr) {
@@ -297,8 +312,9 @@ absl::StatusOr<GenerateResult> Generator::Generate(const std::vector<int32_t>& p
   gpt_.eval();
   absl::StatusOr<GenerateResult> out;
   try {
-    absl::Status prepared =
-        PrepareState(gpt_, options.num_samples, max_len, options.cuda_graph, options.step, state_);
+    const bool greedy = options.sampling.temperature == 0.0 && options.step.greedy_in_step;
+    absl::Status prepared = PrepareState(gpt_, options.num_samples, max_len, options.cuda_graph,
+                                         greedy, options.step, state_);
     out = prepared.ok() ? GenerateImpl(gpt_, prompt, options, detokenize, on_text, *state_)
                         : absl::StatusOr<GenerateResult>(prepared);
   } catch (const c10::Error& e) {

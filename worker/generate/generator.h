@@ -8,9 +8,11 @@
 //
 // On CUDA the decode steps run StaticDecodeStep (decode_step.h) through a DecodeGraph
 // (decode_graph.h): replayed from a CUDA graph (cuda_graph, the default) or eagerly; the prefill
-// is ForwardWithCache. On the CPU, and for a tensor-parallel shard, every step is
+// is ForwardWithCache. Greedy decoding there chooses the tokens inside the step (the argmax in
+// the graph, fed straight to the next step; DecodeStepOptions::greedy_in_step); sampling
+// chooses from the step's logits. On the CPU, and for a tensor-parallel shard, every step is
 // ForwardWithCache. A Generator keeps the KV cache and the captured graph between calls of the
-// same shape; Generate() is a Generator's one call.
+// same shape and way of choosing; Generate() is a Generator's one call.
 //
 // No LibTorch in this header. Thread-compatible.
 #ifndef MT_WORKER_GENERATE_GENERATOR_H_

@@ -29,6 +29,7 @@
 #include "worker/engine/optimizer.h"
 #include "worker/engine/resolved_spec.h"
 #include "worker/engine/step_graph.h"
+#include "worker/kernels/tuned_mm.h"
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
 #include "worker/parallel/collectives.h"
@@ -631,6 +632,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   config.fused_mlp = options.fused_mlp;
   config.fused_layernorm = options.fused_layernorm;
   config.fused_qkv = options.fused_qkv;
+  kernels::SetGemmTuning(options.gemm_tuning);
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
                       LrSchedule::FromSpec(spec.training(), plan.global_batch_size));
   MT_ASSIGN_OR_RETURN(LossScaler scaler, options.force_dynamic_loss_scaling

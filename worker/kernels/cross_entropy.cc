@@ -9,6 +9,7 @@
 
 #include "worker/kernels/cross_entropy_launch.h"
 #include "worker/kernels/kind_of.h"
+#include "worker/kernels/tuned_mm.h"
 #endif
 
 namespace mt::kernels {
@@ -74,7 +75,7 @@ class FusedLinearCrossEntropyFunction
                     targets.dim() == 1 && targets.size(0) == hidden.size(0),
                 "FusedLinearCrossEntropy: hidden [N, h], weight [V, h] and targets [N], got ",
                 hidden.sizes(), ", ", weight.sizes(), " and ", targets.sizes());
-    torch::Tensor logits = torch::mm(hidden, weight.t());  // fresh and contiguous
+    torch::Tensor logits = TunedMm(hidden, weight.t());  // fresh and contiguous
     const torch::Tensor losses = LossesInPlace(logits, targets.to(torch::kLong).contiguous());
     ctx->save_for_backward({hidden, weight, logits});
     return losses.mean();
@@ -88,8 +89,8 @@ class FusedLinearCrossEntropyFunction
     const torch::Tensor& dlogits = saved[2];
     const torch::Tensor g = grad_outputs[0].to(dlogits.scalar_type());
     torch::Tensor dhidden, dweight;
-    if (ctx->needs_input_grad(0)) dhidden = torch::mm(dlogits, weight).mul_(g);
-    if (ctx->needs_input_grad(1)) dweight = torch::mm(dlogits.t(), hidden).mul_(g);
+    if (ctx->needs_input_grad(0)) dhidden = TunedMm(dlogits, weight).mul_(g);
+    if (ctx->needs_input_grad(1)) dweight = TunedMm(dlogits.t(), hidden).mul_(g);
     return {dhidden, dweight, torch::Tensor()};
   }
 };

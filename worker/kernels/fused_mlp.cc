@@ -3,10 +3,9 @@
 #include <torch/torch.h>
 
 #include "worker/kernels/column_sum.h"
+#include "worker/kernels/tuned_mm.h"
 
 #if MT_KERNELS_WITH_CUDA
-#include <ATen/cuda/CUDAContext.h>
-
 #include "worker/kernels/gemm_lt_launch.h"
 #include "worker/kernels/kind_of.h"
 #endif
@@ -20,17 +19,11 @@ torch::Tensor EagerMlp(const torch::Tensor& x, const torch::Tensor& w1, const to
 }
 
 #if MT_KERNELS_WITH_CUDA
-constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;  // cuBLASLt's advice for Hopper
-
-// One LtMatmul on the current stream of `like`'s device, in `like`'s dtype. False when
-// cuBLASLt has no algorithm for it and a fallback is allowed (nothing was queued).
-bool RunLt(LtMatmulArgs args, const torch::Tensor& like, bool allow_fallback, const char* what) {
-  const torch::Tensor workspace =
-      torch::empty({kWorkspaceBytes}, like.options().dtype(torch::kByte));
-  args.kind = KindOf(like.scalar_type());
-  const int status =
-      LtMatmul(args, at::cuda::getCurrentCUDABlasLtHandle(), workspace.data_ptr(), kWorkspaceBytes,
-               at::cuda::getCurrentCUDAStream(like.device().index()).stream());
+// One LtMatmul (tuned, tuned_mm.h) on the current stream of `like`'s device, in `like`'s dtype.
+// False when cuBLASLt has no algorithm for it and a fallback is allowed (nothing was queued).
+bool RunLt(const LtMatmulArgs& args, const torch::Tensor& like, bool allow_fallback,
+           const char* what) {
+  const int status = TunedLtMatmul(args, like);
   if (status == 0) return true;
   TORCH_CHECK(status == kLtNoAlgorithm && allow_fallback, "FusedMlp ", what,
               ": cuBLASLt: ", LtStatusName(status));
@@ -140,7 +133,7 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
         db1 = torch::Tensor();
       }
     }
-    if (!dpre.defined()) dpre = torch::gelu_backward(torch::mm(dy, w2), pre, "tanh");
+    if (!dpre.defined()) dpre = torch::gelu_backward(TunedMm(dy, w2), pre, "tanh");
 
     torch::Tensor dx, dw1, dw2, db2;
     if (mode == MlpBackward::kDGeluWGradBias) {
@@ -156,10 +149,10 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
         if (!WeightGradBias(h, dy, dw2, db2, fallback)) dw2 = db2 = torch::Tensor();
       }
     }
-    if (ctx->needs_input_grad(0)) dx = torch::mm(dpre, w1);
-    if (ctx->needs_input_grad(1) && !dw1.defined()) dw1 = torch::mm(dpre.t(), x);
+    if (ctx->needs_input_grad(0)) dx = TunedMm(dpre, w1);
+    if (ctx->needs_input_grad(1) && !dw1.defined()) dw1 = TunedMm(dpre.t(), x);
     if (ctx->needs_input_grad(2) && !db1.defined()) db1 = ColumnSum(dpre);
-    if (ctx->needs_input_grad(3) && !dw2.defined()) dw2 = torch::mm(dy.t(), h);
+    if (ctx->needs_input_grad(3) && !dw2.defined()) dw2 = TunedMm(dy.t(), h);
     if (ctx->needs_input_grad(4) && !db2.defined()) db2 = ColumnSum(dy);
     return {dx, dw1, db1, dw2, db2, torch::Tensor(), torch::Tensor()};
   }

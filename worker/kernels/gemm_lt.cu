@@ -2,6 +2,7 @@
 #include <cublasLt.h>
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "worker/kernels/gemm_lt_launch.h"
@@ -202,6 +203,90 @@ bool TimeCandidates(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descri
   return true;
 }
 
+bool Capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
+         status != cudaStreamCaptureStatusNone;
+}
+
+// What tells two problems apart for the table: everything the descriptors are made of.
+LtProblemKey KeyOf(const LtMatmulArgs& g, size_t workspace_bytes) {
+  int device = -1;
+  cudaGetDevice(&device);
+  return {device,
+          static_cast<int64_t>(g.kind),
+          g.transpose_a,
+          g.transpose_b,
+          g.m,
+          g.n,
+          g.k,
+          g.lda,
+          g.ldb,
+          g.ldd,
+          static_cast<int64_t>(g.epilogue),
+          g.ldaux,
+          AlignmentOf(g.a),
+          AlignmentOf(g.b),
+          AlignmentOf(g.d),
+          static_cast<int64_t>(workspace_bytes)};
+}
+
+static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(LtAlgorithmBytes),
+              "LtAlgorithmBytes holds a cublasLtMatmulAlgo_t");
+
+LtAlgorithmBytes BytesOf(const cublasLtMatmulAlgo_t& algo) {
+  LtAlgorithmBytes bytes;
+  std::memcpy(bytes.data(), &algo, sizeof(algo));
+  return bytes;
+}
+
+cublasLtMatmulAlgo_t AlgoOf(const LtAlgorithmBytes& bytes) {
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, bytes.data(), sizeof(algo));
+  return algo;
+}
+
+// The fastest of the timed candidates, or the first pick where none beats it by kLtTuneMargin
+// (so timing noise does not move a problem off the heuristic's choice).
+size_t Fastest(const std::vector<float>& ms) {
+  size_t best = 0;
+  for (size_t i = 1; i < ms.size(); ++i) {
+    if (ms[i] > 0 && ms[i] < ms[best]) best = i;
+  }
+  return ms[best] < (1.0f - kLtTuneMargin) * ms[0] ? best : 0;
+}
+
+// The algorithm LtMatmul runs (*found false: cuBLASLt offers none): the table's for a problem
+// it holds; else, outside a CUDA graph capture, the fastest of the heuristic's first
+// kLtTuneCandidates, remembered; else (no table, or capturing) the heuristic's first pick.
+cublasStatus_t ChooseAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
+                               void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                               LtTuning* tuning, cublasLtMatmulAlgo_t* algo, bool* found) {
+  const LtProblemKey key = KeyOf(g, workspace_bytes);
+  LtAlgorithmBytes known;
+  if (tuning != nullptr && tuning->Find(key, &known)) {
+    *algo = AlgoOf(known);
+    *found = true;
+    return CUBLAS_STATUS_SUCCESS;
+  }
+  const bool tune = tuning != nullptr && !Capturing(stream);
+  std::vector<cublasLtMatmulHeuristicResult_t> results;
+  MT_LT_TRY(Candidates(handle, s, tune ? kLtTuneCandidates : 1, &results));
+  *found = !results.empty();
+  if (!*found) return CUBLAS_STATUS_SUCCESS;
+  size_t pick = 0;
+  std::vector<float> ms;
+  if (tune && results.size() > 1 &&
+      TimeCandidates(handle, g, s, results, workspace, workspace_bytes, stream, kLtTuneRepeats,
+                     &ms) &&
+      ms[0] > 0) {
+    pick = Fastest(ms);
+  }
+  *algo = results[pick].algo;
+  if (tune) tuning->Remember(key, BytesOf(*algo), pick != 0);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
 }  // namespace
 
 int LtTimeAlgorithms(const LtMatmulArgs& g, void* lt_handle, void* workspace,
@@ -222,18 +307,18 @@ int LtTimeAlgorithms(const LtMatmulArgs& g, void* lt_handle, void* workspace,
 }
 
 int LtMatmul(const LtMatmulArgs& g, void* lt_handle, void* workspace, size_t workspace_bytes,
-             cudaStream_t stream) {
+             cudaStream_t stream, LtTuning* tuning) {
   auto handle = static_cast<cublasLtHandle_t>(lt_handle);
   Descriptors s;
   MT_LT_TRY(Describe(g, workspace_bytes, &s));
-  cublasLtMatmulHeuristicResult_t heuristic = {};
-  int found = 0;
-  MT_LT_TRY(cublasLtMatmulAlgoGetHeuristic(handle, s.op, s.a, s.b, s.d, s.d, s.preference, 1,
-                                           &heuristic, &found));
-  if (found == 0) return kLtNoAlgorithm;
+  cublasLtMatmulAlgo_t algo;
+  bool found = false;
+  MT_LT_TRY(
+      ChooseAlgorithm(handle, g, s, workspace, workspace_bytes, stream, tuning, &algo, &found));
+  if (!found) return kLtNoAlgorithm;
   const float alpha = 1.0f, beta = 0.0f;
   MT_LT_TRY(cublasLtMatmul(handle, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d,
-                           &heuristic.algo, workspace, workspace_bytes, stream));
+                           &algo, workspace, workspace_bytes, stream));
   return 0;
 }
 

@@ -8,8 +8,11 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "worker/kernels/float_kind.h"
@@ -45,13 +48,63 @@ struct LtMatmulArgs {
   int64_t ldaux = 0;           // a multiple of 8
 };
 
+// A problem as LtTuning knows it: the device and everything LtMatmul's descriptors are made of
+// (kind, transposes, m, n, k, leading dimensions, epilogue, the buffers' alignments, workspace).
+using LtProblemKey = std::array<int64_t, 16>;
+// A cuBLASLt algorithm (cublasLtMatmulAlgo_t) as its 64 opaque bytes.
+using LtAlgorithmBytes = std::array<uint64_t, 8>;
+
+// Tuning: the first time LtMatmul meets a problem outside a CUDA graph capture, it times the
+// first kLtTuneCandidates algorithms cuBLASLt's heuristic offers (kLtTuneRepeats calls each after
+// one warm-up, on the caller's stream, which it synchronises once) and keeps the fastest where it
+// beats the heuristic's first pick by kLtTuneMargin, else the first pick. Every later call of
+// that problem runs the kept algorithm; a capture runs the kept one, or the first pick for a
+// problem not met before. On an H200 the fastest candidate takes ~5% off a GPT step's GEMMs
+// (bench/engine/gemm_tune_bench, bench/RESULTS.md). Results depend on the algorithm, so a
+// problem's bits are fixed within a process, not between processes.
+inline constexpr int kLtTuneCandidates = 8;
+inline constexpr int kLtTuneRepeats = 5;
+inline constexpr float kLtTuneMargin = 0.02f;
+
+// The algorithms LtMatmul chose, one per problem. Thread-safe.
+class LtTuning {
+ public:
+  bool Find(const LtProblemKey& key, LtAlgorithmBytes* algorithm) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const auto it = algorithms_.find(key);
+    if (it == algorithms_.end()) return false;
+    *algorithm = it->second;
+    return true;
+  }
+  // The first algorithm remembered for a key stays. `tuned_away`: it is not the first pick.
+  void Remember(const LtProblemKey& key, const LtAlgorithmBytes& algorithm, bool tuned_away) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (algorithms_.emplace(key, algorithm).second && tuned_away) ++tuned_away_;
+  }
+  // Problems remembered, and how many of them run another algorithm than the first pick.
+  size_t size() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return algorithms_.size();
+  }
+  size_t tuned_away() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return tuned_away_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<LtProblemKey, LtAlgorithmBytes> algorithms_;
+  size_t tuned_away_ = 0;
+};
+
 // Queues the matmul on `stream` with the cuBLASLt handle `lt_handle` (a cublasLtHandle_t) and
-// `workspace` (device memory of `workspace_bytes`), with the algorithm cuBLASLt's heuristic
-// picks first. Returns 0 when queued, else the cublasStatus_t; kLtNoAlgorithm when cuBLASLt offers
-// no algorithm for this problem (the caller may then take another path: nothing was queued).
+// `workspace` (device memory of `workspace_bytes`), with `tuning`'s algorithm for the problem
+// (tuning it first where needed, above), or the heuristic's first pick where `tuning` is null.
+// Returns 0 when queued, else the cublasStatus_t; kLtNoAlgorithm when cuBLASLt offers no
+// algorithm for this problem (the caller may then take another path: nothing was queued).
 inline constexpr int kLtNoAlgorithm = -1;
 int LtMatmul(const LtMatmulArgs& args, void* lt_handle, void* workspace, size_t workspace_bytes,
-             cudaStream_t stream);
+             cudaStream_t stream, LtTuning* tuning = nullptr);
 
 // Times the first `max_algorithms` algorithms cuBLASLt's heuristic offers for the problem, in
 // the heuristic's order (the first is the one LtMatmul runs): ms[i] is milliseconds a call over

@@ -55,6 +55,7 @@ struct TrainArgs {
   bool fused_layernorm = true;
   bool fused_qkv = true;
   bool cuda_graph = true;
+  bool gemm_tuning = true;
   bool help = false;
 };
 
@@ -63,11 +64,10 @@ bool* OnOffSwitch(const std::string& name, TrainArgs* args, bool* on) {
   const struct {
     const char* suffix;
     bool TrainArgs::*field;
-  } switches[] = {{"fused-lm-head", &TrainArgs::fused_lm_head},
-                  {"fused-mlp", &TrainArgs::fused_mlp},
-                  {"fused-layernorm", &TrainArgs::fused_layernorm},
-                  {"fused-qkv", &TrainArgs::fused_qkv},
-                  {"cuda-graph", &TrainArgs::cuda_graph}};
+  } switches[] = {
+      {"fused-lm-head", &TrainArgs::fused_lm_head},     {"fused-mlp", &TrainArgs::fused_mlp},
+      {"fused-layernorm", &TrainArgs::fused_layernorm}, {"fused-qkv", &TrainArgs::fused_qkv},
+      {"cuda-graph", &TrainArgs::cuda_graph},           {"gemm-tuning", &TrainArgs::gemm_tuning}};
   for (const auto& s : switches) {
     if (name == absl::StrCat("--", s.suffix) || name == absl::StrCat("--no-", s.suffix)) {
       *on = !absl::StartsWith(name, "--no-");
@@ -206,6 +206,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.fused_layernorm = args.fused_layernorm;
   c.trainer.fused_qkv = args.fused_qkv;
   c.trainer.cuda_graph = args.cuda_graph;
+  c.trainer.gemm_tuning = args.gemm_tuning;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
                            job.training().precision() == mt::v1::PRECISION_FP16;
   double peak_tflops = args.peak_tflops;
@@ -310,6 +311,9 @@ const char* TrainCommandUsage() {
          "                     backward replayed from one CUDA graph where the step allows it:\n"
          "                     one GPU, one micro-batch a step, no dropout, a constant loss\n"
          "                     scale; else eager, the reason logged)\n"
+         "  --no-gemm-tuning   cuBLASLt's first-pick algorithms (default on CUDA: each GEMM\n"
+         "                     problem of the LM head and the MLP timed once over cuBLASLt's\n"
+         "                     candidates and the fastest kept for the process)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

@@ -1,0 +1,105 @@
+#include "worker/kernels/tuned_mm.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <atomic>
+#include <optional>
+
+#if MT_KERNELS_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "worker/kernels/kind_of.h"
+#endif
+
+namespace mt::kernels {
+namespace {
+
+std::atomic<bool>& TuningOn() {
+  static std::atomic<bool> on{true};
+  return on;
+}
+
+}  // namespace
+
+void SetGemmTuning(bool on) { TuningOn().store(on); }
+bool GemmTuning() { return TuningOn().load(); }
+
+#if MT_KERNELS_WITH_CUDA
+namespace {
+
+constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;  // cuBLASLt's advice for Hopper
+
+// A row-major [r, c] operand as cuBLAS sees it: contiguous rows (stride(0) >= c) are a
+// column-major c x r matrix used as stored; contiguous columns (the transpose of a contiguous
+// matrix, stride(1) >= r) a column-major r x c matrix used transposed. nullopt: neither.
+struct ColumnMajor {
+  bool transposed;
+  int64_t ld;
+};
+
+std::optional<ColumnMajor> ColumnMajorOf(const torch::Tensor& x) {
+  const int64_t r = x.size(0), c = x.size(1);
+  if (x.stride(1) == 1 && x.stride(0) >= std::max<int64_t>(c, 1)) {
+    return ColumnMajor{false, x.stride(0)};
+  }
+  if (x.stride(0) == 1 && x.stride(1) >= std::max<int64_t>(r, 1)) {
+    return ColumnMajor{true, x.stride(1)};
+  }
+  return std::nullopt;
+}
+
+bool LtTakes(const torch::Tensor& a, const torch::Tensor& b) {
+  if (!a.is_cuda() || a.dim() != 2 || b.dim() != 2 || a.size(1) != b.size(0)) return false;
+  if (a.scalar_type() != b.scalar_type() || !KernelFloat(a.scalar_type())) return false;
+  if (a.device() != b.device() || a.numel() == 0 || b.numel() == 0) return false;
+  return !(torch::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad()));
+}
+
+}  // namespace
+
+LtTuning& ProcessLtTuning() {
+  static LtTuning* const tuning = new LtTuning();  // never destroyed: used until exit
+  return *tuning;
+}
+
+int TunedLtMatmul(LtMatmulArgs args, const torch::Tensor& like) {
+  const torch::Tensor workspace =
+      torch::empty({kWorkspaceBytes}, like.options().dtype(torch::kByte));
+  args.kind = KindOf(like.scalar_type());
+  return LtMatmul(args, at::cuda::getCurrentCUDABlasLtHandle(), workspace.data_ptr(),
+                  kWorkspaceBytes, at::cuda::getCurrentCUDAStream(like.device().index()).stream(),
+                  GemmTuning() ? &ProcessLtTuning() : nullptr);
+}
+#endif
+
+torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b) {
+#if MT_KERNELS_WITH_CUDA
+  if (LtTakes(a, b)) {
+    const torch::Tensor ac = ColumnMajorOf(a) ? a : a.contiguous();
+    const torch::Tensor bc = ColumnMajorOf(b) ? b : b.contiguous();
+    const ColumnMajor la = *ColumnMajorOf(ac), lb = *ColumnMajorOf(bc);
+    const int64_t m = a.size(0), n = b.size(1), k = a.size(1);
+    torch::Tensor out = torch::empty({m, n}, a.options());
+    // Row-major out = a b is column-major out^T (n x m) = b^T (n x k) a^T (k x m).
+    LtMatmulArgs g;
+    g.m = n;
+    g.n = m;
+    g.k = k;
+    g.a = bc.data_ptr();
+    g.transpose_a = lb.transposed;
+    g.lda = lb.ld;
+    g.b = ac.data_ptr();
+    g.transpose_b = la.transposed;
+    g.ldb = la.ld;
+    g.d = out.data_ptr();
+    g.ldd = n;
+    const int status = TunedLtMatmul(g, out);
+    if (status == 0) return out;
+    TORCH_CHECK(status == kLtNoAlgorithm, "TunedMm: cuBLASLt: ", LtStatusName(status));
+  }
+#endif
+  return torch::mm(a, b);
+}
+
+}  // namespace mt::kernels

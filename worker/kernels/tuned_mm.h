@@ -1,0 +1,42 @@
+// Matrix products for the kernels' LibTorch wrappers through cuBLASLt with tuned algorithms
+// (gemm_lt_launch.h: each problem's fastest candidate, timed once a process): a training step's
+// large GEMMs whose shapes the heuristic's first pick serves less well (on an H200, the GPT-2
+// 124M LM head's weight gradient is 16% faster; bench/RESULTS.md, issue #16). CPU tensors, other
+// dtypes, and tensors that carry autograd take LibTorch's mm.
+#ifndef MT_WORKER_KERNELS_TUNED_MM_H_
+#define MT_WORKER_KERNELS_TUNED_MM_H_
+
+#include <torch/types.h>
+
+#if MT_KERNELS_WITH_CUDA
+#include "worker/kernels/gemm_lt_launch.h"
+#endif
+
+namespace mt::kernels {
+
+// a [M, K] b [K, N] = [M, N], fresh and contiguous. On CUDA for fp32, bf16 and fp16 (both of one
+// dtype and device, each contiguous or the transpose of a contiguous matrix, neither needing a
+// gradient) through cuBLASLt with the process's tuned algorithms; elsewhere torch::mm. fp32
+// accumulates in fp32 (no TF32), as LibTorch's default does.
+torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b);
+
+// Whether TunedMm and TunedLtMatmul tune (default on): a process-wide setting, as LibTorch's
+// cuDNN benchmark flag is; mt-train's --no-gemm-tuning (TrainerOptions::gemm_tuning) turns it
+// off, and every cuBLASLt call then runs the heuristic's first pick. Thread-safe.
+void SetGemmTuning(bool on);
+bool GemmTuning();
+
+#if MT_KERNELS_WITH_CUDA
+// The process's table of tuned cuBLASLt algorithms. One per process, like LibTorch's cuBLAS
+// handles: the fastest algorithm for a problem is a fact about the GPU and the library, the same
+// for every caller, and timing it again per caller would only cost time.
+LtTuning& ProcessLtTuning();
+
+// LtMatmul on the current stream of `like`'s device, in `like`'s dtype, with a workspace from the
+// caching allocator and the process's tuning. Returns LtMatmul's status.
+int TunedLtMatmul(LtMatmulArgs args, const torch::Tensor& like);
+#endif
+
+}  // namespace mt::kernels
+
+#endif  // MT_WORKER_KERNELS_TUNED_MM_H_

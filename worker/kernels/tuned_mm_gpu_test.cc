@@ -1,0 +1,229 @@
+// TunedMm (tuned_mm.h) on the GPU (label `gpu`; skips without CUDA), and its CPU path.
+//
+// Against an fp64 product of the same (rounded) operands, for fp32, bf16 and fp16, in every
+// layout it takes without a copy (each operand contiguous, the transpose of a contiguous matrix,
+// or rows of a wider matrix) and one it copies, at multiples of 8 and at odd sizes (where
+// cuBLASLt is told the lesser alignment). Bounds: the output's rounding (2^-24 fp32, 2^-8 bf16,
+// 2^-11 fp16 relative), doubled, plus fp32 accumulation over K terms relative to the largest
+// output. The tuning table: one entry a problem, the same bits on every later call, a CUDA graph
+// replaying the eager bits, a capture of a problem not met before running the heuristic's pick
+// without remembering it (LtMatmul with a table of the test's own). Autograd inputs and CPU tensors
+// take torch::mm, exactly.
+#include <gtest/gtest.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "worker/kernels/tuned_mm.h"
+
+#if MT_KERNELS_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAFunctions.h>
+
+#include "worker/kernels/gemm_lt_launch.h"
+#include "worker/kernels/graph_capture_for_test.h"
+#endif
+
+namespace mt::kernels {
+namespace {
+
+TEST(TunedMmCpu, IsTorchMm) {
+  torch::manual_seed(3);
+  const torch::Tensor a = torch::randn({7, 5}, torch::kDouble);
+  const torch::Tensor b = torch::randn({5, 3}, torch::kDouble);
+  EXPECT_TRUE(torch::equal(TunedMm(a, b), torch::mm(a, b)));
+  EXPECT_TRUE(torch::equal(TunedMm(b.t(), a.t()), torch::mm(b.t(), a.t())));
+}
+
+#if MT_KERNELS_WITH_CUDA
+// max over elements of |got - want| - (rel |want| + abs_of_largest max|want|); <= 0 passes.
+double Excess(const torch::Tensor& got, const torch::Tensor& want, double rel,
+              double abs_of_largest) {
+  const torch::Tensor g = got.to(torch::kDouble), w = want.to(torch::kDouble);
+  const double largest = w.abs().max().item<double>();
+  return ((g - w).abs() - (rel * w.abs() + abs_of_largest * largest)).max().item<double>();
+}
+
+double RoundingOf(torch::ScalarType t) {
+  switch (t) {
+    case torch::kBFloat16:
+      return std::ldexp(1.0, -8);
+    case torch::kHalf:
+      return std::ldexp(1.0, -11);
+    default:
+      return std::ldexp(1.0, -24);
+  }
+}
+
+// An [r, c] operand in layout `how`: 0 contiguous, 1 the transpose of a contiguous [c, r],
+// 2 the first c columns of a contiguous [r, c + 8], 3 every other row of a [2r, c] (copied).
+torch::Tensor Operand(int64_t r, int64_t c, int how, torch::ScalarType dtype) {
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);
+  switch (how) {
+    case 1:
+      return torch::randn({c, r}, options).to(dtype).t();
+    case 2:
+      return torch::randn({r, c + 8}, options).to(dtype).narrow(1, 0, c);
+    case 3:
+      return torch::randn({2 * r, c}, options).to(dtype).slice(0, 0, 2 * r, 2);
+    default:
+      return torch::randn({r, c}, options).to(dtype);
+  }
+}
+
+TEST(TunedMmGpuTest, MatchesTheProductInEveryLayout) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(11);
+  for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    for (const auto& [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{96, 72, 40},
+                                  {33, 17, 9},
+                                  {1, 64, 24},
+                                  {256, 1000, 8}}) {
+      for (int how_a = 0; how_a < 4; ++how_a) {
+        for (int how_b = 0; how_b < 4; ++how_b) {
+          const torch::Tensor a = Operand(m, k, how_a, dtype), b = Operand(k, n, how_b, dtype);
+          const torch::Tensor got = TunedMm(a, b);
+          const std::string what = std::string(c10::toString(dtype)) + " " + std::to_string(m) +
+                                   "x" + std::to_string(k) + "x" + std::to_string(n) + " layouts " +
+                                   std::to_string(how_a) + std::to_string(how_b);
+          ASSERT_EQ(got.sizes(), (torch::IntArrayRef{m, n})) << what;
+          EXPECT_TRUE(got.is_contiguous()) << what;
+          EXPECT_EQ(got.scalar_type(), dtype) << what;
+          const torch::Tensor want = torch::mm(a.to(torch::kDouble), b.to(torch::kDouble));
+          EXPECT_LE(Excess(got, want, 2 * RoundingOf(dtype), k * std::ldexp(1.0, -23)), 0.0)
+              << what;
+        }
+      }
+    }
+  }
+}
+
+TEST(TunedMmGpuTest, TunesEachProblemOnceAndRepeatsItsBits) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(12);
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  // A shape no other test uses, large enough for cuBLASLt to offer several candidates.
+  const torch::Tensor a = torch::randn({2048, 776}, options),
+                      b = torch::randn({776, 1480}, options);
+  const size_t before = ProcessLtTuning().size();
+  const torch::Tensor first = TunedMm(a, b);
+  EXPECT_EQ(ProcessLtTuning().size(), before + 1);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(torch::equal(TunedMm(a, b), first)) << i;
+  EXPECT_EQ(ProcessLtTuning().size(), before + 1);
+  TunedMm(a.narrow(0, 0, 1024), b);  // another problem: another entry
+  EXPECT_EQ(ProcessLtTuning().size(), before + 2);
+  EXPECT_LE(ProcessLtTuning().tuned_away(), ProcessLtTuning().size());
+}
+
+// --no-gemm-tuning (SetGemmTuning(false)): a problem not met before runs the heuristic's first
+// pick and is not remembered; turned on again, the next call tunes it.
+TEST(TunedMmGpuTest, WithTuningOffANewProblemIsNotTuned) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(13);
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const torch::Tensor a = torch::randn({1536, 664}, options),
+                      b = torch::randn({664, 1320}, options);
+  const torch::Tensor want = torch::mm(a.to(torch::kDouble), b.to(torch::kDouble));
+  const size_t before = ProcessLtTuning().size();
+  SetGemmTuning(false);
+  EXPECT_FALSE(GemmTuning());
+  const torch::Tensor off = TunedMm(a, b);
+  SetGemmTuning(true);
+  EXPECT_EQ(ProcessLtTuning().size(), before);
+  EXPECT_LE(Excess(off, want, 2 * RoundingOf(torch::kBFloat16), 664 * std::ldexp(1.0, -23)), 0.0);
+  TunedMm(a, b);
+  EXPECT_EQ(ProcessLtTuning().size(), before + 1);
+}
+
+TEST(TunedMmGpuTest, ACudaGraphReplaysTheEagerBits) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(13);
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const torch::Tensor a = torch::randn({1536, 520}, options),
+                      b = torch::randn({1056, 520}, options);
+  at::cuda::CUDAGraph graph;
+  const torch::Tensor out = CaptureForTest([&] { return TunedMm(a, b.t()); }, graph);
+  const size_t tuned = ProcessLtTuning().size();
+  for (int i = 0; i < 2; ++i) {
+    graph.replay();
+    torch::cuda::synchronize();
+    EXPECT_TRUE(torch::equal(out, TunedMm(a, b.t()))) << i;  // tuned by the capture's warm-up
+    a.normal_();
+  }
+  EXPECT_EQ(ProcessLtTuning().size(), tuned);
+}
+
+// x [r, k] w^T, w [n, k]: LtMatmul's arguments for y [r, n] (cuBLAS's column-major terms).
+LtMatmulArgs LinearArgs(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& y) {
+  LtMatmulArgs g;
+  g.kind = FloatKind::kFloat32;
+  g.transpose_a = true;
+  g.m = w.size(0);
+  g.n = x.size(0);
+  g.k = x.size(1);
+  g.a = w.data_ptr();
+  g.lda = g.k;
+  g.b = x.data_ptr();
+  g.ldb = g.k;
+  g.d = y.data_ptr();
+  g.ldd = g.m;
+  return g;
+}
+
+// A capture must not time candidates (that synchronises): a problem its table has not met runs
+// the heuristic's first pick and stays unremembered until an eager call tunes it. The warm-up
+// runs the first pick without a table (loading its kernel before the capture, as every capture
+// in mt warms up first).
+TEST(TunedMmGpuTest, ACaptureOfANewProblemRunsTheFirstPickWithoutRememberingIt) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(14);
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);
+  const torch::Tensor x = torch::randn({1288, 264}, options), w = torch::randn({712, 264}, options);
+  const torch::Tensor workspace = torch::empty({int64_t{32} << 20}, options.dtype(torch::kByte));
+  LtTuning tuning;
+  auto run = [&](const torch::Tensor& y, LtTuning* t) -> int {
+    return LtMatmul(LinearArgs(x, w, y), at::cuda::getCurrentCUDABlasLtHandle(),
+                    workspace.data_ptr(), workspace.numel(),
+                    at::cuda::getCurrentCUDAStream().stream(), t);
+  };
+  at::cuda::CUDAGraph graph;
+  const torch::Tensor y = torch::empty({1288, 712}, options);
+  int status = -100;
+  const absl::Status captured = CaptureOnSideStream(
+      graph, c10::cuda::current_device(),
+      [&]() -> absl::Status {
+        return run(y, nullptr) == 0 ? absl::OkStatus() : absl::InternalError("warm-up");
+      },
+      [&] { status = run(y, &tuning); });
+  ASSERT_TRUE(captured.ok()) << captured;
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(tuning.size(), 0u);
+  y.zero_();
+  graph.replay();
+  torch::cuda::synchronize();
+  const torch::Tensor want = torch::mm(x.to(torch::kDouble), w.to(torch::kDouble).t());
+  EXPECT_LE(Excess(y, want, 2 * RoundingOf(torch::kFloat), 264 * std::ldexp(1.0, -23)), 0.0);
+  const torch::Tensor eager = torch::empty_like(y);
+  EXPECT_EQ(run(eager, &tuning), 0);
+  EXPECT_EQ(tuning.size(), 1u);
+  EXPECT_LE(Excess(eager, want, 2 * RoundingOf(torch::kFloat), 264 * std::ldexp(1.0, -23)), 0.0);
+}
+
+TEST(TunedMmGpuTest, OperandsThatNeedAGradientTakeLibTorch) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);
+  const torch::Tensor a = torch::randn({16, 8}, options).requires_grad_(true);
+  const torch::Tensor b = torch::randn({8, 24}, options);
+  const torch::Tensor y = TunedMm(a, b);
+  ASSERT_TRUE(y.requires_grad());
+  y.sum().backward();
+  EXPECT_TRUE(torch::allclose(a.grad(), b.sum(1).expand({16, 8}), 1e-5, 1e-5));
+}
+#endif
+
+}  // namespace
+}  // namespace mt::kernels

@@ -4,7 +4,8 @@
 For each size, in one run on one GPU: our trainer (`mt-train --spec <generated yaml> --device
 cuda --synthetic-data --train-iters W+T --peak-tflops 989`), then the PyTorch peer
 (pytorch_gpt.py) eager and compiled, each in its own process with a timeout cut from a
-deadline. Parses our progress lines and key=value summary and the peer's JSON line, prints a
+deadline. With --variant-arg, ours runs a second time with those switches right after ours at
+each size (an A/B of our own switch in the same machine state), printed with its ratio to ours. Parses our progress lines and key=value summary and the peer's JSON line, prints a
 table of tokens/s, ratios, MFU and peak memory, and writes results.json, table.txt, the
 generated specs and every log under --out.
 
@@ -34,9 +35,12 @@ import sizes  # noqa: E402
 
 GIB = float(1 << 30)
 MODES = ("ours", "eager", "compile")
+# "variant": ours again with --variant-arg switches, run right after ours at each size (an A/B
+# of one of our switches in the same machine state); added to the modes when --variant-arg is.
+VARIANT = "variant"
 # Seconds a run may take at most, and the least left before we bother to start it.
-RUN_CAP_S = {"ours": 300, "eager": 300, "compile": 480}
-RUN_MIN_S = {"ours": 25, "eager": 25, "compile": 75}
+RUN_CAP_S = {"ours": 300, VARIANT: 300, "eager": 300, "compile": 480}
+RUN_MIN_S = {"ours": 25, VARIANT: 25, "eager": 25, "compile": 75}
 
 NUM = r"([-+]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?|nan|inf)"
 
@@ -410,7 +414,7 @@ def build_table(results):
             cell(o, "mfu", pct), cell(e, "mfu", pct), cell(c, "mfu", pct), "|",
             cell(o, "peak_memory_bytes", gib), cell(e, "peak_memory_bytes", gib),
             cell(c, "peak_memory_bytes", gib)]))
-        for mode in MODES:
+        for mode in MODES + (VARIANT,):
             run = row.get(mode) or {}
             if run.get("status") not in (None, "ok"):
                 notes.append("%s %s: %s%s" % (row["size"], mode, run.get("status"),
@@ -429,12 +433,30 @@ def build_table(results):
             if bits:
                 notes.append("%s: peer vs DESIGN.md section 9 anchor: %s" %
                              (row["size"], ", ".join(bits)))
+    out += variant_lines(results)
     if notes:
         out.append("notes:")
         out += ["  " + n for n in notes]
     out.append("ratios > 1.00x: ours faster (same tokens/step, same model). results: %s" %
                results.get("results_path", "-"))
     return "\n".join(out) + "\n"
+
+
+def variant_lines(results):
+    """The variant's rows (ours with --variant-arg, run right after ours), or nothing."""
+    rows = [row for row in results["rows"] if row.get(VARIANT)]
+    if not rows:
+        return []
+    out = ["ours with %s, run right after ours at each size:" %
+           " ".join(results["config"].get("variant_args") or []),
+           "size   mb | variant tok/s  variant/ours | MFU variant | peak GiB variant"]
+    for row in rows:
+        v, r = row[VARIANT], row.get("ratio_variant_ours")
+        out.append("%-5s %3s | %13s  %12s | %11s | %16s" % (
+            row["size"], row["micro_batch"], cell(v, "tokens_per_second", kfmt),
+            "%.3fx" % r if r else "-", cell(v, "mfu", lambda x: "%.1f%%" % (x * 100)),
+            cell(v, "peak_memory_bytes", lambda x: "%.1f" % (x / GIB))))
+    return out
 
 
 def gpu_info():
@@ -477,6 +499,9 @@ def main(argv=None):
     p.add_argument("--fused-layernorm", action="store_true",
                    help="ours: pass --fused-layernorm (the LayerNorm kernels; "
                         "mt-train's default)")
+    p.add_argument("--variant-arg", action="append", default=[],
+                   help="also run ours with this switch added (e.g. --no-gemm-tuning) right "
+                        "after ours at each size, and print its ratio to ours; repeatable")
     p.add_argument("--compile-mode", default="default")
     p.add_argument("--peak-tflops", type=float, default=sizes.H200_PEAK_TFLOPS)
     p.add_argument("--deadline", type=float, default=0,
@@ -494,6 +519,10 @@ def main(argv=None):
             p.error("unknown mode %r (choose from %s)" % (m, ", ".join(MODES)))
     if args.warmup < 1 or args.steps < 1:
         p.error("--warmup and --steps must be >= 1")
+    if args.variant_arg:
+        if "ours" not in modes:
+            p.error("--variant-arg compares against ours: add ours to --modes")
+        modes.insert(modes.index("ours") + 1, VARIANT)
     deadline = args.deadline or (time.time() + args.budget if args.budget > 0 else 0)
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
@@ -516,6 +545,7 @@ def main(argv=None):
             "seq": 1024, "dropout": 0.0, "precision": "bf16",
             "train_cmd": [args.train_bin] + args.train_arg,
             "train_cmd_name": " ".join([os.path.basename(args.train_bin)] + args.train_arg),
+            "variant_args": args.variant_arg,
         },
         "rows": [],
     }
@@ -596,8 +626,9 @@ def run_all(args, names, modes, deadline, out, results, save):
             save()
             continue
         timeout = min(RUN_CAP_S[mode], left)
-        if mode == "ours":
-            cmd = [args.train_bin] + args.train_arg + [
+        if mode in ("ours", VARIANT):
+            extra = args.variant_arg if mode == VARIANT else []
+            cmd = [args.train_bin] + args.train_arg + extra + [
                 "--spec", spec_path, "--device", args.device, "--synthetic-data",
                 "--train-iters", str(args.warmup + args.steps),
                 "--peak-tflops", "%g" % args.peak_tflops, "--attention", args.attention]
@@ -621,7 +652,7 @@ def run_all(args, names, modes, deadline, out, results, save):
             results["ours_failed"] |= mode == "ours"
             raise
         so, se = read(base + ".stdout"), read(base + ".stderr")
-        if mode == "ours":
+        if mode in ("ours", VARIANT):
             run = parse_ours(so, se, name, args.warmup, args.steps, args.peak_tflops)
         else:
             run = parse_peer(so)
@@ -632,7 +663,7 @@ def run_all(args, names, modes, deadline, out, results, save):
             run["error"] = "killed after %.0f s" % timeout
         elif rc != 0 or "error" in run or "tokens_per_second" not in run:
             # The peer's JSON names its error; ours says it on stderr.
-            err = (run.get("error") if mode != "ours" else "") or \
+            err = (run.get("error") if mode not in ("ours", VARIANT) else "") or \
                 (last_error_line(se) if rc != 0 else "") or run.get("error") or \
                 "exit code %d" % rc
             run["status"] = "oom" if "out of memory" in err.lower() else "fail"
@@ -641,11 +672,12 @@ def run_all(args, names, modes, deadline, out, results, save):
             run["status"] = "ok"
         if mode == "ours" and run["status"] != "ok":
             results["ours_failed"] = True
-        if mode != "ours" and run.get("torch"):
+        if mode not in ("ours", VARIANT) and run.get("torch"):
             results["torch"] = run["torch"]
         row[mode] = run
         row["ratio_ours_eager"] = ratio(row.get("ours", {}), row.get("eager", {}))
         row["ratio_ours_compile"] = ratio(row.get("ours", {}), row.get("compile", {}))
+        row["ratio_variant_ours"] = ratio(row.get(VARIANT, {}), row.get("ours", {}))
         log("%s %s: %s%s (%.0f s)" % (
             name, mode, run["status"],
             ", %.0f tokens/s" % run["tokens_per_second"] if run["status"] == "ok" else

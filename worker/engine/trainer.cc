@@ -29,7 +29,7 @@
 #include "worker/engine/optimizer.h"
 #include "worker/engine/resolved_spec.h"
 #include "worker/engine/step_graph.h"
-#include "worker/kernels/tuned_mm.h"
+#include "worker/kernels/gemm_tuning.h"
 #include "worker/model/gpt.h"
 #include "worker/model/gpt_config.h"
 #include "worker/parallel/collectives.h"

@@ -3,7 +3,6 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <atomic>
 #include <optional>
 
 #if MT_KERNELS_WITH_CUDA
@@ -13,17 +12,6 @@
 #endif
 
 namespace mt::kernels {
-namespace {
-
-std::atomic<bool>& TuningOn() {
-  static std::atomic<bool> on{true};
-  return on;
-}
-
-}  // namespace
-
-void SetGemmTuning(bool on) { TuningOn().store(on); }
-bool GemmTuning() { return TuningOn().load(); }
 
 #if MT_KERNELS_WITH_CUDA
 namespace {

@@ -8,6 +8,8 @@
 
 #include <torch/types.h>
 
+#include "worker/kernels/gemm_tuning.h"  // whether they tune
+
 #if MT_KERNELS_WITH_CUDA
 #include "worker/kernels/gemm_lt_launch.h"
 #endif
@@ -19,12 +21,6 @@ namespace mt::kernels {
 // gradient) through cuBLASLt with the process's tuned algorithms; elsewhere torch::mm. fp32
 // accumulates in fp32 (no TF32), as LibTorch's default does.
 torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b);
-
-// Whether TunedMm and TunedLtMatmul tune (default on): a process-wide setting, as LibTorch's
-// cuDNN benchmark flag is; mt-train's --no-gemm-tuning (TrainerOptions::gemm_tuning) turns it
-// off, and every cuBLASLt call then runs the heuristic's first pick. Thread-safe.
-void SetGemmTuning(bool on);
-bool GemmTuning();
 
 #if MT_KERNELS_WITH_CUDA
 // The process's table of tuned cuBLASLt algorithms. One per process, like LibTorch's cuBLAS

@@ -10,6 +10,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testutil/subprocess.h"
+#include "worker/kernels/gemm_tuning.h"
 #include "worker/metrics/event_file.h"
 
 namespace mt::train {
@@ -217,6 +218,27 @@ TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(RunTrainCommand({"--spec", spec, "--fused-mlp=1"}), 2);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("--fused-mlp takes no value"));
+}
+
+// --no-gemm-tuning reaches the process's setting (kernels::SetGemmTuning), which the trainer
+// applies; without it the tuning is on.
+TEST(TrainCommandTest, GemmTuningSwitchReachesTheKernels) {
+  const std::string spec = WriteSpec("tiny4.yaml", kTinyYaml);
+  auto run = [&](const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"--spec", spec, "--synthetic-data", "--train-iters=2"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ::testing::internal::CaptureStdout();
+    ::testing::internal::CaptureStderr();
+    const int rc = RunTrainCommand(args);
+    ::testing::internal::GetCapturedStdout();
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rc, 0) << err;
+    return kernels::GemmTuning();
+  };
+  EXPECT_FALSE(run({"--no-gemm-tuning"}));
+  EXPECT_TRUE(run({}));
+  EXPECT_FALSE(run({"--gemm-tuning", "--no-gemm-tuning"}));
+  EXPECT_TRUE(run({"--no-gemm-tuning", "--gemm-tuning"}));
 }
 
 TEST(TrainCommandTest, Help) {

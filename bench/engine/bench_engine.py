@@ -5,9 +5,10 @@ For each size, in one run on one GPU: our trainer (`mt-train --spec <generated y
 cuda --synthetic-data --train-iters W+T --peak-tflops 989`), then the PyTorch peer
 (pytorch_gpt.py) eager and compiled, each in its own process with a timeout cut from a
 deadline. With --variant-arg, ours runs a second time with those switches right after ours at
-each size (an A/B of our own switch in the same machine state), printed with its ratio to ours. Parses our progress lines and key=value summary and the peer's JSON line, prints a
-table of tokens/s, ratios, MFU and peak memory, and writes results.json, table.txt, the
-generated specs and every log under --out.
+each size (an A/B of our own switch in the same machine state), printed with its ratio to ours.
+Parses our progress lines and key=value summary and the peer's JSON line, prints a table of
+tokens/s, ratios, MFU and peak memory, and writes results.json, table.txt, the generated specs
+and every log under --out.
 
 Our tokens/s is measured over the same window as the peer's: the steps after the W warm-up
 steps, from the per-step progress lines (log_interval 1); each step of ours ends in a host
@@ -627,8 +628,7 @@ def run_all(args, names, modes, deadline, out, results, save):
             continue
         timeout = min(RUN_CAP_S[mode], left)
         if mode in ("ours", VARIANT):
-            extra = args.variant_arg if mode == VARIANT else []
-            cmd = [args.train_bin] + args.train_arg + extra + [
+            cmd = [args.train_bin] + args.train_arg + [
                 "--spec", spec_path, "--device", args.device, "--synthetic-data",
                 "--train-iters", str(args.warmup + args.steps),
                 "--peak-tflops", "%g" % args.peak_tflops, "--attention", args.attention]
@@ -636,6 +636,8 @@ def run_all(args, names, modes, deadline, out, results, save):
                 cmd.append("--fused-lm-head")
             if args.fused_layernorm:
                 cmd.append("--fused-layernorm")
+            if mode == VARIANT:
+                cmd += args.variant_arg  # last: the variant's switch wins over the flags above
             env = ours_env
         else:
             cmd = [args.python, peer_script, "--size", name, "--mode", mode,

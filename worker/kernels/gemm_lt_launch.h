@@ -59,9 +59,11 @@ using LtAlgorithmBytes = std::array<uint64_t, 8>;
 // one warm-up, on the caller's stream, which it synchronises once) and keeps the fastest where it
 // beats the heuristic's first pick by kLtTuneMargin, else the first pick. Every later call of
 // that problem runs the kept algorithm; a capture runs the kept one, or the first pick for a
-// problem not met before. On an H200 the fastest candidate takes ~5% off a GPT step's GEMMs
-// (bench/engine/gemm_tune_bench, bench/RESULTS.md). Results depend on the algorithm, so a
-// problem's bits are fixed within a process, not between processes.
+// problem not met before. On an H200 the fastest candidates timed alone take ~5% off a GPT
+// step's GEMMs (bench/engine/gemm_tune_bench); in the training step the tuning measured +0.7%
+// at 124M and nothing measurable at 350M and 1.3B (bench/RESULTS.md, 2026-12-04). Results
+// depend on the algorithm, so a problem's bits are fixed within a process, not between
+// processes.
 inline constexpr int kLtTuneCandidates = 8;
 inline constexpr int kLtTuneRepeats = 5;
 inline constexpr float kLtTuneMargin = 0.02f;

@@ -179,21 +179,24 @@ TEST(TrainCommandTest, UsageAndSpecErrorsExitWithTwo) {
   EXPECT_THAT(err, HasSubstr("--save-interval \"-1\": want an integer >= 0"));
 }
 
+// Two synthetic steps of `spec` with `extra` switches, expected to succeed; returns the stderr.
+std::string TrainTwoSteps(const std::string& spec, const std::vector<std::string>& extra) {
+  std::vector<std::string> args = {"--spec", spec, "--synthetic-data", "--train-iters=2"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  ::testing::internal::CaptureStdout();
+  ::testing::internal::CaptureStderr();
+  const int rc = RunTrainCommand(args);
+  ::testing::internal::GetCapturedStdout();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(rc, 0) << err;
+  return err;
+}
+
 // The fused paths are on by default (the QKV gather off until measured on the GPU); each has a
 // --no- and a -- switch; the model says what it runs.
 TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
   const std::string spec = WriteSpec("tiny3.yaml", kTinyYaml);
-  auto run = [&](std::vector<std::string> extra) {
-    std::vector<std::string> args = {"--spec", spec, "--synthetic-data", "--train-iters=2"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    ::testing::internal::CaptureStdout();
-    ::testing::internal::CaptureStderr();
-    const int rc = RunTrainCommand(args);
-    ::testing::internal::GetCapturedStdout();
-    const std::string err = ::testing::internal::GetCapturedStderr();
-    EXPECT_EQ(rc, 0) << err;
-    return err;
-  };
+  auto run = [&](const std::vector<std::string>& extra) { return TrainTwoSteps(spec, extra); };
   const std::string defaults = run({});
   EXPECT_THAT(defaults, HasSubstr(" lm_head=fused mlp=fused layernorm=fused qkv=fused"));
   EXPECT_THAT(run({"--no-fused-qkv"}),
@@ -225,14 +228,7 @@ TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
 TEST(TrainCommandTest, GemmTuningSwitchReachesTheKernels) {
   const std::string spec = WriteSpec("tiny4.yaml", kTinyYaml);
   auto run = [&](const std::vector<std::string>& extra) {
-    std::vector<std::string> args = {"--spec", spec, "--synthetic-data", "--train-iters=2"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    ::testing::internal::CaptureStdout();
-    ::testing::internal::CaptureStderr();
-    const int rc = RunTrainCommand(args);
-    ::testing::internal::GetCapturedStdout();
-    const std::string err = ::testing::internal::GetCapturedStderr();
-    EXPECT_EQ(rc, 0) << err;
+    TrainTwoSteps(spec, extra);
     return kernels::GemmTuning();
   };
   EXPECT_FALSE(run({"--no-gemm-tuning"}));

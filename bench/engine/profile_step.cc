@@ -1,7 +1,8 @@
 // profile_step: where one training step of our trainer spends its GPU time. Builds the trainer
 // from a job spec (bench/engine's generated specs: `bench_engine.py` writes them under
 // $OUT/bench-engine/specs/), runs warm-up steps, then profiles a few steps with LibTorch's
-// Kineto profiler and prints, on stdout, the step's wall time, the GPU's busy time and the top
+// Kineto profiler and prints, on stdout, the step's wall time, how many of its cuBLASLt GEMM
+// problems the tuning timed and moved off the first pick, the GPU's busy time and the top
 // kernels by total time (name, calls per step, ms per step, share of the busy time).
 //
 //   profile_step --spec FILE [--device cuda] [--warmup 5] [--steps 3] [--top 25]
@@ -28,6 +29,7 @@
 #include "mt/v1/job_spec.pb.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
+#include "worker/kernels/tuned_mm.h"
 
 #if TORCH_VERSION_MAJOR >= 2
 #define MT_HAVE_KINETO 1
@@ -169,6 +171,10 @@ int main(int argc, char** argv) {
       "step without the profiler: %.2f ms\n",
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() /
           a.steps);
+  // Why the tuning gains what it does: how many of the step's cuBLASLt problems it moved.
+  const mt::kernels::GemmTuningCounts tuned = mt::kernels::GemmTuningSoFar();
+  std::printf("gemm tuning: %zu cuBLASLt problems timed, %zu moved off the first pick\n",
+              tuned.problems, tuned.moved);
   mt::bench::KernelProfileOptions profile;
   profile.units = a.steps;
   profile.unit = "step";

@@ -90,4 +90,13 @@ torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b) {
   return torch::mm(a, b);
 }
 
+GemmTuningCounts GemmTuningSoFar() {
+  GemmTuningCounts counts;
+#if MT_KERNELS_WITH_CUDA
+  counts.problems = ProcessLtTuning().size();
+  counts.moved = ProcessLtTuning().tuned_away();
+#endif
+  return counts;
+}
+
 }  // namespace mt::kernels

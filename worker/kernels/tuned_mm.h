@@ -8,6 +8,8 @@
 
 #include <torch/types.h>
 
+#include <cstddef>
+
 #include "worker/kernels/gemm_tuning.h"  // whether they tune
 
 #if MT_KERNELS_WITH_CUDA
@@ -21,6 +23,15 @@ namespace mt::kernels {
 // gradient) through cuBLASLt with the process's tuned algorithms; elsewhere torch::mm. fp32
 // accumulates in fp32 (no TF32), as LibTorch's default does.
 torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b);
+
+// What the process's tuning has done so far: the cuBLASLt problems it timed (every problem of
+// TunedMm, the MLP's and the LM head's GEMMs first met outside a capture with tuning on), and
+// how many of them now run another algorithm than cuBLASLt's first pick. Zeros without CUDA.
+struct GemmTuningCounts {
+  size_t problems = 0;
+  size_t moved = 0;
+};
+GemmTuningCounts GemmTuningSoFar();
 
 #if MT_KERNELS_WITH_CUDA
 // The process's table of tuned cuBLASLt algorithms. One per process, like LibTorch's cuBLAS

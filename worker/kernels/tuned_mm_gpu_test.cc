@@ -39,6 +39,19 @@ TEST(TunedMmCpu, IsTorchMm) {
   EXPECT_TRUE(torch::equal(TunedMm(b.t(), a.t()), torch::mm(b.t(), a.t())));
 }
 
+// CPU tensors (and a build without CUDA) time nothing: the counts stay at zero.
+TEST(TunedMmCpu, TimesNothing) {
+  const GemmTuningCounts before = GemmTuningSoFar();
+  TunedMm(torch::randn({64, 32}), torch::randn({32, 48}));
+  const GemmTuningCounts after = GemmTuningSoFar();
+  EXPECT_EQ(after.problems, before.problems);
+  EXPECT_EQ(after.moved, before.moved);
+#if !MT_KERNELS_WITH_CUDA
+  EXPECT_EQ(after.problems, 0u);
+  EXPECT_EQ(after.moved, 0u);
+#endif
+}
+
 #if MT_KERNELS_WITH_CUDA
 // max over elements of |got - want| - (rel |want| + abs_of_largest max|want|); <= 0 passes.
 double Excess(const torch::Tensor& got, const torch::Tensor& want, double rel,
@@ -117,6 +130,10 @@ TEST(TunedMmGpuTest, TunesEachProblemOnceAndRepeatsItsBits) {
   TunedMm(a.narrow(0, 0, 1024), b);  // another problem: another entry
   EXPECT_EQ(ProcessLtTuning().size(), before + 2);
   EXPECT_LE(ProcessLtTuning().tuned_away(), ProcessLtTuning().size());
+  // The counts profile_step prints are the table's.
+  const GemmTuningCounts counts = GemmTuningSoFar();
+  EXPECT_EQ(counts.problems, before + 2);
+  EXPECT_EQ(counts.moved, ProcessLtTuning().tuned_away());
 }
 
 // --no-gemm-tuning (SetGemmTuning(false)): a problem not met before runs the heuristic's first

@@ -127,6 +127,7 @@ void PrintText(const generate::GenerateResult& r, bool streamed) {
     std::printf("--- sample %zu ---\n%s\n", i, r.samples[i].text.c_str());
   }
   if (streamed) std::printf("\n");
+  std::fflush(stdout);  // the text ends before the timings, also where stdout is a pipe or file
   std::fprintf(stderr,
                "mt-worker generate: %zu sample(s), %lld prompt tokens, %lld generated, first token "
                "%.3f s, decode %.3f s\n",

@@ -1,9 +1,13 @@
 // `mt-worker eval` and `mt-worker generate` (mt-train eval|generate) on checkpoints that
 // `mt-worker train` saved: the eval command reports the training loop's own validation loss on
 // the same samples; generate answers in JSON and refuses bad input by its flag.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -132,15 +136,18 @@ logging: {log_interval: 4}
   EXPECT_THAT(bad.err, HasSubstr("--quantize \"int4\": want none or int8"));
 }
 
-TEST(GenerateCommandTest, GeneratesFromASavedCheckpoint) {
+// A data asset of deploy/setup.sh ($MT_ASSET_DIR, else the build's).
+std::string Asset(const std::string& name) {
   const char* assets = std::getenv("MT_ASSET_DIR");
-  const std::string a = assets != nullptr ? assets : MT_ASSET_DIR;
-  const std::string vocab = a + "/gpt2-vocab.json";
-  const std::string merges = a + "/gpt2-merges.txt";
-  if (!std::ifstream(vocab).good() || !std::ifstream(merges).good()) {
-    GTEST_SKIP() << "no GPT-2 BPE files in " << a << " (deploy/setup.sh fetches them)";
-  }
-  const std::string dir = testutil::MakeTempDir("gencmd");
+  return absl::StrCat(assets != nullptr ? assets : MT_ASSET_DIR, "/", name);
+}
+
+// Trains a tiny GPT for one step over GPT-2's vocabulary and saves it to DIR/ckpt; false where
+// the BPE files are missing (the caller skips).
+bool SaveTinyCheckpoint(const std::string& dir) {
+  const std::string vocab = Asset("gpt2-vocab.json");
+  const std::string merges = Asset("gpt2-merges.txt");
+  if (!std::ifstream(vocab).good() || !std::ifstream(merges).good()) return false;
   const std::string spec = WriteSpec(dir, absl::StrCat(R"(name: gencmd
 model: {num_layers: 1, hidden_size: 16, num_attention_heads: 2, seq_length: 16}
 training: {micro_batch_size: 1, global_batch_size: 1, train_iters: 1, lr: 1.0e-3}
@@ -151,13 +158,20 @@ evaluation: {eval_interval: 0, eval_iters: 0}
   const Captured train = Capture([&] {
     return RunTrainCommand({"--spec", spec, "--synthetic-data", "--save", dir + "/ckpt"});
   });
-  ASSERT_EQ(train.rc, 0) << train.err;
+  EXPECT_EQ(train.rc, 0) << train.err;
+  return true;
+}
+
+TEST(GenerateCommandTest, GeneratesFromASavedCheckpoint) {
+  const std::string dir = testutil::MakeTempDir("gencmd");
+  if (!SaveTinyCheckpoint(dir)) GTEST_SKIP() << "no GPT-2 BPE files (deploy/setup.sh)";
   const std::vector<std::string> greedy = {
       dir + "/ckpt", "--prompt", "Call me Ishmael.", "--temperature", "0", "--max-new-tokens", "5",
       "-o",          "json"};
   const Captured first = Capture([&] { return RunGenerateCommand(greedy); });
   ASSERT_EQ(first.rc, 0) << first.err;
-  auto tokenizer = tokenizer::Gpt2BpeTokenizer::Create(vocab, merges);
+  auto tokenizer =
+      tokenizer::Gpt2BpeTokenizer::Create(Asset("gpt2-vocab.json"), Asset("gpt2-merges.txt"));
   ASSERT_TRUE(tokenizer.ok());
   EXPECT_EQ(NumberAfter(first.out, "\"prompt_tokens\":"),
             (*tokenizer)->Encode("Call me Ishmael.").size());
@@ -192,6 +206,36 @@ evaluation: {eval_interval: 0, eval_iters: 0}
   bad = Capture([&] { return RunGenerateCommand({dir + "/missing", "--prompt", "a"}); });
   EXPECT_EQ(bad.rc, 2);
   EXPECT_THAT(bad.err, HasSubstr(dir + "/missing\": no such file"));
+}
+
+// Where stdout and stderr are one file (deploy/demo.sh's log, `2>&1 | tee`), the streamed text
+// and its closing newline come before the timings, which start a line of their own.
+TEST(GenerateCommandTest, TheTimingsFollowTheStreamedTextOnTheirOwnLine) {
+  const std::string dir = testutil::MakeTempDir("gencmd_order");
+  if (!SaveTinyCheckpoint(dir)) GTEST_SKIP() << "no GPT-2 BPE files (deploy/setup.sh)";
+  const std::string log = dir + "/both.log";
+  std::fflush(stdout);
+  const int saved_out = ::dup(STDOUT_FILENO), saved_err = ::dup(STDERR_FILENO);
+  const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  ASSERT_GE(fd, 0);
+  ::dup2(fd, STDOUT_FILENO);
+  ::dup2(fd, STDERR_FILENO);
+  ::close(fd);
+  const int rc = RunGenerateCommand({dir + "/ckpt", "--prompt", "Call me Ishmael.", "--temperature",
+                                     "0", "--max-new-tokens", "5"});
+  std::fflush(stdout);
+  ::dup2(saved_out, STDOUT_FILENO);
+  ::dup2(saved_err, STDERR_FILENO);
+  ::close(saved_out);
+  ::close(saved_err);
+  ASSERT_EQ(rc, 0);
+  std::ifstream in(log);
+  const std::string both((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = both.find("mt-worker generate: 1 sample(s)");
+  ASSERT_NE(at, std::string::npos) << both;
+  ASSERT_GT(at, 0u) << both;
+  EXPECT_EQ(both[at - 1], '\n') << both;
+  EXPECT_EQ(both.find('\n', at), both.size() - 1) << "nothing after the timings: " << both;
 }
 
 }  // namespace

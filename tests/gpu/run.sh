@@ -16,6 +16,10 @@
 #   MT_ASSET_DIR      GPT-2 BPE files for the tests (default .device/assets when it has them)
 #   MT_GPU_DECODE=1   also run the decode benchmark (bench/generate/run_decode.sh: ours against
 #                     transformers' generate) before the engine benchmark, in at most 240 s
+#   MT_GPU_PROFILE_AB="--switch ..."  also profile our step at each size with our defaults and
+#                     with these switches, side by side (bench/engine/profile_ab.py; sizes from
+#                     MT_PROFILE_SIZES, default "124m 1.3b"), before the engine benchmark, in at
+#                     most 240 s
 #   MT_BENCH_SIZES, MT_BENCH_MODES, MT_BENCH_WARMUP, MT_BENCH_STEPS, ...  see run_bench.sh
 # Exit codes: 0 all passed; 1 environment, configure, build or a GPU test failed; 3 the build
 # and tests passed but a benchmark run of our trainer failed.
@@ -168,6 +172,25 @@ if [ "${MT_GPU_DECODE:-0}" = 1 ]; then
     record decode ok $(($(date +%s) - s)) "$out/decode.log"
   else
     record decode FAIL $(($(date +%s) - s)) "run_decode.sh exit $rc (see decode.log)"
+    [ $failed -eq 0 ] && failed=3
+  fi
+fi
+
+# 3c. Kernel profiles of one switch's two sides, when asked for (MT_GPU_PROFILE_AB).
+if [ -n "${MT_GPU_PROFILE_AB:-}" ]; then
+  s=$(date +%s)
+  say "bench/engine/profile_ab.py ${MT_GPU_PROFILE_AB}"
+  pl=$(limit 15); [ "$pl" -gt 240 ] && pl=240
+  variant=()
+  for a in $MT_GPU_PROFILE_AB; do variant+=("--variant-arg=$a"); done
+  timeout -k 10 "$pl" "$MT_PYTHON" "$root/bench/engine/profile_ab.py" --build "$build" \
+    --out "$out" --sizes "${MT_PROFILE_SIZES:-124m 1.3b}" "${variant[@]}" 2>&1 |
+    tee "$out/profile-ab.log"
+  rc=${PIPESTATUS[0]}
+  if [ "$rc" = 0 ]; then
+    record profile ok $(($(date +%s) - s)) "$out/profile-ab.log"
+  else
+    record profile FAIL $(($(date +%s) - s)) "profile_ab.py exit $rc (see profile-ab.log)"
     [ $failed -eq 0 ] && failed=3
   fi
 fi

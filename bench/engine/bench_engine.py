@@ -69,6 +69,21 @@ def log(msg):
     print("bench_engine: " + msg, file=sys.stderr, flush=True)
 
 
+def attach_switches(argv, flag="--variant-arg"):
+    """argv with each `FLAG VALUE` pair written `FLAG=VALUE`: the values of --variant-arg are
+    our trainer's switches, which start with "-", and argparse takes those for options of its
+    own (`--variant-arg --no-gemm-tuning`: "expected one argument")."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == flag and i + 1 < len(argv):
+            out.append(flag + "=" + argv[i + 1])
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # The job spec.
 
@@ -508,7 +523,7 @@ def main(argv=None):
     p.add_argument("--deadline", type=float, default=0,
                    help="epoch seconds by which every run must have ended")
     p.add_argument("--budget", type=float, default=0, help="seconds from now (if no deadline)")
-    args = p.parse_args(argv)
+    args = p.parse_args(attach_switches(sys.argv[1:] if argv is None else argv))
 
     names = list(dict.fromkeys(s for s in re.split(r"[,\s]+", args.sizes) if s))
     modes = list(dict.fromkeys(m for m in re.split(r"[,\s]+", args.modes) if m))

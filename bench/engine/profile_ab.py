@@ -9,7 +9,7 @@ kernels by ms per step side by side (the union of both runs' top N) with the dif
 raw outputs go to OUT/profile-ab/.
 
   bench/engine/profile_ab.py --build DIR [--sizes 124m,350m,1.3b] [--warmup 3] [--steps 3]
-                             [--top 20] [--out DIR] [--variant-arg=--no-gemm-tuning ...]
+                             [--top 20] [--out DIR] [--variant-arg --no-gemm-tuning ...]
 
 Without --variant-arg it is one plain profile per size. Needs a build with a CUDA LibTorch
 (profile_step exits 2 elsewhere). Exit codes: 0 done, 3 a profile_step run failed, 2 usage.
@@ -128,8 +128,8 @@ def main(argv=None):
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp/mt-gpu-out")))
     p.add_argument("--variant-arg", action="append", default=[],
-                   help="a switch of the variant, in the = form: --variant-arg=--no-gemm-tuning")
-    args = p.parse_args(argv)
+                   help="a switch of the variant (--variant-arg --no-gemm-tuning); repeatable")
+    args = p.parse_args(bench_engine.attach_switches(sys.argv[1:] if argv is None else argv))
     args.profile_step = args.profile_step or os.path.join(args.build, "bin", "profile_step")
     names = [s for s in args.sizes.replace(",", " ").split() if s]
     for n in names:

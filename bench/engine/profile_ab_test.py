@@ -105,6 +105,12 @@ class MainTest(unittest.TestCase):
             rc, err = self.run_main(["--profile-step", "/bin/true", "--out", out, "--steps", "0"])
             self.assertEqual(rc, 2)
             self.assertIn("--steps", err)
+            # A switch may follow --variant-arg after a space (argparse alone refuses it: it
+            # takes "--no-gemm-tuning" for an option of its own).
+            rc, err = self.run_main(["--profile-step", "/bin/true", "--out", out,
+                                     "--variant-arg", "--no-gemm-tuning", "--sizes", "7b"])
+            self.assertEqual(rc, 2)
+            self.assertIn("--sizes: unknown size '7b'", err)
 
     @unittest.skipUnless(os.environ.get("PROFILE_STEP"), "PROFILE_STEP not set (ctest sets it)")
     def test_a_failed_profile_is_exit_3_with_its_log(self):

@@ -9,7 +9,8 @@ kernels by ms per step side by side (the union of both runs' top N) with the dif
 raw outputs go to OUT/profile-ab/.
 
   bench/engine/profile_ab.py --build DIR [--sizes 124m,350m,1.3b] [--warmup 3] [--steps 3]
-                             [--top 20] [--out DIR] [--variant-arg --no-gemm-tuning ...]
+                             [--top 20] [--out DIR] [--timeout 300]
+                             [--variant-arg --no-gemm-tuning ...]
 
 Without --variant-arg it is one plain profile per size. Needs a build with a CUDA LibTorch
 (profile_step exits 2 elsewhere). Exit codes: 0 done, 3 a profile_step run failed, 2 usage.
@@ -109,7 +110,12 @@ def run_profile(args, spec, extra, log_path):
            str(args.steps), "--top", str(args.top)] + extra
     log("profile: " + " ".join(cmd))
     with open(log_path, "w") as f:
-        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True)
+        try:
+            proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=f, text=True,
+                                  timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            log("profile_step ran past --timeout %g s (see %s)" % (args.timeout, log_path))
+            return None
     with open(log_path.replace(".err", ".txt"), "w") as f:
         f.write(proc.stdout)
     if proc.returncode != 0:
@@ -126,7 +132,8 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--top", type=int, default=20)
-    p.add_argument("--out", default=os.path.join(os.environ.get("OUT", "/tmp/mt-gpu-out")))
+    p.add_argument("--out", default=os.environ.get("OUT", "/tmp/mt-gpu-out"))
+    p.add_argument("--timeout", type=float, default=300, help="seconds a profile_step run may take")
     p.add_argument("--variant-arg", action="append", default=[],
                    help="a switch of the variant (--variant-arg --no-gemm-tuning); repeatable")
     args = p.parse_args(bench_engine.attach_switches(sys.argv[1:] if argv is None else argv))
@@ -135,8 +142,8 @@ def main(argv=None):
     for n in names:
         if n not in sizes.SIZES:
             p.error("--sizes: unknown size %r (one of %s)" % (n, ", ".join(sizes.SIZES)))
-    if min(args.warmup, args.steps, args.top) < 1:
-        p.error("--warmup, --steps and --top: at least 1")
+    if min(args.warmup, args.steps, args.top) < 1 or args.timeout <= 0:
+        p.error("--warmup, --steps and --top: at least 1; --timeout: more than 0")
     if not os.access(args.profile_step, os.X_OK):
         p.error("no profile_step at %s (give --build or --profile-step)" % args.profile_step)
     out = os.path.join(args.out, "profile-ab")

@@ -105,12 +105,28 @@ class MainTest(unittest.TestCase):
             rc, err = self.run_main(["--profile-step", "/bin/true", "--out", out, "--steps", "0"])
             self.assertEqual(rc, 2)
             self.assertIn("--steps", err)
+            rc, err = self.run_main(["--profile-step", "/bin/true", "--out", out,
+                                     "--timeout", "0"])
+            self.assertEqual(rc, 2)
+            self.assertIn("--timeout", err)
             # A switch may follow --variant-arg after a space (argparse alone refuses it: it
             # takes "--no-gemm-tuning" for an option of its own).
             rc, err = self.run_main(["--profile-step", "/bin/true", "--out", out,
                                      "--variant-arg", "--no-gemm-tuning", "--sizes", "7b"])
             self.assertEqual(rc, 2)
             self.assertIn("--sizes: unknown size '7b'", err)
+
+    def test_a_run_past_its_timeout_is_stopped_and_named(self):
+        # A profile_step that never answers (a hung GPU): the run is stopped, exit 3.
+        with tempfile.TemporaryDirectory() as out:
+            hung = os.path.join(out, "hung_profile_step")
+            with open(hung, "w") as f:
+                f.write("#!/bin/sh\nexec sleep 30\n")
+            os.chmod(hung, 0o755)
+            rc, err = self.run_main(["--profile-step", hung, "--out", out, "--sizes", "tiny",
+                                     "--timeout", "0.5"])
+            self.assertEqual(rc, 3)
+            self.assertIn("ran past --timeout 0.5 s", err)
 
     @unittest.skipUnless(os.environ.get("PROFILE_STEP"), "PROFILE_STEP not set (ctest sets it)")
     def test_a_failed_profile_is_exit_3_with_its_log(self):

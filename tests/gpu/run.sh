@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU suite, on the GPU machine (shared/device/README.md), with .device/ carried into the
-# repo root: sources .device/gpu-env.sh, configures and builds (Release, Ninja) into
-# /tmp/mt-gpu, runs `ctest -L gpu`, then the engine benchmark (bench/engine/run_bench.sh: our
+# repo root (tests/gpu/prepare.sh makes it on the development machine): sources
+# .device/gpu-env.sh, configures and builds (Release, Ninja) into /tmp/mt-gpu, runs
+# `ctest -L gpu`, then the engine benchmark (bench/engine/run_bench.sh: our
 # trainer against PyTorch eager and torch.compile), and prints a short table last.
 #
 #   tests/gpu/run.sh

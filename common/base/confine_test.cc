@@ -9,7 +9,6 @@
 
 #include "common/base/status_matchers.h"
 #include "gtest/gtest.h"
-#include "tests/testutil/subprocess.h"
 
 namespace mt {
 namespace {
@@ -21,8 +20,8 @@ using ::testing::Not;
 
 // A fresh directory, resolved (the test's temporary directory may itself sit behind a link).
 std::string TempDir() {
-  const std::string tmpl = testutil::MakeTempDir("confine");
-  EXPECT_FALSE(tmpl.empty());
+  std::string tmpl = ::testing::TempDir() + "mt_confine_XXXXXX";
+  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
   char real[PATH_MAX];
   EXPECT_NE(::realpath(tmpl.c_str(), real), nullptr);
   return real;

@@ -14,7 +14,6 @@
 #include "common/spec/defaults.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/testutil/subprocess.h"
 
 namespace mt::spec {
 namespace {
@@ -778,8 +777,8 @@ TEST(SpecSubmittedPathsTest, RejectsRelativeAndUnnormalizedPathsNamingFieldAndFi
 }
 
 TEST(SpecConfinedPathsTest, EveryPathFieldIsCheckedAfterResolvingLinks) {
-  const std::string tmpl = testutil::MakeTempDir("spec_confine");
-  ASSERT_FALSE(tmpl.empty());
+  std::string tmpl = ::testing::TempDir() + "mt_spec_confine_XXXXXX";
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
   char real[PATH_MAX];
   ASSERT_NE(::realpath(tmpl.c_str(), real), nullptr);
   const std::string d = real;

@@ -8,12 +8,6 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <mutex>
-#include <string>
-#include <system_error>
-#include <utility>
-#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -145,49 +139,12 @@ absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration 
   return content;
 }
 
-namespace {
-
-// The folders MakeTempDir made in this process, removed with everything in them when it exits
-// (a test's checkpoints and datasets: a cluster test leaves up to 756 MB), unless
-// MT_KEEP_TEST_DIRS is set, to look at them after a failure. tests/run.sh also removes its
-// whole TMPDIR; this covers ad-hoc runs of a test binary or of ctest. A forked child that exits
-// without exec removes only the folders it made itself.
-class MadeDirs {
- public:
-  void Add(std::string dir) {
-    std::lock_guard<std::mutex> lock(mu_);
-    dirs_.emplace_back(::getpid(), std::move(dir));
-  }
-  ~MadeDirs() {
-    const char* keep = std::getenv("MT_KEEP_TEST_DIRS");
-    if (keep != nullptr && keep[0] != '\0') return;
-    for (const auto& [maker, dir] : dirs_) {
-      if (maker != ::getpid()) continue;
-      std::error_code ignored;  // a daemon may still be writing: what is left stays
-      std::filesystem::remove_all(dir, ignored);
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::vector<std::pair<pid_t, std::string>> dirs_;
-};
-
-MadeDirs& MadeDirsOfThisProcess() {
-  static MadeDirs dirs;
-  return dirs;
-}
-
-}  // namespace
-
 std::string MakeTempDir(const std::string& prefix) {
   const char* base = std::getenv("TMPDIR");
   std::string tmpl =
       absl::StrCat(base != nullptr && base[0] != '\0' ? base : "/tmp", "/mt_", prefix, "_XXXXXX");
   char* d = ::mkdtemp(tmpl.data());
-  if (d == nullptr) return std::string();
-  MadeDirsOfThisProcess().Add(d);
-  return std::string(d);
+  return d ? std::string(d) : std::string();
 }
 
 }  // namespace mt::testutil

@@ -54,8 +54,7 @@ bool WaitFor(Predicate predicate, absl::Duration timeout);
 // Reads a file that a daemon writes once ready (e.g. --address_file), waiting for it.
 absl::StatusOr<std::string> WaitForFile(const std::string& path, absl::Duration timeout);
 
-// A fresh directory under the test's temp dir ($TMPDIR, else /tmp), removed when this process
-// exits unless MT_KEEP_TEST_DIRS is set ("" where mkdtemp fails).
+// A fresh directory under the test's temp dir.
 std::string MakeTempDir(const std::string& prefix);
 
 }  // namespace mt::testutil

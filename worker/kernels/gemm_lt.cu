@@ -1,6 +1,7 @@
 // See gemm_lt_launch.h. Host code only: descriptors, a heuristic query, cublasLtMatmul calls.
 #include <cublasLt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -146,28 +147,51 @@ cublasStatus_t Describe(const LtMatmulArgs& g, size_t workspace_bytes, Descripto
   return DescribePreference(g, workspace_bytes, s);
 }
 
-// Milliseconds a call of `algo` over `repeats` calls after one warm-up call (CUDA events on
-// `stream`, which is synchronised); -1 where cuBLASLt refuses the algorithm.
+// Bytes written between two timed calls so that each call starts with its operands out of the
+// L2, as in a training step, where the layer's other kernels have been through the cache since
+// the operands were last read: twice the L2's size (H200: 2 x 50 MB); 0 where it is unknown.
+// Timed back to back instead, a candidate ran with its operands in the L2 (the 1.3B GPT's
+// weight-gradient operands fit), and a pick that won there lost in the step: 10.27 ms against
+// the first pick's 8.91 for 24 calls of the 1.3B step (bench/RESULTS.md, 2026-12-05).
+size_t L2FlushBytes() {
+  int device = 0, l2 = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess || l2 <= 0) {
+    return 0;
+  }
+  return 2 * static_cast<size_t>(l2);
+}
+
+// The median milliseconds of `repeats` calls of `algo` after one warm-up call, each call timed
+// alone (CUDA events on `stream`, which is synchronised) after `flush_bytes` of `flush` are
+// written (none where `flush` is null); -1 where cuBLASLt refuses the algorithm.
 float TimeAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
                     const cublasLtMatmulAlgo_t& algo, void* workspace, size_t workspace_bytes,
-                    cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, int repeats) {
+                    cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, int repeats,
+                    void* flush, size_t flush_bytes) {
   const float alpha = 1.0f, beta = 0.0f;
   auto run = [&] {
     return cublasLtMatmul(handle, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d,
                           &algo, workspace, workspace_bytes, stream);
   };
   if (run() != CUBLAS_STATUS_SUCCESS) return -1.0f;
-  cudaEventRecord(start, stream);
+  std::vector<float> times;
   for (int r = 0; r < repeats; ++r) {
+    if (flush != nullptr && cudaMemsetAsync(flush, r & 0xff, flush_bytes, stream) != cudaSuccess) {
+      return -1.0f;
+    }
+    cudaEventRecord(start, stream);
     if (run() != CUBLAS_STATUS_SUCCESS) return -1.0f;
+    cudaEventRecord(stop, stream);
+    float ms = -1.0f;
+    if (cudaEventSynchronize(stop) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      return -1.0f;
+    }
+    times.push_back(ms);
   }
-  cudaEventRecord(stop, stream);
-  float ms = -1.0f;
-  if (cudaEventSynchronize(stop) != cudaSuccess ||
-      cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
-    return -1.0f;
-  }
-  return ms / static_cast<float>(repeats);
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
 }
 
 // The heuristic's first `max_algorithms` candidates for the described problem.
@@ -181,7 +205,9 @@ cublasStatus_t Candidates(cublasLtHandle_t handle, const Descriptors& s, int max
   return CUBLAS_STATUS_SUCCESS;
 }
 
-// Times every candidate (ms[i], -1 where cuBLASLt refuses it); false when the events fail.
+// Times every candidate (ms[i], -1 where cuBLASLt refuses it), each call with a cold L2 where
+// the flush buffer can be had (cudaMalloc; without it, as the calls come); false when the
+// events fail.
 bool TimeCandidates(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
                     const std::vector<cublasLtMatmulHeuristicResult_t>& results, void* workspace,
                     size_t workspace_bytes, cudaStream_t stream, int repeats,
@@ -191,12 +217,22 @@ bool TimeCandidates(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descri
     if (start != nullptr) cudaEventDestroy(start);
     return false;
   }
+  size_t flush_bytes = L2FlushBytes();
+  void* flush = nullptr;
+  if (flush_bytes > 0 && cudaMalloc(&flush, flush_bytes) != cudaSuccess) {
+    cudaGetLastError();  // out of memory: time without the flush
+    flush = nullptr;
+  }
   ms->clear();
   for (const cublasLtMatmulHeuristicResult_t& r : results) {
     ms->push_back(r.state != CUBLAS_STATUS_SUCCESS
                       ? -1.0f
                       : TimeAlgorithm(handle, g, s, r.algo, workspace, workspace_bytes, stream,
-                                      start, stop, repeats));
+                                      start, stop, repeats, flush, flush_bytes));
+  }
+  if (flush != nullptr) {
+    cudaStreamSynchronize(stream);
+    cudaFree(flush);
   }
   cudaEventDestroy(stop);
   cudaEventDestroy(start);

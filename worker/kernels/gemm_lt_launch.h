@@ -55,9 +55,11 @@ using LtProblemKey = std::array<int64_t, 16>;
 using LtAlgorithmBytes = std::array<uint64_t, 8>;
 
 // Tuning: the first time LtMatmul meets a problem outside a CUDA graph capture, it times the
-// first kLtTuneCandidates algorithms cuBLASLt's heuristic offers (kLtTuneRepeats calls each after
-// one warm-up, on the caller's stream, which it synchronises once) and keeps the fastest where it
-// beats the heuristic's first pick by kLtTuneMargin, else the first pick. Every later call of
+// first kLtTuneCandidates algorithms cuBLASLt's heuristic offers (the median of kLtTuneRepeats
+// calls each after one warm-up, each call timed alone after twice the L2's size is written, so
+// that its operands come from memory as in the step; on the caller's stream, which it
+// synchronises) and keeps the fastest where it beats the heuristic's first pick by
+// kLtTuneMargin, else the first pick. Every later call of
 // that problem runs the kept algorithm; a capture runs the kept one, or the first pick for a
 // problem not met before. On an H200 the fastest candidates timed alone take ~5% off a GPT
 // step's GEMMs (bench/engine/gemm_tune_bench); in the training step the tuning measured +0.7%
@@ -109,8 +111,9 @@ int LtMatmul(const LtMatmulArgs& args, void* lt_handle, void* workspace, size_t 
              cudaStream_t stream, LtTuning* tuning = nullptr);
 
 // Times the first `max_algorithms` algorithms cuBLASLt's heuristic offers for the problem, in
-// the heuristic's order (the first is the one LtMatmul runs): ms[i] is milliseconds a call over
-// `repeats` calls after one warm-up, -1 where cuBLASLt refuses algorithm i. Every call writes D
+// the heuristic's order (the first is the one LtMatmul runs), as the tuning does: ms[i] is the
+// median milliseconds of `repeats` calls after one warm-up, each with a cold L2, -1 where
+// cuBLASLt refuses algorithm i. Every call writes D
 // (and the epilogue's outputs) as LtMatmul would; `stream` is synchronised. Returns 0, a
 // cublasStatus_t, kLtNoAlgorithm, or kLtCudaError when the timing events fail. For the
 // benchmarks: not to be called while `stream` is being captured into a CUDA graph.

@@ -165,6 +165,7 @@ evaluation: {eval_interval: 0, eval_iters: 0}
 TEST(GenerateCommandTest, GeneratesFromASavedCheckpoint) {
   const std::string dir = testutil::MakeTempDir("gencmd");
   if (!SaveTinyCheckpoint(dir)) GTEST_SKIP() << "no GPT-2 BPE files (deploy/setup.sh)";
+  ASSERT_FALSE(HasFailure()) << "the tiny checkpoint was not saved";
   const std::vector<std::string> greedy = {
       dir + "/ckpt", "--prompt", "Call me Ishmael.", "--temperature", "0", "--max-new-tokens", "5",
       "-o",          "json"};
@@ -213,6 +214,7 @@ TEST(GenerateCommandTest, GeneratesFromASavedCheckpoint) {
 TEST(GenerateCommandTest, TheTimingsFollowTheStreamedTextOnTheirOwnLine) {
   const std::string dir = testutil::MakeTempDir("gencmd_order");
   if (!SaveTinyCheckpoint(dir)) GTEST_SKIP() << "no GPT-2 BPE files (deploy/setup.sh)";
+  ASSERT_FALSE(HasFailure()) << "the tiny checkpoint was not saved";
   const std::string log = dir + "/both.log";
   std::fflush(stdout);
   const int saved_out = ::dup(STDOUT_FILENO), saved_err = ::dup(STDERR_FILENO);

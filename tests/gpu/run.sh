@@ -46,6 +46,17 @@ left() { echo $((deadline - $(date +%s))); }
 # A timeout(1) limit that keeps `reserve` seconds of the budget (at least 1 s: 0 means none).
 limit() { local t=$(($(left) - $1)); [ $t -ge 1 ] || t=1; echo $t; }
 failed=0
+# An optional stage's row from its exit code (name, rc, start, log, program); a failure makes
+# the suite's exit code 3, as a failed benchmark does.
+record_optional() {
+  if [ "$2" = 0 ]; then
+    record "$1" ok $(($(date +%s) - $3)) "$4"
+  else
+    record "$1" FAIL $(($(date +%s) - $3)) "$5 exit $2 (see $(basename "$4"))"
+    [ $failed -eq 0 ] && failed=3
+  fi
+  return 0
+}
 
 print_table() {
   local gpu
@@ -168,13 +179,7 @@ if [ "${MT_GPU_DECODE:-0}" = 1 ]; then
   dl=$(limit 15); [ "$dl" -gt 240 ] && dl=240
   timeout -k 10 "$dl" "$root/bench/generate/run_decode.sh" "$build" "${MT_DECODE_SIZES:-124m}" \
     2>&1 | tee "$out/decode.log"
-  rc=${PIPESTATUS[0]}
-  if [ "$rc" = 0 ]; then
-    record decode ok $(($(date +%s) - s)) "$out/decode.log"
-  else
-    record decode FAIL $(($(date +%s) - s)) "run_decode.sh exit $rc (see decode.log)"
-    [ $failed -eq 0 ] && failed=3
-  fi
+  record_optional decode "${PIPESTATUS[0]}" "$s" "$out/decode.log" run_decode.sh
 fi
 
 # 3c. Kernel profiles of one switch's two sides, when asked for (MT_GPU_PROFILE_AB).
@@ -187,13 +192,7 @@ if [ -n "${MT_GPU_PROFILE_AB:-}" ]; then
   timeout -k 10 "$pl" "$MT_PYTHON" "$root/bench/engine/profile_ab.py" --build "$build" \
     --out "$out" --sizes "${MT_PROFILE_SIZES:-124m 1.3b}" "${variant[@]}" 2>&1 |
     tee "$out/profile-ab.log"
-  rc=${PIPESTATUS[0]}
-  if [ "$rc" = 0 ]; then
-    record profile ok $(($(date +%s) - s)) "$out/profile-ab.log"
-  else
-    record profile FAIL $(($(date +%s) - s)) "profile_ab.py exit $rc (see profile-ab.log)"
-    [ $failed -eq 0 ] && failed=3
-  fi
+  record_optional profile "${PIPESTATUS[0]}" "$s" "$out/profile-ab.log" profile_ab.py
 fi
 
 # 4. The engine benchmark, in what is left of the budget (15 s kept for the table).

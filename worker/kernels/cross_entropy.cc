@@ -89,8 +89,11 @@ class FusedLinearCrossEntropyFunction
     const torch::Tensor& dlogits = saved[2];
     const torch::Tensor g = grad_outputs[0].to(dlogits.scalar_type());
     torch::Tensor dhidden, dweight;
+    // The incoming gradient scales the smaller tensor of each product: d hidden [N, h] after its
+    // product, d weight's operand `hidden` [N, h] before it (d weight [V, h] is the larger: at
+    // 1.3B, 206 MB read and written again for a scale that is usually 1).
     if (ctx->needs_input_grad(0)) dhidden = TunedMm(dlogits, weight).mul_(g);
-    if (ctx->needs_input_grad(1)) dweight = TunedMm(dlogits.t(), hidden).mul_(g);
+    if (ctx->needs_input_grad(1)) dweight = TunedMm(dlogits.t(), hidden * g);
     return {dhidden, dweight, torch::Tensor()};
   }
 };

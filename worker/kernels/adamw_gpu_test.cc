@@ -198,48 +198,6 @@ TEST(FusedAdamWGpuOnlyTest, AShardOfTheStateUpdatesItsRangeOfTheModel) {
   }
 }
 
-// The three ways through a tile: pieces whose every operand takes 8-element vectors (state at
-// a multiple of 8 floats), only 4-element ones (state at 4 floats past such a multiple: 16-byte
-// but not 32-byte aligned) and neither (a 16-bit gradient one element into its allocation),
-// each three whole tiles long, against the fp64 reference.
-TEST(FusedAdamWGpuOnlyTest, EightFourAndOneElementVectorsAgree) {
-  if (!torch::cuda::is_available() || !FusedOptimizerKernelsBuilt()) GTEST_SKIP() << "no CUDA";
-  torch::manual_seed(14);
-  const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);
-  const int64_t n = 3 * 4096, begins[] = {0, n + 4, 2 * n + 16};
-  const int64_t total = 3 * n + 32;
-  AdamWState s;
-  s.master = torch::randn({total}, f32);
-  s.exp_avg = torch::zeros({total}, f32);
-  s.exp_avg_sq = torch::zeros({total}, f32);
-  s.model = s.master.to(torch::kBFloat16);
-  s.step = torch::ones({}, f32);
-  s.grad_divisor = torch::ones({}, f32);
-  s.found_inf = torch::zeros({}, f32);
-  Reference r{s.master.to(torch::kDouble), s.exp_avg.to(torch::kDouble),
-              s.exp_avg_sq.to(torch::kDouble)};
-  AdamWHyper h;
-  h.lr = 1e-2;
-  h.weight_decay = 0.1;
-  std::vector<AdamWPiece> pieces;
-  for (int i = 0; i < 3; ++i) {
-    AdamWPiece p;
-    const torch::Tensor g = (torch::randn({n + 1}, f32) * 1e-2).to(torch::kBFloat16);
-    p.grad = i == 2 ? g.narrow(0, 1, n) : g.narrow(0, 0, n);
-    p.state_begin = p.model_begin = begins[i];
-    p.numel = n;
-    p.weight_decay = 1;
-    ReferenceStep(r, p.state_begin, p.grad, n, true, 1.0, 1.0, h);
-    pieces.push_back(p);
-  }
-  ASSERT_TRUE(FusedAdamWSupports(s, pieces));
-  FusedAdamW(s, pieces, h);
-  EXPECT_LE(ScaledError(s.master, r.w), 1e-6);
-  EXPECT_LE(ScaledError(s.exp_avg, r.m), 1e-6);
-  EXPECT_LE(ScaledError(s.exp_avg_sq, r.v), 2e-5);
-  EXPECT_TRUE(torch::equal(s.model, s.master.to(torch::kBFloat16)));
-}
-
 TEST(FusedAdamWGpuOnlyTest, ASkippedStepChangesNothing) {
   if (!torch::cuda::is_available() || !FusedOptimizerKernelsBuilt()) GTEST_SKIP() << "no CUDA";
   const auto f32 = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);

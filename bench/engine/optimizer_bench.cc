@@ -106,12 +106,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "optimizer_bench: the fused kernels run on CUDA only (--device cuda)\n");
     return 2;
   }
-  const auto options = torch::TensorOptions().device(torch::Device(args->device)).dtype(args->dtype);
-  const int64_t grad_bytes = torch::elementSize(args->dtype);
+  const auto options =
+      torch::TensorOptions().device(torch::Device(args->device)).dtype(args->dtype);
+  const int64_t grad_bytes = torch::empty({}, options).element_size();
   std::printf("optimizer_bench: %s %s, %d steps; ms per call\n", args->device.c_str(),
               args->dtype_name.c_str(), args->steps);
-  std::printf("%-5s %7s | %9s %9s %7s %6s | %9s %9s %6s %10s\n", "size", "params", "norms",
-              "sumsq", "ratio", "TB/s", "copy", "adamw", "TB/s", "adamw/copy");
+  std::printf("%-5s %7s | %9s %9s %7s %6s | %9s %9s %6s %10s\n", "size", "params", "norms", "sumsq",
+              "ratio", "TB/s", "copy", "adamw", "TB/s", "adamw/copy");
   torch::manual_seed(1);
   for (const GptShape& shape : kShapes) {
     Setup s = MakeSetup(shape, options);
@@ -124,7 +125,7 @@ int main(int argc, char** argv) {
       std::vector<torch::Tensor> norms;
       norms.reserve(s.grads.size());
       for (const torch::Tensor& g : s.grads) {
-        norms.push_back(torch::linalg::vector_norm(g, 2, c10::nullopt, false, torch::kFloat));
+        norms.push_back(torch::norm(g, 2, torch::kFloat));
       }
       return torch::stack(norms).square().sum();
     };
@@ -136,14 +137,15 @@ int main(int argc, char** argv) {
       return 1;
     }
     const double norms_ms = mt::bench::TimeMs(chain, args->steps, true);
-    const double sumsq_ms = mt::bench::TimeMs(
-        [&] { mt::kernels::GradSumOfSquares(s.grad_pieces); }, args->steps, true);
+    const double sumsq_ms =
+        mt::bench::TimeMs([&] { mt::kernels::GradSumOfSquares(s.grad_pieces); }, args->steps, true);
     mt::kernels::AdamWHyper hyper;
     hyper.lr = 1e-4;
     hyper.weight_decay = 0.1;
     const double bytes = AdamWBytes(s, grad_bytes);
     // The copy: half the bytes read, half written.
-    torch::Tensor from = torch::empty({static_cast<int64_t>(bytes / 2)}, options.dtype(torch::kByte));
+    torch::Tensor from =
+        torch::empty({static_cast<int64_t>(bytes / 2)}, options.dtype(torch::kByte));
     torch::Tensor to = torch::empty_like(from);
     const double copy_ms = mt::bench::TimeMs([&] { to.copy_(from); }, args->steps, true);
     from = to = torch::Tensor();

@@ -1,6 +1,6 @@
-// What the kernel micro-benchmarks (fused_mlp_bench, layer_norm_bench) share: their flags
+// What the kernel micro-benchmarks (fused_mlp_bench, layer_norm_bench, ...) share: their flags
 // (--device cuda|cpu|cuda:N, --dtype bf16|fp16|fp32, --steps N), the engine bench's three sizes
-// as tokens (micro-batch x 1,024) x hidden, and the timer.
+// as tokens (micro-batch x 1,024) x hidden and their layer counts, and the timer.
 #ifndef MT_BENCH_ENGINE_KERNEL_BENCH_H_
 #define MT_BENCH_ENGINE_KERNEL_BENCH_H_
 
@@ -27,10 +27,11 @@ struct KernelBenchArgs {
 struct KernelBenchSize {
   const char* name;
   int64_t tokens, hidden;
+  int layers;
 };
 
 inline constexpr KernelBenchSize kKernelBenchSizes[] = {
-    {"124m", 32768, 768}, {"350m", 16384, 1024}, {"1.3b", 8192, 2048}};
+    {"124m", 32768, 768, 12}, {"350m", 16384, 1024, 24}, {"1.3b", 8192, 2048, 24}};
 
 // The flags after argv[0]; nullopt after printing "`name`: the error" and `usage` to stderr.
 inline std::optional<KernelBenchArgs> ParseKernelBenchArgs(int argc, char** argv, const char* name,

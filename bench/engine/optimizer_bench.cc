@@ -28,17 +28,11 @@ constexpr char kUsage[] =
     "Times the fused sum of squares against LibTorch's per-gradient norms, and the fused AdamW\n"
     "against a copy of the bytes it moves, over the parameters of GPT 124M, 350M and 1.3B.";
 
-struct GptShape {
-  const char* name;
-  int layers;
-  int64_t hidden;
-};
-constexpr GptShape kShapes[] = {{"124m", 12, 768}, {"350m", 24, 1024}, {"1.3b", 24, 2048}};
 constexpr int64_t kVocab = 50304, kPositions = 1024;
 constexpr int64_t kAlign = 64;  // elements between pieces' starts in the flat buffers
 
 // The element counts of a GPT's parameters (tied embedding, learned positions, pre-LN).
-std::vector<int64_t> ParameterSizes(const GptShape& s) {
+std::vector<int64_t> ParameterSizes(const mt::bench::KernelBenchSize& s) {
   const int64_t h = s.hidden;
   std::vector<int64_t> sizes = {kVocab * h, kPositions * h};
   for (int l = 0; l < s.layers; ++l) {
@@ -59,7 +53,7 @@ struct Setup {
   int64_t elements = 0;
 };
 
-Setup MakeSetup(const GptShape& shape, const torch::TensorOptions& grad_options) {
+Setup MakeSetup(const mt::bench::KernelBenchSize& shape, const torch::TensorOptions& grad_options) {
   Setup s;
   const auto f32 = grad_options.dtype(torch::kFloat);
   int64_t at = 0;
@@ -114,7 +108,7 @@ int main(int argc, char** argv) {
   std::printf("%-5s %7s | %9s %9s %7s %6s | %9s %9s %6s %10s\n", "size", "params", "norms", "sumsq",
               "ratio", "TB/s", "copy", "adamw", "TB/s", "adamw/copy");
   torch::manual_seed(1);
-  for (const GptShape& shape : kShapes) {
+  for (const mt::bench::KernelBenchSize& shape : mt::bench::kKernelBenchSizes) {
     Setup s = MakeSetup(shape, options);
     if (!mt::kernels::GradSumOfSquaresSupports(s.grad_pieces) ||
         !mt::kernels::FusedAdamWSupports(s.state, s.pieces)) {

@@ -6,17 +6,18 @@
 // run (kernels::LtTimeAlgorithms) and prints the first pick's ms, the best's, and a step's sum of
 // both (the layer's GEMMs times the layer count, plus the LM head's).
 //
-//   gemm_tune_bench [--dtype bf16|fp16|fp32] [--algos N] [--steps N]
+//   gemm_tune_bench [--device cuda|cuda:N] [--dtype bf16|fp16|fp32] [--algos N] [--steps N]
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
-#include <string>
+#include <optional>
 #include <vector>
 
+#include "bench/engine/kernel_bench.h"
 #include "common/cli/help_version.h"
 #include "worker/kernels/gemm_lt_launch.h"
 #include "worker/kernels/kind_of.h"
@@ -24,66 +25,19 @@
 namespace {
 
 constexpr char kUsage[] =
-    "usage: gemm_tune_bench [--dtype bf16|fp16|fp32] [--algos N] [--steps N]\n"
+    "usage: gemm_tune_bench [--device cuda|cuda:N] [--dtype bf16|fp16|fp32] [--algos N]\n"
+    "                       [--steps N]\n"
     "Times cuBLASLt's candidate algorithms for a training step's GEMMs against the heuristic's\n"
     "first pick (ms per call; --algos candidates, default 16; --steps calls each, default 10).";
 
 constexpr int64_t kWorkspaceBytes = int64_t{32} << 20;
 constexpr int64_t kVocab = 50304;
 
-struct Size {
-  const char* name;
-  int64_t tokens, hidden, layers;
-};
-constexpr Size kSizes[] = {
-    {"124m", 32768, 768, 12}, {"350m", 16384, 1024, 24}, {"1.3b", 8192, 2048, 24}};
-
 // A linear y [T, out] = x [T, in] w^T, w [out, in], all row-major; `count` of them a step.
 struct Linear {
   const char* name;
   int64_t in, out, count;
 };
-
-struct Args {
-  torch::ScalarType dtype = torch::kBFloat16;
-  std::string dtype_name = "bf16";
-  int algos = 16;
-  int steps = 10;
-};
-
-[[noreturn]] void Die(const std::string& message) {
-  std::fprintf(stderr, "gemm_tune_bench: %s\n%s\n", message.c_str(), kUsage);
-  std::exit(2);
-}
-
-Args Parse(int argc, char** argv) {
-  Args a;
-  if (argc % 2 == 0) Die("every flag takes a value");
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--dtype") {
-      a.dtype_name = value;
-      if (value == "bf16") {
-        a.dtype = torch::kBFloat16;
-      } else if (value == "fp16") {
-        a.dtype = torch::kHalf;
-      } else if (value == "fp32") {
-        a.dtype = torch::kFloat;
-      } else {
-        Die("--dtype \"" + value + "\": want bf16, fp16 or fp32");
-      }
-    } else if (flag == "--algos") {
-      a.algos = std::atoi(value.c_str());
-      if (a.algos < 1 || a.algos > 64) Die("--algos: want an integer in [1, 64]");
-    } else if (flag == "--steps") {
-      a.steps = std::atoi(value.c_str());
-      if (a.steps < 1 || a.steps > 1000) Die("--steps: want an integer in [1, 1000]");
-    } else {
-      Die("unknown argument \"" + flag + "\"");
-    }
-  }
-  return a;
-}
 
 // The three GEMMs of a linear in cuBLAS's column-major terms (a row-major [r, c] tensor is a
 // column-major c x r matrix with leading dimension c).
@@ -116,19 +70,27 @@ std::vector<std::pair<const char*, mt::kernels::LtMatmulArgs>> Passes(const Line
 
 int main(int argc, char** argv) {
   if (mt::cli::AnswerHelpOrVersion(argc, argv, "gemm_tune_bench", kUsage)) return 0;
-  const Args args = Parse(argc, argv);
-  if (!torch::cuda::is_available()) Die("no CUDA device");
-  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(args.dtype);
+  int algos = 16;
+  const std::optional<mt::bench::KernelBenchArgs> args = mt::bench::ParseKernelBenchArgs(
+      argc, argv, "gemm_tune_bench", kUsage, 10, {{"--algos", 1, 64, &algos}});
+  if (!args.has_value()) return 2;
+  if (!args->cuda) {
+    std::fprintf(stderr, "gemm_tune_bench: it times cuBLASLt (--device cuda or cuda:N)\n");
+    return 2;
+  }
+  const torch::Device device(args->device);
+  const c10::cuda::CUDAGuard guard(device);
+  const auto options = torch::TensorOptions().device(device).dtype(args->dtype);
   const torch::Tensor workspace = torch::empty({kWorkspaceBytes}, options.dtype(torch::kByte));
   void* handle = at::cuda::getCurrentCUDABlasLtHandle();
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream().stream();
   std::printf(
       "gemm_tune_bench: %s, the heuristic's first %d algorithms, %d calls each; ms a call\n",
-      args.dtype_name.c_str(), args.algos, args.steps);
+      args->dtype_name.c_str(), algos, args->steps);
   std::printf("%-5s %-8s %-6s %6s %6s %6s | %8s %8s %5s %6s\n", "size", "linear", "pass", "m", "n",
               "k", "first", "best", "index", "gain");
   torch::manual_seed(1);
-  for (const Size& s : kSizes) {
+  for (const mt::bench::KernelBenchSize& s : mt::bench::kKernelBenchSizes) {
     const int64_t h = s.hidden;
     const Linear linears[] = {{"qkv", h, 3 * h, s.layers},
                               {"proj", h, h, s.layers},
@@ -141,10 +103,10 @@ int main(int argc, char** argv) {
       const torch::Tensor w = torch::randn({l.out, l.in}, options) * 0.02;
       const torch::Tensor y = torch::randn({s.tokens, l.out}, options);
       for (auto [pass, g] : Passes(l, s.tokens, x, w, y)) {
-        g.kind = mt::kernels::KindOf(args.dtype);
+        g.kind = mt::kernels::KindOf(args->dtype);
         std::vector<float> ms;
         const int status = mt::kernels::LtTimeAlgorithms(
-            g, handle, workspace.data_ptr(), kWorkspaceBytes, stream, args.algos, args.steps, &ms);
+            g, handle, workspace.data_ptr(), kWorkspaceBytes, stream, algos, args->steps, &ms);
         if (status != 0 || ms.empty() || ms[0] < 0) {
           std::fprintf(stderr, "gemm_tune_bench: %s %s %s: %s\n", s.name, l.name, pass,
                        mt::kernels::LtStatusName(status));

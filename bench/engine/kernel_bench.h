@@ -1,6 +1,7 @@
 // What the kernel micro-benchmarks (fused_mlp_bench, layer_norm_bench, ...) share: their flags
-// (--device cuda|cpu|cuda:N, --dtype bf16|fp16|fp32, --steps N), the engine bench's three sizes
-// as tokens (micro-batch x 1,024) x hidden and their layer counts, and the timer.
+// (--device cuda|cpu|cuda:N, --dtype bf16|fp16|fp32, --steps N, and a bench's own integer
+// flags), the engine bench's three sizes as tokens (micro-batch x 1,024) x hidden and their layer
+// counts, and the timer.
 #ifndef MT_BENCH_ENGINE_KERNEL_BENCH_H_
 #define MT_BENCH_ENGINE_KERNEL_BENCH_H_
 
@@ -10,6 +11,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <utility>
@@ -33,9 +35,19 @@ struct KernelBenchSize {
 inline constexpr KernelBenchSize kKernelBenchSizes[] = {
     {"124m", 32768, 768, 12}, {"350m", 16384, 1024, 24}, {"1.3b", 8192, 2048, 24}};
 
-// The flags after argv[0]; nullopt after printing "`name`: the error" and `usage` to stderr.
-inline std::optional<KernelBenchArgs> ParseKernelBenchArgs(int argc, char** argv, const char* name,
-                                                           const char* usage, int steps) {
+// A bench's own integer flag: `flag` (with its dashes) in [min, max] into *value, which holds
+// the default.
+struct KernelBenchIntFlag {
+  const char* flag;
+  int min, max;
+  int* value;
+};
+
+// The flags after argv[0] (the common ones with `steps` calls by default, and `extra`); nullopt
+// after printing "`name`: the error" and `usage` to stderr.
+inline std::optional<KernelBenchArgs> ParseKernelBenchArgs(
+    int argc, char** argv, const char* name, const char* usage, int steps,
+    std::initializer_list<KernelBenchIntFlag> extra = {}) {
   auto fail = [&](const std::string& message) {
     std::fprintf(stderr, "%s: %s\n%s\n", name, message.c_str(), usage);
     return std::nullopt;
@@ -52,7 +64,16 @@ inline std::optional<KernelBenchArgs> ParseKernelBenchArgs(int argc, char** argv
     } else if (flag == "--steps") {
       a.steps = std::atoi(value.c_str());
     } else {
-      return fail("unknown argument \"" + flag + "\"");
+      const KernelBenchIntFlag* own = nullptr;
+      for (const KernelBenchIntFlag& f : extra) {
+        if (flag == f.flag) own = &f;
+      }
+      if (own == nullptr) return fail("unknown argument \"" + flag + "\"");
+      *own->value = std::atoi(value.c_str());
+      if (*own->value < own->min || *own->value > own->max) {
+        return fail(flag + ": want an integer in [" + std::to_string(own->min) + ", " +
+                    std::to_string(own->max) + "]");
+      }
     }
   }
   if (a.steps < 1 || a.steps > 100000) return fail("--steps: want an integer in [1, 100000]");

@@ -1,6 +1,7 @@
 // Fused softmax cross entropy for the language-model head (llm.c's fused classifier): one CUDA
-// kernel reads each row of logits twice (max/sum, then softmax) and writes the loss of the row
-// and the gradient of the mean loss, in place, into the logits' own memory. The usual chain
+// kernel reads each row of logits (once where the row fits in shared memory, as GPT-2's 50,304
+// bf16 logits do; else twice: max/sum, then softmax) and writes the loss of the row and the
+// gradient of the mean loss, in place, into the logits' own memory. The usual chain
 // (cast to fp32, log_softmax, nll; in backward log_softmax_backward, cast back) instead makes
 // two fp32 copies of the logits — 13 GB for GPT-2 124M at micro-batch 32 — and reads and writes
 // them several times.

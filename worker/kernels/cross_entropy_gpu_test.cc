@@ -38,7 +38,10 @@ TEST_P(FusedCrossEntropyGpuTest, MatchesTorch) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto dtype = GetParam();
   torch::manual_seed(7);
-  for (int64_t vocab : {50304, 1000, 129}) {  // vectorised, vectorised (fp32), scalar path
+  // 50,304: the row staged in shared memory in bf16 (98 KiB), read twice in fp32 (196 KiB);
+  // 65,536: read twice in both (past the staged kernel's 112 KiB); 1,000: staged in both;
+  // 129: the scalar path (not a multiple of a 16-byte vector).
+  for (int64_t vocab : {50304, 65536, 1000, 129}) {
     const int64_t n = 257;
     auto logits = (torch::randn({n, vocab}, torch::kCUDA) * 3).to(dtype);
     auto targets =

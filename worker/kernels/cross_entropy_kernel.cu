@@ -1,4 +1,8 @@
 // See cross_entropy.h. One thread block per row; 16-byte vector loads when the row allows.
+// A row that fits in shared memory with room for a second block on the SM (GPT-2's 50,304
+// bf16 logits are 98 KiB) is copied there first with asynchronous copies, all of a block's in
+// flight at once, and its max, sum and gradient are taken from there: the logits are read from
+// memory once. A longer row (fp32 at 50,304) is read twice, the second time mostly from the L2.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -11,6 +15,9 @@ namespace mt::kernels {
 namespace {
 
 constexpr int kThreads = 512;
+// The staged kernel's row in shared memory: at most this much, so that two blocks fit an SM of
+// the H100/H200 (227 KiB), and no more than the device allows a block.
+constexpr size_t kMaxStagedRowBytes = 112 * 1024;
 
 // Running (max, sum of exp(x - max)) pairs, merged associatively.
 struct MaxSum {
@@ -91,12 +98,112 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) losses[row] = logf(total.s) + total.m - target_logit;
 }
 
+// Block-wide max or sum of one float a thread; `red` is its own kThreads / 32 floats of shared
+// memory (a second reduction right after the first uses another array, so no barrier between).
+template <bool kMax>
+__device__ float BlockReduceFloat(float v, float* red) {
+  auto op = [](float a, float b) { return kMax ? fmaxf(a, b) : a + b; };
+  for (int offset = 16; offset > 0; offset /= 2) {
+    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (lane == 0) red[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < kThreads / 32 ? red[lane] : (kMax ? -INFINITY : 0.0f);
+    for (int offset = 16; offset > 0; offset /= 2) {
+      v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
+    }
+    if (lane == 0) red[0] = v;
+  }
+  __syncthreads();
+  return red[0];
+}
+
+// 16 bytes from global to shared memory without passing through registers (sm_80 and later).
+__device__ __forceinline__ void CopyAsync16(void* shared, const void* global) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(global));
+}
+
+// The row (vocab % kVec == 0, 16-byte aligned) copied into dynamic shared memory, then three
+// passes over the copy: the max, the sum of exp(x - max), the gradient written over the row.
+template <typename T, int kVec>
+__global__ void __launch_bounds__(kThreads)
+    StagedCrossEntropyKernel(T* logits, const int64_t* targets, float* losses, int64_t vocab,
+                             float grad_scale) {
+  using P = Pack<T, kVec>;
+  extern __shared__ __align__(16) unsigned char staged_row[];
+  __shared__ float red_max[kThreads / 32], red_sum[kThreads / 32];
+  P* row = reinterpret_cast<P*>(staged_row);
+  P* packs = reinterpret_cast<P*>(logits + blockIdx.x * vocab);
+  const int64_t npacks = vocab / kVec;
+  for (int64_t p = threadIdx.x; p < npacks; p += kThreads) CopyAsync16(&row[p], &packs[p]);
+  asm volatile("cp.async.commit_group;\n" ::);
+  const int64_t target = targets[blockIdx.x];
+  asm volatile("cp.async.wait_group 0;\n" ::);
+  __syncthreads();
+
+  float m = -INFINITY;
+  for (int64_t p = threadIdx.x; p < npacks; p += kThreads) {
+    const P pk = row[p];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) m = fmaxf(m, F(pk.v[k]));
+  }
+  const float max = BlockReduceFloat<true>(m, red_max);
+  float s = 0.0f;
+  for (int64_t p = threadIdx.x; p < npacks; p += kThreads) {
+    const P pk = row[p];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) s += __expf(F(pk.v[k]) - max);
+  }
+  const float sum = BlockReduceFloat<false>(s, red_sum);
+  const float inv_sum = 1.0f / sum;
+  for (int64_t p = threadIdx.x; p < npacks; p += kThreads) {
+    P pk = row[p];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) {
+      float g = __expf(F(pk.v[k]) - max) * inv_sum;
+      if (p * kVec + k == target) g -= 1.0f;
+      pk.v[k] = To<T>(g * grad_scale);
+    }
+    packs[p] = pk;
+  }
+  if (threadIdx.x == 0) {
+    const bool target_ok = target >= 0 && target < vocab;
+    const float target_logit = target_ok ? F(reinterpret_cast<const T*>(staged_row)[target]) : NAN;
+    losses[blockIdx.x] = logf(sum) + max - target_logit;
+  }
+}
+
+// The shared memory a block may opt into on the current device (0 when it cannot be asked).
+size_t MaxSharedPerBlock() {
+  int device = 0, bytes = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
+          cudaSuccess) {
+    cudaGetLastError();  // clear it: the unstaged kernel runs instead
+    return 0;
+  }
+  return static_cast<size_t>(bytes);
+}
+
 template <typename T>
 cudaError_t Launch(void* logits, const int64_t* targets, float* losses, int64_t rows, int64_t vocab,
                    float grad_scale, cudaStream_t stream) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vectorised = vocab % kVec == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
   if (rows == 0) return cudaSuccess;
+  const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(T);
+  if (vectorised && row_bytes <= kMaxStagedRowBytes && row_bytes <= MaxSharedPerBlock()) {
+    const auto kernel = StagedCrossEntropyKernel<T, kVec>;
+    const cudaError_t err = cudaFuncSetAttribute(
+        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(row_bytes));
+    if (err != cudaSuccess) return err;
+    kernel<<<rows, kThreads, row_bytes, stream>>>(static_cast<T*>(logits), targets, losses, vocab,
+                                                  grad_scale);
+    return cudaGetLastError();
+  }
   if (vectorised) {
     FusedCrossEntropyKernel<T, kVec><<<rows, kThreads, 0, stream>>>(
         static_cast<T*>(logits), targets, losses, vocab, grad_scale);

@@ -95,8 +95,8 @@ struct TrainerOptions {
   // scale); elsewhere the eager step. With log_progress, one line says which and why.
   bool cuda_graph = true;
   // cuBLASLt's candidate algorithms timed once per problem and the fastest kept, for the LM
-  // head's and the MLP's GEMMs on CUDA (kernels::SetGemmTuning: a process-wide setting, which
-  // Create applies); false runs the heuristic's first pick.
+  // head's, the MLP's and the attention's linear GEMMs on CUDA (kernels::SetGemmTuning: a
+  // process-wide setting, which Create applies); false runs the heuristic's first pick.
   bool gemm_tuning = true;
   // No optimizer: no master weights, moments or gradient buffers, only the model (a bf16
   // model's 2 bytes a parameter where training holds 14 or more, optimizer.h). For evaluation

@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "worker/kernels/tuned_mm.h"
+
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
 
@@ -29,7 +31,7 @@ class LinearWithBiasFunction : public torch::autograd::Function<LinearWithBiasFu
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
                                torch::Tensor w, torch::Tensor b) {
     ctx->save_for_backward({x, w});
-    return torch::addmm(b, x, w.t());
+    return TunedAddmm(b, x, w.t());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -39,8 +41,8 @@ class LinearWithBiasFunction : public torch::autograd::Function<LinearWithBiasFu
     const torch::Tensor& w = saved[1];
     const torch::Tensor dy = grad_outputs[0].contiguous();
     torch::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(0)) dx = torch::mm(dy, w);
-    if (ctx->needs_input_grad(1)) dw = torch::mm(dy.t(), x);
+    if (ctx->needs_input_grad(0)) dx = TunedMm(dy, w);
+    if (ctx->needs_input_grad(1)) dw = TunedMm(dy.t(), x);
     if (ctx->needs_input_grad(2)) db = ColumnSum(dy);
     return {dx, dw, db};
   }

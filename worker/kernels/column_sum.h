@@ -16,9 +16,9 @@ namespace mt::kernels {
 // rows are whole 16-byte vectors; elsewhere x.sum(0). Deterministic. No autograd.
 torch::Tensor ColumnSum(const torch::Tensor& x);
 
-// x [N, in] w^T + b (w [out, in], b [out]) as torch::addmm(b, x, w.t()) computes it (the bias
-// in the GEMM's epilogue), with a backward of two GEMMs and ColumnSum for b's gradient. All
-// three need gradients or none; x 2-D.
+// x [N, in] w^T + b (w [out, in], b [out]), what torch::addmm(b, x, w.t()) computes (the bias
+// in the GEMM's epilogue), with a backward of two GEMMs and ColumnSum for b's gradient; the
+// GEMMs are TunedAddmm's and TunedMm's (tuned_mm.h). All three need gradients or none; x 2-D.
 torch::Tensor LinearWithBias(const torch::Tensor& x, const torch::Tensor& w,
                              const torch::Tensor& b);
 

@@ -4,6 +4,7 @@
 
 #include "worker/kernels/column_sum.h"
 #include "worker/kernels/kind_of.h"
+#include "worker/kernels/tuned_mm.h"
 
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -97,7 +98,7 @@ class QkvHeadsFunction : public torch::autograd::Function<QkvHeadsFunction> {
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["head_dim"] = head_dim;
     const std::vector<torch::Tensor> parts =
-        torch::addmm(b, rows, w.t()).view({batch, seq, heads, 3 * head_dim}).split(head_dim, -1);
+        TunedAddmm(b, rows, w.t()).view({batch, seq, heads, 3 * head_dim}).split(head_dim, -1);
     return {parts[0].transpose(1, 2), parts[1].transpose(1, 2), parts[2].transpose(1, 2)};
   }
 
@@ -116,9 +117,9 @@ class QkvHeadsFunction : public torch::autograd::Function<QkvHeadsFunction> {
     const auto [dqkv, db] = OutputGradient(grads, w, shape);
     torch::Tensor dx, dw;
     if (ctx->needs_input_grad(0)) {
-      dx = torch::mm(dqkv, w).view({shape.batch, shape.seq, rows.size(1)});
+      dx = TunedMm(dqkv, w).view({shape.batch, shape.seq, rows.size(1)});
     }
-    if (ctx->needs_input_grad(1)) dw = torch::mm(dqkv.t(), rows);
+    if (ctx->needs_input_grad(1)) dw = TunedMm(dqkv.t(), rows);
     return {dx, dw, ctx->needs_input_grad(2) ? db : torch::Tensor(), torch::Tensor(),
             torch::Tensor()};
   }

@@ -24,7 +24,7 @@ bool QkvHeadsAvailable(const torch::Tensor& x, const torch::Tensor& w, const tor
 // {q, k, v}, each [b, heads, s, head_dim], of x w^T + b viewed as [b, s, heads, 3 * head_dim],
 // with autograd into x, w and b. Backward runs the gather kernel where the gradients' strides
 // allow it and CUDA is there; elsewhere (CPU, other strides) the same sums through LibTorch
-// (cat, then ColumnSum). Forward is LibTorch's addmm either way.
+// (cat, then ColumnSum). The GEMMs are TunedAddmm's (forward) and TunedMm's (tuned_mm.h).
 std::vector<torch::Tensor> QkvHeads(const torch::Tensor& x, const torch::Tensor& w,
                                     const torch::Tensor& b, int64_t heads, int64_t head_dim);
 

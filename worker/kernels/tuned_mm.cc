@@ -3,7 +3,9 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
+#include <utility>
 
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -44,6 +46,48 @@ bool LtTakes(const torch::Tensor& a, const torch::Tensor& b) {
   return !(torch::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad()));
 }
 
+// A bias the epilogue can add: [N] contiguous, 16-byte aligned, a's dtype and device.
+bool BiasTakes(const torch::Tensor& bias, const torch::Tensor& a, const torch::Tensor& b) {
+  return bias.dim() == 1 && bias.size(0) == b.size(1) && bias.is_contiguous() &&
+         bias.scalar_type() == a.scalar_type() && bias.device() == a.device() &&
+         reinterpret_cast<uintptr_t>(bias.data_ptr()) % 16 == 0 &&
+         !(torch::GradMode::is_enabled() && bias.requires_grad());
+}
+
+// a b (+ bias where defined) through cuBLASLt (LtTakes(a, b) holds); nullopt when cuBLASLt has
+// no algorithm for it (nothing was queued).
+std::optional<torch::Tensor> LtProduct(const torch::Tensor& a, const torch::Tensor& b,
+                                       const torch::Tensor& bias) {
+  const torch::Tensor ac = ColumnMajorOf(a) ? a : a.contiguous();
+  const torch::Tensor bc = ColumnMajorOf(b) ? b : b.contiguous();
+  const ColumnMajor la = *ColumnMajorOf(ac), lb = *ColumnMajorOf(bc);
+  const int64_t m = a.size(0), n = b.size(1), k = a.size(1);
+  torch::Tensor out = torch::empty({m, n}, a.options());
+  // Row-major out = a b is column-major out^T (n x m) = b^T (n x k) a^T (k x m); a bias [n]
+  // is added to each of its columns, which is cuBLASLt's bias of the m = n rows.
+  LtMatmulArgs g;
+  g.m = n;
+  g.n = m;
+  g.k = k;
+  g.a = bc.data_ptr();
+  g.transpose_a = lb.transposed;
+  g.lda = lb.ld;
+  g.b = ac.data_ptr();
+  g.transpose_b = la.transposed;
+  g.ldb = la.ld;
+  g.d = out.data_ptr();
+  g.ldd = n;
+  if (bias.defined()) {
+    g.epilogue = LtEpilogue::kBias;
+    g.bias = bias.data_ptr();
+  }
+  const int status = TunedLtMatmul(g, out);
+  if (status == 0) return out;
+  TORCH_CHECK(status == kLtNoAlgorithm, bias.defined() ? "TunedAddmm" : "TunedMm",
+              ": cuBLASLt: ", LtStatusName(status));
+  return std::nullopt;
+}
+
 }  // namespace
 
 LtTuning& ProcessLtTuning() {
@@ -64,30 +108,22 @@ int TunedLtMatmul(LtMatmulArgs args, const torch::Tensor& like) {
 torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b) {
 #if MT_KERNELS_WITH_CUDA
   if (LtTakes(a, b)) {
-    const torch::Tensor ac = ColumnMajorOf(a) ? a : a.contiguous();
-    const torch::Tensor bc = ColumnMajorOf(b) ? b : b.contiguous();
-    const ColumnMajor la = *ColumnMajorOf(ac), lb = *ColumnMajorOf(bc);
-    const int64_t m = a.size(0), n = b.size(1), k = a.size(1);
-    torch::Tensor out = torch::empty({m, n}, a.options());
-    // Row-major out = a b is column-major out^T (n x m) = b^T (n x k) a^T (k x m).
-    LtMatmulArgs g;
-    g.m = n;
-    g.n = m;
-    g.k = k;
-    g.a = bc.data_ptr();
-    g.transpose_a = lb.transposed;
-    g.lda = lb.ld;
-    g.b = ac.data_ptr();
-    g.transpose_b = la.transposed;
-    g.ldb = la.ld;
-    g.d = out.data_ptr();
-    g.ldd = n;
-    const int status = TunedLtMatmul(g, out);
-    if (status == 0) return out;
-    TORCH_CHECK(status == kLtNoAlgorithm, "TunedMm: cuBLASLt: ", LtStatusName(status));
+    std::optional<torch::Tensor> out = LtProduct(a, b, torch::Tensor());
+    if (out.has_value()) return *std::move(out);
   }
 #endif
   return torch::mm(a, b);
+}
+
+torch::Tensor TunedAddmm(const torch::Tensor& bias, const torch::Tensor& a,
+                         const torch::Tensor& b) {
+#if MT_KERNELS_WITH_CUDA
+  if (LtTakes(a, b) && BiasTakes(bias, a, b)) {
+    std::optional<torch::Tensor> out = LtProduct(a, b, bias);
+    if (out.has_value()) return *std::move(out);
+  }
+#endif
+  return torch::addmm(bias, a, b);
 }
 
 GemmTuningCounts GemmTuningSoFar() {

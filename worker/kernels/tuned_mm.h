@@ -24,9 +24,17 @@ namespace mt::kernels {
 // accumulates in fp32 (no TF32), as LibTorch's default does.
 torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b);
 
+// bias [N] + a [M, K] b [K, N] = [M, N] (bias added to every row), fresh and contiguous: what
+// torch::addmm(bias, a, b) computes, on the same terms as TunedMm, with the bias added in
+// cuBLASLt's epilogue (bias contiguous, 16-byte aligned, of a's dtype and device, needing no
+// gradient); elsewhere torch::addmm. The linears with a bias of a training step (the attention's
+// QKV and output projections) run their forward through it and their backward through TunedMm.
+torch::Tensor TunedAddmm(const torch::Tensor& bias, const torch::Tensor& a, const torch::Tensor& b);
+
 // What the process's tuning has done so far: the cuBLASLt problems it timed (every problem of
-// TunedMm, the MLP's and the LM head's GEMMs first met outside a capture with tuning on), and
-// how many of them now run another algorithm than cuBLASLt's first pick. Zeros without CUDA.
+// TunedMm and TunedAddmm, the MLP's, the attention's linears' and the LM head's GEMMs first met
+// outside a capture with tuning on), and how many of them now run another algorithm than
+// cuBLASLt's first pick. Zeros without CUDA.
 struct GemmTuningCounts {
   size_t problems = 0;
   size_t moved = 0;

@@ -1,4 +1,5 @@
-// TunedMm (tuned_mm.h) on the GPU (label `gpu`; skips without CUDA), and its CPU path.
+// TunedMm and TunedAddmm (tuned_mm.h) on the GPU (label `gpu`; skips without CUDA), and their
+// CPU path.
 //
 // Against an fp64 product of the same (rounded) operands, for fp32, bf16 and fp16, in every
 // layout it takes without a copy (each operand contiguous, the transpose of a contiguous matrix,
@@ -8,7 +9,9 @@
 // output. The tuning table: one entry a problem, the same bits on every later call, a CUDA graph
 // replaying the eager bits, a capture of a problem not met before running the heuristic's pick
 // without remembering it (LtMatmul with a table of the test's own). Autograd inputs and CPU tensors
-// take torch::mm, exactly.
+// take torch::mm, exactly. TunedAddmm: the same products plus a bias in every layout, its own
+// tuning entry beside the bare product's, and a bias the epilogue cannot take (misaligned, or
+// needing a gradient) through torch::addmm.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -37,6 +40,16 @@ TEST(TunedMmCpu, IsTorchMm) {
   const torch::Tensor b = torch::randn({5, 3}, torch::kDouble);
   EXPECT_TRUE(torch::equal(TunedMm(a, b), torch::mm(a, b)));
   EXPECT_TRUE(torch::equal(TunedMm(b.t(), a.t()), torch::mm(b.t(), a.t())));
+}
+
+TEST(TunedMmCpu, AddmmIsTorchAddmm) {
+  torch::manual_seed(4);
+  const torch::Tensor a = torch::randn({7, 5}, torch::kDouble);
+  const torch::Tensor b = torch::randn({5, 3}, torch::kDouble);
+  const torch::Tensor bias = torch::randn({3}, torch::kDouble);
+  EXPECT_TRUE(torch::equal(TunedAddmm(bias, a, b), torch::addmm(bias, a, b)));
+  const torch::Tensor bias7 = torch::randn({7}, torch::kDouble);
+  EXPECT_TRUE(torch::equal(TunedAddmm(bias7, b.t(), a.t()), torch::addmm(bias7, b.t(), a.t())));
 }
 
 // CPU tensors (and a build without CUDA) time nothing: the counts stay at zero.
@@ -113,6 +126,80 @@ TEST(TunedMmGpuTest, MatchesTheProductInEveryLayout) {
       }
     }
   }
+}
+
+TEST(TunedMmGpuTest, AddmmAddsTheBiasInEveryLayout) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(15);
+  for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
+    for (const auto& [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{96, 72, 40},
+                                  {33, 17, 9},
+                                  {1, 64, 24},
+                                  {256, 1000, 8}}) {
+      for (int how_a = 0; how_a < 4; ++how_a) {
+        for (int how_b = 0; how_b < 4; ++how_b) {
+          const torch::Tensor a = Operand(m, k, how_a, dtype), b = Operand(k, n, how_b, dtype);
+          const torch::Tensor bias = Operand(1, n, 0, dtype).view({n}) * 4;
+          const torch::Tensor got = TunedAddmm(bias, a, b);
+          const std::string what = std::string(c10::toString(dtype)) + " " + std::to_string(m) +
+                                   "x" + std::to_string(k) + "x" + std::to_string(n) + " layouts " +
+                                   std::to_string(how_a) + std::to_string(how_b);
+          ASSERT_EQ(got.sizes(), (torch::IntArrayRef{m, n})) << what;
+          EXPECT_TRUE(got.is_contiguous()) << what;
+          EXPECT_EQ(got.scalar_type(), dtype) << what;
+          const torch::Tensor want =
+              torch::addmm(bias.to(torch::kDouble), a.to(torch::kDouble), b.to(torch::kDouble));
+          EXPECT_LE(Excess(got, want, 2 * RoundingOf(dtype), (k + 1) * std::ldexp(1.0, -23)), 0.0)
+              << what;
+        }
+      }
+    }
+  }
+}
+
+// The bias changes the problem (cuBLASLt's epilogue): one entry for the product with a bias
+// beside the bare product's, each tuned once and repeating its bits.
+TEST(TunedMmGpuTest, AddmmIsItsOwnProblem) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(16);
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  // Shapes no other test uses.
+  const torch::Tensor a = torch::randn({2048, 792}, options),
+                      b = torch::randn({1456, 792}, options), bias = torch::randn({1456}, options);
+  const size_t before = ProcessLtTuning().size();
+  const torch::Tensor with_bias = TunedAddmm(bias, a, b.t());
+  EXPECT_EQ(ProcessLtTuning().size(), before + 1);
+  const torch::Tensor bare = TunedMm(a, b.t());
+  EXPECT_EQ(ProcessLtTuning().size(), before + 2);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(torch::equal(TunedAddmm(bias, a, b.t()), with_bias)) << i;
+    EXPECT_TRUE(torch::equal(TunedMm(a, b.t()), bare)) << i;
+  }
+  EXPECT_EQ(ProcessLtTuning().size(), before + 2);
+  // The bias's share: the two differ by the bias, up to bf16 rounding of outputs of this size.
+  const torch::Tensor diff = with_bias.to(torch::kFloat) - bare.to(torch::kFloat);
+  const double largest = with_bias.to(torch::kFloat).abs().max().item<double>();
+  EXPECT_LE((diff - bias.to(torch::kFloat)).abs().max().item<double>(),
+            2 * std::ldexp(1.0, -8) * largest + 1e-6);
+}
+
+// A bias the epilogue cannot take goes to torch::addmm: one 2 bytes off a 16-byte boundary, and
+// one that needs a gradient (which then reaches it).
+TEST(TunedMmGpuTest, AddmmTakesLibTorchForABiasItCannotAdd) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(17);
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const torch::Tensor a = torch::randn({64, 48}, options), b = torch::randn({48, 40}, options);
+  const torch::Tensor misaligned = torch::randn({41}, options).narrow(0, 1, 40);
+  const size_t before = ProcessLtTuning().size();
+  EXPECT_TRUE(torch::equal(TunedAddmm(misaligned, a, b), torch::addmm(misaligned, a, b)));
+  EXPECT_EQ(ProcessLtTuning().size(), before);
+  const torch::Tensor bias = torch::randn({40}, options.dtype(torch::kFloat)).requires_grad_(true);
+  const torch::Tensor af = a.to(torch::kFloat), bf = b.to(torch::kFloat);
+  const torch::Tensor y = TunedAddmm(bias, af, bf);
+  ASSERT_TRUE(y.requires_grad());
+  y.sum().backward();
+  EXPECT_TRUE(torch::allclose(bias.grad(), torch::full({40}, 64.0, bias.grad().options())));
 }
 
 TEST(TunedMmGpuTest, TunesEachProblemOnceAndRepeatsItsBits) {

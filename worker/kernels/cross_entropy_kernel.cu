@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "worker/kernels/copy_async.cuh"
 #include "worker/kernels/cross_entropy_launch.h"
 #include "worker/kernels/float_convert.cuh"
 
@@ -120,12 +121,6 @@ __device__ float BlockReduceFloat(float v, float* red) {
   return red[0];
 }
 
-// 16 bytes from global to shared memory without passing through registers (sm_80 and later).
-__device__ __forceinline__ void CopyAsync16(void* shared, const void* global) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(shared));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(global));
-}
-
 // The row (vocab % kVec == 0, 16-byte aligned) copied into dynamic shared memory, then three
 // passes over the copy: the max, the sum of exp(x - max), the gradient written over the row.
 template <typename T, int kVec>
@@ -139,9 +134,9 @@ __global__ void __launch_bounds__(kThreads)
   P* packs = reinterpret_cast<P*>(logits + blockIdx.x * vocab);
   const int64_t npacks = vocab / kVec;
   for (int64_t p = threadIdx.x; p < npacks; p += kThreads) CopyAsync16(&row[p], &packs[p]);
-  asm volatile("cp.async.commit_group;\n" ::);
+  CommitCopies();
   const int64_t target = targets[blockIdx.x];
-  asm volatile("cp.async.wait_group 0;\n" ::);
+  WaitCopies<0>();
   __syncthreads();
 
   float m = -INFINITY;

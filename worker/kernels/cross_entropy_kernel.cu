@@ -19,6 +19,8 @@ constexpr int kThreads = 512;
 // The staged kernel's row in shared memory: at most this much, so that two blocks fit an SM of
 // the H100/H200 (227 KiB), and no more than the device allows a block.
 constexpr size_t kMaxStagedRowBytes = 112 * 1024;
+// The staged kernel's static shared memory (its two block reductions' warp results).
+constexpr size_t kReductionBytes = 2 * (kThreads / 32) * sizeof(float);
 
 // Running (max, sum of exp(x - max)) pairs, merged associatively.
 struct MaxSum {
@@ -190,14 +192,16 @@ cudaError_t Launch(void* logits, const int64_t* targets, float* losses, int64_t 
   const bool vectorised = vocab % kVec == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
   if (rows == 0) return cudaSuccess;
   const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(T);
-  if (vectorised && row_bytes <= kMaxStagedRowBytes && row_bytes <= MaxSharedPerBlock()) {
+  if (vectorised && row_bytes <= kMaxStagedRowBytes &&
+      row_bytes + kReductionBytes <= MaxSharedPerBlock()) {
     const auto kernel = StagedCrossEntropyKernel<T, kVec>;
-    const cudaError_t err = cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(row_bytes));
-    if (err != cudaSuccess) return err;
-    kernel<<<rows, kThreads, row_bytes, stream>>>(static_cast<T*>(logits), targets, losses, vocab,
-                                                  grad_scale);
-    return cudaGetLastError();
+    if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             static_cast<int>(row_bytes)) == cudaSuccess) {
+      kernel<<<rows, kThreads, row_bytes, stream>>>(static_cast<T*>(logits), targets, losses, vocab,
+                                                    grad_scale);
+      return cudaGetLastError();
+    }
+    cudaGetLastError();  // refused: the two-pass kernel below needs no opt-in
   }
   if (vectorised) {
     FusedCrossEntropyKernel<T, kVec><<<rows, kThreads, 0, stream>>>(

@@ -40,27 +40,29 @@ __device__ __forceinline__ MaxSum Add(MaxSum a, float x) {
   return {a.m, a.s + __expf(x - a.m)};
 }
 
-__device__ MaxSum BlockReduce(MaxSum v) {
-  __shared__ MaxSum warp_results[kThreads / 32];
-  for (int offset = 16; offset > 0; offset /= 2) {
-    MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, offset),
-                 __shfl_xor_sync(0xffffffffu, v.s, offset)};
-    v = Merge(v, other);
-  }
+__device__ __forceinline__ float ShuffleXor(float v, int offset) {
+  return __shfl_xor_sync(0xffffffffu, v, offset);
+}
+__device__ __forceinline__ MaxSum ShuffleXor(MaxSum v, int offset) {
+  return {ShuffleXor(v.m, offset), ShuffleXor(v.s, offset)};
+}
+
+// `op` of every thread's v over the block (kThreads threads), `identity` its neutral value;
+// `red` is kThreads / 32 Vs of shared memory of its own (two reductions in a row use two arrays,
+// so no barrier is needed between them). Every thread gets the result.
+template <typename V, typename Op>
+__device__ V BlockReduce(V v, V identity, Op op, V* red) {
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, ShuffleXor(v, offset));
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) warp_results[warp] = v;
+  if (lane == 0) red[warp] = v;
   __syncthreads();
   if (warp == 0) {
-    v = lane < kThreads / 32 ? warp_results[lane] : MaxSum{-INFINITY, 0.0f};
-    for (int offset = 16; offset > 0; offset /= 2) {
-      MaxSum other{__shfl_xor_sync(0xffffffffu, v.m, offset),
-                   __shfl_xor_sync(0xffffffffu, v.s, offset)};
-      v = Merge(v, other);
-    }
-    if (lane == 0) warp_results[0] = v;
+    v = lane < kThreads / 32 ? red[lane] : identity;
+    for (int offset = 16; offset > 0; offset /= 2) v = op(v, ShuffleXor(v, offset));
+    if (lane == 0) red[0] = v;
   }
   __syncthreads();
-  return warp_results[0];
+  return red[0];
 }
 
 // kVec elements per 16-byte load when the row is aligned and vocab % kVec == 0; 1 otherwise.
@@ -85,7 +87,9 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kVec; ++k) acc = Add(acc, F(pk.v[k]));
   }
-  const MaxSum total = BlockReduce(acc);
+  __shared__ MaxSum red[kThreads / 32];
+  const MaxSum total = BlockReduce(
+      acc, MaxSum{-INFINITY, 0.0f}, [](MaxSum a, MaxSum b) { return Merge(a, b); }, red);
   const float inv_sum = 1.0f / total.s;
   for (int64_t p = threadIdx.x; p < npacks; p += kThreads) {
     P pk = packs[p];
@@ -99,28 +103,6 @@ __global__ void __launch_bounds__(kThreads)
     packs[p] = pk;
   }
   if (threadIdx.x == 0) losses[row] = logf(total.s) + total.m - target_logit;
-}
-
-// Block-wide max or sum of one float a thread; `red` is its own kThreads / 32 floats of shared
-// memory (a second reduction right after the first uses another array, so no barrier between).
-template <bool kMax>
-__device__ float BlockReduceFloat(float v, float* red) {
-  auto op = [](float a, float b) { return kMax ? fmaxf(a, b) : a + b; };
-  for (int offset = 16; offset > 0; offset /= 2) {
-    v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-  }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (lane == 0) red[warp] = v;
-  __syncthreads();
-  if (warp == 0) {
-    v = lane < kThreads / 32 ? red[lane] : (kMax ? -INFINITY : 0.0f);
-    for (int offset = 16; offset > 0; offset /= 2) {
-      v = op(v, __shfl_xor_sync(0xffffffffu, v, offset));
-    }
-    if (lane == 0) red[0] = v;
-  }
-  __syncthreads();
-  return red[0];
 }
 
 // The row (vocab % kVec == 0, 16-byte aligned) copied into dynamic shared memory, then three
@@ -147,14 +129,16 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kVec; ++k) m = fmaxf(m, F(pk.v[k]));
   }
-  const float max = BlockReduceFloat<true>(m, red_max);
+  const float max = BlockReduce(
+      m, -INFINITY, [](float a, float b) { return fmaxf(a, b); }, red_max);
   float s = 0.0f;
   for (int64_t p = threadIdx.x; p < npacks; p += kThreads) {
     const P pk = row[p];
 #pragma unroll
     for (int k = 0; k < kVec; ++k) s += __expf(F(pk.v[k]) - max);
   }
-  const float sum = BlockReduceFloat<false>(s, red_sum);
+  const float sum = BlockReduce(
+      s, 0.0f, [](float a, float b) { return a + b; }, red_sum);
   const float inv_sum = 1.0f / sum;
   for (int64_t p = threadIdx.x; p < npacks; p += kThreads) {
     P pk = row[p];

@@ -222,6 +222,45 @@ __device__ __forceinline__ void AddToShared(float* sums, const float (&v)[kVec])
   }
 }
 
+// The backward's first pass over one pack of a row (dy g, input a, weight w; the row's mean mu
+// and rstd rs): acc += (sum of dy w, sum of dy w xhat) over its elements, and its d weight /
+// d bias products added to the group's shared sums of its columns (sdw, sdb).
+template <int kVec, typename P>
+__device__ __forceinline__ void AddPackProducts(const P& g, const P& a, const P& w, float mu,
+                                                float rs, float2& acc, float* sdw, float* sdb) {
+  float pdw[kVec], pdb[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const float xhat = (F(a.v[k]) - mu) * rs;
+    const float d = F(g.v[k]);
+    const float gw = d * F(w.v[k]);
+    acc.x += gw;
+    acc.y += gw * xhat;
+    pdw[k] = d * xhat;
+    pdb[k] = d;
+  }
+  AddToShared<kVec>(sdw, pdw);
+  AddToShared<kVec>(sdb, pdb);
+}
+
+// The second pass over one pack: d input = rs (dy w - m1 - xhat m2), plus the residual
+// stream's gradient r where with_r (by value and a flag: a pointer to a pack in registers would
+// put the pack on the stack).
+template <int kVec, typename P>
+__device__ __forceinline__ P PackGradient(const P& g, const P& a, const P& w, float mu, float rs,
+                                          float m1, float m2, const P& r, bool with_r) {
+  using T = std::remove_cv_t<std::remove_reference_t<decltype(g.v[0])>>;
+  P o;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const float xhat = (F(a.v[k]) - mu) * rs;
+    float v = rs * (F(g.v[k]) * F(w.v[k]) - m1 - xhat * m2);
+    if (with_r) v += F(r.v[k]);
+    o.v[k] = To<T>(v);
+  }
+  return o;
+}
+
 // One row per group of G warps at a time; thread t holds packs t, t + 32 G (kBackwardPacks) of
 // the row and its weight packs for the whole run. Each group adds its rows' d weight / d bias
 // products to its own copy of the sums in shared memory: a column belongs to one thread of the
@@ -266,19 +305,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
       if (!live || p >= npacks) continue;
       g[j] = dyr[p];
       a[j] = xr[p];
-      float pdw[kVec], pdb[kVec];
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float xhat = (F(a[j].v[k]) - mu) * rs;
-        const float d = F(g[j].v[k]);
-        const float gw = d * F(w[j].v[k]);
-        acc.x += gw;
-        acc.y += gw * xhat;
-        pdw[k] = d * xhat;
-        pdb[k] = d;
-      }
-      AddToShared<kVec>(sdw + p * kVec, pdw);
-      AddToShared<kVec>(sdb + p * kVec, pdb);
+      AddPackProducts<kVec>(g[j], a[j], w[j], mu, rs, acc, sdw + p * kVec, sdb + p * kVec);
     }
     const float2 m = GroupSum<G>(acc, scratch);
     if (!live) continue;
@@ -291,15 +318,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
       if (p >= npacks) continue;
       P r{};
       if (dsr != nullptr) r = dsr[p];
-      P o;
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float xhat = (F(a[j].v[k]) - mu) * rs;
-        float v = rs * (F(g[j].v[k]) * F(w[j].v[k]) - m1 - xhat * m2);
-        if (dsr != nullptr) v += F(r.v[k]);
-        o.v[k] = To<T>(v);
-      }
-      dxr[p] = o;
+      dxr[p] = PackGradient<kVec>(g[j], a[j], w[j], mu, rs, m1, m2, r, dsr != nullptr);
     }
   }
   WritePartial(shared, kCopies, partial, hidden);
@@ -382,20 +401,7 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
     for (int j = 0; j < kBackwardPacks; ++j) {
       const int64_t p = t + j * kGroup;
       if (!live || p >= npacks) continue;
-      const P gp = g[p], ap = a[p];
-      float pdw[kVec], pdb[kVec];
-#pragma unroll
-      for (int k = 0; k < kVec; ++k) {
-        const float xhat = (F(ap.v[k]) - mu) * rs;
-        const float d = F(gp.v[k]);
-        const float gw = d * F(w[j].v[k]);
-        acc.x += gw;
-        acc.y += gw * xhat;
-        pdw[k] = d * xhat;
-        pdb[k] = d;
-      }
-      AddToShared<kVec>(sdw + p * kVec, pdw);
-      AddToShared<kVec>(sdb + p * kVec, pdb);
+      AddPackProducts<kVec>(g[p], a[p], w[j], mu, rs, acc, sdw + p * kVec, sdb + p * kVec);
     }
     const float2 m = GroupSum<G>(acc, scratch);
     if (live) {
@@ -406,16 +412,9 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
       for (int j = 0; j < kBackwardPacks; ++j) {
         const int64_t p = t + j * kGroup;
         if (p >= npacks) continue;
-        const P gp = g[p], ap = a[p];
-        P o;
-#pragma unroll
-        for (int k = 0; k < kVec; ++k) {
-          const float xhat = (F(ap.v[k]) - mu) * rs;
-          float v = rs * (F(gp.v[k]) * F(w[j].v[k]) - m1 - xhat * m2);
-          if (dsum != nullptr) v += F(r[p].v[k]);
-          o.v[k] = To<T>(v);
-        }
-        dxr[p] = o;
+        P rp{};
+        if (dsum != nullptr) rp = r[p];
+        dxr[p] = PackGradient<kVec>(g[p], a[p], w[j], mu, rs, m1, m2, rp, dsum != nullptr);
       }
     }
     s ^= 1;

@@ -17,6 +17,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -101,9 +102,11 @@ torch::Tensor Operand(int64_t r, int64_t c, int how, torch::ScalarType dtype) {
   }
 }
 
-TEST(TunedMmGpuTest, MatchesTheProductInEveryLayout) {
-  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  torch::manual_seed(11);
+// check(a, b, what) for fp32, bf16 and fp16 operands of four shapes (m x k times k x n), each
+// operand in each of Operand's four layouts.
+template <typename Check>
+void ForEveryLayout(uint64_t seed, Check&& check) {
+  torch::manual_seed(seed);
   for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
     for (const auto& [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{96, 72, 40},
                                   {33, 17, 9},
@@ -112,49 +115,44 @@ TEST(TunedMmGpuTest, MatchesTheProductInEveryLayout) {
       for (int how_a = 0; how_a < 4; ++how_a) {
         for (int how_b = 0; how_b < 4; ++how_b) {
           const torch::Tensor a = Operand(m, k, how_a, dtype), b = Operand(k, n, how_b, dtype);
-          const torch::Tensor got = TunedMm(a, b);
-          const std::string what = std::string(c10::toString(dtype)) + " " + std::to_string(m) +
-                                   "x" + std::to_string(k) + "x" + std::to_string(n) + " layouts " +
-                                   std::to_string(how_a) + std::to_string(how_b);
-          ASSERT_EQ(got.sizes(), (torch::IntArrayRef{m, n})) << what;
-          EXPECT_TRUE(got.is_contiguous()) << what;
-          EXPECT_EQ(got.scalar_type(), dtype) << what;
-          const torch::Tensor want = torch::mm(a.to(torch::kDouble), b.to(torch::kDouble));
-          EXPECT_LE(Excess(got, want, 2 * RoundingOf(dtype), k * std::ldexp(1.0, -23)), 0.0)
-              << what;
+          check(a, b,
+                std::string(c10::toString(dtype)) + " " + std::to_string(m) + "x" +
+                    std::to_string(k) + "x" + std::to_string(n) + " layouts " +
+                    std::to_string(how_a) + std::to_string(how_b));
         }
       }
     }
   }
 }
 
+// A fresh contiguous [a rows, b columns] in a's dtype, within the output's rounding (doubled)
+// plus fp32 accumulation over `terms` terms relative to the largest entry of `want` (fp64).
+void ExpectProduct(const torch::Tensor& got, const torch::Tensor& a, const torch::Tensor& b,
+                   const torch::Tensor& want, int64_t terms, const std::string& what) {
+  ASSERT_EQ(got.sizes(), (torch::IntArrayRef{a.size(0), b.size(1)})) << what;
+  EXPECT_TRUE(got.is_contiguous()) << what;
+  EXPECT_EQ(got.scalar_type(), a.scalar_type()) << what;
+  EXPECT_LE(Excess(got, want, 2 * RoundingOf(a.scalar_type()), terms * std::ldexp(1.0, -23)), 0.0)
+      << what;
+}
+
+TEST(TunedMmGpuTest, MatchesTheProductInEveryLayout) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ForEveryLayout(11, [](const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
+    const torch::Tensor want = torch::mm(a.to(torch::kDouble), b.to(torch::kDouble));
+    ExpectProduct(TunedMm(a, b), a, b, want, a.size(1), what);
+  });
+}
+
 TEST(TunedMmGpuTest, AddmmAddsTheBiasInEveryLayout) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  torch::manual_seed(15);
-  for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
-    for (const auto& [m, k, n] : {std::tuple<int64_t, int64_t, int64_t>{96, 72, 40},
-                                  {33, 17, 9},
-                                  {1, 64, 24},
-                                  {256, 1000, 8}}) {
-      for (int how_a = 0; how_a < 4; ++how_a) {
-        for (int how_b = 0; how_b < 4; ++how_b) {
-          const torch::Tensor a = Operand(m, k, how_a, dtype), b = Operand(k, n, how_b, dtype);
-          const torch::Tensor bias = Operand(1, n, 0, dtype).view({n}) * 4;
-          const torch::Tensor got = TunedAddmm(bias, a, b);
-          const std::string what = std::string(c10::toString(dtype)) + " " + std::to_string(m) +
-                                   "x" + std::to_string(k) + "x" + std::to_string(n) + " layouts " +
-                                   std::to_string(how_a) + std::to_string(how_b);
-          ASSERT_EQ(got.sizes(), (torch::IntArrayRef{m, n})) << what;
-          EXPECT_TRUE(got.is_contiguous()) << what;
-          EXPECT_EQ(got.scalar_type(), dtype) << what;
-          const torch::Tensor want =
-              torch::addmm(bias.to(torch::kDouble), a.to(torch::kDouble), b.to(torch::kDouble));
-          EXPECT_LE(Excess(got, want, 2 * RoundingOf(dtype), (k + 1) * std::ldexp(1.0, -23)), 0.0)
-              << what;
-        }
-      }
-    }
-  }
+  ForEveryLayout(15, [](const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
+    const int64_t n = b.size(1);
+    const torch::Tensor bias = Operand(1, n, 0, a.scalar_type()).view({n}) * 4;
+    const torch::Tensor want =
+        torch::addmm(bias.to(torch::kDouble), a.to(torch::kDouble), b.to(torch::kDouble));
+    ExpectProduct(TunedAddmm(bias, a, b), a, b, want, a.size(1) + 1, what);
+  });
 }
 
 // The bias changes the problem (cuBLASLt's epilogue): one entry for the product with a bias

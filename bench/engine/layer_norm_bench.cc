@@ -2,9 +2,13 @@
 // LibTorch's chain (an add and torch::layer_norm: what mt runs without --fused-layernorm) and
 // through kernels::FusedAddLayerNorm, at the engine bench's three sizes (tokens = micro-batch x
 // 1,024), forward alone (no autograd) and forward + backward (both outputs' gradients), in the
-// same run on the same GPU. Prints ms per call and the ratio to the chain (> 1: faster).
+// same run on the same GPU. Prints ms per call and the ratio to the chain (> 1: faster). On
+// CUDA, then the backward kernel alone on each of its paths (LaunchLayerNormBackward: the
+// register kernel and the staged one, with the residual stream's gradient), ms per call, the
+// bytes' rate (dy, x and dsum read, dx written) and the staged kernel's ratio to the register's.
 //
 //   layer_norm_bench [--device cuda] [--dtype bf16|fp16|fp32] [--steps N]
+#include <ATen/cuda/CUDAContext.h>
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -14,13 +18,43 @@
 
 #include "bench/engine/kernel_bench.h"
 #include "common/cli/help_version.h"
+#include "worker/kernels/kind_of.h"
 #include "worker/kernels/layer_norm.h"
+#include "worker/kernels/layer_norm_launch.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: layer_norm_bench [--device cuda] [--dtype bf16|fp16|fp32] [--steps N]\n"
-    "Times x + residual and LayerNorm: LibTorch's chain against kernels::FusedAddLayerNorm.";
+    "Times x + residual and LayerNorm: LibTorch's chain against kernels::FusedAddLayerNorm;\n"
+    "on CUDA also the backward kernel on each of its paths (register, staged).";
+
+// The backward kernel alone on `path` (dy, x, dsum [tokens, hidden]; x's mean and rstd): ms
+// per call; negative after printing the launch's error.
+double BackwardMs(mt::kernels::LayerNormBackwardPath path, const torch::Tensor& dy,
+                  const torch::Tensor& x, const torch::Tensor& dsum, const torch::Tensor& w,
+                  int steps) {
+  const int64_t rows = x.size(0), hidden = x.size(1);
+  const torch::Tensor xf = x.to(torch::kFloat);
+  const torch::Tensor mean = xf.mean(1);
+  const torch::Tensor rstd = torch::rsqrt(xf.var(1, /*unbiased=*/false) + 1e-5);
+  torch::Tensor dx = torch::empty_like(x), dw = torch::empty_like(w), db = torch::empty_like(w);
+  torch::Tensor partial = torch::empty({2 * mt::kernels::LayerNormBackwardBlocks(rows), hidden},
+                                       x.options().dtype(torch::kFloat));
+  cudaError_t err = cudaSuccess;
+  auto run = [&] {
+    const cudaError_t e = mt::kernels::LaunchLayerNormBackward(
+        mt::kernels::KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
+        rstd.data_ptr<float>(), w.data_ptr(), dsum.data_ptr(), dx.data_ptr(), dw.data_ptr(),
+        db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
+        at::cuda::getCurrentCUDAStream().stream(), path);
+    if (e != cudaSuccess) err = e;
+  };
+  const double ms = mt::bench::TimeMs(run, steps, true);
+  if (err == cudaSuccess) return ms;
+  std::fprintf(stderr, "layer_norm_bench: backward launch: %s\n", cudaGetErrorString(err));
+  return -1;
+}
 
 }  // namespace
 
@@ -72,6 +106,22 @@ int main(int argc, char** argv) {
     std::printf("%-5s %7ld %6ld | %8.3f %8.3f (%.2fx) | %8.3f %8.3f (%.2fx)\n", s.name,
                 static_cast<long>(s.tokens), static_cast<long>(s.hidden), fc, ff, fc / ff, bc, bf,
                 bc / bf);
+  }
+  if (!cuda) return 0;
+  std::printf("backward kernel with dsum, ms per call (TB/s) | staged / register\n");
+  for (const mt::bench::KernelBenchSize& s : mt::bench::kKernelBenchSizes) {
+    const torch::Tensor x = torch::randn({s.tokens, s.hidden}, options) * 2 + 0.5;
+    const torch::Tensor w = torch::rand({s.hidden}, options) + 0.5;
+    const torch::Tensor dy = torch::randn({s.tokens, s.hidden}, options);
+    const torch::Tensor dsum = torch::randn({s.tokens, s.hidden}, options);
+    const double reg =
+        BackwardMs(mt::kernels::LayerNormBackwardPath::kRegister, dy, x, dsum, w, steps);
+    const double staged =
+        BackwardMs(mt::kernels::LayerNormBackwardPath::kStaged, dy, x, dsum, w, steps);
+    if (reg < 0 || staged < 0) return 1;
+    const double gb = 4.0 * static_cast<double>(x.numel()) * x.element_size() / 1e9;
+    std::printf("%-5s register %7.4f (%4.2f) | staged %7.4f (%4.2f) | %.3fx\n", s.name, reg,
+                gb / reg, staged, gb / staged, reg / staged);
   }
   return 0;
 }

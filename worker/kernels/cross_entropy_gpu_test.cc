@@ -1,12 +1,22 @@
 // The fused cross entropy against torch's (logits upcast to fp32) on the GPU: loss within 1e-5
 // relative, gradient within the logits' dtype (bf16: 1e-2 relative + 1e-3 absolute on N x grad,
-// whose entries are O(1)); a target out of range gives NaN; the CPU path is torch's own.
+// whose entries are O(1)); a target out of range gives NaN; the staged and two-pass kernels agree;
+// the CPU path is torch's own.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <cstdio>
+#include <string>
 
 #include "worker/kernels/cross_entropy.h"
+
+#if MT_KERNELS_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include "worker/kernels/cross_entropy_launch.h"
+#include "worker/kernels/kind_of.h"
+#endif
 
 namespace mt::kernels {
 namespace {
@@ -95,6 +105,70 @@ TEST(FusedCrossEntropyGpu, OutOfRangeTargetGivesNaN) {
   auto loss = FusedCrossEntropy(logits, targets);
   EXPECT_TRUE(std::isnan(loss.item<double>()));
 }
+
+#if MT_KERNELS_WITH_CUDA
+// LaunchFusedCrossEntropy on `path` over a copy of `logits`: {losses, the gradient}, or the
+// launch's error.
+struct PathResult {
+  cudaError_t err;
+  torch::Tensor losses, grad;
+};
+PathResult OnPath(CrossEntropyPath path, const torch::Tensor& logits,
+                  const torch::Tensor& targets) {
+  torch::Tensor grad = logits.clone();
+  torch::Tensor losses = torch::empty({logits.size(0)}, logits.options().dtype(torch::kFloat));
+  const cudaError_t err = LaunchFusedCrossEntropy(
+      KindOf(logits.scalar_type()), grad.data_ptr(), targets.data_ptr<int64_t>(),
+      losses.data_ptr<float>(), logits.size(0), logits.size(1), 1.0f,
+      at::cuda::getCurrentCUDAStream().stream(), path);
+  return {err, losses, grad};
+}
+
+// The staged kernel (the row in shared memory: max, then sum, then gradient) against the
+// two-pass one (an online max and sum) on the same rows, each forced: the same max, sums in
+// another order, so losses within 1e-6 relative and gradients within one unit of bf16's last
+// place (2^-7 relative) or 1e-5 relative in fp32 (a sum of 50,304 terms in another order), plus
+// 1e-7. kAuto is the staged kernel for bf16 at
+// 50,304 (the same bits). A row past a block's shared memory (fp32 at 131,072: 512 KiB) is
+// refused on kStaged, and kAuto takes the two-pass kernel for it.
+TEST(FusedCrossEntropyGpu, StagedAndTwoPassAgree) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(8);
+  const auto cuda = torch::TensorOptions(torch::kCUDA);
+  for (torch::ScalarType dtype : {torch::kBFloat16, torch::kFloat}) {
+    for (int64_t vocab : {50304, 1000}) {
+      const int64_t n = 300;
+      const torch::Tensor logits = (torch::randn({n, vocab}, cuda) * 3).to(dtype);
+      const torch::Tensor targets = torch::randint(0, vocab, {n}, cuda.dtype(torch::kLong));
+      const PathResult two = OnPath(CrossEntropyPath::kTwoPass, logits, targets);
+      const PathResult staged = OnPath(CrossEntropyPath::kStaged, logits, targets);
+      const std::string what =
+          std::string(c10::toString(dtype)) + " vocab " + std::to_string(vocab);
+      ASSERT_EQ(two.err, cudaSuccess) << what;
+      ASSERT_EQ(staged.err, cudaSuccess) << what;
+      EXPECT_TRUE(torch::allclose(staged.losses, two.losses, 1e-6, 1e-6))
+          << what << ": " << (staged.losses - two.losses).abs().max().item<double>();
+      const double rtol = dtype == torch::kFloat ? 1e-5 : std::ldexp(1.0, -7);
+      EXPECT_TRUE(
+          torch::allclose(staged.grad.to(torch::kFloat), two.grad.to(torch::kFloat), rtol, 1e-7))
+          << what << ": " << (staged.grad - two.grad).abs().max().item<double>();
+      if (dtype == torch::kBFloat16 && vocab == 50304) {
+        const PathResult automatic = OnPath(CrossEntropyPath::kAuto, logits, targets);
+        EXPECT_TRUE(torch::equal(automatic.losses, staged.losses));
+        EXPECT_TRUE(torch::equal(automatic.grad, staged.grad));
+      }
+    }
+  }
+  const torch::Tensor wide = torch::randn({2, 131072}, cuda);
+  const torch::Tensor targets = torch::zeros({2}, cuda.dtype(torch::kLong));
+  EXPECT_EQ(OnPath(CrossEntropyPath::kStaged, wide, targets).err, cudaErrorInvalidConfiguration);
+  const PathResult automatic = OnPath(CrossEntropyPath::kAuto, wide, targets);
+  const PathResult two = OnPath(CrossEntropyPath::kTwoPass, wide, targets);
+  ASSERT_EQ(automatic.err, cudaSuccess);
+  EXPECT_TRUE(torch::equal(automatic.losses, two.losses));
+  EXPECT_TRUE(torch::equal(automatic.grad, two.grad));
+}
+#endif
 
 // FusedLinearCrossEntropy against linear + cross entropy in fp32 (the unfused path): loss
 // within 1e-4 relative (fp32) / 2e-3 (16-bit: the logits are rounded to the dtype before the

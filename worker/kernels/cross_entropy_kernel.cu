@@ -2,7 +2,8 @@
 // A row that fits in shared memory with room for a second block on the SM (GPT-2's 50,304
 // bf16 logits are 98 KiB) is copied there first with asynchronous copies, all of a block's in
 // flight at once, and its max, sum and gradient are taken from there: the logits are read from
-// memory once. A longer row (fp32 at 50,304) is read twice, the second time mostly from the L2.
+// memory once. A longer row (fp32 at 50,304) is read twice, the second time mostly from the L2
+// (CrossEntropyPath in cross_entropy_launch.h chooses otherwise for tests and benchmarks).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -171,13 +172,15 @@ size_t MaxSharedPerBlock() {
 
 template <typename T>
 cudaError_t Launch(void* logits, const int64_t* targets, float* losses, int64_t rows, int64_t vocab,
-                   float grad_scale, cudaStream_t stream) {
+                   float grad_scale, cudaStream_t stream, CrossEntropyPath path) {
   constexpr int kVec = 16 / sizeof(T);
   const bool vectorised = vocab % kVec == 0 && reinterpret_cast<uintptr_t>(logits) % 16 == 0;
   if (rows == 0) return cudaSuccess;
   const size_t row_bytes = static_cast<size_t>(vocab) * sizeof(T);
-  if (vectorised && row_bytes <= kMaxStagedRowBytes &&
-      row_bytes + kReductionBytes <= MaxSharedPerBlock()) {
+  const bool fits = row_bytes + kReductionBytes <= MaxSharedPerBlock();
+  const bool staged = path == CrossEntropyPath::kStaged ||
+                      (path == CrossEntropyPath::kAuto && row_bytes <= kMaxStagedRowBytes);
+  if (vectorised && staged && fits) {
     const auto kernel = StagedCrossEntropyKernel<T, kVec>;
     if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              static_cast<int>(row_bytes)) == cudaSuccess) {
@@ -187,6 +190,7 @@ cudaError_t Launch(void* logits, const int64_t* targets, float* losses, int64_t 
     }
     cudaGetLastError();  // refused: the two-pass kernel below needs no opt-in
   }
+  if (vectorised && path == CrossEntropyPath::kStaged) return cudaErrorInvalidConfiguration;
   if (vectorised) {
     FusedCrossEntropyKernel<T, kVec><<<rows, kThreads, 0, stream>>>(
         static_cast<T*>(logits), targets, losses, vocab, grad_scale);
@@ -201,14 +205,14 @@ cudaError_t Launch(void* logits, const int64_t* targets, float* losses, int64_t 
 
 cudaError_t LaunchFusedCrossEntropy(FloatKind kind, void* logits, const int64_t* targets,
                                     float* losses, int64_t rows, int64_t vocab, float grad_scale,
-                                    cudaStream_t stream) {
+                                    cudaStream_t stream, CrossEntropyPath path) {
   switch (kind) {
     case FloatKind::kFloat32:
-      return Launch<float>(logits, targets, losses, rows, vocab, grad_scale, stream);
+      return Launch<float>(logits, targets, losses, rows, vocab, grad_scale, stream, path);
     case FloatKind::kBFloat16:
-      return Launch<__nv_bfloat16>(logits, targets, losses, rows, vocab, grad_scale, stream);
+      return Launch<__nv_bfloat16>(logits, targets, losses, rows, vocab, grad_scale, stream, path);
     case FloatKind::kFloat16:
-      return Launch<__half>(logits, targets, losses, rows, vocab, grad_scale, stream);
+      return Launch<__half>(logits, targets, losses, rows, vocab, grad_scale, stream, path);
   }
   return cudaErrorInvalidValue;
 }

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# The CUDA sections of our C++ (`#if MT_*_WITH_CUDA`) checked on a machine without a CUDA
-# LibTorch (a development machine, when no GPU machine is lent): g++ -fsyntax-only against
-# Debian's LibTorch headers (1.13, which ships ATen/cuda and c10/cuda) and the CUDA toolkit's
-# (/usr/local/cuda), with every MT_*_WITH_CUDA switch set. It catches what an edit breaks in
+# The CUDA sections of our C++ (`#if MT_*_WITH_CUDA`), and the sources built only with a CUDA
+# LibTorch (the kernel benches: they include ATen/cuda or bench/engine/kernel_bench.h), checked
+# on a machine without a CUDA LibTorch (a development machine, when no GPU machine is lent):
+# g++ -fsyntax-only against Debian's LibTorch headers (1.13, which ships ATen/cuda and c10/cuda)
+# and the CUDA toolkit's (/usr/local/cuda), with every MT_*_WITH_CUDA switch set. It catches what an edit breaks in
 # code the CPU build never compiles, before the GPU machine's build does; it links and runs
 # nothing. The CUDA kernels themselves (.cu) are compiled by the CPU build where nvcc is found.
 #
 #   tools/check_cuda_paths.sh [--build DIR] [--since REV | FILE...]
 #
-# FILE...: these files; --since REV: the .cc files changed since REV that have CUDA sections;
-# default: every .cc file with one. --build: the CPU build whose generated Protocol Buffers
-# headers the files include (default build/). Runs a g++ per core; progress on stderr.
+# FILE...: these files; --since REV: the .cc files changed since REV that have CUDA sections or
+# are CUDA-only; default: every such .cc file. --build: the CPU build whose generated Protocol
+# Buffers headers the files include (default build/). Runs a g++ per core; progress on stderr.
 #
 # LibTorch 2.x calls that 1.13 lacks are declared by a stand-in header (STAND_INS below): a call
 # to one of them is checked only for its name. Exit 0 clean, 1 a file has errors, 2 usage or
@@ -46,13 +47,14 @@ cuda_inc=${CUDA_HOME:-/usr/local/cuda}/include
   exit 2
 }
 
-with_cuda() { grep -l 'MT_[A-Z_]*WITH_CUDA' "$@" 2>/dev/null; }
+cuda_code='MT_[A-Z_]*WITH_CUDA|#include <ATen/cuda/|#include "bench/engine/kernel_bench.h"'
+with_cuda() { grep -lE "$cuda_code" "$@" 2>/dev/null; }
 if [ ${#files[@]} -eq 0 ]; then
   if [ -n "$since" ]; then
     mapfile -t changed < <(git diff --name-only --diff-filter=d "$since" -- '*.cc')
     [ ${#changed[@]} -gt 0 ] && mapfile -t files < <(with_cuda "${changed[@]}")
   else
-    mapfile -t files < <(git ls-files '*.cc' | xargs grep -l 'MT_[A-Z_]*WITH_CUDA')
+    mapfile -t files < <(git ls-files '*.cc' | xargs grep -lE "$cuda_code")
   fi
 fi
 if [ ${#files[@]} -eq 0 ]; then

@@ -3,9 +3,10 @@
 # LibTorch (the kernel benches: they include ATen/cuda or bench/engine/kernel_bench.h), checked
 # on a machine without a CUDA LibTorch (a development machine, when no GPU machine is lent):
 # g++ -fsyntax-only against Debian's LibTorch headers (1.13, which ships ATen/cuda and c10/cuda)
-# and the CUDA toolkit's (/usr/local/cuda), with every MT_*_WITH_CUDA switch set. It catches what an edit breaks in
-# code the CPU build never compiles, before the GPU machine's build does; it links and runs
-# nothing. The CUDA kernels themselves (.cu) are compiled by the CPU build where nvcc is found.
+# and the CUDA toolkit's (/usr/local/cuda), with every MT_*_WITH_CUDA switch set. It catches
+# what an edit breaks in code the CPU build never compiles, before the GPU machine's build does;
+# it links and runs nothing. The CUDA kernels themselves (.cu) are compiled by the CPU build
+# where nvcc is found.
 #
 #   tools/check_cuda_paths.sh [--build DIR] [--since REV | FILE...]
 #
@@ -26,7 +27,7 @@ while [ $# -gt 0 ]; do
   case $1 in
     --build) build=${2:?--build needs a directory}; shift 2 ;;
     --since) since=${2:?--since needs a git revision}; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "check_cuda_paths: unknown flag $1 (see --help)" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
   esac

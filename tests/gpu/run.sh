@@ -17,6 +17,10 @@
 #   MT_ASSET_DIR      GPT-2 BPE files for the tests (default .device/assets when it has them)
 #   MT_GPU_DECODE=1   also run the decode benchmark (bench/generate/run_decode.sh: ours against
 #                     transformers' generate) before the engine benchmark, in at most 240 s
+#   MT_GPU_KERNEL_BENCHES="name ..."  also run these kernel benches of the build (bench/engine's
+#                     cross_entropy_bench, layer_norm_bench, optimizer_bench, ...: each times a
+#                     kernel against its peer in one run) after the tests, at most 90 s each,
+#                     output in kernel-NAME.txt
 #   MT_GPU_PROFILE_AB="--switch ..."  also profile our step at each size with our defaults and
 #                     with these switches, side by side (bench/engine/profile_ab.py; sizes from
 #                     MT_PROFILE_SIZES, default "124m 1.3b"), before the engine benchmark, in at
@@ -181,6 +185,20 @@ if [ "${MT_GPU_DECODE:-0}" = 1 ]; then
     2>&1 | tee "$out/decode.log"
   record_optional decode "${PIPESTATUS[0]}" "$s" "$out/decode.log" run_decode.sh
 fi
+
+# 3b'. Kernel benches, when asked for (MT_GPU_KERNEL_BENCHES).
+for kb in ${MT_GPU_KERNEL_BENCHES:-}; do
+  s=$(date +%s)
+  say "$kb"
+  kl=$(limit 15); [ "$kl" -gt 90 ] && kl=90
+  if [ ! -x "$build/bin/$kb" ]; then
+    record "$kb" FAIL 0 "no $build/bin/$kb (a kernel bench of bench/engine or bench/generate?)"
+    [ $failed -eq 0 ] && failed=3
+    continue
+  fi
+  timeout -k 10 "$kl" "$build/bin/$kb" 2>&1 | tee "$out/kernel-$kb.txt"
+  record_optional "$kb" "${PIPESTATUS[0]}" "$s" "$out/kernel-$kb.txt" "$kb"
+done
 
 # 3c. Kernel profiles of one switch's two sides, when asked for (MT_GPU_PROFILE_AB).
 if [ -n "${MT_GPU_PROFILE_AB:-}" ]; then

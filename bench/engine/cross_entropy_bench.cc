@@ -42,8 +42,7 @@ double KernelMs(mt::kernels::CrossEntropyPath path, torch::Tensor& logits,
     const cudaError_t e = mt::kernels::LaunchFusedCrossEntropy(
         mt::kernels::KindOf(logits.scalar_type()), logits.data_ptr(), targets.data_ptr<int64_t>(),
         losses.data_ptr<float>(), logits.size(0), logits.size(1),
-        1.0f / static_cast<float>(logits.size(0)), at::cuda::getCurrentCUDAStream().stream(),
-        path);
+        1.0f / static_cast<float>(logits.size(0)), at::cuda::getCurrentCUDAStream().stream(), path);
     if (e != cudaSuccess) err = e;
   };
   const double ms = mt::bench::TimeMs(run, steps, true);
@@ -60,12 +59,14 @@ int main(int argc, char** argv) {
       mt::bench::ParseKernelBenchArgs(argc, argv, "cross_entropy_bench", kUsage, 20);
   if (!args.has_value()) return 2;
   if (!args->cuda) {
-    std::fprintf(stderr, "cross_entropy_bench: the fused kernel runs on CUDA only (--device cuda)\n");
+    std::fprintf(stderr,
+                 "cross_entropy_bench: the fused kernel runs on CUDA only (--device cuda)\n");
     return 2;
   }
   if (args->dtype == torch::kHalf) {
-    std::fprintf(stderr, "cross_entropy_bench: --dtype fp16: mt's fp16 loss is the chain (want "
-                         "bf16 or fp32)\n");
+    std::fprintf(stderr,
+                 "cross_entropy_bench: --dtype fp16: mt's fp16 loss is the chain (want "
+                 "bf16 or fp32)\n");
     return 2;
   }
   const auto options =
@@ -86,15 +87,15 @@ int main(int argc, char** argv) {
           leaf.mutable_grad().reset();
         },
         args->steps, true);
-    const double two = KernelMs(mt::kernels::CrossEntropyPath::kTwoPass, logits, targets,
-                                args->steps);
+    const double two =
+        KernelMs(mt::kernels::CrossEntropyPath::kTwoPass, logits, targets, args->steps);
     const double staged =
         KernelMs(mt::kernels::CrossEntropyPath::kStaged, logits, targets, args->steps);
     if (two < 0 || staged < 0) return 1;
     const double gb = 2.0 * static_cast<double>(logits.numel()) * logits.element_size() / 1e9;
-    std::printf("%-5s %6ld | %8.3f | %7.3f (%4.2f) %7.3f (%4.2f) | %7.2fx %7.2fx %7.3fx\n",
-                s.name, static_cast<long>(s.tokens), chain, two, gb / two, staged, gb / staged,
-                chain / two, chain / staged, two / staged);
+    std::printf("%-5s %6ld | %8.3f | %7.3f (%4.2f) %7.3f (%4.2f) | %7.2fx %7.2fx %7.3fx\n", s.name,
+                static_cast<long>(s.tokens), chain, two, gb / two, staged, gb / staged, chain / two,
+                chain / staged, two / staged);
   }
   return 0;
 }

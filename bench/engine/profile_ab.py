@@ -4,7 +4,8 @@ for the top kernels before and after each step of progress).
 
 For each bench size, profile_step runs the bench's spec (bench_engine.spec_yaml) with our
 defaults, then again with the variant's switches, same warm-up and steps. Printed per size: the
-step without the profiler, the GPU's busy and idle time, the GEMM tuning's counts, and the top
+step without the profiler, the GPU's busy time (overlapping kernels counted once), the kernels'
+summed time, the idle time, the GEMM tuning's counts, and the top
 kernels by ms per step side by side (the union of both runs' top N) with the difference. The
 raw outputs go to OUT/profile-ab/.
 
@@ -31,6 +32,7 @@ KERNEL_ROW = re.compile(r"^\s*([0-9.]+)\s+([0-9.]+)%\s+([0-9.]+)\s+(\S.*)$")
 SCALARS = {
     "step": re.compile(r"^step without the profiler: ([0-9.]+) ms"),
     "busy": re.compile(r"GPU busy ([0-9.]+) ms/step"),
+    "kernels": re.compile(r"; kernels ([0-9.]+) ms/step"),
     "gaps": re.compile(r"^GPU idle per step: ([0-9.]+) ms between kernels"),
     "stalls": re.compile(r"ms between kernels .*?, ([0-9.]+) ms in"),
     "tuned": re.compile(r"^gemm tuning: ([0-9]+) cuBLASLt problems timed"),
@@ -39,6 +41,7 @@ SCALARS = {
 SCALAR_LABELS = [
     ("step", "step without the profiler (ms)"),
     ("busy", "GPU busy (ms/step)"),
+    ("kernels", "kernels' sum (ms/step)"),
     ("gaps", "idle between kernels (ms/step)"),
     ("stalls", "stalls of 10 us or more (ms/step)"),
     ("tuned", "GEMM problems tuned"),

@@ -17,7 +17,7 @@ import profile_ab  # noqa: E402
 
 BASE = """step without the profiler: 56.34 ms
 gemm tuning: 14 cuBLASLt problems timed, 3 moved off the first pick
-steps profiled: 3; wall 58.100 ms/step; GPU busy 55.200 ms/step (95.0%)
+steps profiled: 3; wall 58.100 ms/step; GPU busy 55.200 ms/step (95.0%); kernels 55.900 ms/step (their sum: more than busy where they overlap)
 GPU idle per step: 0.738 ms between kernels (1200.0 gaps of 0.61 us on average), 0.052 ms in 1.3 stalls of 10 us or more
   stall     21.0 us after RegisterForwardKernel
  ms/step  share  calls  kernel
@@ -41,7 +41,8 @@ class ParseTest(unittest.TestCase):
     def test_reads_every_figure_and_kernel(self):
         p = profile_ab.parse_profile(BASE)
         self.assertEqual(p["scalars"], {"step": 56.34, "tuned": 14.0, "moved": 3.0,
-                                        "busy": 55.2, "gaps": 0.738, "stalls": 0.052})
+                                        "busy": 55.2, "kernels": 55.9, "gaps": 0.738,
+                                        "stalls": 0.052})
         self.assertEqual(len(p["kernels"]), 3)
         self.assertEqual(p["kernels"]["cudnn_generated_fort_native_sdpa_sm90 (flash, bwd)"],
                          (8.5, 12.0))

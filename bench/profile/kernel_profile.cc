@@ -12,6 +12,8 @@
 #include <utility>
 #include <vector>
 
+#include "bench/profile/gpu_timeline.h"
+
 #if TORCH_VERSION_MAJOR >= 2
 #include <torch/csrc/autograd/profiler_kineto.h>
 #define MT_HAVE_KINETO 1
@@ -27,7 +29,8 @@ struct KernelTotal {
   int64_t calls = 0;
 };
 
-[[maybe_unused]] void PrintTop(const std::map<std::string, KernelTotal>& totals, double busy_ns,
+// The kernels by total time; a share is of all kernels' time (`kernel_ns`).
+[[maybe_unused]] void PrintTop(const std::map<std::string, KernelTotal>& totals, double kernel_ns,
                                const KernelProfileOptions& o) {
   std::vector<std::pair<std::string, KernelTotal>> rows(totals.begin(), totals.end());
   std::sort(rows.begin(), rows.end(),
@@ -37,65 +40,30 @@ struct KernelTotal {
     const KernelTotal& k = rows[i].second;
     std::string name = rows[i].first;
     if (name.size() > 140) name = name.substr(0, 137) + "...";
-    std::printf("%8.3f %5.1f%% %6.1f  %s\n", k.ns / 1e6 / o.units, 100.0 * k.ns / busy_ns,
+    std::printf("%8.3f %5.1f%% %6.1f  %s\n", k.ns / 1e6 / o.units, 100.0 * k.ns / kernel_ns,
                 static_cast<double>(k.calls) / o.units, name.c_str());
   }
 }
-
-// Where the GPU idles: the gaps between one kernel's end (the latest end so far, for kernels that
-// overlap) and the next kernel's start, split into launch spacing (< 10 us, what a queue that is
-// ahead of the GPU still costs between kernels) and stalls (>= 10 us: the host was behind), with
-// the largest stalls and the kernels on either side of them.
-struct GpuEvent {
-  int64_t start_ns = 0;
-  int64_t end_ns = 0;
-  std::string name;
-};
 
 [[maybe_unused]] std::string Short(std::string name) {
   return name.size() > 60 ? name.substr(0, 57) + "..." : name;
 }
 
-[[maybe_unused]] void PrintGaps(std::vector<GpuEvent> events, const KernelProfileOptions& o) {
-  if (events.size() < 2) return;
-  std::sort(events.begin(), events.end(),
-            [](const GpuEvent& a, const GpuEvent& b) { return a.start_ns < b.start_ns; });
-  constexpr int64_t kStallNs = 10'000;
-  struct Stall {
-    int64_t ns;
-    size_t after;
-  };
-  std::vector<Stall> stalls;
-  double spacing_ns = 0, stall_ns = 0;
-  int64_t spacing_count = 0;
-  int64_t end = events[0].end_ns;
-  size_t last = 0;
-  for (size_t i = 1; i < events.size(); ++i) {
-    const int64_t gap = events[i].start_ns - end;
-    if (gap > 0 && gap < kStallNs) {
-      spacing_ns += static_cast<double>(gap);
-      ++spacing_count;
-    } else if (gap >= kStallNs) {
-      stall_ns += static_cast<double>(gap);
-      stalls.push_back({gap, last});
-    }
-    if (events[i].end_ns > end) {
-      end = events[i].end_ns;
-      last = i;
-    }
-  }
+// Where the GPU idles (gpu_timeline.h): launch spacing, stalls, and the largest stalls with the
+// kernel before each.
+[[maybe_unused]] void PrintGaps(const GpuTimeline& t, const std::vector<std::string>& names,
+                                const KernelProfileOptions& o) {
   std::printf(
       "GPU idle per %s: %.3f ms between kernels (%.1f gaps of %.2f us on average), %.3f ms in "
       "%.1f stalls of 10 us or more\n",
-      o.unit.c_str(), spacing_ns / 1e6 / o.units, static_cast<double>(spacing_count) / o.units,
-      spacing_count > 0 ? spacing_ns / 1e3 / static_cast<double>(spacing_count) : 0.0,
-      stall_ns / 1e6 / o.units, static_cast<double>(stalls.size()) / o.units);
-  std::sort(stalls.begin(), stalls.end(),
-            [](const Stall& a, const Stall& b) { return a.ns > b.ns; });
-  for (size_t i = 0; i < stalls.size() && i < 10; ++i) {
-    const Stall& st = stalls[i];
-    std::printf("  stall %8.1f us after %s\n", static_cast<double>(st.ns) / 1e3,
-                Short(events[st.after].name).c_str());
+      o.unit.c_str(), static_cast<double>(t.spacing_ns) / 1e6 / o.units,
+      static_cast<double>(t.spacing_gaps) / o.units,
+      t.spacing_gaps > 0 ? static_cast<double>(t.spacing_ns) / 1e3 / t.spacing_gaps : 0.0,
+      static_cast<double>(t.stall_ns) / 1e6 / o.units,
+      static_cast<double>(t.stalls.size()) / o.units);
+  for (size_t i = 0; i < t.stalls.size() && i < 10; ++i) {
+    std::printf("  stall %8.1f us after %s\n", static_cast<double>(t.stalls[i].ns) / 1e3,
+                Short(names[t.stalls[i].after]).c_str());
   }
 }
 
@@ -116,22 +84,26 @@ bool ProfileKernels(const std::function<void()>& body, const KernelProfileOption
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   std::unique_ptr<prof::ProfilerResult> result = prof::disableProfiler();
   std::map<std::string, KernelTotal> totals;
-  double busy_ns = 0;
-  std::vector<GpuEvent> events;
+  std::vector<GpuInterval> intervals;
+  std::vector<std::string> names;
   for (const auto& e : result->events()) {
     if (e.deviceType() != c10::DeviceType::CUDA) continue;
     const auto start = static_cast<int64_t>(e.startNs());
-    events.push_back({start, start + static_cast<int64_t>(e.durationNs()), std::string(e.name())});
-    KernelTotal& k = totals[std::string(e.name())];
+    intervals.push_back({start, start + static_cast<int64_t>(e.durationNs())});
+    names.push_back(std::string(e.name()));
+    KernelTotal& k = totals[names.back()];
     k.ns += static_cast<double>(e.durationNs());
     k.calls += 1;
-    busy_ns += static_cast<double>(e.durationNs());
   }
-  std::printf("%ss profiled: %d; wall %.3f ms/%s; GPU busy %.3f ms/%s (%.1f%%)\n", o.unit.c_str(),
-              o.units, wall_ms / o.units, o.unit.c_str(), busy_ns / 1e6 / o.units, o.unit.c_str(),
-              100.0 * busy_ns / 1e6 / wall_ms);
-  PrintGaps(std::move(events), o);
-  PrintTop(totals, busy_ns, o);
+  const GpuTimeline t = MeasureTimeline(intervals);
+  const double busy_ms = static_cast<double>(t.busy_ns) / 1e6;
+  std::printf(
+      "%ss profiled: %d; wall %.3f ms/%s; GPU busy %.3f ms/%s (%.1f%%); kernels %.3f ms/%s "
+      "(their sum: more than busy where they overlap)\n",
+      o.unit.c_str(), o.units, wall_ms / o.units, o.unit.c_str(), busy_ms / o.units, o.unit.c_str(),
+      100.0 * busy_ms / wall_ms, static_cast<double>(t.kernel_ns) / 1e6 / o.units, o.unit.c_str());
+  PrintGaps(t, names, o);
+  PrintTop(totals, static_cast<double>(t.kernel_ns), o);
   if (!o.trace.empty()) result->save(o.trace);
   return true;
 #else

@@ -26,8 +26,8 @@ TEST(GpuTimelineTest, EmptyAndOneKernel) {
 TEST(GpuTimelineTest, SpacingAndStallsBetweenKernels) {
   // 0-1000, a 2 us gap, 3000-4000, a 50 us stall, 54000-55000, back to back 55000-56000, a 9.999
   // us gap (spacing), 65999-66000.
-  const GpuTimeline t = MeasureTimeline(
-      {{0, 1000}, {3000, 4000}, {54000, 55000}, {55000, 56000}, {65999, 66000}});
+  const GpuTimeline t =
+      MeasureTimeline({{0, 1000}, {3000, 4000}, {54000, 55000}, {55000, 56000}, {65999, 66000}});
   EXPECT_EQ(t.kernel_ns, 4001);
   EXPECT_EQ(t.busy_ns, 4001);
   EXPECT_EQ(t.spacing_ns, 2000 + 9999);

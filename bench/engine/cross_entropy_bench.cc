@@ -37,18 +37,16 @@ constexpr int64_t kVocab = 50304;
 double KernelMs(mt::kernels::CrossEntropyPath path, torch::Tensor& logits,
                 const torch::Tensor& targets, int steps) {
   torch::Tensor losses = torch::empty({logits.size(0)}, logits.options().dtype(torch::kFloat));
-  cudaError_t err = cudaSuccess;
-  auto run = [&] {
-    const cudaError_t e = mt::kernels::LaunchFusedCrossEntropy(
-        mt::kernels::KindOf(logits.scalar_type()), logits.data_ptr(), targets.data_ptr<int64_t>(),
-        losses.data_ptr<float>(), logits.size(0), logits.size(1),
-        1.0f / static_cast<float>(logits.size(0)), at::cuda::getCurrentCUDAStream().stream(), path);
-    if (e != cudaSuccess) err = e;
-  };
-  const double ms = mt::bench::TimeMs(run, steps, true);
-  if (err == cudaSuccess) return ms;
-  std::fprintf(stderr, "cross_entropy_bench: launch: %s\n", cudaGetErrorString(err));
-  return -1;
+  return mt::bench::TimeLaunchMs(
+      "cross_entropy_bench",
+      [&] {
+        return mt::kernels::LaunchFusedCrossEntropy(
+            mt::kernels::KindOf(logits.scalar_type()), logits.data_ptr(),
+            targets.data_ptr<int64_t>(), losses.data_ptr<float>(), logits.size(0), logits.size(1),
+            1.0f / static_cast<float>(logits.size(0)), at::cuda::getCurrentCUDAStream().stream(),
+            path);
+      },
+      steps);
 }
 
 }  // namespace

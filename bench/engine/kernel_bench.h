@@ -1,10 +1,11 @@
 // What the kernel micro-benchmarks (fused_mlp_bench, layer_norm_bench, ...) share: their flags
 // (--device cuda|cpu|cuda:N, --dtype bf16|fp16|fp32, --steps N, and a bench's own integer
 // flags), the engine bench's three sizes as tokens (micro-batch x 1,024) x hidden and their layer
-// counts, and the timer.
+// counts, and the timers (of a call; of a kernel launch that reports its error).
 #ifndef MT_BENCH_ENGINE_KERNEL_BENCH_H_
 #define MT_BENCH_ENGINE_KERNEL_BENCH_H_
 
+#include <cuda_runtime_api.h>
 #include <torch/torch.h>
 
 #include <chrono>
@@ -100,6 +101,22 @@ double TimeMs(F&& run, int steps, bool cuda) {
   if (cuda) torch::cuda::synchronize();
   const std::chrono::duration<double, std::milli> ms = std::chrono::steady_clock::now() - t0;
   return ms.count() / steps;
+}
+
+// TimeMs on CUDA of `launch`, a kernel launch that returns its cudaError_t: ms per call, or -1
+// after printing "`name`: launch: the error" on stderr when a call failed.
+template <typename F>
+double TimeLaunchMs(const char* name, F&& launch, int steps) {
+  cudaError_t err = cudaSuccess;
+  const double ms = TimeMs(
+      [&] {
+        const cudaError_t e = launch();
+        if (e != cudaSuccess) err = e;
+      },
+      steps, true);
+  if (err == cudaSuccess) return ms;
+  std::fprintf(stderr, "%s: launch: %s\n", name, cudaGetErrorString(err));
+  return -1;
 }
 
 }  // namespace mt::bench

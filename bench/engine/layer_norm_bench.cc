@@ -41,19 +41,16 @@ double BackwardMs(mt::kernels::LayerNormBackwardPath path, const torch::Tensor& 
   torch::Tensor dx = torch::empty_like(x), dw = torch::empty_like(w), db = torch::empty_like(w);
   torch::Tensor partial = torch::empty({2 * mt::kernels::LayerNormBackwardBlocks(rows), hidden},
                                        x.options().dtype(torch::kFloat));
-  cudaError_t err = cudaSuccess;
-  auto run = [&] {
-    const cudaError_t e = mt::kernels::LaunchLayerNormBackward(
-        mt::kernels::KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
-        rstd.data_ptr<float>(), w.data_ptr(), dsum.data_ptr(), dx.data_ptr(), dw.data_ptr(),
-        db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
-        at::cuda::getCurrentCUDAStream().stream(), path);
-    if (e != cudaSuccess) err = e;
-  };
-  const double ms = mt::bench::TimeMs(run, steps, true);
-  if (err == cudaSuccess) return ms;
-  std::fprintf(stderr, "layer_norm_bench: backward launch: %s\n", cudaGetErrorString(err));
-  return -1;
+  return mt::bench::TimeLaunchMs(
+      "layer_norm_bench",
+      [&] {
+        return mt::kernels::LaunchLayerNormBackward(
+            mt::kernels::KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(),
+            mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr(), dsum.data_ptr(),
+            dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
+            at::cuda::getCurrentCUDAStream().stream(), path);
+      },
+      steps);
 }
 
 }  // namespace

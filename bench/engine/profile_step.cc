@@ -8,7 +8,8 @@
 //   profile_step --spec FILE [--device cuda] [--warmup 5] [--steps 3] [--top 25]
 //                [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]
 //                [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]
-//                [--[no-]fused-qkv] [--[no-]cuda-graph] [--[no-]gemm-tuning]
+//                [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]
+//                [--[no-]gemm-tuning]
 //
 // Needs a CUDA LibTorch >= 2.0 (Kineto); elsewhere it says so and exits 2.
 #include <torch/torch.h>
@@ -43,7 +44,8 @@ constexpr char kUsage[] =
     "usage: profile_step --spec FILE [--device cuda] [--warmup N] [--steps N] [--top N]\n"
     "                    [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]\n"
     "                    [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]\n"
-    "                    [--[no-]fused-qkv] [--[no-]cuda-graph] [--[no-]gemm-tuning]\n"
+    "                    [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]\n"
+    "                    [--[no-]gemm-tuning]\n"
     "Profiles training steps of the job spec (synthetic tokens) and prints the top GPU kernels.\n";
 
 struct Args {
@@ -58,6 +60,7 @@ struct Args {
   bool fused_mlp = true;
   bool fused_layernorm = true;
   bool fused_qkv = true;
+  bool fold_linear_bias = true;
   bool cuda_graph = true;
   bool gemm_tuning = true;
 };
@@ -87,10 +90,13 @@ Args Parse(int argc, char** argv) {
       std::puts(mt::cli::VersionLine("profile_step").c_str());
       std::exit(0);
     }
-    const std::pair<const char*, bool*> switches[] = {
-        {"fused-lm-head", &a.fused_lm_head},     {"fused-mlp", &a.fused_mlp},
-        {"fused-layernorm", &a.fused_layernorm}, {"fused-qkv", &a.fused_qkv},
-        {"cuda-graph", &a.cuda_graph},           {"gemm-tuning", &a.gemm_tuning}};
+    const std::pair<const char*, bool*> switches[] = {{"fused-lm-head", &a.fused_lm_head},
+                                                      {"fused-mlp", &a.fused_mlp},
+                                                      {"fused-layernorm", &a.fused_layernorm},
+                                                      {"fused-qkv", &a.fused_qkv},
+                                                      {"fold-linear-bias", &a.fold_linear_bias},
+                                                      {"cuda-graph", &a.cuda_graph},
+                                                      {"gemm-tuning", &a.gemm_tuning}};
     bool matched = false;
     for (const auto& [suffix, field] : switches) {
       if (name == std::string("--") + suffix || name == std::string("--no-") + suffix) {
@@ -157,6 +163,7 @@ int main(int argc, char** argv) {
   options.fused_mlp = a.fused_mlp;
   options.fused_layernorm = a.fused_layernorm;
   options.fused_qkv = a.fused_qkv;
+  options.fold_linear_bias = a.fold_linear_bias;
   options.cuda_graph = a.cuda_graph;
   options.gemm_tuning = a.gemm_tuning;
   auto trainer = mt::engine::Trainer::Create(job, options, std::move(data->train), nullptr);

@@ -632,6 +632,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   config.fused_mlp = options.fused_mlp;
   config.fused_layernorm = options.fused_layernorm;
   config.fused_qkv = options.fused_qkv;
+  config.fold_linear_bias = options.fold_linear_bias;
   kernels::SetGemmTuning(options.gemm_tuning);
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
                       LrSchedule::FromSpec(spec.training(), plan.global_batch_size));

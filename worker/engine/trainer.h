@@ -90,6 +90,9 @@ struct TrainerOptions {
   bool fused_layernorm = true;
   // The QKV projection's backward gather (model::GptConfig::fused_qkv; see there).
   bool fused_qkv = true;
+  // The output projection's and fc2's biases added and summed by the next LayerNorm's kernels
+  // (model::GptConfig::fold_linear_bias; see there).
+  bool fold_linear_bias = true;
   // Each step's forward and backward replayed from one CUDA graph (step_graph.h) where
   // StepGraphBlocker allows it (one GPU, one micro-batch a step, no dropout, a constant loss
   // scale); elsewhere the eager step. With log_progress, one line says which and why.

@@ -26,12 +26,14 @@ bool KernelTakes(const torch::Tensor& x) {
 }
 #endif
 
+// Inputs x, w, b, with_bias (false: b is an empty tensor, never read: autograd records every
+// tensor input's device, so an undefined tensor cannot be passed).
 class LinearWithBiasFunction : public torch::autograd::Function<LinearWithBiasFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
-                               torch::Tensor w, torch::Tensor b) {
+                               torch::Tensor w, torch::Tensor b, bool with_bias) {
     ctx->save_for_backward({x, w});
-    return TunedAddmm(b, x, w.t());
+    return with_bias ? TunedAddmm(b, x, w.t()) : TunedMm(x, w.t());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -44,7 +46,7 @@ class LinearWithBiasFunction : public torch::autograd::Function<LinearWithBiasFu
     if (ctx->needs_input_grad(0)) dx = TunedMm(dy, w);
     if (ctx->needs_input_grad(1)) dw = TunedMm(dy.t(), x);
     if (ctx->needs_input_grad(2)) db = ColumnSum(dy);
-    return {dx, dw, db};
+    return {dx, dw, db, torch::Tensor()};
   }
 };
 
@@ -74,7 +76,13 @@ torch::Tensor LinearWithBias(const torch::Tensor& x, const torch::Tensor& w,
                   b.size(0) == w.size(0),
               "LinearWithBias: x [N, in], w [out, in] and b [out], got ", x.sizes(), ", ",
               w.sizes(), " and ", b.sizes());
-  return LinearWithBiasFunction::apply(x, w, b);
+  return LinearWithBiasFunction::apply(x, w, b, /*with_bias=*/true);
+}
+
+torch::Tensor LinearWithoutBias(const torch::Tensor& x, const torch::Tensor& w) {
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1),
+              "LinearWithoutBias: x [N, in] and w [out, in], got ", x.sizes(), " and ", w.sizes());
+  return LinearWithBiasFunction::apply(x, w, torch::empty({0}, w.options()), /*with_bias=*/false);
 }
 
 }  // namespace mt::kernels

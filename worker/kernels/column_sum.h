@@ -22,6 +22,10 @@ torch::Tensor ColumnSum(const torch::Tensor& x);
 torch::Tensor LinearWithBias(const torch::Tensor& x, const torch::Tensor& w,
                              const torch::Tensor& b);
 
+// x [N, in] w^T with LinearWithBias's GEMMs and no bias: a linear whose bias is added, and its
+// gradient summed, by the kernel its output goes to (FusedAddLayerNorm's residual_bias).
+torch::Tensor LinearWithoutBias(const torch::Tensor& x, const torch::Tensor& w);
+
 }  // namespace mt::kernels
 
 #endif  // MT_WORKER_KERNELS_COLUMN_SUM_H_

@@ -73,26 +73,34 @@ struct LinearResult {
   torch::Tensor y, dx, dw, db;
 };
 
+// b0 undefined: the linear without a bias (LinearWithoutBias against mm).
 LinearResult RunLinear(bool ours, const torch::Tensor& x0, const torch::Tensor& w0,
                        const torch::Tensor& b0, const torch::Tensor& dy) {
   auto x = x0.detach().clone().requires_grad_(true);
   auto w = w0.detach().clone().requires_grad_(true);
+  if (!b0.defined()) {
+    const torch::Tensor y = ours ? LinearWithoutBias(x, w) : torch::mm(x, w.t());
+    y.backward(dy);
+    return {y.detach(), x.grad(), w.grad(), torch::Tensor()};
+  }
   auto b = b0.detach().clone().requires_grad_(true);
   const torch::Tensor y = ours ? LinearWithBias(x, w, b) : torch::addmm(b, x, w.t());
   y.backward(dy);
   return {y.detach(), x.grad(), w.grad(), b.grad()};
 }
 
-void ExpectLinearMatchesAddmm(torch::Device device, torch::ScalarType dtype) {
+// With the bias: LinearWithBias against addmm; without: LinearWithoutBias against mm.
+void ExpectLinearMatchesAddmm(torch::Device device, torch::ScalarType dtype, bool with_bias) {
   torch::manual_seed(22);
   const auto options = torch::TensorOptions().device(device).dtype(torch::kFloat);
   const torch::Tensor x = torch::randn({300, 64}, options).to(dtype);
   const torch::Tensor w = torch::randn({96, 64}, options).to(dtype);
-  const torch::Tensor b = torch::randn({96}, options).to(dtype);
+  const torch::Tensor b = with_bias ? torch::randn({96}, options).to(dtype) : torch::Tensor();
   const torch::Tensor dy = torch::randn({300, 96}, options).to(dtype);
   const LinearResult ours = RunLinear(true, x, w, b, dy);
   const LinearResult ref = RunLinear(false, x, w, b, dy);
-  const std::string what = std::string(c10::toString(dtype)) + " on " + device.str();
+  const std::string what = std::string(c10::toString(dtype)) + " on " + device.str() +
+                           (with_bias ? "" : " without a bias");
   if (!device.is_cuda()) {
     EXPECT_TRUE(torch::equal(ours.y, ref.y)) << what;
   }
@@ -105,20 +113,25 @@ void ExpectLinearMatchesAddmm(torch::Device device, torch::ScalarType dtype) {
                                      : 1e-6 * r.abs() + 1e-6 * largest;
     EXPECT_LE(((g - r).abs() - bound).max().item<double>(), 0.0) << what;
   }
-  EXPECT_LE(Excess(ours.db, dy), 0.0) << what;
+  if (with_bias) {
+    EXPECT_LE(Excess(ours.db, dy), 0.0) << what;
+  } else {
+    EXPECT_FALSE(ours.db.defined()) << what;
+  }
 }
 
 TEST(ColumnSumGpuTest, LinearWithBiasMatchesAddmm) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   for (torch::ScalarType dtype : {torch::kFloat, torch::kBFloat16}) {
-    ExpectLinearMatchesAddmm(torch::kCUDA, dtype);
+    for (bool with_bias : {true, false}) ExpectLinearMatchesAddmm(torch::kCUDA, dtype, with_bias);
   }
 }
 
 TEST(ColumnSumCpu, FallsBackToLibTorch) {
   const torch::Tensor x = torch::randn({33, 16});
   EXPECT_TRUE(torch::equal(ColumnSum(x), x.sum(0)));
-  ExpectLinearMatchesAddmm(torch::kCPU, torch::kFloat);
+  ExpectLinearMatchesAddmm(torch::kCPU, torch::kFloat, /*with_bias=*/true);
+  ExpectLinearMatchesAddmm(torch::kCPU, torch::kFloat, /*with_bias=*/false);
 }
 
 }  // namespace

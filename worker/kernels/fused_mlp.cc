@@ -13,9 +13,14 @@
 namespace mt::kernels {
 namespace {
 
+// h w2^T + b2, or h w2^T where b2 is undefined.
+torch::Tensor Fc2(const torch::Tensor& h, const torch::Tensor& w2, const torch::Tensor& b2) {
+  return b2.defined() ? torch::addmm(b2, h, w2.t()) : torch::mm(h, w2.t());
+}
+
 torch::Tensor EagerMlp(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
                        const torch::Tensor& w2, const torch::Tensor& b2) {
-  return torch::addmm(b2, torch::gelu(torch::addmm(b1, x, w1.t()), "tanh"), w2.t());
+  return Fc2(torch::gelu(torch::addmm(b1, x, w1.t()), "tanh"), w2, b2);
 }
 
 #if MT_KERNELS_WITH_CUDA
@@ -95,13 +100,16 @@ bool WeightGradBias(const torch::Tensor& act, const torch::Tensor& grad, const t
   return RunLt(g, grad, allow_fallback, "weight gradient");
 }
 
-// Inputs: x, w1, b1, w2, b2 (contiguous), then the two options. Saves x, w1, w2, the
-// pre-activation and h (what the unfused chain keeps too).
+// Inputs: x, w1, b1, w2, b2 (contiguous; an empty tensor, never read, where fc2 has no bias:
+// autograd records every tensor input's device, so an undefined tensor cannot be passed), then
+// the two options and with_b2. Saves x, w1, w2, the pre-activation and h (what the unfused chain
+// keeps too).
 class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
                                torch::Tensor w1, torch::Tensor b1, torch::Tensor w2,
-                               torch::Tensor b2, int64_t backward_mode, bool allow_fallback) {
+                               torch::Tensor b2, int64_t backward_mode, bool allow_fallback,
+                               bool with_b2) {
     const int64_t n = x.size(0), f = w1.size(0);
     torch::Tensor pre = torch::empty({n, f}, x.options());
     torch::Tensor h = torch::empty({n, f}, x.options());
@@ -112,7 +120,7 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
     ctx->save_for_backward({x, w1, w2, pre, h});
     ctx->saved_data["backward"] = backward_mode;
     ctx->saved_data["allow_fallback"] = allow_fallback;
-    return torch::addmm(b2, h, w2.t());
+    return Fc2(h, w2, with_b2 ? b2 : torch::Tensor());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -154,14 +162,14 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
     if (ctx->needs_input_grad(2) && !db1.defined()) db1 = ColumnSum(dpre);
     if (ctx->needs_input_grad(3) && !dw2.defined()) dw2 = TunedMm(dy.t(), h);
     if (ctx->needs_input_grad(4) && !db2.defined()) db2 = ColumnSum(dy);
-    return {dx, dw1, db1, dw2, db2, torch::Tensor(), torch::Tensor()};
+    return {dx, dw1, db1, dw2, db2, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 bool NeedsGrad(std::initializer_list<const torch::Tensor*> tensors) {
   if (!torch::GradMode::is_enabled()) return false;
   for (const torch::Tensor* t : tensors) {
-    if (t->requires_grad()) return true;
+    if (t->defined() && t->requires_grad()) return true;
   }
   return false;
 }
@@ -175,13 +183,17 @@ bool FusedMlpAvailable(const torch::Tensor& x, const torch::Tensor& w1, const to
   const auto t = x.scalar_type();
   if (!KernelFloat(t)) return false;
   for (const torch::Tensor* p : {&x, &w1, &b1, &w2, &b2}) {
+    if (p == &b2 && !b2.defined()) continue;  // fc2 without a bias
     if (!p->defined() || !p->is_cuda() || p->scalar_type() != t) return false;
   }
-  if (x.dim() != 2 || w1.dim() != 2 || w2.dim() != 2 || b1.dim() != 1 || b2.dim() != 1) {
+  if (x.dim() != 2 || w1.dim() != 2 || w2.dim() != 2 || b1.dim() != 1 ||
+      (b2.defined() && b2.dim() != 1)) {
     return false;
   }
   const int64_t n = x.size(0), k = x.size(1), f = w1.size(0), h = w2.size(0);
-  if (w1.size(1) != k || b1.size(0) != f || w2.size(1) != f || b2.size(0) != h) return false;
+  if (w1.size(1) != k || b1.size(0) != f || w2.size(1) != f || (b2.defined() && b2.size(0) != h)) {
+    return false;
+  }
   return n > 0 && n % 8 == 0 && k % 8 == 0 && f % 8 == 0 && h % 8 == 0;
 #else
   (void)x, (void)w1, (void)b1, (void)w2, (void)b2;
@@ -197,14 +209,14 @@ torch::Tensor FusedMlp(const torch::Tensor& x, const torch::Tensor& w1, const to
     const torch::Tensor xc = x.contiguous(), w1c = w1.contiguous(), b1c = b1.contiguous(),
                         w2c = w2.contiguous();
     if (NeedsGrad({&x, &w1, &b1, &w2, &b2})) {
-      return FusedMlpFunction::apply(xc, w1c, b1c, w2c, b2, static_cast<int64_t>(options.backward),
-                                     options.allow_fallback);
+      const bool with_b2 = b2.defined();
+      return FusedMlpFunction::apply(
+          xc, w1c, b1c, w2c, with_b2 ? b2 : torch::empty({0}, w2.options()),
+          static_cast<int64_t>(options.backward), options.allow_fallback, with_b2);
     }
     // Inference: the GELU in the epilogue, no pre-activation kept.
     const torch::Tensor h = torch::empty({x.size(0), w1.size(0)}, x.options());
-    if (Fc1Gelu(xc, w1c, b1c, h, torch::Tensor(), options.allow_fallback)) {
-      return torch::addmm(b2, h, w2c.t());
-    }
+    if (Fc1Gelu(xc, w1c, b1c, h, torch::Tensor(), options.allow_fallback)) return Fc2(h, w2c, b2);
   }
 #endif
   return EagerMlp(x, w1, b1, w2, b2);

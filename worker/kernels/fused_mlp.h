@@ -38,13 +38,15 @@ struct FusedMlpOptions {
 };
 
 // True when FusedMlp runs the epilogues for these tensors: a CUDA build, CUDA tensors of one
-// dtype (fp32, bf16 or fp16), x [N, K], w1 [F, K], b1 [F], w2 [H, F], b2 [H], every dimension
-// a multiple of 8 (cuBLASLt's 16-byte rows and its aux leading dimension).
+// dtype (fp32, bf16 or fp16), x [N, K], w1 [F, K], b1 [F], w2 [H, F], b2 [H] or undefined, every
+// dimension a multiple of 8 (cuBLASLt's 16-byte rows and its aux leading dimension).
 bool FusedMlpAvailable(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
                        const torch::Tensor& w2, const torch::Tensor& b2);
 
-// fc2(gelu_tanh(x w1^T + b1)) = [N, H] with autograd into x and the four parameters. Where
-// FusedMlpAvailable is false: the same chain through LibTorch (addmm, gelu, addmm).
+// fc2(gelu_tanh(x w1^T + b1)) = [N, H] with autograd into x and the four parameters. b2 may be
+// undefined: fc2 without its bias (added, and its gradient summed, by the LayerNorm the output
+// goes to: model::GptConfig::fold_linear_bias). Where FusedMlpAvailable is false: the same chain
+// through LibTorch (addmm, gelu, addmm or mm).
 torch::Tensor FusedMlp(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
                        const torch::Tensor& w2, const torch::Tensor& b2,
                        const FusedMlpOptions& options = {});

@@ -18,19 +18,22 @@
 namespace mt::kernels {
 namespace {
 
-// y, dx, dw1, db1, dw2, db2 in fp32.
+// y, dx, dw1, db1, dw2, db2 in fp32; inputs x, w1, b1, w2 and b2, or without b2: fc2 without a
+// bias (its gradient then left out too).
 std::vector<torch::Tensor> RunMlp(bool fused, const std::vector<torch::Tensor>& inputs,
                                   const torch::Tensor& dy, MlpBackward backward) {
   std::vector<torch::Tensor> p;
   for (const torch::Tensor& t : inputs) p.push_back(t.detach().clone().requires_grad_(true));
+  const torch::Tensor b2 = p.size() > 4 ? p[4] : torch::Tensor();
   torch::Tensor y;
   if (fused) {
     FusedMlpOptions o;
     o.backward = backward;
     o.allow_fallback = false;
-    y = FusedMlp(p[0], p[1], p[2], p[3], p[4], o);
+    y = FusedMlp(p[0], p[1], p[2], p[3], b2, o);
   } else {
-    y = torch::addmm(p[4], torch::gelu(torch::addmm(p[2], p[0], p[1].t()), "tanh"), p[3].t());
+    const torch::Tensor h = torch::gelu(torch::addmm(p[2], p[0], p[1].t()), "tanh");
+    y = b2.defined() ? torch::addmm(b2, h, p[3].t()) : torch::mm(h, p[3].t());
   }
   y.backward(dy.to(y.scalar_type()));
   std::vector<torch::Tensor> out = {y.detach()};
@@ -58,34 +61,41 @@ TEST_P(FusedMlpGpuTest, MatchesTheUnfusedChain) {
   const auto [dtype, backward] = GetParam();
   const char* names[] = {"y", "d x", "d w1", "d b1", "d w2", "d b2"};
   torch::manual_seed(31);
-  // (rows, hidden, ffn): rows that fill no tile; GPT-2 124M's widths.
+  // (rows, hidden, ffn): rows that fill no tile; GPT-2 124M's widths; the second without fc2's
+  // bias (model::GptConfig::fold_linear_bias).
   for (auto [n, k, f] :
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{{296, 64, 256}, {2048, 768, 3072}}) {
-    const auto cuda = torch::TensorOptions(torch::kCUDA);
-    const std::vector<torch::Tensor> inputs = {
-        torch::randn({n, k}, cuda).to(dtype), (torch::randn({f, k}, cuda) * 0.05).to(dtype),
-        (torch::randn({f}, cuda) * 0.1).to(dtype), (torch::randn({k, f}, cuda) * 0.05).to(dtype),
-        (torch::randn({k}, cuda) * 0.1).to(dtype)};
-    const torch::Tensor dy = torch::randn({n, k}, cuda).to(dtype);
-    ASSERT_TRUE(FusedMlpAvailable(inputs[0], inputs[1], inputs[2], inputs[3], inputs[4]));
-    std::vector<torch::Tensor> in32;
-    for (const torch::Tensor& t : inputs) in32.push_back(t.to(torch::kFloat));
-    const auto want = RunMlp(false, in32, dy.to(torch::kFloat), backward);
-    const auto got = RunMlp(true, inputs, dy, backward);
-    const auto torch_same = RunMlp(false, inputs, dy, backward);
-    for (size_t i = 0; i < want.size(); ++i) {
-      const double scale = want[i].abs().max().item<double>();
-      const double ours = MaxError(got[i], want[i]);
-      if (dtype == torch::kFloat) {
-        const double excess =
-            ((got[i] - want[i]).abs() - (1e-4 * scale + 1e-4 * want[i].abs())).max().item<double>();
-        EXPECT_LE(excess, 0.0) << names[i] << " at " << n << "x" << k << "x" << f;
-      } else {
-        const double theirs = MaxError(torch_same[i], want[i]);
-        std::printf("%ldx%ldx%ld %s: error %.3g (LibTorch in dtype %.3g), largest %.3g\n",
-                    static_cast<long>(n), static_cast<long>(k), static_cast<long>(f), names[i],
-                    ours, theirs, scale);
-        EXPECT_LE(ours, 1.5 * theirs) << names[i] << " at " << n << "x" << k << "x" << f;
+    for (bool with_b2 : {true, false}) {
+      const auto cuda = torch::TensorOptions(torch::kCUDA);
+      std::vector<torch::Tensor> inputs = {
+          torch::randn({n, k}, cuda).to(dtype), (torch::randn({f, k}, cuda) * 0.05).to(dtype),
+          (torch::randn({f}, cuda) * 0.1).to(dtype), (torch::randn({k, f}, cuda) * 0.05).to(dtype)};
+      if (with_b2) inputs.push_back((torch::randn({k}, cuda) * 0.1).to(dtype));
+      const torch::Tensor dy = torch::randn({n, k}, cuda).to(dtype);
+      ASSERT_TRUE(FusedMlpAvailable(inputs[0], inputs[1], inputs[2], inputs[3],
+                                    with_b2 ? inputs[4] : torch::Tensor()));
+      std::vector<torch::Tensor> in32;
+      for (const torch::Tensor& t : inputs) in32.push_back(t.to(torch::kFloat));
+      const auto want = RunMlp(false, in32, dy.to(torch::kFloat), backward);
+      const auto got = RunMlp(true, inputs, dy, backward);
+      const auto torch_same = RunMlp(false, inputs, dy, backward);
+      for (size_t i = 0; i < want.size(); ++i) {
+        const double scale = want[i].abs().max().item<double>();
+        const double ours = MaxError(got[i], want[i]);
+        if (dtype == torch::kFloat) {
+          const double excess = ((got[i] - want[i]).abs() - (1e-4 * scale + 1e-4 * want[i].abs()))
+                                    .max()
+                                    .item<double>();
+          EXPECT_LE(excess, 0.0) << names[i] << " at " << n << "x" << k << "x" << f
+                                 << (with_b2 ? "" : " without b2");
+        } else {
+          const double theirs = MaxError(torch_same[i], want[i]);
+          std::printf("%ldx%ldx%ld%s %s: error %.3g (LibTorch in dtype %.3g), largest %.3g\n",
+                      static_cast<long>(n), static_cast<long>(k), static_cast<long>(f),
+                      with_b2 ? "" : " without b2", names[i], ours, theirs, scale);
+          EXPECT_LE(ours, 1.5 * theirs)
+              << names[i] << " at " << n << "x" << k << "x" << f << (with_b2 ? "" : " without b2");
+        }
       }
     }
   }
@@ -134,6 +144,14 @@ TEST(FusedMlpCpu, FallsBackToTheChain) {
   const auto got = RunMlp(true, inputs, dy, MlpBackward::kDGelu);
   const auto want = RunMlp(false, inputs, dy, MlpBackward::kDGelu);
   for (size_t i = 0; i < want.size(); ++i) EXPECT_TRUE(torch::equal(got[i], want[i])) << i;
+  inputs.pop_back();  // fc2 without a bias
+  EXPECT_FALSE(FusedMlpAvailable(inputs[0], inputs[1], inputs[2], inputs[3], torch::Tensor()));
+  const auto got_nb = RunMlp(true, inputs, dy, MlpBackward::kDGelu);
+  const auto want_nb = RunMlp(false, inputs, dy, MlpBackward::kDGelu);
+  ASSERT_EQ(got_nb.size(), 5u);
+  for (size_t i = 0; i < want_nb.size(); ++i) {
+    EXPECT_TRUE(torch::equal(got_nb[i], want_nb[i])) << i << " without b2";
+  }
 }
 
 }  // namespace

@@ -21,19 +21,23 @@ cudaStream_t StreamOf(const torch::Tensor& t) {
   return at::cuda::getCurrentCUDAStream(t.device().index()).stream();
 }
 
-// Inputs: x, residual, weight, bias, eps, add (false: plain LayerNorm; residual is then an
-// empty tensor, never read: autograd records every tensor input's device, so an undefined
-// tensor cannot be passed). Outputs: {sum, y} with a residual, {y} without.
+// Inputs: x, residual, residual_bias, weight, bias, eps, add (false: plain LayerNorm; residual
+// is then an empty tensor, never read: autograd records every tensor input's device, so an
+// undefined tensor cannot be passed), with_residual_bias (false: residual_bias is an empty
+// tensor, never read). Outputs: {sum, y} with a residual, {y} without.
 class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
  public:
   static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx,
                                                 torch::Tensor x, torch::Tensor residual,
-                                                torch::Tensor weight, torch::Tensor bias,
-                                                double eps, bool add) {
+                                                torch::Tensor residual_bias, torch::Tensor weight,
+                                                torch::Tensor bias, double eps, bool add,
+                                                bool with_residual_bias) {
     const int64_t hidden = x.size(-1);
     const int64_t rows = hidden > 0 ? x.numel() / hidden : 0;
     const torch::Tensor xc = x.contiguous();
     const torch::Tensor rc = add ? residual.contiguous() : torch::Tensor();
+    const bool rb = add && with_residual_bias;
+    const torch::Tensor rbc = rb ? residual_bias.contiguous() : torch::Tensor();
     const torch::Tensor w = weight.contiguous(), b = bias.contiguous();
     torch::Tensor sum = add ? torch::empty_like(xc) : xc;
     torch::Tensor y = torch::empty_like(xc);
@@ -43,10 +47,11 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
         KindOf(xc.scalar_type()), xc.data_ptr(), add ? rc.data_ptr() : nullptr,
         add ? sum.data_ptr() : nullptr, w.data_ptr(), b.data_ptr(), y.data_ptr(),
         mean.data_ptr<float>(), rstd.data_ptr<float>(), rows, hidden, static_cast<float>(eps),
-        StreamOf(xc));
+        StreamOf(xc), rb ? rbc.data_ptr() : nullptr);
     TORCH_CHECK(err == cudaSuccess, "FusedLayerNorm launch: ", cudaGetErrorString(err));
     ctx->save_for_backward({sum, w, mean, rstd});
     ctx->saved_data["add"] = add;
+    ctx->saved_data["residual_bias"] = rb;
     if (add) return {sum, y};
     return {y};
   }
@@ -57,6 +62,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const torch::Tensor& x = saved[0];
     const torch::Tensor& w = saved[1];
     const bool add = ctx->saved_data["add"].toBool();
+    const bool rb = ctx->saved_data["residual_bias"].toBool();
     const torch::Tensor dsum = add && grads[0].defined() ? grads[0].contiguous() : torch::Tensor();
     torch::Tensor dy = grads[add ? 1 : 0];
     dy = dy.defined() ? dy.contiguous() : torch::zeros_like(x);
@@ -64,15 +70,24 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
     const int64_t rows = hidden > 0 ? x.numel() / hidden : 0;
     torch::Tensor dx = torch::empty_like(x);
     torch::Tensor dw = torch::empty_like(w), db = torch::empty_like(w);
+    torch::Tensor drb = rb ? torch::empty_like(w) : torch::Tensor();
     torch::Tensor partial =
-        torch::empty({2 * LayerNormBackwardBlocks(rows), hidden}, x.options().dtype(torch::kFloat));
+        torch::empty({LayerNormBackwardSums(rb) * LayerNormBackwardBlocks(rows), hidden},
+                     x.options().dtype(torch::kFloat));
     const cudaError_t err = LaunchLayerNormBackward(
         KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(), saved[2].data_ptr<float>(),
         saved[3].data_ptr<float>(), w.data_ptr(), dsum.defined() ? dsum.data_ptr() : nullptr,
         dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
-        StreamOf(x));
+        StreamOf(x), LayerNormBackwardPath::kAuto, rb ? drb.data_ptr() : nullptr);
     TORCH_CHECK(err == cudaSuccess, "FusedLayerNorm backward launch: ", cudaGetErrorString(err));
-    return {dx, add ? dx : torch::Tensor(), dw, db, torch::Tensor(), torch::Tensor()};
+    return {dx,
+            add ? dx : torch::Tensor(),
+            drb,
+            dw,
+            db,
+            torch::Tensor(),
+            torch::Tensor(),
+            torch::Tensor()};
   }
 };
 #endif
@@ -97,8 +112,9 @@ torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight
 #if MT_KERNELS_WITH_CUDA
   if (FusedLayerNormAvailable(x, weight) && bias.defined() &&
       bias.scalar_type() == weight.scalar_type()) {
-    return LayerNormFunction::apply(x, torch::empty({0}, x.options()), weight, bias, eps,
-                                    /*add=*/false)[0];
+    const torch::Tensor none = torch::empty({0}, x.options());
+    return LayerNormFunction::apply(x, none, none, weight, bias, eps, /*add=*/false,
+                                    /*with_residual_bias=*/false)[0];
   }
 #endif
   return torch::layer_norm(x, {x.size(-1)}, weight, bias, eps);
@@ -107,18 +123,26 @@ torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight
 std::pair<torch::Tensor, torch::Tensor> FusedAddLayerNorm(const torch::Tensor& x,
                                                           const torch::Tensor& residual,
                                                           const torch::Tensor& weight,
-                                                          const torch::Tensor& bias, double eps) {
+                                                          const torch::Tensor& bias, double eps,
+                                                          const torch::Tensor& residual_bias) {
   TORCH_CHECK(x.sizes() == residual.sizes(), "FusedAddLayerNorm: x ", x.sizes(), " and residual ",
               residual.sizes(), " differ");
+  const bool rb = residual_bias.defined();
+  TORCH_CHECK(!rb || (residual_bias.dim() == 1 && residual_bias.size(0) == x.size(-1)),
+              "FusedAddLayerNorm: residual_bias must be [", x.size(-1), "], got ",
+              residual_bias.sizes());
 #if MT_KERNELS_WITH_CUDA
   if (FusedLayerNormAvailable(x, weight) && bias.defined() &&
       bias.scalar_type() == weight.scalar_type() && residual.scalar_type() == x.scalar_type() &&
-      residual.is_cuda()) {
-    auto out = LayerNormFunction::apply(x, residual, weight, bias, eps, /*add=*/true);
+      residual.is_cuda() &&
+      (!rb || (residual_bias.scalar_type() == x.scalar_type() && residual_bias.is_cuda()))) {
+    const torch::Tensor none = torch::empty({0}, x.options());
+    auto out = LayerNormFunction::apply(x, residual, rb ? residual_bias : none, weight, bias, eps,
+                                        /*add=*/true, rb);
     return {out[0], out[1]};
   }
 #endif
-  torch::Tensor sum = x + residual;
+  torch::Tensor sum = rb ? x + residual + residual_bias : x + residual;
   return {sum, torch::layer_norm(sum, {x.size(-1)}, weight, bias, eps)};
 }
 

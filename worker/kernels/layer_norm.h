@@ -28,12 +28,17 @@ bool FusedLayerNormAvailable(const torch::Tensor& x, const torch::Tensor& weight
 torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight,
                              const torch::Tensor& bias, double eps);
 
-// {sum, y}: sum = x + residual (same shape), y = LayerNorm(sum). Autograd into x, residual,
-// weight and bias (x and residual get the same gradient).
+// {sum, y}: sum = x + residual (same shape), plus residual_bias [hidden] on every row where it
+// is defined, y = LayerNorm(sum). Autograd into x, residual, residual_bias, weight and bias (x
+// and residual get the same gradient, residual_bias its column sums). residual_bias is a linear
+// layer's bias left out of its GEMM (model::GptConfig::fold_linear_bias): its gradient then comes
+// from this backward kernel, which writes the rows it sums, instead of another pass over them.
+// The kernel adds x, residual and residual_bias in fp32 and rounds once.
 std::pair<torch::Tensor, torch::Tensor> FusedAddLayerNorm(const torch::Tensor& x,
                                                           const torch::Tensor& residual,
                                                           const torch::Tensor& weight,
-                                                          const torch::Tensor& bias, double eps);
+                                                          const torch::Tensor& bias, double eps,
+                                                          const torch::Tensor& residual_bias = {});
 
 }  // namespace mt::kernels
 

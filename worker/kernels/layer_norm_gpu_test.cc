@@ -4,12 +4,14 @@
 // register kernels (768, 1024, 2048, 4096: groups of 1 to 8 warps a row; in backward the staged
 // kernel, except fp32 at 4096, whose staged rows leave room for one block an SM, which takes the
 // register kernel) and on the streaming ones (8192: over 48 KB of shared memory in backward; 100:
-// no 16-byte vectors). 300 rows take two of the staged kernel's stages or more. The reference
-// runs in fp32 on the same (rounded) inputs.
+// no 16-byte vectors). 300 rows take two of the staged kernel's stages or more. Each as a plain
+// LayerNorm, with a residual, and with a residual and the residual's bias (a linear layer's bias
+// left to the LayerNorm: its gradient is the sums of d input's columns). The reference runs in
+// fp32 on the same (rounded) inputs.
 // Tolerances: fp32 1e-4 relative + 1e-5 absolute (sums in another order); bf16 / fp16 the
 // dtype's rounding of the result, 1e-2 relative + 1e-2 absolute on values that are O(1)
-// (y, d input), and for d weight / d bias (sums over 300 rows) 1e-2 relative + 1e-2 x the
-// largest entry; LibTorch's own bf16 / fp16 kernels meet the same bounds (checked too).
+// (y, d input), and for d weight / d bias / d residual bias (sums over 300 rows) 1e-2 relative +
+// 1e-2 x the largest entry; LibTorch's own bf16 / fp16 kernels meet the same bounds (checked too).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -30,24 +32,28 @@ namespace mt::kernels {
 namespace {
 
 struct Grads {
-  std::vector<torch::Tensor> values;  // sum (or y twice), y, dx, dresidual, dweight, dbias
+  // sum (or y twice), y, dx, dresidual, dweight, dbias, d residual bias (or d bias again)
+  std::vector<torch::Tensor> values;
 };
 
-// fp32 copies of everything the chain produces, from inputs rounded to `dtype`.
+// fp32 copies of everything the chain produces, from inputs rounded to `dtype`; `rb0` the
+// residual's bias, undefined for none.
 Grads RunChain(bool fused, bool add, const torch::Tensor& x0, const torch::Tensor& r0,
                const torch::Tensor& w0, const torch::Tensor& b0, const torch::Tensor& dy,
-               const torch::Tensor& dsum) {
+               const torch::Tensor& dsum, const torch::Tensor& rb0 = {}) {
   auto x = x0.detach().clone().requires_grad_(true);
   auto r = r0.detach().clone().requires_grad_(true);
   auto w = w0.detach().clone().requires_grad_(true);
   auto b = b0.detach().clone().requires_grad_(true);
+  const bool with_rb = rb0.defined();
+  auto rb = with_rb ? rb0.detach().clone().requires_grad_(true) : torch::Tensor();
   const double eps = 1e-5;
   torch::Tensor sum, y;
   if (add) {
     if (fused) {
-      std::tie(sum, y) = FusedAddLayerNorm(x, r, w, b, eps);
+      std::tie(sum, y) = FusedAddLayerNorm(x, r, w, b, eps, rb);
     } else {
-      sum = x + r;
+      sum = with_rb ? x + r + rb : x + r;
       y = torch::layer_norm(sum, {x.size(-1)}, w, b, eps);
     }
     torch::autograd::backward({sum, y}, {dsum.to(sum.scalar_type()), dy.to(y.scalar_type())});
@@ -59,7 +65,8 @@ Grads RunChain(bool fused, bool add, const torch::Tensor& x0, const torch::Tenso
   auto f = [](const torch::Tensor& t) {
     return t.defined() ? t.detach().to(torch::kFloat) : torch::Tensor();
   };
-  return {{f(sum), f(y), f(x.grad()), add ? f(r.grad()) : f(x.grad()), f(w.grad()), f(b.grad())}};
+  return {{f(sum), f(y), f(x.grad()), add ? f(r.grad()) : f(x.grad()), f(w.grad()), f(b.grad()),
+           with_rb ? f(rb.grad()) : f(b.grad())}};
 }
 
 double Excess(const torch::Tensor& got, const torch::Tensor& want, double rtol, double atol) {
@@ -72,32 +79,40 @@ TEST_P(FusedLayerNormGpuTest, MatchesTorchForwardAndBackward) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto dtype = GetParam();
   const bool fp32 = dtype == torch::kFloat;
-  const char* names[] = {"sum", "y", "d x", "d residual", "d weight", "d bias"};
+  const char* names[] = {"sum", "y", "d x", "d residual", "d weight", "d bias", "d residual bias"};
   torch::manual_seed(21);
   const std::pair<int64_t, int64_t> shapes[] = {{3, 100}, {1, 7}, {1, 1}};
   for (int64_t hidden : {768, 1024, 2048, 4096, 8192, 100}) {
     for (const auto& [b, s] : shapes) {
-      for (bool add : {false, true}) {
+      // 0: LayerNorm alone; 1: with a residual; 2: with a residual and the residual's bias.
+      for (int mode : {0, 1, 2}) {
+        const bool add = mode > 0;
         const auto cuda = torch::TensorOptions(torch::kCUDA);
         auto x = (torch::randn({b, s, hidden}, cuda) * 2 + 0.5).to(dtype);
         auto r = torch::randn({b, s, hidden}, cuda).to(dtype);
         auto w = (torch::rand({hidden}, cuda) + 0.5).to(dtype);
         auto bias = (torch::randn({hidden}, cuda) * 0.1).to(dtype);
+        auto rb = mode == 2 ? torch::randn({hidden}, cuda).to(dtype) : torch::Tensor();
         auto dy = torch::randn({b, s, hidden}, cuda);
         auto dsum = torch::randn({b, s, hidden}, cuda);
         ASSERT_TRUE(FusedLayerNormAvailable(x, w));
-        auto to32 = [](const torch::Tensor& t) { return t.to(torch::kFloat); };
+        auto to32 = [](const torch::Tensor& t) {
+          return t.defined() ? t.to(torch::kFloat) : torch::Tensor();
+        };
         const Grads want = RunChain(false, add, to32(x), to32(r), to32(w), to32(bias),
-                                    to32(dy.to(dtype)), to32(dsum.to(dtype)));
-        const Grads got = RunChain(true, add, x, r, w, bias, dy, dsum);
-        const Grads torch_same = RunChain(false, add, x, r, w, bias, dy, dsum);
-        for (int i = 0; i < 6; ++i) {
+                                    to32(dy.to(dtype)), to32(dsum.to(dtype)), to32(rb));
+        const Grads got = RunChain(true, add, x, r, w, bias, dy, dsum, rb);
+        const Grads torch_same = RunChain(false, add, x, r, w, bias, dy, dsum, rb);
+        for (int i = 0; i < 7; ++i) {
           const bool param = i >= 4;
           const double scale = param ? want.values[i].abs().max().item<double>() : 1.0;
           const double rtol = fp32 ? 1e-4 : 1e-2;
           const double atol = fp32 ? 1e-5 * scale : 1e-2 * scale;
           const std::string what = std::string(names[i]) + " hidden " + std::to_string(hidden) +
-                                   " rows " + std::to_string(b * s) + (add ? " with residual" : "");
+                                   " rows " + std::to_string(b * s) +
+                                   (mode == 1   ? " with residual"
+                                    : mode == 2 ? " with residual and its bias"
+                                                : "");
           EXPECT_LE(Excess(got.values[i], want.values[i], rtol, atol), 0.0) << what;
           EXPECT_LE(Excess(torch_same.values[i], want.values[i], rtol, atol), 0.0)
               << "LibTorch's own: " << what;
@@ -111,29 +126,34 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, FusedLayerNormGpuTest,
                          ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf));
 
 #if MT_KERNELS_WITH_CUDA
-// dx, d weight and d bias of LaunchLayerNormBackward on one path.
+// dx, d weight and d bias of LaunchLayerNormBackward on one path, and with `residual_bias` the
+// residual bias's gradient.
 std::vector<torch::Tensor> BackwardOn(LayerNormBackwardPath path, const torch::Tensor& dy,
                                       const torch::Tensor& x, const torch::Tensor& mean,
                                       const torch::Tensor& rstd, const torch::Tensor& w,
-                                      const torch::Tensor& dsum) {
+                                      const torch::Tensor& dsum, bool residual_bias = false) {
   const int64_t rows = x.size(0), hidden = x.size(1);
   torch::Tensor dx = torch::empty_like(x), dw = torch::empty_like(w), db = torch::empty_like(w);
+  torch::Tensor drb = residual_bias ? torch::empty_like(w) : torch::Tensor();
   torch::Tensor partial =
-      torch::empty({2 * LayerNormBackwardBlocks(rows), hidden}, x.options().dtype(torch::kFloat));
+      torch::empty({LayerNormBackwardSums(residual_bias) * LayerNormBackwardBlocks(rows), hidden},
+                   x.options().dtype(torch::kFloat));
   const cudaError_t err = LaunchLayerNormBackward(
       KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
       rstd.data_ptr<float>(), w.data_ptr(), dsum.defined() ? dsum.data_ptr() : nullptr,
       dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
-      at::cuda::getCurrentCUDAStream().stream(), path);
+      at::cuda::getCurrentCUDAStream().stream(), path, residual_bias ? drb.data_ptr() : nullptr);
   EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
+  if (residual_bias) return {dx, dw, db, drb};
   return {dx, dw, db};
 }
 
 // The staged backward (rows copied into shared memory ahead of use) against the register one,
 // forced through LaunchLayerNormBackward's path, for groups of 1, 2, 4 and 8 warps a row, with and
-// without dsum: bit for bit. Each row's arithmetic is the same, and 1,000 rows take 125 blocks,
-// fewer than the staged kernel's resident blocks on a GPU of 125 SMs or more, so both run the same
-// grid and add the same rows to the same sums in the same order. kAuto gives the same bits too.
+// without dsum, with and without the residual bias's gradient: bit for bit. Each row's arithmetic
+// is the same, and 1,000 rows take 125 blocks, fewer than the staged kernel's resident blocks on a
+// GPU of 125 SMs or more, so both run the same grid and add the same rows to the same sums in the
+// same order. kAuto gives the same bits too.
 TEST(FusedLayerNormGpu, StagedAndRegisterBackwardAgreeBitForBit) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(23);
@@ -149,16 +169,28 @@ TEST(FusedLayerNormGpu, StagedAndRegisterBackwardAgreeBitForBit) {
       const torch::Tensor rstd = torch::rsqrt(xf.var(1, /*unbiased=*/false) + 1e-5);
       const torch::Tensor w = (torch::rand({hidden}, cuda) + 0.5).to(dtype);
       const torch::Tensor dy = torch::randn({rows, hidden}, cuda).to(dtype);
-      for (bool with_dsum : {false, true}) {
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool with_dsum = variant > 0, rb = variant == 2;
         const torch::Tensor dsum =
             with_dsum ? torch::randn({rows, hidden}, cuda).to(dtype) : torch::Tensor();
-        const auto reg = BackwardOn(LayerNormBackwardPath::kRegister, dy, x, mean, rstd, w, dsum);
-        const auto staged = BackwardOn(LayerNormBackwardPath::kStaged, dy, x, mean, rstd, w, dsum);
-        const auto automatic = BackwardOn(LayerNormBackwardPath::kAuto, dy, x, mean, rstd, w, dsum);
-        const char* names[] = {"d x", "d weight", "d bias"};
-        for (int i = 0; i < 3; ++i) {
+        using P = LayerNormBackwardPath;
+        const auto reg = BackwardOn(P::kRegister, dy, x, mean, rstd, w, dsum, rb);
+        const auto staged = BackwardOn(P::kStaged, dy, x, mean, rstd, w, dsum, rb);
+        const auto automatic = BackwardOn(P::kAuto, dy, x, mean, rstd, w, dsum, rb);
+        const char* names[] = {"d x", "d weight", "d bias", "d residual bias"};
+        ASSERT_EQ(reg.size(), rb ? 4u : 3u);
+        if (rb) {  // the sums of d x's columns as written
+          const torch::Tensor want = reg[0].to(torch::kFloat).sum(0);
+          const double scale = want.abs().max().item<double>();
+          EXPECT_LE(Excess(reg[3].to(torch::kFloat), want, dtype == torch::kFloat ? 1e-4 : 1e-2,
+                           (dtype == torch::kFloat ? 1e-5 : 1e-2) * scale),
+                    0.0)
+              << "d residual bias " << c10::toString(dtype) << " hidden " << hidden;
+        }
+        for (size_t i = 0; i < reg.size(); ++i) {
           const std::string what = std::string(names[i]) + " " + c10::toString(dtype) + " hidden " +
-                                   std::to_string(hidden) + (with_dsum ? " with dsum" : "");
+                                   std::to_string(hidden) + (with_dsum ? " with dsum" : "") +
+                                   (rb ? " and the residual bias" : "");
           EXPECT_TRUE(torch::equal(staged[i], reg[i]))
               << what << ": max diff " << (staged[i] - reg[i]).abs().max().item<double>();
           EXPECT_TRUE(torch::equal(automatic[i], reg[i])) << what << " (auto)";
@@ -180,6 +212,30 @@ TEST(FusedLayerNormCpu, FallsBackToTorch) {
   EXPECT_TRUE(torch::equal(sum, x + r));
   EXPECT_TRUE(torch::equal(y, torch::layer_norm(x + r, {32}, w, b, 1e-5)));
   EXPECT_TRUE(torch::equal(FusedLayerNorm(x, w, b, 1e-5), torch::layer_norm(x, {32}, w, b, 1e-5)));
+}
+
+// The residual's bias on the fallback: added to every row of the sum, its gradient the sums of
+// the sum's gradient over rows; a bias of another width is an error that names it.
+TEST(FusedLayerNormCpu, ResidualBiasFallsBackToTorch) {
+  torch::manual_seed(3);
+  auto x = torch::randn({4, 5, 32}, torch::kDouble);
+  auto r = torch::randn({4, 5, 32}, torch::kDouble);
+  auto w = torch::rand({32}, torch::kDouble);
+  auto b = torch::randn({32}, torch::kDouble);
+  auto rb = torch::randn({32}, torch::kDouble).requires_grad_(true);
+  const auto [sum, y] = FusedAddLayerNorm(x, r, w, b, 1e-5, rb);
+  EXPECT_TRUE(torch::allclose(sum, x + r + rb, 1e-15, 1e-15));
+  EXPECT_TRUE(torch::allclose(y, torch::layer_norm(x + r + rb, {32}, w, b, 1e-5), 1e-15, 1e-15));
+  const torch::Tensor dsum = torch::randn_like(sum);
+  sum.backward(dsum);
+  EXPECT_TRUE(torch::allclose(rb.grad(), dsum.reshape({-1, 32}).sum(0), 1e-12, 1e-12));
+  try {
+    FusedAddLayerNorm(x, r, w, b, 1e-5, torch::zeros({31}, torch::kDouble));
+    ADD_FAILURE() << "a residual bias of 31 for hidden 32 was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("residual_bias must be [32]"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

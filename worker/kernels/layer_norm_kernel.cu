@@ -55,13 +55,25 @@ __device__ __forceinline__ float2 GroupSum(float2 v, float2* scratch) {
   }
 }
 
+// x + r (+ pack p of the residual's bias when `bias` is non-null), in fp32, rounded once.
+template <typename T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> SumPacks(const Pack<T, kVec>& x, const Pack<T, kVec>& r,
+                                                  const T* bias, int64_t p) {
+  if (bias == nullptr) return AddPacks(x, r);
+  const Pack<T, kVec> b = reinterpret_cast<const Pack<T, kVec>*>(bias)[p];
+  Pack<T, kVec> s;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) s.v[k] = To<T>(F(x.v[k]) + F(r.v[k]) + F(b.v[k]));
+  return s;
+}
+
 // One row per group of G warps; thread t of a group holds packs t, t + 32 G, ... (at most
 // kForwardPacks). The grid covers the rows once.
 template <typename T, int kVec, int G>
 __global__ void __launch_bounds__(kThreads)
-    RegisterForwardKernel(const T* x, const T* residual, T* sum, const T* weight, const T* bias,
-                          T* y, float* mean_out, float* rstd_out, int64_t rows, int64_t hidden,
-                          float eps) {
+    RegisterForwardKernel(const T* x, const T* residual, const T* residual_bias, T* sum,
+                          const T* weight, const T* bias, T* y, float* mean_out, float* rstd_out,
+                          int64_t rows, int64_t hidden, float eps) {
   using P = Pack<T, kVec>;
   __shared__ float2 scratch[kWarps];
   // Launched as a dependent for a few rows (dependent_launch.cuh); no-ops otherwise.
@@ -84,7 +96,7 @@ __global__ void __launch_bounds__(kThreads)
     if (!live || p >= npacks) continue;
     a[j] = xr[p];
     if (residual != nullptr) {
-      a[j] = AddPacks(a[j], rr[p]);
+      a[j] = SumPacks(a[j], rr[p], residual_bias, p);
       sr[p] = a[j];  // the LayerNorm reads the sum as stored (rounded to T)
     }
 #pragma unroll
@@ -128,9 +140,9 @@ __global__ void __launch_bounds__(kThreads)
 // Any width (hidden % kVec == 0): one warp per row, the row read again for each pass.
 template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
-    StreamingForwardKernel(const T* x, const T* residual, T* sum, const T* weight, const T* bias,
-                           T* y, float* mean_out, float* rstd_out, int64_t rows, int64_t hidden,
-                           float eps) {
+    StreamingForwardKernel(const T* x, const T* residual, const T* residual_bias, T* sum,
+                           const T* weight, const T* bias, T* y, float* mean_out, float* rstd_out,
+                           int64_t rows, int64_t hidden, float eps) {
   using P = Pack<T, kVec>;
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -140,7 +152,7 @@ __global__ void __launch_bounds__(kThreads)
   if (residual != nullptr) {
     const P* rr = reinterpret_cast<const P*>(residual + row * hidden);
     P* sr = reinterpret_cast<P*>(sum + row * hidden);
-    for (int64_t p = lane; p < npacks; p += 32) sr[p] = AddPacks(in[p], rr[p]);
+    for (int64_t p = lane; p < npacks; p += 32) sr[p] = SumPacks(in[p], rr[p], residual_bias, p);
     in = sr;  // this thread reads back only what it wrote itself
   }
   float acc = 0.0f;
@@ -177,10 +189,17 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Shared memory of the backward kernels: `copies` x [2][hidden] fp32 (d weight and d bias sums),
-// then kWarps float2 of reduction scratch.
-size_t BackwardSharedBytes(int64_t hidden, int copies) {
-  return static_cast<size_t>(copies) * 2 * hidden * sizeof(float) + kWarps * sizeof(float2);
+// The column sums a backward kernel keeps: d weight, d bias, and where asked the residual bias's
+// gradient (the sums of d input's columns).
+__host__ __device__ constexpr int SumsOf(bool residual_bias) { return residual_bias ? 3 : 2; }
+static_assert(SumsOf(true) == LayerNormBackwardSums(true) &&
+                  SumsOf(false) == LayerNormBackwardSums(false),
+              "partial's rows as layer_norm_launch.h sizes them");
+
+// Shared memory of the backward kernels: `copies` x [sums][hidden] fp32 (the column sums, sums
+// 2 or 3), then kWarps float2 of reduction scratch.
+size_t BackwardSharedBytes(int64_t hidden, int copies, int sums) {
+  return static_cast<size_t>(copies) * sums * hidden * sizeof(float) + kWarps * sizeof(float2);
 }
 
 __device__ __forceinline__ void ZeroShared(float* shared, int64_t n) {
@@ -188,21 +207,19 @@ __device__ __forceinline__ void ZeroShared(float* shared, int64_t n) {
   __syncthreads();
 }
 
-// partial: [2][gridDim.x][hidden] fp32 (d weight, then d bias), written whole by each block:
-// the sums of the block's `copies` x [2][hidden] shared sums.
-__device__ __forceinline__ void WritePartial(const float* shared, int copies, float* partial,
-                                             int64_t hidden) {
+// partial: [sums][gridDim.x][hidden] fp32 (d weight, d bias, then the residual bias's gradient),
+// written whole by each block: the sums of the block's `copies` x [sums][hidden] shared sums.
+__device__ __forceinline__ void WritePartial(const float* shared, int copies, int sums,
+                                             float* partial, int64_t hidden) {
   __syncthreads();
-  float* pw = partial + static_cast<int64_t>(blockIdx.x) * hidden;
-  float* pb = partial + (static_cast<int64_t>(gridDim.x) + blockIdx.x) * hidden;
-  for (int64_t c = threadIdx.x; c < hidden; c += kThreads) {
-    float w = 0.0f, b = 0.0f;
-    for (int i = 0; i < copies; ++i) {
-      w += shared[2 * i * hidden + c];
-      b += shared[(2 * i + 1) * hidden + c];
+  for (int k = 0; k < sums; ++k) {
+    float* out = partial + (static_cast<int64_t>(k) * gridDim.x + blockIdx.x) * hidden;
+    for (int64_t c = threadIdx.x; c < hidden; c += kThreads) {
+      float v = 0.0f;
+      for (int i = 0; i < copies; ++i)
+        v += shared[(static_cast<int64_t>(i) * sums + k) * hidden + c];
+      out[c] = v;
     }
-    pw[c] = w;
-    pb[c] = b;
   }
 }
 
@@ -243,6 +260,16 @@ __device__ __forceinline__ void AddPackProducts(const P& g, const P& a, const P&
   AddToShared<kVec>(sdb, pdb);
 }
 
+// sums[0, kVec) += pack o's values (d input as stored: the residual bias's gradient sums the
+// rounded values, as a column sum of d input would).
+template <int kVec, typename P>
+__device__ __forceinline__ void AddPackToShared(float* sums, const P& o) {
+  float v[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) v[k] = F(o.v[k]);
+  AddToShared<kVec>(sums, v);
+}
+
 // The second pass over one pack: d input = rs (dy w - m1 - xhat m2), plus the residual
 // stream's gradient r where with_r (by value and a flag: a pointer to a pack in registers would
 // put the pack on the stack).
@@ -270,16 +297,18 @@ template <typename T, int kVec, int G>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
     RegisterBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
                            const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
-                           int64_t hidden) {
+                           int64_t hidden, bool residual_bias) {
   using P = Pack<T, kVec>;
   constexpr int kGroup = 32 * G;
   constexpr int kCopies = kWarps / G;  // groups of a block = rows of a block at a time
   extern __shared__ __align__(16) float shared[];
+  const int sums = SumsOf(residual_bias);
   const int group = threadIdx.x / kGroup;
-  float* sdw = shared + 2 * group * hidden;
+  float* sdw = shared + sums * group * hidden;
   float* sdb = sdw + hidden;
-  float2* scratch = reinterpret_cast<float2*>(shared + 2 * kCopies * hidden);
-  ZeroShared(shared, 2 * kCopies * hidden);
+  float* sdr = residual_bias ? sdb + hidden : nullptr;
+  float2* scratch = reinterpret_cast<float2*>(shared + sums * kCopies * hidden);
+  ZeroShared(shared, sums * kCopies * hidden);
   const int t = threadIdx.x % kGroup;
   const int64_t npacks = hidden / kVec;
   P w[kBackwardPacks];
@@ -318,16 +347,18 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
       if (p >= npacks) continue;
       P r{};
       if (dsr != nullptr) r = dsr[p];
-      dxr[p] = PackGradient<kVec>(g[j], a[j], w[j], mu, rs, m1, m2, r, dsr != nullptr);
+      const P o = PackGradient<kVec>(g[j], a[j], w[j], mu, rs, m1, m2, r, dsr != nullptr);
+      dxr[p] = o;
+      if (sdr != nullptr) AddPackToShared<kVec>(sdr + p * kVec, o);
     }
   }
-  WritePartial(shared, kCopies, partial, hidden);
+  WritePartial(shared, kCopies, sums, partial, hidden);
 }
 
 // Shared memory of the staged backward: BackwardSharedBytes, then two stages of the block's rows
 // of dy, x and dsum in T (each stage `copies` x [3][hidden]).
-size_t StagedSharedBytes(int64_t hidden, int copies, size_t element) {
-  return BackwardSharedBytes(hidden, copies) +
+size_t StagedSharedBytes(int64_t hidden, int copies, int sums, size_t element) {
+  return BackwardSharedBytes(hidden, copies, sums) +
          2 * static_cast<size_t>(copies) * 3 * hidden * element;
 }
 
@@ -341,17 +372,19 @@ template <typename T, int kVec, int G>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
     StagedBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
                          const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
-                         int64_t hidden) {
+                         int64_t hidden, bool residual_bias) {
   using P = Pack<T, kVec>;
   constexpr int kGroup = 32 * G;
   constexpr int kCopies = kWarps / G;
   extern __shared__ __align__(16) float shared[];
+  const int sums = SumsOf(residual_bias);
   const int group = threadIdx.x / kGroup;
-  float* sdw = shared + 2 * group * hidden;
+  float* sdw = shared + sums * group * hidden;
   float* sdb = sdw + hidden;
-  float2* scratch = reinterpret_cast<float2*>(shared + 2 * kCopies * hidden);
+  float* sdr = residual_bias ? sdb + hidden : nullptr;
+  float2* scratch = reinterpret_cast<float2*>(shared + sums * kCopies * hidden);
   T* stage = reinterpret_cast<T*>(scratch + kWarps);
-  ZeroShared(shared, 2 * kCopies * hidden);
+  ZeroShared(shared, sums * kCopies * hidden);
   const int t = threadIdx.x % kGroup;
   const int64_t npacks = hidden / kVec;
   const int inputs = dsum != nullptr ? 3 : 2;
@@ -414,13 +447,15 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
         if (p >= npacks) continue;
         P rp{};
         if (dsum != nullptr) rp = r[p];
-        dxr[p] = PackGradient<kVec>(g[p], a[p], w[j], mu, rs, m1, m2, rp, dsum != nullptr);
+        const P o = PackGradient<kVec>(g[p], a[p], w[j], mu, rs, m1, m2, rp, dsum != nullptr);
+        dxr[p] = o;
+        if (sdr != nullptr) AddPackToShared<kVec>(sdr + p * kVec, o);
       }
     }
     s ^= 1;
   }
   WaitCopies<0>();
-  WritePartial(shared, kCopies, partial, hidden);
+  WritePartial(shared, kCopies, sums, partial, hidden);
 }
 
 // Any width (hidden % kVec == 0): one warp per row; every row's d weight / d bias products go
@@ -429,12 +464,14 @@ template <typename T, int kVec>
 __global__ void __launch_bounds__(kThreads)
     StreamingBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
                             const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
-                            int64_t hidden) {
+                            int64_t hidden, bool residual_bias) {
   using P = Pack<T, kVec>;
   extern __shared__ __align__(16) float shared[];
+  const int sums = SumsOf(residual_bias);
   float* sdw = shared;
   float* sdb = shared + hidden;
-  ZeroShared(shared, 2 * hidden);
+  float* sdr = shared + 2 * hidden;
+  ZeroShared(shared, sums * hidden);
   const int lane = threadIdx.x % 32;
   const int64_t npacks = hidden / kVec;
   const P* wr = reinterpret_cast<const P*>(weight);
@@ -472,30 +509,35 @@ __global__ void __launch_bounds__(kThreads)
         float v = rs * (F(g.v[k]) * F(w.v[k]) - m1 - xhat * m2);
         if (dsr != nullptr) v += F(r.v[k]);
         o.v[k] = To<T>(v);
+        if (residual_bias) atomicAdd(&sdr[p * kVec + k], F(o.v[k]));
       }
       dxr[p] = o;
     }
   }
-  WritePartial(shared, 1, partial, hidden);
+  WritePartial(shared, 1, sums, partial, hidden);
 }
 
-// d weight / d bias = the sums of `partial`'s `blocks` rows. A block takes 32 columns; its 8
-// warps sum every 8th partial row, then warp 0 adds the 8 sums (coalesced reads, 8x the
-// parallelism of a thread per column).
+// d weight, d bias (and the residual bias's gradient where `dresidual_bias` is non-null) = the
+// sums of `partial`'s `blocks` rows of each. A block takes 32 columns; its 8 warps sum every 8th
+// partial row, then warp 0 adds the 8 sums (coalesced reads, 8x the parallelism of a thread per
+// column).
 constexpr int kFinishColumns = 32;
 constexpr int kFinishSlices = 8;
 
 template <typename T>
 __global__ void __launch_bounds__(kFinishColumns* kFinishSlices)
-    FinishKernel(const float* partial, int blocks, int64_t hidden, T* dweight, T* dbias) {
-  __shared__ float2 sums[kFinishSlices][kFinishColumns];
+    FinishKernel(const float* partial, int blocks, int64_t hidden, T* dweight, T* dbias,
+                 T* dresidual_bias) {
+  __shared__ float3 sums[kFinishSlices][kFinishColumns];
   const int col = threadIdx.x % kFinishColumns, slice = threadIdx.x / kFinishColumns;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kFinishColumns + col;
-  float2 s = make_float2(0.0f, 0.0f);
+  const bool third = dresidual_bias != nullptr;
+  float3 s = make_float3(0.0f, 0.0f, 0.0f);
   if (c < hidden) {
     for (int i = slice; i < blocks; i += kFinishSlices) {
       s.x += partial[static_cast<int64_t>(i) * hidden + c];
       s.y += partial[static_cast<int64_t>(blocks + i) * hidden + c];
+      if (third) s.z += partial[static_cast<int64_t>(2 * blocks + i) * hidden + c];
     }
   }
   sums[slice][col] = s;
@@ -504,9 +546,11 @@ __global__ void __launch_bounds__(kFinishColumns* kFinishSlices)
   for (int i = 1; i < kFinishSlices; ++i) {
     s.x += sums[i][col].x;
     s.y += sums[i][col].y;
+    s.z += sums[i][col].z;
   }
   dweight[c] = To<T>(s.x);
   dbias[c] = To<T>(s.y);
+  if (third) dresidual_bias[c] = To<T>(s.z);
 }
 
 bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
@@ -569,15 +613,18 @@ int Sms() {
 }
 
 template <typename T>
-cudaError_t Forward(const void* x, const void* residual, void* sum, const void* weight,
-                    const void* bias, void* y, float* mean, float* rstd, int64_t rows,
-                    int64_t hidden, float eps, cudaStream_t stream) {
+cudaError_t Forward(const void* x, const void* residual, const void* residual_bias, void* sum,
+                    const void* weight, const void* bias, void* y, float* mean, float* rstd,
+                    int64_t rows, int64_t hidden, float eps, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
+  if (residual == nullptr) residual_bias = nullptr;
   constexpr int kVec = 16 / sizeof(T);
   const bool vec = hidden % kVec == 0 && Aligned(x) && Aligned(weight) && Aligned(bias) &&
-                   Aligned(y) && (residual == nullptr || (Aligned(residual) && Aligned(sum)));
+                   Aligned(y) && (residual == nullptr || (Aligned(residual) && Aligned(sum))) &&
+                   (residual_bias == nullptr || Aligned(residual_bias));
   const auto* xt = static_cast<const T*>(x);
   const auto* rt = static_cast<const T*>(residual);
+  const auto* rbt = static_cast<const T*>(residual_bias);
   auto* st = static_cast<T*>(sum);
   const auto* wt = static_cast<const T*>(weight);
   const auto* bt = static_cast<const T*>(bias);
@@ -586,11 +633,11 @@ cudaError_t Forward(const void* x, const void* residual, void* sum, const void* 
   if (group == 0) {
     const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
     if (vec) {
-      StreamingForwardKernel<T, kVec>
-          <<<grid, kThreads, 0, stream>>>(xt, rt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
+      StreamingForwardKernel<T, kVec><<<grid, kThreads, 0, stream>>>(xt, rt, rbt, st, wt, bt, yt,
+                                                                     mean, rstd, rows, hidden, eps);
     } else {
-      StreamingForwardKernel<T, 1>
-          <<<grid, kThreads, 0, stream>>>(xt, rt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
+      StreamingForwardKernel<T, 1><<<grid, kThreads, 0, stream>>>(xt, rt, rbt, st, wt, bt, yt, mean,
+                                                                  rstd, rows, hidden, eps);
     }
     return cudaGetLastError();
   }
@@ -604,10 +651,10 @@ cudaError_t Forward(const void* x, const void* residual, void* sum, const void* 
     const dim3 grid(static_cast<unsigned>((rows + kPerBlock - 1) / kPerBlock));
     if (few) {
       return LaunchDependent(RegisterForwardKernel<T, kVec, G>, grid, dim3(kThreads), 0, stream, xt,
-                             rt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
+                             rt, rbt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
     }
     RegisterForwardKernel<T, kVec, G>
-        <<<grid, kThreads, 0, stream>>>(xt, rt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
+        <<<grid, kThreads, 0, stream>>>(xt, rt, rbt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
     return cudaGetLastError();
   });
 }
@@ -616,9 +663,19 @@ template <typename T>
 cudaError_t Backward(const void* dy, const void* x, const float* mean, const float* rstd,
                      const void* weight, const void* dsum, void* dx, void* dweight, void* dbias,
                      float* partial, int64_t rows, int64_t hidden, cudaStream_t stream,
-                     LayerNormBackwardPath path) {
-  if (rows == 0) return cudaSuccess;
+                     LayerNormBackwardPath path, void* dresidual_bias) {
+  if (rows == 0) {
+    // No rows: the column sums are zeros.
+    for (void* out : {dweight, dbias, dresidual_bias}) {
+      if (out == nullptr || hidden == 0) continue;
+      const cudaError_t err = cudaMemsetAsync(out, 0, hidden * sizeof(T), stream);
+      if (err != cudaSuccess) return err;
+    }
+    return cudaSuccess;
+  }
   constexpr int kVec = 16 / sizeof(T);
+  const bool with_rb = dresidual_bias != nullptr;
+  const int sums = SumsOf(with_rb);
   const bool vec = hidden % kVec == 0 && Aligned(dy) && Aligned(x) && Aligned(weight) &&
                    Aligned(dx) && (dsum == nullptr || Aligned(dsum));
   int blocks = LayerNormBackwardBlocks(rows);  // `partial`'s rows: the most a launch may use
@@ -628,7 +685,7 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
     kernel<<<blocks, kThreads, smem, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(x),
                                                mean, rstd, static_cast<const T*>(weight),
                                                static_cast<const T*>(dsum), static_cast<T*>(dx),
-                                               partial, rows, hidden);
+                                               partial, rows, hidden, with_rb);
     return cudaGetLastError();
   };
   const int group = vec ? GroupFor(hidden / kVec, kBackwardPacks) : 0;
@@ -640,7 +697,7 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
       // The staged kernel (where two of its blocks fit an SM, for kAuto) on as many blocks as
       // fit at once.
       const auto staged = StagedBackwardKernel<T, kVec, G>;
-      const size_t staged_smem = StagedSharedBytes(hidden, kCopies, sizeof(T));
+      const size_t staged_smem = StagedSharedBytes(hidden, kCopies, sums, sizeof(T));
       if (path != LayerNormBackwardPath::kRegister) {
         const int per_sm = ResidentPerSm(staged, staged_smem), sms = Sms();
         const int least = path == LayerNormBackwardPath::kStaged ? 1 : 2;
@@ -650,18 +707,19 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
         }
         if (path == LayerNormBackwardPath::kStaged) return cudaErrorInvalidConfiguration;
       }
-      return launch(RegisterBackwardKernel<T, kVec, G>, BackwardSharedBytes(hidden, kCopies));
+      return launch(RegisterBackwardKernel<T, kVec, G>, BackwardSharedBytes(hidden, kCopies, sums));
     });
   } else if (vec) {
-    err = launch(StreamingBackwardKernel<T, kVec>, BackwardSharedBytes(hidden, 1));
+    err = launch(StreamingBackwardKernel<T, kVec>, BackwardSharedBytes(hidden, 1, sums));
   } else {
-    err = launch(StreamingBackwardKernel<T, 1>, BackwardSharedBytes(hidden, 1));
+    err = launch(StreamingBackwardKernel<T, 1>, BackwardSharedBytes(hidden, 1, sums));
   }
   if (err != cudaSuccess) return err;
   const unsigned finish_blocks =
       static_cast<unsigned>((hidden + kFinishColumns - 1) / kFinishColumns);
   FinishKernel<T><<<finish_blocks, kFinishColumns * kFinishSlices, 0, stream>>>(
-      partial, blocks, hidden, static_cast<T*>(dweight), static_cast<T*>(dbias));
+      partial, blocks, hidden, static_cast<T*>(dweight), static_cast<T*>(dbias),
+      static_cast<T*>(dresidual_bias));
   return cudaGetLastError();
 }
 
@@ -675,17 +733,17 @@ int LayerNormBackwardBlocks(int64_t rows) {
 cudaError_t LaunchLayerNormForward(FloatKind kind, const void* x, const void* residual, void* sum,
                                    const void* weight, const void* bias, void* y, float* mean,
                                    float* rstd, int64_t rows, int64_t hidden, float eps,
-                                   cudaStream_t stream) {
+                                   cudaStream_t stream, const void* residual_bias) {
   switch (kind) {
     case FloatKind::kFloat32:
-      return Forward<float>(x, residual, sum, weight, bias, y, mean, rstd, rows, hidden, eps,
-                            stream);
+      return Forward<float>(x, residual, residual_bias, sum, weight, bias, y, mean, rstd, rows,
+                            hidden, eps, stream);
     case FloatKind::kBFloat16:
-      return Forward<__nv_bfloat16>(x, residual, sum, weight, bias, y, mean, rstd, rows, hidden,
-                                    eps, stream);
+      return Forward<__nv_bfloat16>(x, residual, residual_bias, sum, weight, bias, y, mean, rstd,
+                                    rows, hidden, eps, stream);
     case FloatKind::kFloat16:
-      return Forward<__half>(x, residual, sum, weight, bias, y, mean, rstd, rows, hidden, eps,
-                             stream);
+      return Forward<__half>(x, residual, residual_bias, sum, weight, bias, y, mean, rstd, rows,
+                             hidden, eps, stream);
   }
   return cudaErrorInvalidValue;
 }
@@ -694,17 +752,18 @@ cudaError_t LaunchLayerNormBackward(FloatKind kind, const void* dy, const void* 
                                     const float* mean, const float* rstd, const void* weight,
                                     const void* dsum, void* dx, void* dweight, void* dbias,
                                     float* partial, int64_t rows, int64_t hidden,
-                                    cudaStream_t stream, LayerNormBackwardPath path) {
+                                    cudaStream_t stream, LayerNormBackwardPath path,
+                                    void* dresidual_bias) {
   switch (kind) {
     case FloatKind::kFloat32:
       return Backward<float>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial, rows,
-                             hidden, stream, path);
+                             hidden, stream, path, dresidual_bias);
     case FloatKind::kBFloat16:
       return Backward<__nv_bfloat16>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial,
-                                     rows, hidden, stream, path);
+                                     rows, hidden, stream, path, dresidual_bias);
     case FloatKind::kFloat16:
       return Backward<__half>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial, rows,
-                              hidden, stream, path);
+                              hidden, stream, path, dresidual_bias);
   }
   return cudaErrorInvalidValue;
 }

@@ -12,13 +12,15 @@
 
 namespace mt::kernels {
 
-// sum = x + residual (when residual is non-null; else sum is x and `sum` may be null), then
+// sum = x + residual (when residual is non-null; else sum is x and `sum` may be null), plus
+// residual_bias [hidden] on every row where both are non-null (a linear layer's bias left out of
+// its GEMM: model::GptConfig::fold_linear_bias), added in fp32 and rounded once; then
 // y = (sum - mean) * rstd * weight + bias with mean / rstd over each row of the sum as stored
 // (rounded to the dtype), in fp32. Writes mean and rstd.
 cudaError_t LaunchLayerNormForward(FloatKind kind, const void* x, const void* residual, void* sum,
                                    const void* weight, const void* bias, void* y, float* mean,
                                    float* rstd, int64_t rows, int64_t hidden, float eps,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, const void* residual_bias = nullptr);
 
 // Blocks the backward kernel runs with (the number of rows of `partial` it needs).
 int LayerNormBackwardBlocks(int64_t rows);
@@ -32,14 +34,20 @@ enum class LayerNormBackwardPath { kAuto, kRegister, kStaged };
 
 // dx = d LayerNorm / d input (dy, the saved input `x` = the sum, mean, rstd, weight) plus
 // `dsum` when non-null (the gradient that reaches the sum directly: the residual stream).
-// dweight / dbeta: reduced over rows through `partial` (fp32, 2 x LayerNormBackwardBlocks(rows)
-// x hidden), then written in the dtype.
+// dweight / dbeta, and where `dresidual_bias` is non-null the residual bias's gradient (the sums
+// of dx's columns as written): reduced over rows through `partial` (fp32, LayerNormBackwardSums
+// x LayerNormBackwardBlocks(rows) x hidden), then written in the dtype.
 cudaError_t LaunchLayerNormBackward(FloatKind kind, const void* dy, const void* x,
                                     const float* mean, const float* rstd, const void* weight,
                                     const void* dsum, void* dx, void* dweight, void* dbias,
                                     float* partial, int64_t rows, int64_t hidden,
                                     cudaStream_t stream,
-                                    LayerNormBackwardPath path = LayerNormBackwardPath::kAuto);
+                                    LayerNormBackwardPath path = LayerNormBackwardPath::kAuto,
+                                    void* dresidual_bias = nullptr);
+
+// The column sums the backward reduces through `partial`: 2 (d weight, d bias), 3 with the
+// residual bias's gradient.
+constexpr int LayerNormBackwardSums(bool residual_bias) { return residual_bias ? 3 : 2; }
 
 }  // namespace mt::kernels
 

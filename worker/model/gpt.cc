@@ -280,7 +280,21 @@ std::vector<torch::Tensor> SelfAttentionImpl::ProjectQkv(const torch::Tensor& x,
   return qkv;
 }
 
-torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
+torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) { return linear_proj(Context(x)); }
+
+std::pair<torch::Tensor, torch::Tensor> SelfAttentionImpl::ForwardWithoutBias(
+    const torch::Tensor& x) {
+  TORCH_CHECK(tp_size == 1 && linear_proj->bias.defined(),
+              "the output projection's bias is left out only at tp = 1, with a bias");
+  const torch::Tensor context = Context(x);
+  const torch::Tensor& w = linear_proj->weight;
+  std::vector<int64_t> sizes = context.sizes().vec();
+  sizes.back() = w.size(0);
+  return {kernels::LinearWithoutBias(context.reshape({-1, context.size(-1)}), w).view(sizes),
+          linear_proj->bias};
+}
+
+torch::Tensor SelfAttentionImpl::Context(const torch::Tensor& x) {
   // [b, s, heads/tp, 3d] -> q, k, v [b, heads/tp, s, d]; s is the full sequence even under SP
   // (linear_qkv all-gathers it).
   const int64_t heads = config.num_attention_heads / tp_size;
@@ -308,8 +322,7 @@ torch::Tensor SelfAttentionImpl::forward(const torch::Tensor& x) {
     context = attend({q, k, v});
   }
   // [b, heads/tp, s, d] -> [b, s, heads/tp * d]
-  context = context.transpose(1, 2).reshape({b, s, heads * d});
-  return linear_proj(context);
+  return context.transpose(1, 2).reshape({b, s, heads * d});
 }
 
 MlpImpl::MlpImpl(const GptConfig& c, const ModelShard& shard, const torch::TensorOptions& options)
@@ -342,6 +355,21 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
   return linear_fc2(torch::gelu(linear_fc1(x), "tanh"));
 }
 
+std::pair<torch::Tensor, torch::Tensor> MlpImpl::ForwardWithoutBias(const torch::Tensor& x) {
+  TORCH_CHECK(whole_ && linear_fc2->bias.defined() && !linear_fc1->int8.q.defined(),
+              "fc2's bias is left out only at tp = 1, with a bias and no int8 weights");
+  const torch::Tensor &w1 = linear_fc1->weight, &b1 = linear_fc1->bias;
+  const torch::Tensor &w2 = linear_fc2->weight, &b2 = linear_fc2->bias;
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes.back() = w2.size(0);
+  const torch::Tensor rows = x.reshape({-1, x.size(-1)});
+  if (fused_ && kernels::FusedMlpAvailable(rows, w1, b1, w2, torch::Tensor())) {
+    return {kernels::FusedMlp(rows, w1, b1, w2, torch::Tensor()).view(sizes), b2};
+  }
+  const torch::Tensor h = torch::gelu(linear_fc1(rows), "tanh");
+  return {kernels::LinearWithoutBias(h, w2).view(sizes), b2};
+}
+
 namespace {
 
 torch::nn::LayerNorm MakeLayerNorm(const GptConfig& c, const torch::TensorOptions& options) {
@@ -357,7 +385,9 @@ TransformerLayerImpl::TransformerLayerImpl(const GptConfig& c, const ModelShard&
     : hidden_dropout(c.hidden_dropout),
       tp_rank(shard.tp_rank),
       sharded_dropout(shard.tp_size > 1 && shard.sequence_parallel),
-      fused_layernorm(c.fused_layernorm) {
+      fused_layernorm(c.fused_layernorm),
+      fold_linear_bias(c.fold_linear_bias && c.fused_layernorm && shard.tp_size == 1 &&
+                       c.hidden_dropout <= 0.0) {
   input_layernorm = register_module("input_layernorm", MakeLayerNorm(c, options));
   self_attention = register_module("self_attention", SelfAttention(c, shard, options));
   pre_mlp_layernorm = register_module("pre_mlp_layernorm", MakeLayerNorm(c, options));
@@ -371,30 +401,39 @@ torch::Tensor TransformerLayerImpl::HiddenDropout(const torch::Tensor& t) {
 }
 
 torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& input) {
-  if (fused_layernorm) {
-    const auto [x, delta] = ForwardPending(input, torch::Tensor());
-    return x + delta;
-  }
+  if (fused_layernorm) return ForwardPending(PendingSum{input, {}, {}}).Sum();
   torch::Tensor x = input + HiddenDropout(self_attention(input_layernorm(input)));
   return x + HiddenDropout(mlp(pre_mlp_layernorm(x)));
 }
 
-std::pair<torch::Tensor, torch::Tensor> TransformerLayerImpl::ForwardPending(
-    const torch::Tensor& residual, const torch::Tensor& delta) {
+bool TransformerLayerImpl::FoldsLinearBias() const { return fold_linear_bias && is_training(); }
+
+PendingSum TransformerLayerImpl::ForwardPending(const PendingSum& in) {
   const double eps1 = input_layernorm->options.eps(), eps2 = pre_mlp_layernorm->options.eps();
   torch::Tensor input, normed;
-  if (delta.defined()) {
-    std::tie(input, normed) = kernels::FusedAddLayerNorm(residual, delta, input_layernorm->weight,
-                                                         input_layernorm->bias, eps1);
+  if (in.delta.defined()) {
+    std::tie(input, normed) = kernels::FusedAddLayerNorm(
+        in.x, in.delta, input_layernorm->weight, input_layernorm->bias, eps1, in.delta_bias);
   } else {
-    input = residual;
-    normed =
-        kernels::FusedLayerNorm(residual, input_layernorm->weight, input_layernorm->bias, eps1);
+    input = in.x;
+    normed = kernels::FusedLayerNorm(in.x, input_layernorm->weight, input_layernorm->bias, eps1);
+  }
+  const torch::Tensor &w2 = pre_mlp_layernorm->weight, &b2 = pre_mlp_layernorm->bias;
+  if (FoldsLinearBias()) {
+    // No hidden dropout here: each bias joins its sum in the next LayerNorm's kernel.
+    const auto [attention, proj_bias] = self_attention->ForwardWithoutBias(normed);
+    const auto [x, normed2] = kernels::FusedAddLayerNorm(input, attention, w2, b2, eps2, proj_bias);
+    const auto [delta, fc2_bias] = mlp->ForwardWithoutBias(normed2);
+    return {x, delta, fc2_bias};
   }
   const torch::Tensor attention = HiddenDropout(self_attention(normed));
-  const auto [x, normed2] = kernels::FusedAddLayerNorm(input, attention, pre_mlp_layernorm->weight,
-                                                       pre_mlp_layernorm->bias, eps2);
-  return {x, HiddenDropout(mlp(normed2))};
+  const auto [x, normed2] = kernels::FusedAddLayerNorm(input, attention, w2, b2, eps2);
+  return {x, HiddenDropout(mlp(normed2)), {}};
+}
+
+torch::Tensor PendingSum::Sum() const {
+  if (!delta.defined()) return x;
+  return delta_bias.defined() ? x + delta + delta_bias : x + delta;
 }
 
 GptEmbeddingImpl::GptEmbeddingImpl(const GptConfig& c, const ModelShard& shard,
@@ -449,43 +488,41 @@ TransformerBlockImpl::TransformerBlockImpl(const GptConfig& c, const ModelShard&
 }
 
 torch::Tensor TransformerBlockImpl::RunLayers(torch::Tensor x, int64_t begin, int64_t end) {
-  const auto [residual, delta] = RunLayersPending(std::move(x), begin, end);
-  return delta.defined() ? residual + delta : residual;
+  return RunLayersPending(std::move(x), begin, end).Sum();
 }
 
-std::pair<torch::Tensor, torch::Tensor> TransformerBlockImpl::RunLayersPending(torch::Tensor x,
-                                                                               int64_t begin,
-                                                                               int64_t end) {
-  torch::Tensor delta;
+PendingSum TransformerBlockImpl::RunLayersPending(torch::Tensor x, int64_t begin, int64_t end) {
+  PendingSum out{std::move(x), {}, {}};
   for (int64_t i = begin; i < end; ++i) {
     if (before_layer) before_layer(i);
     if (config.fused_layernorm) {
-      std::tie(x, delta) = layers[i]->ForwardPending(x, delta);
+      out = layers[i]->ForwardPending(out);
     } else {
-      x = layers[i]->forward(x);
+      out = PendingSum{layers[i]->forward(out.x), {}, {}};
     }
   }
-  return {x, delta};
+  return out;
 }
 
 torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
   const int64_t n = static_cast<int64_t>(layers.size());
-  // The final LayerNorm, on x + delta (delta undefined: x), the add made by its kernel.
-  auto finish = [this, n](const torch::Tensor& x, const torch::Tensor& delta = {}) {
-    if (!final_layernorm) return delta.defined() ? x + delta : x;
+  // The final LayerNorm, on the pending sum, the add made by its kernel.
+  auto finish = [this, n](const PendingSum& p) {
+    if (!final_layernorm) return p.Sum();
     if (before_layer) before_layer(n);
-    if (!config.fused_layernorm) return final_layernorm(x);
+    if (!config.fused_layernorm) return final_layernorm(p.x);
     const auto& ln = final_layernorm;
-    if (!delta.defined()) {
-      return kernels::FusedLayerNorm(x, ln->weight, ln->bias, ln->options.eps());
+    if (!p.delta.defined()) {
+      return kernels::FusedLayerNorm(p.x, ln->weight, ln->bias, ln->options.eps());
     }
-    return kernels::FusedAddLayerNorm(x, delta, ln->weight, ln->bias, ln->options.eps()).second;
+    return kernels::FusedAddLayerNorm(p.x, p.delta, ln->weight, ln->bias, ln->options.eps(),
+                                      p.delta_bias)
+        .second;
   };
   torch::Tensor x = input;
   if (config.recompute_granularity != RecomputeGranularity::kFull ||
       !torch::GradMode::is_enabled()) {
-    const auto [residual, delta] = RunLayersPending(x, 0, n);
-    return finish(residual, delta);
+    return finish(RunLayersPending(x, 0, n));
   }
   const bool preserve_rng =
       is_training() && (config.hidden_dropout > 0.0 || config.attention_dropout > 0.0);
@@ -515,7 +552,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
       }
     }
   }
-  return finish(x);
+  return finish(PendingSum{x, {}, {}});
 }
 
 // ---------------------------------------------------------------------------------------------

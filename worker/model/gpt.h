@@ -194,6 +194,9 @@ class SelfAttentionImpl : public torch::nn::Module {
   SelfAttentionImpl(const GptConfig& config, const ModelShard& shard,
                     const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);  // [b, s, h] -> [b, s, h]
+  // The same with the output projection's bias left out (tp = 1): {output without the bias,
+  // the bias} (GptConfig::fold_linear_bias).
+  std::pair<torch::Tensor, torch::Tensor> ForwardWithoutBias(const torch::Tensor& x);
 
   ColumnParallelLinear linear_qkv{nullptr};
   RowParallelLinear linear_proj{nullptr};
@@ -205,6 +208,8 @@ class SelfAttentionImpl : public torch::nn::Module {
   // x [b, s, h] -> q, k, v [b, heads, s, d]: views of linear_qkv's output (kernels::QkvHeads
   // under GptConfig::fused_qkv where it runs).
   std::vector<torch::Tensor> ProjectQkv(const torch::Tensor& x, int64_t heads, int64_t d);
+  // The attention's output before the projection: [b, s, heads/tp * d].
+  torch::Tensor Context(const torch::Tensor& x);
 };
 TORCH_MODULE(SelfAttention);
 
@@ -212,6 +217,9 @@ class MlpImpl : public torch::nn::Module {
  public:
   MlpImpl(const GptConfig& config, const ModelShard& shard, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
+  // The same with fc2's bias left out (tp = 1): {output without the bias, the bias}
+  // (GptConfig::fold_linear_bias).
+  std::pair<torch::Tensor, torch::Tensor> ForwardWithoutBias(const torch::Tensor& x);
 
   ColumnParallelLinear linear_fc1{nullptr};
   RowParallelLinear linear_fc2{nullptr};
@@ -222,18 +230,30 @@ class MlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(Mlp);
 
+// A layer's output with its last residual add left undone (GptConfig::fused_layernorm), for the
+// next LayerNorm's kernel to make: x + delta, plus delta_bias on every row (fc2's bias under
+// GptConfig::fold_linear_bias). delta undefined: x alone; delta_bias undefined: no bias.
+struct PendingSum {
+  torch::Tensor x;
+  torch::Tensor delta;
+  torch::Tensor delta_bias;
+  // The sum itself, where no LayerNorm follows (a stage's end, no final LayerNorm).
+  torch::Tensor Sum() const;
+};
+
 class TransformerLayerImpl : public torch::nn::Module {
  public:
   TransformerLayerImpl(const GptConfig& config, const ModelShard& shard,
                        const torch::TensorOptions& options);
   // [b, s, h] ([b, s/tp, h] under SP) -> the same shape.
   torch::Tensor forward(const torch::Tensor& x);
-  // With fused_layernorm: the layer on residual + delta (delta undefined: residual alone) as its
-  // input, with that sum made by the first LayerNorm's kernel; returns (x, mlp delta) whose sum
-  // is the layer's output, left for the next LayerNorm to make
-  // (TransformerBlock::RunLayersPending).
-  std::pair<torch::Tensor, torch::Tensor> ForwardPending(const torch::Tensor& residual,
-                                                         const torch::Tensor& delta);
+  // With fused_layernorm: the layer on `in`'s sum as its input, that sum made by the first
+  // LayerNorm's kernel; returns the layer's output as a PendingSum (x, the MLP's delta and,
+  // folded, fc2's bias), left for the next LayerNorm to make (TransformerBlock::RunLayersPending).
+  PendingSum ForwardPending(const PendingSum& in);
+  // Whether this forward leaves the output projection's and fc2's biases to the LayerNorms
+  // (GptConfig::fold_linear_bias: configured, tp = 1, no hidden dropout, and training mode).
+  bool FoldsLinearBias() const;
   // Dropout on the attention's or the MLP's output before its residual add (per-rank masks
   // under SP); the identity in eval mode.
   torch::Tensor HiddenDropout(const torch::Tensor& t);
@@ -246,6 +266,8 @@ class TransformerLayerImpl : public torch::nn::Module {
   int tp_rank = 0;
   bool sharded_dropout = false;  // the activation is sharded over TP (SP): per-rank masks
   bool fused_layernorm = false;  // GptConfig::fused_layernorm
+  // GptConfig::fold_linear_bias with fused_layernorm, tp = 1 and no hidden dropout.
+  bool fold_linear_bias = false;
 };
 TORCH_MODULE(TransformerLayer);
 
@@ -284,10 +306,8 @@ class TransformerBlockImpl : public torch::nn::Module {
 
  private:
   torch::Tensor RunLayers(torch::Tensor x, int64_t begin, int64_t end);
-  // The same, with the last layer's residual add left undone (fused_layernorm): (residual,
-  // delta), delta undefined when there is nothing to add.
-  std::pair<torch::Tensor, torch::Tensor> RunLayersPending(torch::Tensor x, int64_t begin,
-                                                           int64_t end);
+  // The same, with the last layer's residual add left undone (fused_layernorm).
+  PendingSum RunLayersPending(torch::Tensor x, int64_t begin, int64_t end);
 };
 TORCH_MODULE(TransformerBlock);
 

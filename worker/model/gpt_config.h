@@ -78,6 +78,14 @@ struct GptConfig {
   // 2026-12-04, issue #16). Used with tp = 1; elsewhere, and where the kernel does not take the
   // shapes, LibTorch's split.
   bool fused_qkv = true;
+  // The attention's output projection and fc2 without their biases in the GEMM: each bias is
+  // added by the next LayerNorm's kernel with the residual (kernels::FusedAddLayerNorm's
+  // residual_bias), and its gradient summed by that LayerNorm's backward, which writes the rows it
+  // sums, instead of a ColumnSum pass over the projection's and fc2's output gradients (two reads
+  // of [tokens, h] a layer). Used in training mode with fused_layernorm, tp = 1 and no hidden
+  // dropout (the bias would be added after the dropout, not before); elsewhere, and in eval mode,
+  // the biases stay in the GEMMs. The same parameters and checkpoints either way.
+  bool fold_linear_bias = true;
 
   // From spec.model (and the recompute fields of spec.training, the TP size of
   // spec.parallel). Unset fields take the defaults written in proto/mt/v1/job_spec.proto;

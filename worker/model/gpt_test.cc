@@ -130,6 +130,79 @@ TEST(GptModelTest, FusedHeadAndLayerNormFallbacksMatchDefault) {
   }
 }
 
+// GptConfig::fold_linear_bias: the output projection's and fc2's biases added by the next
+// LayerNorm (the eager fallback here) give the loss and gradients of the biases in the GEMMs
+// (fp64: 1e-12), with the fused and the unfused MLP and with full recomputation. (A pipeline
+// stage's end, where the pending sum is made by an add: GptShardTest.ChainedStages*.)
+TEST(GptModelTest, FoldedLinearBiasesGiveTheSameLossAndGradients) {
+  for (const bool fused_mlp : {true, false}) {
+    for (const bool recompute : {false, true}) {
+      GptConfig c = TinyConfig();
+      c.fused_mlp = fused_mlp;
+      if (recompute) {
+        c.recompute_granularity = RecomputeGranularity::kFull;
+        c.recompute_method = RecomputeMethod::kUniform;
+        c.recompute_num_layers = 1;
+      }
+      const torch::Tensor sample = RandomTokens(3, c.seq_length + 1, c.vocab_size, 7);
+      auto run = [&](bool fold) {
+        c.fold_linear_bias = fold;
+        auto model = MakeModel(c, 3);
+        model->to(torch::kDouble);
+        {  // biases away from their zero initialisation, so that a lost bias shows
+          torch::NoGradGuard no_grad;
+          for (auto& p : model->parameters()) p.add_(0.1 * torch::randn_like(p));
+        }
+        EXPECT_EQ(model->decoder->layers[0]->FoldsLinearBias(), fold);
+        const torch::Tensor loss = model->LossOnSample(sample);
+        loss.backward();
+        std::map<std::string, torch::Tensor> out{{"loss", loss.detach()}};
+        for (const auto& p : model->named_parameters()) out[p.key()] = p.value().grad();
+        return out;
+      };
+      torch::manual_seed(11);
+      const auto want = run(false);
+      torch::manual_seed(11);
+      const auto got = run(true);
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [name, w] : want) {
+        ASSERT_TRUE(got.at(name).defined()) << name;
+        EXPECT_TRUE(torch::allclose(got.at(name), w, 1e-12, 1e-12))
+            << name << " fused_mlp " << fused_mlp << " recompute " << recompute;
+      }
+      // The biases' gradients are not zero: the test can tell a dropped bias.
+      EXPECT_GT(
+          want.at("decoder.layers.0.self_attention.linear_proj.bias").abs().max().item<double>(),
+          1e-6);
+      EXPECT_GT(want.at("decoder.layers.1.mlp.linear_fc2.bias").abs().max().item<double>(), 1e-6);
+    }
+  }
+}
+
+// The fold applies in training mode only, with fused_layernorm and without hidden dropout; the
+// eval-mode forward is the same with the switch on or off, bit for bit.
+TEST(GptModelTest, LinearBiasesFoldOnlyInTrainingWithoutDropout) {
+  GptConfig c = TinyConfig();
+  auto model = MakeModel(c);
+  EXPECT_TRUE(model->decoder->layers[1]->FoldsLinearBias());
+  model->eval();
+  EXPECT_FALSE(model->decoder->layers[1]->FoldsLinearBias());
+  const torch::Tensor tokens = RandomTokens(2, c.seq_length, c.vocab_size, 3);
+  torch::NoGradGuard no_grad;
+  const torch::Tensor folded_eval = model->forward(tokens);
+  c.fold_linear_bias = false;
+  auto plain = MakeModel(c);
+  plain->eval();
+  EXPECT_TRUE(torch::equal(plain->forward(tokens), folded_eval));
+
+  GptConfig dropout = TinyConfig();
+  dropout.hidden_dropout = 0.1;
+  EXPECT_FALSE(MakeModel(dropout)->decoder->layers[0]->FoldsLinearBias());
+  GptConfig unfused = TinyConfig();
+  unfused.fused_layernorm = false;
+  EXPECT_FALSE(MakeModel(unfused)->decoder->layers[0]->FoldsLinearBias());
+}
+
 TEST(GptModelTest, LogitsAreCausal) {
   auto model = MakeModel(TinyConfig());
   torch::NoGradGuard no_grad;

@@ -54,6 +54,7 @@ struct TrainArgs {
   bool fused_mlp = true;
   bool fused_layernorm = true;
   bool fused_qkv = true;
+  bool fold_linear_bias = true;
   bool cuda_graph = true;
   bool gemm_tuning = true;
   bool help = false;
@@ -64,10 +65,13 @@ bool* OnOffSwitch(const std::string& name, TrainArgs* args, bool* on) {
   const struct {
     const char* suffix;
     bool TrainArgs::*field;
-  } switches[] = {
-      {"fused-lm-head", &TrainArgs::fused_lm_head},     {"fused-mlp", &TrainArgs::fused_mlp},
-      {"fused-layernorm", &TrainArgs::fused_layernorm}, {"fused-qkv", &TrainArgs::fused_qkv},
-      {"cuda-graph", &TrainArgs::cuda_graph},           {"gemm-tuning", &TrainArgs::gemm_tuning}};
+  } switches[] = {{"fused-lm-head", &TrainArgs::fused_lm_head},
+                  {"fused-mlp", &TrainArgs::fused_mlp},
+                  {"fused-layernorm", &TrainArgs::fused_layernorm},
+                  {"fused-qkv", &TrainArgs::fused_qkv},
+                  {"fold-linear-bias", &TrainArgs::fold_linear_bias},
+                  {"cuda-graph", &TrainArgs::cuda_graph},
+                  {"gemm-tuning", &TrainArgs::gemm_tuning}};
   for (const auto& s : switches) {
     if (name == absl::StrCat("--", s.suffix) || name == absl::StrCat("--no-", s.suffix)) {
       *on = !absl::StartsWith(name, "--no-");
@@ -205,6 +209,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.fused_mlp = args.fused_mlp;
   c.trainer.fused_layernorm = args.fused_layernorm;
   c.trainer.fused_qkv = args.fused_qkv;
+  c.trainer.fold_linear_bias = args.fold_linear_bias;
   c.trainer.cuda_graph = args.cuda_graph;
   c.trainer.gemm_tuning = args.gemm_tuning;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
@@ -282,7 +287,8 @@ const char* TrainCommandUsage() {
          "                       [--save DIR] [--load DIR] [--save-interval N] [--async-save]\n"
          "                       [--[no-]fused-lm-head] [--[no-]fused-mlp] "
          "[--[no-]fused-layernorm]\n"
-         "                       [--[no-]fused-qkv] [--[no-]cuda-graph]\n"
+         "                       [--[no-]fused-qkv] [--[no-]fold-linear-bias] "
+         "[--[no-]cuda-graph]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -307,6 +313,10 @@ const char* TrainCommandUsage() {
          "                     (default: one kernel each way on CUDA)\n"
          "  --no-fused-qkv     the QKV projection's gradient by LibTorch's split and its bias\n"
          "                     by a reduction (default: one gather kernel for both on CUDA)\n"
+         "  --no-fold-linear-bias  the attention's output projection and fc2 add their biases\n"
+         "                     in the GEMM and sum their gradients by a reduction (default in\n"
+         "                     training without hidden dropout: the next LayerNorm's kernels\n"
+         "                     add them and sum their gradients)\n"
          "  --no-cuda-graph    every step launched kernel by kernel (default: the forward and\n"
          "                     backward replayed from one CUDA graph where the step allows it:\n"
          "                     one GPU, one micro-batch a step, no dropout, a constant loss\n"

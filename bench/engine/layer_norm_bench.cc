@@ -3,11 +3,10 @@
 // through kernels::FusedAddLayerNorm, at the engine bench's three sizes (tokens = micro-batch x
 // 1,024), forward alone (no autograd) and forward + backward (both outputs' gradients), in the
 // same run on the same GPU. Prints ms per call and the ratio to the chain (> 1: faster). On
-// CUDA, then the backward kernel alone on each of its paths (LaunchLayerNormBackward: the
-// register kernel and the staged one, with the residual stream's gradient), ms per call, the
-// bytes' rate (dy, x and dsum read, dx written) and the staged kernel's ratio to the register's;
-// and the default path with the residual bias's gradient (model::GptConfig::fold_linear_bias)
-// against it without plus kernels::ColumnSum of d x, the pass that gradient replaces.
+// CUDA, then the backward kernel alone (LaunchLayerNormBackward, with the residual stream's
+// gradient), ms per call and the bytes' rate (dy, x and dsum read, dx written), without and with
+// the residual bias's gradient (model::GptConfig::fold_linear_bias), against kernels::ColumnSum
+// of d x, the pass that gradient replaces: "saved" = without + ColumnSum - with.
 //
 //   layer_norm_bench [--device cuda] [--dtype bf16|fp16|fp32] [--steps N]
 #include <ATen/cuda/CUDAContext.h>
@@ -30,15 +29,13 @@ namespace {
 constexpr char kUsage[] =
     "usage: layer_norm_bench [--device cuda] [--dtype bf16|fp16|fp32] [--steps N]\n"
     "Times x + residual and LayerNorm: LibTorch's chain against kernels::FusedAddLayerNorm;\n"
-    "on CUDA also the backward kernel on each of its paths (register, staged), and with the\n"
-    "residual bias's gradient against ColumnSum.";
+    "on CUDA also the backward kernel alone, without and with the residual bias's gradient,\n"
+    "against the ColumnSum that gradient replaces.";
 
-// The backward kernel alone on `path` (dy, x, dsum [tokens, hidden]; x's mean and rstd), with
-// the residual bias's gradient where `residual_bias`: ms per call; negative after printing the
-// launch's error.
-double BackwardMs(mt::kernels::LayerNormBackwardPath path, const torch::Tensor& dy,
-                  const torch::Tensor& x, const torch::Tensor& dsum, const torch::Tensor& w,
-                  int steps, bool residual_bias = false) {
+// The backward kernel alone (dy, x, dsum [tokens, hidden]; x's mean and rstd), with the residual
+// bias's gradient where `residual_bias`: ms per call; negative after printing the launch's error.
+double BackwardMs(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& dsum,
+                  const torch::Tensor& w, int steps, bool residual_bias) {
   const int64_t rows = x.size(0), hidden = x.size(1);
   const torch::Tensor xf = x.to(torch::kFloat);
   const torch::Tensor mean = xf.mean(1);
@@ -56,8 +53,7 @@ double BackwardMs(mt::kernels::LayerNormBackwardPath path, const torch::Tensor& 
             mt::kernels::KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(),
             mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr(), dsum.data_ptr(),
             dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
-            at::cuda::getCurrentCUDAStream().stream(), path,
-            residual_bias ? drb.data_ptr() : nullptr);
+            at::cuda::getCurrentCUDAStream().stream(), residual_bias ? drb.data_ptr() : nullptr);
       },
       steps);
 }
@@ -114,37 +110,22 @@ int main(int argc, char** argv) {
                 bc / bf);
   }
   if (!cuda) return 0;
-  std::printf("backward kernel with dsum, ms per call (TB/s) | staged / register\n");
-  for (const mt::bench::KernelBenchSize& s : mt::bench::kKernelBenchSizes) {
-    const torch::Tensor x = torch::randn({s.tokens, s.hidden}, options) * 2 + 0.5;
-    const torch::Tensor w = torch::rand({s.hidden}, options) + 0.5;
-    const torch::Tensor dy = torch::randn({s.tokens, s.hidden}, options);
-    const torch::Tensor dsum = torch::randn({s.tokens, s.hidden}, options);
-    const double reg =
-        BackwardMs(mt::kernels::LayerNormBackwardPath::kRegister, dy, x, dsum, w, steps);
-    const double staged =
-        BackwardMs(mt::kernels::LayerNormBackwardPath::kStaged, dy, x, dsum, w, steps);
-    if (reg < 0 || staged < 0) return 1;
-    const double gb = 4.0 * static_cast<double>(x.numel()) * x.element_size() / 1e9;
-    std::printf("%-5s register %7.4f (%4.2f) | staged %7.4f (%4.2f) | %.3fx\n", s.name, reg,
-                gb / reg, staged, gb / staged, reg / staged);
-  }
   std::printf(
-      "the residual bias's gradient (default path), ms per call: backward without | with "
-      "| ColumnSum of d x | saved\n");
+      "backward kernel with dsum, ms per call (TB/s): without | with the residual bias's "
+      "gradient | ColumnSum of d x | saved\n");
   for (const mt::bench::KernelBenchSize& s : mt::bench::kKernelBenchSizes) {
     const torch::Tensor x = torch::randn({s.tokens, s.hidden}, options) * 2 + 0.5;
     const torch::Tensor w = torch::rand({s.hidden}, options) + 0.5;
     const torch::Tensor dy = torch::randn({s.tokens, s.hidden}, options);
     const torch::Tensor dsum = torch::randn({s.tokens, s.hidden}, options);
-    const auto path = mt::kernels::LayerNormBackwardPath::kAuto;
-    const double without = BackwardMs(path, dy, x, dsum, w, steps);
-    const double with = BackwardMs(path, dy, x, dsum, w, steps, /*residual_bias=*/true);
+    const double without = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/false);
+    const double with = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/true);
     if (without < 0 || with < 0) return 1;
     const double column_sum =
         mt::bench::TimeMs([&] { mt::kernels::ColumnSum(dsum); }, steps, /*cuda=*/true);
-    std::printf("%-5s %7.4f | %7.4f | %7.4f | %7.4f\n", s.name, without, with, column_sum,
-                without + column_sum - with);
+    const double gb = 4.0 * static_cast<double>(x.numel()) * x.element_size() / 1e9;
+    std::printf("%-5s %7.4f (%4.2f) | %7.4f | %7.4f | %7.4f\n", s.name, without, gb / without, with,
+                column_sum, without + column_sum - with);
   }
   return 0;
 }

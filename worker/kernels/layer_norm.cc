@@ -14,7 +14,7 @@
 namespace mt::kernels {
 namespace {
 
-constexpr int64_t kMaxHidden = 16384;  // 2 x hidden fp32 of shared memory in backward
+constexpr int64_t kMaxHidden = 16384;  // up to 3 x hidden fp32 of shared memory in backward
 
 #if MT_KERNELS_WITH_CUDA
 cudaStream_t StreamOf(const torch::Tensor& t) {
@@ -78,7 +78,7 @@ class LayerNormFunction : public torch::autograd::Function<LayerNormFunction> {
         KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(), saved[2].data_ptr<float>(),
         saved[3].data_ptr<float>(), w.data_ptr(), dsum.defined() ? dsum.data_ptr() : nullptr,
         dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
-        StreamOf(x), LayerNormBackwardPath::kAuto, rb ? drb.data_ptr() : nullptr);
+        StreamOf(x), rb ? drb.data_ptr() : nullptr);
     TORCH_CHECK(err == cudaSuccess, "FusedLayerNorm backward launch: ", cudaGetErrorString(err));
     return {dx,
             add ? dx : torch::Tensor(),

@@ -1,10 +1,8 @@
 // The fused LayerNorm kernels against LibTorch's unfused chain (x + residual, layer_norm) on the
 // GPU, forward and backward, for 300 rows (more than a block's, not a multiple of them), 7 rows
 // and one row (the decode step's: the forward spreads a row over 8 warps), hidden sizes on the
-// register kernels (768, 1024, 2048, 4096: groups of 1 to 8 warps a row; in backward the staged
-// kernel, except fp32 at 4096, whose staged rows leave room for one block an SM, which takes the
-// register kernel) and on the streaming ones (8192: over 48 KB of shared memory in backward; 100:
-// no 16-byte vectors). 300 rows take two of the staged kernel's stages or more. Each as a plain
+// register kernels (768, 1024, 2048, 4096: groups of 1 to 8 warps a row) and on the streaming
+// ones (8192: over 48 KB of shared memory in backward; 100: no 16-byte vectors). Each as a plain
 // LayerNorm, with a residual, and with a residual and the residual's bias (a linear layer's bias
 // left to the LayerNorm: its gradient is the sums of d input's columns). The reference runs in
 // fp32 on the same (rounded) inputs.
@@ -114,7 +112,11 @@ TEST_P(FusedLayerNormGpuTest, MatchesTorchForwardAndBackward) {
                                     : mode == 2 ? " with residual and its bias"
                                                 : "");
           EXPECT_LE(Excess(got.values[i], want.values[i], rtol, atol), 0.0) << what;
-          EXPECT_LE(Excess(torch_same.values[i], want.values[i], rtol, atol), 0.0)
+          // LibTorch's chain with the residual's bias rounds the sum twice (x + r, then + the
+          // bias; the model's unfused path too: the bias in the GEMM, then the residual add),
+          // the kernel once: LibTorch's own is held to twice the bound there.
+          const double twice = mode == 2 && !fp32 ? 2.0 : 1.0;
+          EXPECT_LE(Excess(torch_same.values[i], want.values[i], twice * rtol, twice * atol), 0.0)
               << "LibTorch's own: " << what;
         }
       }
@@ -126,12 +128,12 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, FusedLayerNormGpuTest,
                          ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf));
 
 #if MT_KERNELS_WITH_CUDA
-// dx, d weight and d bias of LaunchLayerNormBackward on one path, and with `residual_bias` the
-// residual bias's gradient.
-std::vector<torch::Tensor> BackwardOn(LayerNormBackwardPath path, const torch::Tensor& dy,
-                                      const torch::Tensor& x, const torch::Tensor& mean,
-                                      const torch::Tensor& rstd, const torch::Tensor& w,
-                                      const torch::Tensor& dsum, bool residual_bias = false) {
+// dx, d weight and d bias of LaunchLayerNormBackward, and with `residual_bias` the residual
+// bias's gradient.
+std::vector<torch::Tensor> Backward(const torch::Tensor& dy, const torch::Tensor& x,
+                                    const torch::Tensor& mean, const torch::Tensor& rstd,
+                                    const torch::Tensor& w, const torch::Tensor& dsum,
+                                    bool residual_bias) {
   const int64_t rows = x.size(0), hidden = x.size(1);
   torch::Tensor dx = torch::empty_like(x), dw = torch::empty_like(w), db = torch::empty_like(w);
   torch::Tensor drb = residual_bias ? torch::empty_like(w) : torch::Tensor();
@@ -142,59 +144,66 @@ std::vector<torch::Tensor> BackwardOn(LayerNormBackwardPath path, const torch::T
       KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
       rstd.data_ptr<float>(), w.data_ptr(), dsum.defined() ? dsum.data_ptr() : nullptr,
       dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
-      at::cuda::getCurrentCUDAStream().stream(), path, residual_bias ? drb.data_ptr() : nullptr);
+      at::cuda::getCurrentCUDAStream().stream(), residual_bias ? drb.data_ptr() : nullptr);
   EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
   if (residual_bias) return {dx, dw, db, drb};
   return {dx, dw, db};
 }
 
-// The staged backward (rows copied into shared memory ahead of use) against the register one,
-// forced through LaunchLayerNormBackward's path, for groups of 1, 2, 4 and 8 warps a row, with and
-// without dsum, with and without the residual bias's gradient: bit for bit. Each row's arithmetic
-// is the same, and 1,000 rows take 125 blocks, fewer than the staged kernel's resident blocks on a
-// GPU of 125 SMs or more, so both run the same grid and add the same rows to the same sums in the
-// same order. kAuto gives the same bits too.
-TEST(FusedLayerNormGpu, StagedAndRegisterBackwardAgreeBitForBit) {
+// The residual bias's gradient (model::GptConfig::fold_linear_bias) is the sums of d x's columns
+// as written (fp32 1e-4 relative + 1e-5 x the largest; 16-bit: rounded once, 1e-2 + 1e-2 x the
+// largest), and asking for it changes nothing else: d x bit for bit as without it, and d weight
+// and d bias too on the register kernel (groups of 1, 2, 4 and 8 warps a row: each column summed
+// by one thread, in a fixed order); on the streaming kernel (bf16 8,192 and 100 wide, fp32 4,096
+// and 100), whose warps add to shared sums with atomics in no fixed order, within the bound
+// above. With and without dsum, over 1,000 rows.
+TEST(FusedLayerNormGpu, ResidualBiasGradientIsTheColumnSumOfDInput) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(23);
   const auto cuda = torch::TensorOptions(torch::kCUDA);
   const int64_t rows = 1000;
   for (torch::ScalarType dtype : {torch::kBFloat16, torch::kFloat}) {
-    // bf16: groups of 1, 2, 2, 4, 8 warps; fp32: 1, 4, 4, 8 (4,096 fp32 takes the streaming one).
-    for (int64_t hidden : {256, 768, 1024, 2048, 4096}) {
-      if (dtype == torch::kFloat && hidden == 4096) continue;
+    const bool fp32 = dtype == torch::kFloat;
+    for (int64_t hidden : {256, 768, 1024, 2048, 4096, 8192, 100}) {
+      if (fp32 && hidden == 8192) continue;  // fp32 4,096 is streaming already
       const torch::Tensor x = (torch::randn({rows, hidden}, cuda) * 2 + 0.5).to(dtype);
       const torch::Tensor xf = x.to(torch::kFloat);
       const torch::Tensor mean = xf.mean(1);
       const torch::Tensor rstd = torch::rsqrt(xf.var(1, /*unbiased=*/false) + 1e-5);
       const torch::Tensor w = (torch::rand({hidden}, cuda) + 0.5).to(dtype);
       const torch::Tensor dy = torch::randn({rows, hidden}, cuda).to(dtype);
-      for (int variant = 0; variant < 3; ++variant) {
-        const bool with_dsum = variant > 0, rb = variant == 2;
+      for (bool with_dsum : {false, true}) {
         const torch::Tensor dsum =
             with_dsum ? torch::randn({rows, hidden}, cuda).to(dtype) : torch::Tensor();
-        using P = LayerNormBackwardPath;
-        const auto reg = BackwardOn(P::kRegister, dy, x, mean, rstd, w, dsum, rb);
-        const auto staged = BackwardOn(P::kStaged, dy, x, mean, rstd, w, dsum, rb);
-        const auto automatic = BackwardOn(P::kAuto, dy, x, mean, rstd, w, dsum, rb);
-        const char* names[] = {"d x", "d weight", "d bias", "d residual bias"};
-        ASSERT_EQ(reg.size(), rb ? 4u : 3u);
-        if (rb) {  // the sums of d x's columns as written
-          const torch::Tensor want = reg[0].to(torch::kFloat).sum(0);
-          const double scale = want.abs().max().item<double>();
-          EXPECT_LE(Excess(reg[3].to(torch::kFloat), want, dtype == torch::kFloat ? 1e-4 : 1e-2,
-                           (dtype == torch::kFloat ? 1e-5 : 1e-2) * scale),
-                    0.0)
-              << "d residual bias " << c10::toString(dtype) << " hidden " << hidden;
+        const auto plain = Backward(dy, x, mean, rstd, w, dsum, /*residual_bias=*/false);
+        const auto with = Backward(dy, x, mean, rstd, w, dsum, /*residual_bias=*/true);
+        const std::string what = std::string(c10::toString(dtype)) + " hidden " +
+                                 std::to_string(hidden) + (with_dsum ? " with dsum" : "");
+        ASSERT_EQ(with.size(), 4u);
+        // The register kernel holds a row of up to 512 16-byte packs (2 a thread, 8 warps).
+        const int64_t vec = fp32 ? 4 : 8;
+        const bool streaming = hidden % vec != 0 || hidden / vec > 512;
+        auto within = [&](const torch::Tensor& got, const torch::Tensor& want) {
+          const torch::Tensor w32 = want.to(torch::kFloat);
+          const double scale = w32.abs().max().item<double>();
+          return Excess(got.to(torch::kFloat), w32, fp32 ? 1e-4 : 1e-2,
+                        (fp32 ? 1e-5 : 1e-2) * scale) <= 0.0;
+        };
+        EXPECT_TRUE(torch::equal(with[0], plain[0]))
+            << "d x " << what << ": max diff " << (with[0] - plain[0]).abs().max().item<double>();
+        const char* names[] = {"d x", "d weight", "d bias"};
+        for (int i = 1; i < 3; ++i) {
+          if (streaming) {
+            EXPECT_TRUE(within(with[i], plain[i])) << names[i] << " " << what;
+          } else {
+            EXPECT_TRUE(torch::equal(with[i], plain[i]))
+                << names[i] << " " << what << ": max diff "
+                << (with[i] - plain[i]).abs().max().item<double>();
+          }
         }
-        for (size_t i = 0; i < reg.size(); ++i) {
-          const std::string what = std::string(names[i]) + " " + c10::toString(dtype) + " hidden " +
-                                   std::to_string(hidden) + (with_dsum ? " with dsum" : "") +
-                                   (rb ? " and the residual bias" : "");
-          EXPECT_TRUE(torch::equal(staged[i], reg[i]))
-              << what << ": max diff " << (staged[i] - reg[i]).abs().max().item<double>();
-          EXPECT_TRUE(torch::equal(automatic[i], reg[i])) << what << " (auto)";
-        }
+        const torch::Tensor want = with[0].to(torch::kFloat).sum(0);
+        EXPECT_GT(want.abs().max().item<double>(), 0.0) << what;
+        EXPECT_TRUE(within(with[3], want)) << "d residual bias " << what;
       }
     }
   }

@@ -4,9 +4,9 @@
 // unaligned rows take the streaming kernels (one warp per row, rows read again per pass).
 // Statistics and every product in fp32. Backward: d gamma / d beta summed over a block's rows in
 // shared memory (the register kernel: one copy per group, each column owned by one thread, no
-// atomics), then over blocks by a second kernel. Where two blocks fit an SM with the rows staged
-// in shared memory, the backward takes the staged kernel instead: the register kernel's rows and
-// sums, with the block's next rows copied in (cp.async) while it computes the current ones.
+// atomics), then over blocks by a second kernel. (A backward that staged the next rows in shared
+// memory with cp.async ran at 0.76-0.81x the register kernel on an H200: bench/RESULTS.md,
+// 2026-12-05.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -14,7 +14,6 @@
 #include <cstdint>
 #include <type_traits>
 
-#include "worker/kernels/copy_async.cuh"
 #include "worker/kernels/dependent_launch.cuh"
 #include "worker/kernels/float_convert.cuh"
 #include "worker/kernels/layer_norm_launch.h"
@@ -355,109 +354,6 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
   WritePartial(shared, kCopies, sums, partial, hidden);
 }
 
-// Shared memory of the staged backward: BackwardSharedBytes, then two stages of the block's rows
-// of dy, x and dsum in T (each stage `copies` x [3][hidden]).
-size_t StagedSharedBytes(int64_t hidden, int copies, int sums, size_t element) {
-  return BackwardSharedBytes(hidden, copies, sums) +
-         2 * static_cast<size_t>(copies) * 3 * hidden * element;
-}
-
-// RegisterBackwardKernel's rows and sums, with the rows' dy, x and dsum staged in shared memory:
-// while a group computes its row, the copies of the row it takes next (the block's next rows)
-// are in flight (cp.async, two stages). The register kernel instead waits for each row's loads
-// with nothing else of its block to do. Each thread copies exactly the packs it reads, so its own
-// WaitCopies is all the staging needs (no barrier); the row is read from shared memory in both
-// passes, so only the weight's packs stay in registers.
-template <typename T, int kVec, int G>
-__global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
-    StagedBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
-                         const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
-                         int64_t hidden, bool residual_bias) {
-  using P = Pack<T, kVec>;
-  constexpr int kGroup = 32 * G;
-  constexpr int kCopies = kWarps / G;
-  extern __shared__ __align__(16) float shared[];
-  const int sums = SumsOf(residual_bias);
-  const int group = threadIdx.x / kGroup;
-  float* sdw = shared + sums * group * hidden;
-  float* sdb = sdw + hidden;
-  float* sdr = residual_bias ? sdb + hidden : nullptr;
-  float2* scratch = reinterpret_cast<float2*>(shared + sums * kCopies * hidden);
-  T* stage = reinterpret_cast<T*>(scratch + kWarps);
-  ZeroShared(shared, sums * kCopies * hidden);
-  const int t = threadIdx.x % kGroup;
-  const int64_t npacks = hidden / kVec;
-  const int inputs = dsum != nullptr ? 3 : 2;
-  // This group's row of input i (0 dy, 1 x, 2 dsum) in stage s.
-  auto slot = [&](int s, int i) {
-    return reinterpret_cast<P*>(stage +
-                                ((static_cast<int64_t>(s) * kCopies + group) * 3 + i) * hidden);
-  };
-  // Starts the copies of this group's row of the block's rows from `base` into stage s (an empty
-  // group of copies past the last row, so that WaitCopies<1> always means "all but the newest").
-  auto prefetch = [&](int64_t base, int s) {
-    const int64_t row = base + group;
-    if (row < rows) {
-      const T* from[3] = {dy + row * hidden, x + row * hidden,
-                          dsum != nullptr ? dsum + row * hidden : nullptr};
-#pragma unroll
-      for (int j = 0; j < kBackwardPacks; ++j) {
-        const int64_t p = t + j * kGroup;
-        if (p >= npacks) continue;
-        for (int i = 0; i < inputs; ++i) {
-          CopyAsync16(slot(s, i) + p, reinterpret_cast<const P*>(from[i]) + p);
-        }
-      }
-    }
-    CommitCopies();
-  };
-  P w[kBackwardPacks];
-#pragma unroll
-  for (int j = 0; j < kBackwardPacks; ++j) {
-    const int64_t p = t + j * kGroup;
-    if (p < npacks) w[j] = reinterpret_cast<const P*>(weight)[p];
-  }
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * kCopies;
-  int s = 0;
-  prefetch(static_cast<int64_t>(blockIdx.x) * kCopies, 0);
-  // `base` is the same for the whole block, so every thread meets GroupSum's barriers.
-  for (int64_t base = static_cast<int64_t>(blockIdx.x) * kCopies; base < rows; base += stride) {
-    prefetch(base + stride, s ^ 1);
-    WaitCopies<1>();  // this thread's copies of the current rows have landed
-    const int64_t row = base + group;
-    const bool live = row < rows;
-    const float mu = live ? mean[row] : 0.0f, rs = live ? rstd[row] : 0.0f;
-    const P* g = slot(s, 0);
-    const P* a = slot(s, 1);
-    float2 acc = make_float2(0.0f, 0.0f);
-#pragma unroll
-    for (int j = 0; j < kBackwardPacks; ++j) {
-      const int64_t p = t + j * kGroup;
-      if (!live || p >= npacks) continue;
-      AddPackProducts<kVec>(g[p], a[p], w[j], mu, rs, acc, sdw + p * kVec, sdb + p * kVec);
-    }
-    const float2 m = GroupSum<G>(acc, scratch);
-    if (live) {
-      const float m1 = m.x / static_cast<float>(hidden), m2 = m.y / static_cast<float>(hidden);
-      const P* r = slot(s, 2);
-      P* dxr = reinterpret_cast<P*>(dx + row * hidden);
-#pragma unroll
-      for (int j = 0; j < kBackwardPacks; ++j) {
-        const int64_t p = t + j * kGroup;
-        if (p >= npacks) continue;
-        P rp{};
-        if (dsum != nullptr) rp = r[p];
-        const P o = PackGradient<kVec>(g[p], a[p], w[j], mu, rs, m1, m2, rp, dsum != nullptr);
-        dxr[p] = o;
-        if (sdr != nullptr) AddPackToShared<kVec>(sdr + p * kVec, o);
-      }
-    }
-    s ^= 1;
-  }
-  WaitCopies<0>();
-  WritePartial(shared, kCopies, sums, partial, hidden);
-}
-
 // Any width (hidden % kVec == 0): one warp per row; every row's d weight / d bias products go
 // to the block's shared sums, where the block's eight warps contend for the same words.
 template <typename T, int kVec>
@@ -587,31 +483,6 @@ cudaError_t AllowSharedBytes(Kernel kernel, size_t smem) {
                               static_cast<int>(smem));
 }
 
-// Blocks of `kernel` (kThreads each, `smem` bytes of shared memory) resident on one SM of the
-// current device; 0 when they do not fit or the device cannot be asked (the error cleared).
-template <typename Kernel>
-int ResidentPerSm(Kernel kernel, size_t smem) {
-  int per_sm = 0;
-  if (AllowSharedBytes(kernel, smem) != cudaSuccess ||
-      cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem) !=
-          cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return per_sm;
-}
-
-// The current device's SMs; 0 when it cannot be asked (the error cleared).
-int Sms() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess) {
-    cudaGetLastError();
-    return 0;
-  }
-  return sms;
-}
-
 template <typename T>
 cudaError_t Forward(const void* x, const void* residual, const void* residual_bias, void* sum,
                     const void* weight, const void* bias, void* y, float* mean, float* rstd,
@@ -663,7 +534,7 @@ template <typename T>
 cudaError_t Backward(const void* dy, const void* x, const float* mean, const float* rstd,
                      const void* weight, const void* dsum, void* dx, void* dweight, void* dbias,
                      float* partial, int64_t rows, int64_t hidden, cudaStream_t stream,
-                     LayerNormBackwardPath path, void* dresidual_bias) {
+                     void* dresidual_bias) {
   if (rows == 0) {
     // No rows: the column sums are zeros.
     for (void* out : {dweight, dbias, dresidual_bias}) {
@@ -678,7 +549,7 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
   const int sums = SumsOf(with_rb);
   const bool vec = hidden % kVec == 0 && Aligned(dy) && Aligned(x) && Aligned(weight) &&
                    Aligned(dx) && (dsum == nullptr || Aligned(dsum));
-  int blocks = LayerNormBackwardBlocks(rows);  // `partial`'s rows: the most a launch may use
+  const int blocks = LayerNormBackwardBlocks(rows);  // `partial`'s rows
   auto launch = [&](auto kernel, size_t smem) {
     const cudaError_t err = AllowSharedBytes(kernel, smem);
     if (err != cudaSuccess) return err;
@@ -694,19 +565,6 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
     err = WithGroup(group, [&](auto g) {
       constexpr int G = decltype(g)::value;
       constexpr int kCopies = kWarps / G;
-      // The staged kernel (where two of its blocks fit an SM, for kAuto) on as many blocks as
-      // fit at once.
-      const auto staged = StagedBackwardKernel<T, kVec, G>;
-      const size_t staged_smem = StagedSharedBytes(hidden, kCopies, sums, sizeof(T));
-      if (path != LayerNormBackwardPath::kRegister) {
-        const int per_sm = ResidentPerSm(staged, staged_smem), sms = Sms();
-        const int least = path == LayerNormBackwardPath::kStaged ? 1 : 2;
-        if (sms > 0 && per_sm >= least) {
-          blocks = std::min(blocks, per_sm * sms);
-          return launch(staged, staged_smem);
-        }
-        if (path == LayerNormBackwardPath::kStaged) return cudaErrorInvalidConfiguration;
-      }
       return launch(RegisterBackwardKernel<T, kVec, G>, BackwardSharedBytes(hidden, kCopies, sums));
     });
   } else if (vec) {
@@ -752,18 +610,17 @@ cudaError_t LaunchLayerNormBackward(FloatKind kind, const void* dy, const void* 
                                     const float* mean, const float* rstd, const void* weight,
                                     const void* dsum, void* dx, void* dweight, void* dbias,
                                     float* partial, int64_t rows, int64_t hidden,
-                                    cudaStream_t stream, LayerNormBackwardPath path,
-                                    void* dresidual_bias) {
+                                    cudaStream_t stream, void* dresidual_bias) {
   switch (kind) {
     case FloatKind::kFloat32:
       return Backward<float>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial, rows,
-                             hidden, stream, path, dresidual_bias);
+                             hidden, stream, dresidual_bias);
     case FloatKind::kBFloat16:
       return Backward<__nv_bfloat16>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial,
-                                     rows, hidden, stream, path, dresidual_bias);
+                                     rows, hidden, stream, dresidual_bias);
     case FloatKind::kFloat16:
       return Backward<__half>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial, rows,
-                              hidden, stream, path, dresidual_bias);
+                              hidden, stream, dresidual_bias);
   }
   return cudaErrorInvalidValue;
 }

@@ -25,13 +25,6 @@ cudaError_t LaunchLayerNormForward(FloatKind kind, const void* x, const void* re
 // Blocks the backward kernel runs with (the number of rows of `partial` it needs).
 int LayerNormBackwardBlocks(int64_t rows);
 
-// The backward kernel for rows a group of warps holds (16-byte aligned, up to 64 packs a warp):
-// kAuto takes the staged one (the rows copied into shared memory ahead of use) where two of its
-// blocks fit an SM, else the register one; kRegister and kStaged force one (tests compare them;
-// kStaged fails with cudaErrorInvalidConfiguration where not even one block fits). Other rows
-// take the streaming kernel whatever the path.
-enum class LayerNormBackwardPath { kAuto, kRegister, kStaged };
-
 // dx = d LayerNorm / d input (dy, the saved input `x` = the sum, mean, rstd, weight) plus
 // `dsum` when non-null (the gradient that reaches the sum directly: the residual stream).
 // dweight / dbeta, and where `dresidual_bias` is non-null the residual bias's gradient (the sums
@@ -41,9 +34,7 @@ cudaError_t LaunchLayerNormBackward(FloatKind kind, const void* dy, const void* 
                                     const float* mean, const float* rstd, const void* weight,
                                     const void* dsum, void* dx, void* dweight, void* dbias,
                                     float* partial, int64_t rows, int64_t hidden,
-                                    cudaStream_t stream,
-                                    LayerNormBackwardPath path = LayerNormBackwardPath::kAuto,
-                                    void* dresidual_bias = nullptr);
+                                    cudaStream_t stream, void* dresidual_bias = nullptr);
 
 // The column sums the backward reduces through `partial`: 2 (d weight, d bias), 3 with the
 // residual bias's gradient.

@@ -61,8 +61,8 @@ TEST_P(FusedMlpGpuTest, MatchesTheUnfusedChain) {
   const auto [dtype, backward] = GetParam();
   const char* names[] = {"y", "d x", "d w1", "d b1", "d w2", "d b2"};
   torch::manual_seed(31);
-  // (rows, hidden, ffn): rows that fill no tile; GPT-2 124M's widths; the second without fc2's
-  // bias (model::GptConfig::fold_linear_bias).
+  // (rows, hidden, ffn): rows that fill no tile; GPT-2 124M's widths. Each with fc2's bias and
+  // without it (model::GptConfig::fold_linear_bias).
   for (auto [n, k, f] :
        std::vector<std::tuple<int64_t, int64_t, int64_t>>{{296, 64, 256}, {2048, 768, 3072}}) {
     for (bool with_b2 : {true, false}) {

@@ -224,5 +224,61 @@ TEST(QkvHeadsCpu, MatchesTheSplitChainInFp64) {
   EXPECT_THROW(QkvHeads(x, w, b, 2, s.head_dim), c10::Error);  // 2 heads: w has 36 rows, not 24
 }
 
+// q, k, v [b, heads, s, d] of one [b, s, heads, 3d] tensor t, as the split chain views them.
+std::vector<torch::Tensor> Views(const torch::Tensor& t, int64_t head_dim) {
+  std::vector<torch::Tensor> parts = t.split(head_dim, -1);
+  for (torch::Tensor& p : parts) p = p.transpose(1, 2);
+  return parts;
+}
+
+TEST(QkvHeadsCpu, PackedQkvViewsAreTheViewsOfOneProjection) {
+  const Shape s{2, 5, 3, 4, 6};
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  const torch::Tensor t = torch::randn({s.batch, s.seq, s.heads, 3 * s.head_dim}, options);
+  const std::vector<torch::Tensor> v = Views(t, s.head_dim);
+  EXPECT_TRUE(PackedQkvViews(v[0], v[1], v[2]));
+  const torch::Tensor x = torch::randn({s.batch, s.seq, s.in}, options);
+  const torch::Tensor w = torch::randn({3 * s.heads * s.head_dim, s.in}, options);
+  const torch::Tensor b = torch::randn({3 * s.heads * s.head_dim}, options);
+  const std::vector<torch::Tensor> ours = QkvHeads(x, w, b, s.heads, s.head_dim);
+  EXPECT_TRUE(PackedQkvViews(ours[0], ours[1], ours[2]));
+  EXPECT_FALSE(PackedQkvViews(v[1], v[0], v[2]));                    // k and q swapped
+  EXPECT_FALSE(PackedQkvViews(v[0], v[1], v[2].clone()));            // v elsewhere
+  EXPECT_FALSE(PackedQkvViews(v[0].contiguous(), v[1], v[2]));       // q compact
+  EXPECT_FALSE(PackedQkvViews(v[0], v[1], v[1]));                    // v is k
+  EXPECT_FALSE(PackedQkvViews(v[0], v[1], v[2].to(torch::kFloat)));  // another dtype
+  EXPECT_FALSE(PackedQkvViews(v[0], v[1], torch::Tensor()));
+  // Heads that do not fill the tensor's rows (another head count's strides).
+  const std::vector<torch::Tensor> narrow = Views(t.narrow(2, 0, 2), s.head_dim);
+  EXPECT_FALSE(PackedQkvViews(narrow[0], narrow[1], narrow[2]));
+  // One element off: k starts a column late.
+  const torch::Tensor late_k = t.as_strided(v[1].sizes(), v[1].strides(), s.head_dim + 1);
+  EXPECT_FALSE(PackedQkvViews(v[0], late_k, v[2]));
+}
+
+// Gradients handed back as views of one [b, s, heads, 3d] tensor (what PackedCausalAttention's
+// backward writes) give the chain's dx, dw and db.
+TEST(QkvHeadsCpu, PackedGradientsGiveTheChainsGradients) {
+  torch::manual_seed(34);
+  const Shape s{2, 7, 3, 4, 10};
+  const auto options = torch::TensorOptions().dtype(torch::kDouble);
+  const torch::Tensor x = torch::randn({s.batch, s.seq, s.in}, options);
+  const torch::Tensor w = torch::randn({3 * s.heads * s.head_dim, s.in}, options);
+  const torch::Tensor b = torch::randn({3 * s.heads * s.head_dim}, options);
+  const torch::Tensor dqkv = torch::randn({s.batch, s.seq, s.heads, 3 * s.head_dim}, options);
+  const std::vector<torch::Tensor> packed = Views(dqkv, s.head_dim);
+  ASSERT_TRUE(PackedQkvViews(packed[0], packed[1], packed[2]));
+  const Result got = Project(true, s, x, w, b, packed);
+  std::vector<torch::Tensor> compact;
+  for (const torch::Tensor& g : packed) compact.push_back(g.contiguous());
+  const Result want = Project(false, s, x, w, b, compact);
+  for (const auto& [g, r] :
+       {std::pair(got.dx, want.dx), std::pair(got.dw, want.dw), std::pair(got.db, want.db)}) {
+    EXPECT_LE(((g - r).abs() - 1e-12 * (1.0 + r.abs())).max().item<double>(), 0.0);
+  }
+  EXPECT_TRUE(
+      torch::allclose(got.db, dqkv.sum(std::vector<int64_t>{0, 1}).reshape({-1}), 1e-12, 1e-12));
+}
+
 }  // namespace
 }  // namespace mt::kernels

@@ -8,8 +8,8 @@
 //   profile_step --spec FILE [--device cuda] [--warmup 5] [--steps 3] [--top 25]
 //                [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]
 //                [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]
-//                [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]packed-qkv-grad]
-//                [--[no-]cuda-graph] [--[no-]gemm-tuning]
+//                [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]
+//                [--[no-]gemm-tuning]
 //
 // Needs a CUDA LibTorch >= 2.0 (Kineto); elsewhere it says so and exits 2.
 #include <torch/torch.h>
@@ -44,8 +44,8 @@ constexpr char kUsage[] =
     "usage: profile_step --spec FILE [--device cuda] [--warmup N] [--steps N] [--top N]\n"
     "                    [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]\n"
     "                    [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]\n"
-    "                    [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]packed-qkv-grad]\n"
-    "                    [--[no-]cuda-graph] [--[no-]gemm-tuning]\n"
+    "                    [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]\n"
+    "                    [--[no-]gemm-tuning]\n"
     "Profiles training steps of the job spec (synthetic tokens) and prints the top GPU kernels.\n";
 
 struct Args {
@@ -61,7 +61,6 @@ struct Args {
   bool fused_layernorm = true;
   bool fused_qkv = true;
   bool fold_linear_bias = true;
-  bool packed_qkv_grad = true;
   bool cuda_graph = true;
   bool gemm_tuning = true;
 };
@@ -96,7 +95,6 @@ Args Parse(int argc, char** argv) {
                                                       {"fused-layernorm", &a.fused_layernorm},
                                                       {"fused-qkv", &a.fused_qkv},
                                                       {"fold-linear-bias", &a.fold_linear_bias},
-                                                      {"packed-qkv-grad", &a.packed_qkv_grad},
                                                       {"cuda-graph", &a.cuda_graph},
                                                       {"gemm-tuning", &a.gemm_tuning}};
     bool matched = false;
@@ -166,7 +164,6 @@ int main(int argc, char** argv) {
   options.fused_layernorm = a.fused_layernorm;
   options.fused_qkv = a.fused_qkv;
   options.fold_linear_bias = a.fold_linear_bias;
-  options.packed_qkv_grad = a.packed_qkv_grad;
   options.cuda_graph = a.cuda_graph;
   options.gemm_tuning = a.gemm_tuning;
   auto trainer = mt::engine::Trainer::Create(job, options, std::move(data->train), nullptr);

@@ -633,7 +633,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   config.fused_layernorm = options.fused_layernorm;
   config.fused_qkv = options.fused_qkv;
   config.fold_linear_bias = options.fold_linear_bias;
-  config.packed_qkv_grad = options.packed_qkv_grad;
   kernels::SetGemmTuning(options.gemm_tuning);
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
                       LrSchedule::FromSpec(spec.training(), plan.global_batch_size));

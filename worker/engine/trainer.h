@@ -93,9 +93,6 @@ struct TrainerOptions {
   // The output projection's and fc2's biases added and summed by the next LayerNorm's kernels
   // (model::GptConfig::fold_linear_bias; see there).
   bool fold_linear_bias = true;
-  // dq, dk and dv written into the QKV projection's gradient by the attention's backward
-  // (model::GptConfig::packed_qkv_grad; see there).
-  bool packed_qkv_grad = true;
   // Each step's forward and backward replayed from one CUDA graph (step_graph.h) where
   // StepGraphBlocker allows it (one GPU, one micro-batch a step, no dropout, a constant loss
   // scale); elsewhere the eager step. With log_progress, one line says which and why.

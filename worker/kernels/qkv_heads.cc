@@ -69,14 +69,6 @@ std::pair<torch::Tensor, torch::Tensor> OutputGradient(const torch::autograd::va
                                                        const Dims& shape) {
   const int64_t rows = shape.batch * shape.seq;
   const int64_t cols = shape.heads * 3 * shape.head_dim;
-  if (grads[0].scalar_type() == like.scalar_type() &&
-      PackedQkvViews(grads[0], grads[1], grads[2])) {
-    // Written in place by the attention's backward (packed_attention.h): q's view starts the
-    // [b, s, heads, 3d] tensor.
-    const torch::Tensor dqkv =
-        grads[0].as_strided({rows, cols}, {cols, 1}, grads[0].storage_offset());
-    return {dqkv, ColumnSum(dqkv)};
-  }
 #if MT_KERNELS_WITH_CUDA
   if (GatherTakes(grads, like, shape)) {
     torch::Tensor dqkv = torch::empty({rows, cols}, like.options());
@@ -134,21 +126,6 @@ class QkvHeadsFunction : public torch::autograd::Function<QkvHeadsFunction> {
 };
 
 }  // namespace
-
-bool PackedQkvViews(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
-  if (!q.defined() || !k.defined() || !v.defined() || q.dim() != 4 || q.sizes() != k.sizes() ||
-      q.sizes() != v.sizes() || q.scalar_type() != k.scalar_type() ||
-      q.scalar_type() != v.scalar_type() || q.device() != k.device() || q.device() != v.device() ||
-      !q.is_alias_of(k) || !q.is_alias_of(v)) {
-    return false;
-  }
-  // (v's view lies in the storage, LibTorch checks: then so does the whole tensor.)
-  const int64_t heads = q.size(1), s = q.size(2), d = q.size(3);
-  const std::vector<int64_t> strides{s * heads * 3 * d, 3 * d, heads * 3 * d, 1};
-  const int64_t start = q.storage_offset();
-  return q.strides() == strides && k.strides() == strides && v.strides() == strides &&
-         k.storage_offset() == start + d && v.storage_offset() == start + 2 * d;
-}
 
 bool QkvHeadsAvailable(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& b,
                        int64_t heads, int64_t head_dim) {

@@ -4,8 +4,7 @@
 // dq, dk and dv into the projection's output gradient (a copy kernel, 0.96 ms of a GPT-2 124M
 // step on an H200) and the bias gradient would read that again (ColumnSum). Here one kernel does
 // both in one read: the gather and the bias gradient's first pass (qkv_heads_kernel.cu), then
-// the two GEMMs of a linear layer's backward. Where dq, dk and dv already are views of one such
-// tensor (PackedQkvViews), that tensor is the gradient and only the bias's sum runs.
+// the two GEMMs of a linear layer's backward.
 #ifndef MT_WORKER_KERNELS_QKV_HEADS_H_
 #define MT_WORKER_KERNELS_QKV_HEADS_H_
 
@@ -28,14 +27,6 @@ bool QkvHeadsAvailable(const torch::Tensor& x, const torch::Tensor& w, const tor
 // (cat, then ColumnSum). The GEMMs are TunedAddmm's (forward) and TunedMm's (tuned_mm.h).
 std::vector<torch::Tensor> QkvHeads(const torch::Tensor& x, const torch::Tensor& w,
                                     const torch::Tensor& b, int64_t heads, int64_t head_dim);
-
-// True when q, k and v [b, heads, s, d] are the views QkvHeads returns (and the split chain
-// makes) of one [b, s, heads, 3d] tensor: one storage, k d elements after q and v 2d after,
-// strides (s * heads * 3d, 3d, heads * 3d, 1). The same test for their gradients: where an
-// attention's backward writes dq, dk and dv so (packed_attention.h), QkvHeads' backward takes
-// that tensor as the projection's output gradient, with no gather, and sums its columns for
-// the bias's.
-bool PackedQkvViews(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 
 }  // namespace mt::kernels
 

@@ -24,7 +24,6 @@
 #include "worker/kernels/gemv.h"
 #include "worker/kernels/int8_linear.h"
 #include "worker/kernels/layer_norm.h"
-#include "worker/kernels/packed_attention.h"
 #include "worker/kernels/qkv_heads.h"
 #include "worker/model/recompute.h"
 #include "worker/model/sdpa_backend.h"
@@ -171,7 +170,7 @@ bool FusedAttentionAvailable() { return MT_HAVE_FUSED_SDPA != 0; }
 
 torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, double dropout_p, bool training,
-                              AttentionBackend backend, bool packed_qkv_grad) {
+                              AttentionBackend backend) {
   if (backend == AttentionBackend::kAuto) {
     backend = FusedAttentionAvailable() ? AttentionBackend::kFused : AttentionBackend::kMath;
   }
@@ -179,14 +178,11 @@ torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
     return MathCausalAttention(q, k, v, dropout_p, training);
   }
   if (backend == AttentionBackend::kCudnn || backend == AttentionBackend::kFlash) {
-    return RestrictedCausalSdpa(q, k, v, training ? dropout_p : 0.0, backend, packed_qkv_grad);
+    return RestrictedCausalSdpa(q, k, v, training ? dropout_p : 0.0, backend);
   }
 #if MT_HAVE_FUSED_SDPA
-  const double p = training ? dropout_p : 0.0;
-  if (packed_qkv_grad && kernels::PackedCausalAttentionTakes(q, k, v, p)) {
-    return kernels::PackedCausalAttention(q, k, v, p);
-  }
-  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, p, /*is_causal=*/true);
+  return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, training ? dropout_p : 0.0,
+                                          /*is_causal=*/true);
 #else
   TORCH_CHECK(false, "fused attention needs LibTorch >= 2.0; this is ", TORCH_VERSION);
 #endif
@@ -313,9 +309,8 @@ torch::Tensor SelfAttentionImpl::Context(const torch::Tensor& x) {
   const AttentionBackend backend = config.attention_backend;
   // Each TP rank holds other heads: their dropout masks must differ (sharded dropout).
   const int rank_stream = tp_size > 1 && training && p > 0.0 ? tp_rank : -1;
-  const bool packed = config.packed_qkv_grad;
-  auto attend = [p, training, backend, packed, rank_stream](const std::vector<torch::Tensor>& in) {
-    auto run = [&] { return CausalAttention(in[0], in[1], in[2], p, training, backend, packed); };
+  auto attend = [p, training, backend, rank_stream](const std::vector<torch::Tensor>& in) {
+    auto run = [&] { return CausalAttention(in[0], in[1], in[2], p, training, backend); };
     return rank_stream >= 0 ? parallel::WithTensorParallelRng(in[0].device(), rank_stream, run)
                             : run();
   };

@@ -122,12 +122,9 @@ bool FusedAttentionAvailable();
 // softmax(q k^T / sqrt(d) + causal mask) v with dropout on the probabilities when training.
 // q, k, v: [b, heads, s, d] -> [b, heads, s, d]. kAuto picks kFused where available; kFused
 // where it is not throws c10::Error (GptModel::Create rejects that configuration earlier).
-// packed_qkv_grad (GptConfig's): the fused and cudnn backends go through
-// kernels::PackedCausalAttention where it takes q, k, v (their gradients written as views of
-// one [b, s, heads, 3d] tensor).
 torch::Tensor CausalAttention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, double dropout_p, bool training,
-                              AttentionBackend backend, bool packed_qkv_grad = false);
+                              AttentionBackend backend);
 
 // Megatron's ColumnParallelLinear: weight [out / tp, in] (rows of the full weight), bias
 // [out / tp]. Input: the full activation ([b, s/tp, h] all-gathered first under SP); output:

@@ -86,11 +86,6 @@ struct GptConfig {
   // dropout (the bias would be added after the dropout, not before); elsewhere, and in eval mode,
   // the biases stay in the GEMMs. The same parameters and checkpoints either way.
   bool fold_linear_bias = true;
-  // The attention's backward writes dq, dk and dv into the QKV projection's gradient
-  // (kernels::PackedCausalAttention): where LibTorch's SDPA would run cuDNN's kernels for the
-  // projection's q, k, v in training, no gather kernel between the attention's backward and
-  // the projection's (fused_qkv's), only the bias's column sum. Same results.
-  bool packed_qkv_grad = true;
 
   // From spec.model (and the recompute fields of spec.training, the TP size of
   // spec.parallel). Unset fields take the defaults written in proto/mt/v1/job_spec.proto;

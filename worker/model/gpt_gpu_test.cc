@@ -5,7 +5,6 @@
 // - fused_layernorm gives LibTorch's LayerNorm's loss and gradients (fp32 and bf16);
 // - fused_mlp gives the unfused MLP's loss and gradients (fp32 and bf16);
 // - fused_qkv gives LibTorch's split's loss and gradients (fp32 and bf16);
-// - packed_qkv_grad gives LibTorch's attention backward's loss and gradients (bf16);
 // - pipeline stages chained on the device give the whole model's loss (the same kernels:
 //   1e-3 relative);
 // - the vocabulary-parallel cross entropy (no group: one rank) on CUDA is the full cross
@@ -23,7 +22,6 @@
 #include <string>
 
 #include "gtest/gtest.h"
-#include "worker/kernels/packed_attention.h"
 #include "worker/model/gpt.h"
 #include "worker/model/sharding.h"
 #include "worker/parallel/dist.h"
@@ -178,52 +176,6 @@ TEST(GptGpuTest, FusedQkvMatchesTheSplit) {
     GptConfig base = SmallConfig();
     base.recompute_granularity = recompute;
     ExpectFusedMatchesUnfused([](GptConfig* c, bool fused) { c->fused_qkv = fused; }, base);
-  }
-}
-
-// packed_qkv_grad (kernels::PackedCausalAttention: cuDNN's attention backward writes dq, dk, dv
-// into the QKV projection's gradient) against LibTorch's attention backward and the gather, in
-// bf16 (in fp32 the attention is not cuDNN's), with fused_qkv on and off and with selective
-// recomputation, both in one process (LibTorch's graph cache: packed_attention.h). The same
-// forward: the loss within 1e-3; gradients within the bf16 tolerances of the LM head's test
-// (cuDNN sums dq with atomics, in another order each run).
-TEST(GptGpuTest, PackedQkvGradMatchesLibTorchsAttentionBackward) {
-  MT_SKIP_WITHOUT_GPU();
-  if (!kernels::PackedCausalAttentionBuilt()) GTEST_SKIP() << "no packed attention in this build";
-  GptConfig base = SmallConfig();
-  base.hidden_size = 256;  // 4 heads of 64
-  const torch::Tensor sample = Sample(base).to(torch::kCUDA);
-  {
-    // The model's q, k, v as views: the path runs (cuDNN takes heads of 64 in bf16).
-    const int64_t d = base.head_dim(), heads = base.num_attention_heads;
-    const auto options = torch::TensorOptions().dtype(torch::kBFloat16).device(torch::kCUDA);
-    std::vector<torch::Tensor> in =
-        torch::zeros({2, base.seq_length, heads, 3 * d}, options).split(d, -1);
-    for (torch::Tensor& t : in) t = t.transpose(1, 2).detach().requires_grad_(true);
-    ASSERT_TRUE(kernels::PackedCausalAttentionTakes(in[0], in[1], in[2], 0.0));
-  }
-  for (RecomputeGranularity recompute :
-       {RecomputeGranularity::kNone, RecomputeGranularity::kSelective}) {
-    for (bool fused_qkv : {true, false}) {
-      GptConfig c = base;
-      c.recompute_granularity = recompute;
-      c.fused_qkv = fused_qkv;
-      const std::string what = std::string(fused_qkv ? "fused_qkv" : "split") +
-                               (recompute == RecomputeGranularity::kSelective ? ", selective" : "");
-      c.packed_qkv_grad = false;
-      const auto want = LossAndGradients(c, torch::kBFloat16, sample);
-      c.packed_qkv_grad = true;
-      const auto got = LossAndGradients(c, torch::kBFloat16, sample);
-      const double l = want.at("loss").item<double>();
-      EXPECT_NEAR(got.at("loss").item<double>(), l, 1e-3 * l) << what;
-      for (const auto& [name, w] : want) {
-        if (name == "loss") continue;
-        const torch::Tensor& g = got.at(name);
-        const double scale = w.abs().max().item<double>();
-        EXPECT_LE(((g - w).abs() - (2e-2 * w.abs() + 1e-3 * scale)).max().item<double>(), 0.0)
-            << what << ": " << name;
-      }
-    }
   }
 }
 

@@ -5,8 +5,6 @@
 
 #include <mutex>
 
-#include "worker/kernels/packed_attention.h"
-
 #if TORCH_VERSION_MAJOR >= 2
 #define MT_SDPA_SWITCHES 1
 #else
@@ -76,7 +74,7 @@ bool SdpaBackendAvailable(AttentionBackend backend) {
 
 torch::Tensor RestrictedCausalSdpa(const torch::Tensor& q, const torch::Tensor& k,
                                    const torch::Tensor& v, double dropout_p,
-                                   AttentionBackend backend, bool packed_qkv_grad) {
+                                   AttentionBackend backend) {
   TORCH_CHECK(backend == AttentionBackend::kCudnn || backend == AttentionBackend::kFlash,
               "RestrictedCausalSdpa takes the cudnn or flash backend");
   TORCH_CHECK(SdpaBackendAvailable(backend), "attention backend ",
@@ -92,10 +90,8 @@ torch::Tensor RestrictedCausalSdpa(const torch::Tensor& q, const torch::Tensor& 
   only.flash = backend == AttentionBackend::kFlash;
   only.Write();
   try {
-    torch::Tensor out = packed_qkv_grad && kernels::PackedCausalAttentionTakes(q, k, v, dropout_p)
-                            ? kernels::PackedCausalAttention(q, k, v, dropout_p)
-                            : at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p,
-                                                               /*is_causal=*/true);
+    torch::Tensor out = at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout_p,
+                                                         /*is_causal=*/true);
     saved.Write();
     return out;
   } catch (...) {
@@ -106,7 +102,6 @@ torch::Tensor RestrictedCausalSdpa(const torch::Tensor& q, const torch::Tensor& 
   (void)k;
   (void)v;
   (void)dropout_p;
-  (void)packed_qkv_grad;
   TORCH_CHECK(false, "unreachable: no SDPA switches in this LibTorch");
 #endif
 }

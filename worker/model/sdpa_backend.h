@@ -19,12 +19,10 @@ bool SdpaBackendAvailable(AttentionBackend backend);
 
 // Causal SDPA on q, k, v [b, heads, s, d] with only `backend`'s kernel allowed (kCudnn or
 // kFlash). Throws c10::Error (LibTorch's "no available kernel" with its reasons) where that
-// kernel cannot take these inputs (CPU tensors, an unsupported dtype or head size). With
-// packed_qkv_grad, where kernels::PackedCausalAttentionTakes under that restriction: through
-// kernels::PackedCausalAttention (GptConfig::packed_qkv_grad).
+// kernel cannot take these inputs (CPU tensors, an unsupported dtype or head size).
 torch::Tensor RestrictedCausalSdpa(const torch::Tensor& q, const torch::Tensor& k,
                                    const torch::Tensor& v, double dropout_p,
-                                   AttentionBackend backend, bool packed_qkv_grad = false);
+                                   AttentionBackend backend);
 
 }  // namespace mt::model
 

@@ -55,7 +55,6 @@ struct TrainArgs {
   bool fused_layernorm = true;
   bool fused_qkv = true;
   bool fold_linear_bias = true;
-  bool packed_qkv_grad = true;
   bool cuda_graph = true;
   bool gemm_tuning = true;
   bool help = false;
@@ -71,7 +70,6 @@ bool* OnOffSwitch(const std::string& name, TrainArgs* args, bool* on) {
                   {"fused-layernorm", &TrainArgs::fused_layernorm},
                   {"fused-qkv", &TrainArgs::fused_qkv},
                   {"fold-linear-bias", &TrainArgs::fold_linear_bias},
-                  {"packed-qkv-grad", &TrainArgs::packed_qkv_grad},
                   {"cuda-graph", &TrainArgs::cuda_graph},
                   {"gemm-tuning", &TrainArgs::gemm_tuning}};
   for (const auto& s : switches) {
@@ -212,7 +210,6 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.fused_layernorm = args.fused_layernorm;
   c.trainer.fused_qkv = args.fused_qkv;
   c.trainer.fold_linear_bias = args.fold_linear_bias;
-  c.trainer.packed_qkv_grad = args.packed_qkv_grad;
   c.trainer.cuda_graph = args.cuda_graph;
   c.trainer.gemm_tuning = args.gemm_tuning;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
@@ -291,8 +288,7 @@ const char* TrainCommandUsage() {
          "                       [--[no-]fused-lm-head] [--[no-]fused-mlp] "
          "[--[no-]fused-layernorm]\n"
          "                       [--[no-]fused-qkv] [--[no-]fold-linear-bias] "
-         "[--[no-]packed-qkv-grad]\n"
-         "                       [--[no-]cuda-graph] [--[no-]gemm-tuning]\n"
+         "[--[no-]cuda-graph]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -321,9 +317,6 @@ const char* TrainCommandUsage() {
          "                     in the GEMM and sum their gradients by a reduction (default in\n"
          "                     training without hidden dropout: the next LayerNorm's kernels\n"
          "                     add them and sum their gradients)\n"
-         "  --no-packed-qkv-grad  the attention's backward returns dq, dk, dv apart and the\n"
-         "                     QKV projection's backward gathers them (default in training\n"
-         "                     where the attention runs cuDNN's kernels: written in place)\n"
          "  --no-cuda-graph    every step launched kernel by kernel (default: the forward and\n"
          "                     backward replayed from one CUDA graph where the step allows it:\n"
          "                     one GPU, one micro-batch a step, no dropout, a constant loss\n"

@@ -13,6 +13,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdint>
 #include <string>
 #include <utility>
 #include <vector>
@@ -210,12 +211,23 @@ TEST(FusedLayerNormGpu, ResidualBiasGradientIsTheColumnSumOfDInput) {
 }
 #endif
 
+// The CPU tests' inputs, fp64: x and the residual [4, 5, 32], the weight and the bias [32].
+struct CpuInputs {
+  torch::Tensor x, r, w, b;
+};
+
+CpuInputs MakeCpuInputs(uint64_t seed) {
+  torch::manual_seed(seed);
+  CpuInputs in;
+  in.x = torch::randn({4, 5, 32}, torch::kDouble);
+  in.r = torch::randn({4, 5, 32}, torch::kDouble);
+  in.w = torch::rand({32}, torch::kDouble);
+  in.b = torch::randn({32}, torch::kDouble);
+  return in;
+}
+
 TEST(FusedLayerNormCpu, FallsBackToTorch) {
-  torch::manual_seed(2);
-  auto x = torch::randn({4, 5, 32}, torch::kDouble);
-  auto r = torch::randn({4, 5, 32}, torch::kDouble);
-  auto w = torch::rand({32}, torch::kDouble);
-  auto b = torch::randn({32}, torch::kDouble);
+  const auto [x, r, w, b] = MakeCpuInputs(2);
   EXPECT_FALSE(FusedLayerNormAvailable(x, w));
   const auto [sum, y] = FusedAddLayerNorm(x, r, w, b, 1e-5);
   EXPECT_TRUE(torch::equal(sum, x + r));
@@ -226,11 +238,7 @@ TEST(FusedLayerNormCpu, FallsBackToTorch) {
 // The residual's bias on the fallback: added to every row of the sum, its gradient the sums of
 // the sum's gradient over rows; a bias of another width is an error that names it.
 TEST(FusedLayerNormCpu, ResidualBiasFallsBackToTorch) {
-  torch::manual_seed(3);
-  auto x = torch::randn({4, 5, 32}, torch::kDouble);
-  auto r = torch::randn({4, 5, 32}, torch::kDouble);
-  auto w = torch::rand({32}, torch::kDouble);
-  auto b = torch::randn({32}, torch::kDouble);
+  const auto [x, r, w, b] = MakeCpuInputs(3);
   auto rb = torch::randn({32}, torch::kDouble).requires_grad_(true);
   const auto [sum, y] = FusedAddLayerNorm(x, r, w, b, 1e-5, rb);
   EXPECT_TRUE(torch::allclose(sum, x + r + rb, 1e-15, 1e-15));

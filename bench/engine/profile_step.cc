@@ -9,7 +9,7 @@
 //                [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]
 //                [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]
 //                [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]
-//                [--[no-]gemm-tuning]
+//                [--[no-]gemm-tuning] [--gemm-tune-candidates N]
 //
 // Needs a CUDA LibTorch >= 2.0 (Kineto); elsewhere it says so and exits 2.
 #include <torch/torch.h>
@@ -30,6 +30,7 @@
 #include "mt/v1/job_spec.pb.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
+#include "worker/kernels/gemm_tuning.h"
 #include "worker/kernels/tuned_mm.h"
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -45,7 +46,7 @@ constexpr char kUsage[] =
     "                    [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]\n"
     "                    [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]\n"
     "                    [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]\n"
-    "                    [--[no-]gemm-tuning]\n"
+    "                    [--[no-]gemm-tuning] [--gemm-tune-candidates N]\n"
     "Profiles training steps of the job spec (synthetic tokens) and prints the top GPU kernels.\n";
 
 struct Args {
@@ -63,6 +64,7 @@ struct Args {
   bool fold_linear_bias = true;
   bool cuda_graph = true;
   bool gemm_tuning = true;
+  int gemm_tune_candidates = mt::kernels::kDefaultGemmTuneCandidates;
 };
 
 [[noreturn]] void Die(const std::string& message, int code = 2) {
@@ -121,6 +123,8 @@ Args Parse(int argc, char** argv) {
       a.steps = PositiveInt(name, v, 100);
     } else if (name == "--top") {
       a.top = PositiveInt(name, v, 1000);
+    } else if (name == "--gemm-tune-candidates") {
+      a.gemm_tune_candidates = PositiveInt(name, v, mt::kernels::kMaxGemmTuneCandidates);
     } else {
       Die("unknown argument " + name + "\n" + kUsage);
     }
@@ -166,6 +170,7 @@ int main(int argc, char** argv) {
   options.fold_linear_bias = a.fold_linear_bias;
   options.cuda_graph = a.cuda_graph;
   options.gemm_tuning = a.gemm_tuning;
+  options.gemm_tune_candidates = a.gemm_tune_candidates;
   auto trainer = mt::engine::Trainer::Create(job, options, std::move(data->train), nullptr);
   if (!trainer.ok()) Die("trainer: " + std::string(trainer.status().message()));
   for (int i = 0; i < a.warmup; ++i) Step(**trainer);

@@ -633,7 +633,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   config.fused_layernorm = options.fused_layernorm;
   config.fused_qkv = options.fused_qkv;
   config.fold_linear_bias = options.fold_linear_bias;
+  if (options.gemm_tune_candidates < 1 ||
+      options.gemm_tune_candidates > kernels::kMaxGemmTuneCandidates) {
+    return absl::InvalidArgumentError(absl::StrCat("gemm_tune_candidates ",
+                                                   options.gemm_tune_candidates, ": want 1 to ",
+                                                   kernels::kMaxGemmTuneCandidates));
+  }
   kernels::SetGemmTuning(options.gemm_tuning);
+  kernels::SetGemmTuneCandidates(options.gemm_tune_candidates);
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
                       LrSchedule::FromSpec(spec.training(), plan.global_batch_size));
   MT_ASSIGN_OR_RETURN(LossScaler scaler, options.force_dynamic_loss_scaling

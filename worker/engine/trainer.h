@@ -36,6 +36,7 @@
 #include "worker/engine/batch_source.h"
 #include "worker/engine/loss_scaler.h"
 #include "worker/engine/lr_schedule.h"
+#include "worker/kernels/gemm_tuning.h"
 #include "worker/parallel/comm_stats.h"
 
 namespace mt::v1 {
@@ -101,6 +102,9 @@ struct TrainerOptions {
   // head's, the MLP's and the attention's linear GEMMs on CUDA (kernels::SetGemmTuning: a
   // process-wide setting, which Create applies); false runs the heuristic's first pick.
   bool gemm_tuning = true;
+  // How many of cuBLASLt's candidates the tuning times per problem (kernels::
+  // SetGemmTuneCandidates, process-wide like gemm_tuning); 1 to kernels::kMaxGemmTuneCandidates.
+  int gemm_tune_candidates = kernels::kDefaultGemmTuneCandidates;
   // No optimizer: no master weights, moments or gradient buffers, only the model (a bf16
   // model's 2 bytes a parameter where training holds 14 or more, optimizer.h). For evaluation
   // jobs (worker/train/sharded_eval.h): Evaluate() runs as in training, checkpoints restore

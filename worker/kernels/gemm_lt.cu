@@ -294,10 +294,11 @@ size_t Fastest(const std::vector<float>& ms) {
 
 // The algorithm LtMatmul runs (*found false: cuBLASLt offers none): the table's for a problem
 // it holds; else, outside a CUDA graph capture, the fastest of the heuristic's first
-// kLtTuneCandidates, remembered; else (no table, or capturing) the heuristic's first pick.
+// `candidates`, remembered; else (no table, or capturing) the heuristic's first pick.
 cublasStatus_t ChooseAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
                                void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                               LtTuning* tuning, cublasLtMatmulAlgo_t* algo, bool* found) {
+                               LtTuning* tuning, int candidates, cublasLtMatmulAlgo_t* algo,
+                               bool* found) {
   const LtProblemKey key = KeyOf(g, workspace_bytes);
   LtAlgorithmBytes known;
   if (tuning != nullptr && tuning->Find(key, &known)) {
@@ -307,7 +308,7 @@ cublasStatus_t ChooseAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, c
   }
   const bool tune = tuning != nullptr && !Capturing(stream);
   std::vector<cublasLtMatmulHeuristicResult_t> results;
-  MT_LT_TRY(Candidates(handle, s, tune ? kLtTuneCandidates : 1, &results));
+  MT_LT_TRY(Candidates(handle, s, tune ? std::max(candidates, 1) : 1, &results));
   *found = !results.empty();
   if (!*found) return CUBLAS_STATUS_SUCCESS;
   size_t pick = 0;
@@ -343,14 +344,14 @@ int LtTimeAlgorithms(const LtMatmulArgs& g, void* lt_handle, void* workspace,
 }
 
 int LtMatmul(const LtMatmulArgs& g, void* lt_handle, void* workspace, size_t workspace_bytes,
-             cudaStream_t stream, LtTuning* tuning) {
+             cudaStream_t stream, LtTuning* tuning, int candidates) {
   auto handle = static_cast<cublasLtHandle_t>(lt_handle);
   Descriptors s;
   MT_LT_TRY(Describe(g, workspace_bytes, &s));
   cublasLtMatmulAlgo_t algo;
   bool found = false;
-  MT_LT_TRY(
-      ChooseAlgorithm(handle, g, s, workspace, workspace_bytes, stream, tuning, &algo, &found));
+  MT_LT_TRY(ChooseAlgorithm(handle, g, s, workspace, workspace_bytes, stream, tuning, candidates,
+                            &algo, &found));
   if (!found) return kLtNoAlgorithm;
   const float alpha = 1.0f, beta = 0.0f;
   MT_LT_TRY(cublasLtMatmul(handle, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d,

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "worker/kernels/float_kind.h"
+#include "worker/kernels/gemm_tuning.h"
 
 namespace mt::kernels {
 
@@ -55,7 +56,8 @@ using LtProblemKey = std::array<int64_t, 16>;
 using LtAlgorithmBytes = std::array<uint64_t, 8>;
 
 // Tuning: the first time LtMatmul meets a problem outside a CUDA graph capture, it times the
-// first kLtTuneCandidates algorithms cuBLASLt's heuristic offers (the median of kLtTuneRepeats
+// first `candidates` algorithms cuBLASLt's heuristic offers (kDefaultGemmTuneCandidates unless
+// the caller says otherwise: gemm_tuning.h) (the median of kLtTuneRepeats
 // calls each after one warm-up, each call timed alone after twice the L2's size is written, so
 // that its operands come from memory as in the step; on the caller's stream, which it
 // synchronises) and keeps the fastest where it beats the heuristic's first pick by
@@ -66,7 +68,6 @@ using LtAlgorithmBytes = std::array<uint64_t, 8>;
 // at 124M and nothing measurable at 350M and 1.3B (bench/RESULTS.md, 2026-12-04). Results
 // depend on the algorithm, so a problem's bits are fixed within a process, not between
 // processes.
-inline constexpr int kLtTuneCandidates = 8;
 inline constexpr int kLtTuneRepeats = 5;
 inline constexpr float kLtTuneMargin = 0.02f;
 
@@ -103,12 +104,14 @@ class LtTuning {
 
 // Queues the matmul on `stream` with the cuBLASLt handle `lt_handle` (a cublasLtHandle_t) and
 // `workspace` (device memory of `workspace_bytes`), with `tuning`'s algorithm for the problem
-// (tuning it first where needed, above), or the heuristic's first pick where `tuning` is null.
+// (tuning it first over the heuristic's first `candidates`, above, where the table lacks it), or
+// the heuristic's first pick where `tuning` is null.
 // Returns 0 when queued, else the cublasStatus_t; kLtNoAlgorithm when cuBLASLt offers no
 // algorithm for this problem (the caller may then take another path: nothing was queued).
 inline constexpr int kLtNoAlgorithm = -1;
 int LtMatmul(const LtMatmulArgs& args, void* lt_handle, void* workspace, size_t workspace_bytes,
-             cudaStream_t stream, LtTuning* tuning = nullptr);
+             cudaStream_t stream, LtTuning* tuning = nullptr,
+             int candidates = kDefaultGemmTuneCandidates);
 
 // Times the first `max_algorithms` algorithms cuBLASLt's heuristic offers for the problem, in
 // the heuristic's order (the first is the one LtMatmul runs), as the tuning does: ms[i] is the

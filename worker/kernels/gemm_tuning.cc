@@ -1,5 +1,6 @@
 #include "worker/kernels/gemm_tuning.h"
 
+#include <algorithm>
 #include <atomic>
 
 namespace mt::kernels {
@@ -10,9 +11,19 @@ std::atomic<bool>& TuningOn() {
   return on;
 }
 
+std::atomic<int>& Candidates() {
+  static std::atomic<int> candidates{kDefaultGemmTuneCandidates};
+  return candidates;
+}
+
 }  // namespace
 
 void SetGemmTuning(bool on) { TuningOn().store(on); }
 bool GemmTuning() { return TuningOn().load(); }
+
+void SetGemmTuneCandidates(int candidates) {
+  Candidates().store(std::clamp(candidates, 1, kMaxGemmTuneCandidates));
+}
+int GemmTuneCandidates() { return Candidates().load(); }
 
 }  // namespace mt::kernels

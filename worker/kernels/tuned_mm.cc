@@ -101,7 +101,7 @@ int TunedLtMatmul(LtMatmulArgs args, const torch::Tensor& like) {
   args.kind = KindOf(like.scalar_type());
   return LtMatmul(args, at::cuda::getCurrentCUDABlasLtHandle(), workspace.data_ptr(),
                   kWorkspaceBytes, at::cuda::getCurrentCUDAStream(like.device().index()).stream(),
-                  GemmTuning() ? &ProcessLtTuning() : nullptr);
+                  GemmTuning() ? &ProcessLtTuning() : nullptr, GemmTuneCandidates());
 }
 #endif
 

@@ -315,6 +315,42 @@ TEST(TunedMmGpuTest, ACaptureOfANewProblemRunsTheFirstPickWithoutRememberingIt) 
   EXPECT_LE(Excess(eager, want, 2 * RoundingOf(torch::kFloat), 264 * std::ldexp(1.0, -23)), 0.0);
 }
 
+// The candidates a tuning times (--gemm-tune-candidates): with one, a new problem is remembered
+// on the heuristic's first pick, never moved off it, and gives the untuned call's bits; with the
+// most, the pick is one of them and still the product.
+TEST(TunedMmGpuTest, TheCandidateCountBoundsWhatTheTuningTries) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(15);
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const torch::Tensor x = torch::randn({2056, 776}, options),
+                      w = torch::randn({1480, 776}, options);
+  const torch::Tensor workspace = torch::empty({int64_t{32} << 20}, options.dtype(torch::kByte));
+  auto run = [&](const torch::Tensor& y, LtTuning* t, int candidates) -> int {
+    LtMatmulArgs g = LinearArgs(x, w, y);
+    g.kind = FloatKind::kBFloat16;
+    return LtMatmul(g, at::cuda::getCurrentCUDABlasLtHandle(), workspace.data_ptr(),
+                    workspace.numel(), at::cuda::getCurrentCUDAStream().stream(), t, candidates);
+  };
+  const torch::Tensor first = torch::empty({2056, 1480}, options);
+  ASSERT_EQ(run(first, nullptr, 1), 0);
+  LtTuning one;
+  const torch::Tensor y1 = torch::empty_like(first);
+  ASSERT_EQ(run(y1, &one, 1), 0);
+  EXPECT_EQ(one.size(), 1u);
+  EXPECT_EQ(one.tuned_away(), 0u);
+  EXPECT_TRUE(torch::equal(y1, first));
+  LtTuning most;
+  const torch::Tensor y64 = torch::empty_like(first);
+  ASSERT_EQ(run(y64, &most, kMaxGemmTuneCandidates), 0);
+  EXPECT_EQ(most.size(), 1u);
+  EXPECT_LE(most.tuned_away(), 1u);
+  const torch::Tensor want = torch::mm(x.to(torch::kDouble), w.to(torch::kDouble).t());
+  EXPECT_LE(Excess(y64, want, 2 * RoundingOf(torch::kBFloat16), 776 * std::ldexp(1.0, -23)), 0.0);
+  torch::Tensor again = torch::empty_like(first);
+  ASSERT_EQ(run(again, &most, 1), 0);  // a remembered problem keeps its algorithm
+  EXPECT_TRUE(torch::equal(again, y64));
+}
+
 TEST(TunedMmGpuTest, OperandsThatNeedAGradientTakeLibTorch) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kFloat);

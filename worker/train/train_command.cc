@@ -24,6 +24,7 @@
 #include "worker/engine/cpu_process.h"
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
+#include "worker/kernels/gemm_tuning.h"
 #include "worker/train/log_reporter.h"
 #include "worker/train/session.h"
 
@@ -57,6 +58,7 @@ struct TrainArgs {
   bool fold_linear_bias = true;
   bool cuda_graph = true;
   bool gemm_tuning = true;
+  int gemm_tune_candidates = kernels::kDefaultGemmTuneCandidates;
   bool help = false;
 };
 
@@ -119,6 +121,14 @@ absl::StatusOr<TrainArgs> ParseArgs(const std::vector<std::string>& args) {
       if (!absl::SimpleAtod(v, &out.peak_tflops) || out.peak_tflops < 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("--peak-tflops \"", v, "\": want a number >= 0"));
+      }
+    } else if (name == "--gemm-tune-candidates") {
+      MT_ASSIGN_OR_RETURN(std::string v, take_value());
+      if (!absl::SimpleAtoi(v, &out.gemm_tune_candidates) || out.gemm_tune_candidates < 1 ||
+          out.gemm_tune_candidates > kernels::kMaxGemmTuneCandidates) {
+        return absl::InvalidArgumentError(absl::StrCat("--gemm-tune-candidates \"", v,
+                                                       "\": want an integer from 1 to ",
+                                                       kernels::kMaxGemmTuneCandidates));
       }
     } else if (name == "--attention") {
       MT_ASSIGN_OR_RETURN(out.attention, take_value());
@@ -212,6 +222,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.fold_linear_bias = args.fold_linear_bias;
   c.trainer.cuda_graph = args.cuda_graph;
   c.trainer.gemm_tuning = args.gemm_tuning;
+  c.trainer.gemm_tune_candidates = args.gemm_tune_candidates;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
                            job.training().precision() == mt::v1::PRECISION_FP16;
   double peak_tflops = args.peak_tflops;
@@ -280,6 +291,9 @@ std::string Summary(const SessionResult& r) {
 
 }  // namespace
 
+static_assert(kernels::kDefaultGemmTuneCandidates == 8 && kernels::kMaxGemmTuneCandidates == 64,
+              "TrainCommandUsage says --gemm-tune-candidates takes 1 to 64, default 8");
+
 const char* TrainCommandUsage() {
   return "usage: mt-worker train --spec job.yaml [--device cpu|cuda|cuda:N] [--synthetic-data]\n"
          "                       [--train-iters N] [--peak-tflops F] [--attention "
@@ -324,6 +338,8 @@ const char* TrainCommandUsage() {
          "  --no-gemm-tuning   cuBLASLt's first-pick algorithms (default on CUDA: each GEMM\n"
          "                     problem of the LM head and the MLP timed once over cuBLASLt's\n"
          "                     candidates and the fastest kept for the process)\n"
+         "  --gemm-tune-candidates N  how many of cuBLASLt's candidates that timing tries\n"
+         "                     (1 to 64, default 8)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

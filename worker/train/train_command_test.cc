@@ -237,6 +237,30 @@ TEST(TrainCommandTest, GemmTuningSwitchReachesTheKernels) {
   EXPECT_TRUE(run({"--no-gemm-tuning", "--gemm-tuning"}));
 }
 
+// --gemm-tune-candidates reaches the process's setting (kernels::SetGemmTuneCandidates);
+// without it the default applies; a value outside 1 to 64 is a usage error naming the flag and
+// the range, and leaves the setting as it was.
+TEST(TrainCommandTest, GemmTuneCandidatesReachTheKernels) {
+  const std::string spec = WriteSpec("tiny5.yaml", kTinyYaml);
+  auto run = [&](const std::vector<std::string>& extra) {
+    TrainTwoSteps(spec, extra);
+    return kernels::GemmTuneCandidates();
+  };
+  EXPECT_EQ(run({"--gemm-tune-candidates", "32"}), 32);
+  EXPECT_EQ(run({}), kernels::kDefaultGemmTuneCandidates);
+  EXPECT_EQ(run({"--gemm-tune-candidates=1"}), 1);
+  EXPECT_EQ(run({"--gemm-tune-candidates", "64"}), 64);
+  for (const char* bad : {"0", "65", "-3", "many"}) {
+    ::testing::internal::CaptureStderr();
+    EXPECT_EQ(RunTrainCommand({"--spec", spec, "--gemm-tune-candidates", bad}), 2) << bad;
+    EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+                HasSubstr(std::string("--gemm-tune-candidates \"") + bad +
+                          "\": want an integer from 1 to 64"));
+    EXPECT_EQ(kernels::GemmTuneCandidates(), 64) << bad;
+  }
+  kernels::SetGemmTuneCandidates(kernels::kDefaultGemmTuneCandidates);
+}
+
 TEST(TrainCommandTest, Help) {
   ::testing::internal::CaptureStdout();
   EXPECT_EQ(RunTrainCommand({"--help"}), 0);

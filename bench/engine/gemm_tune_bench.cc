@@ -2,9 +2,11 @@
 // cuBLASLt's candidate algorithms instead of the heuristic's first pick (what LtMatmul and
 // LibTorch run). For the engine bench's three sizes (tokens = micro-batch x 1,024), each of a
 // layer's four linears (QKV, attention projection, fc1, fc2) and the LM head, forward, input
-// gradient and weight gradient, it times the heuristic's first --algos algorithms in the same
-// run (kernels::LtTimeAlgorithms) and prints the first pick's ms, the best's, and a step's sum of
-// both (the layer's GEMMs times the layer count, plus the LM head's).
+// gradient and weight gradient (and the MLP's two GEMMs with their fused epilogues: fc1's forward
+// with bias + GELU, fc2's input gradient with GELU's derivative), it times the heuristic's first
+// --algos algorithms in the same run (kernels::LtTimeAlgorithms) and prints the first pick's ms,
+// the best's, and a step's sum of both (the layer's GEMMs times the layer count, plus the LM
+// head's).
 //
 //   gemm_tune_bench [--device cuda|cuda:N] [--dtype bf16|fp16|fp32] [--algos N] [--steps N]
 #include <ATen/cuda/CUDAContext.h>
@@ -66,6 +68,19 @@ std::vector<std::pair<const char*, mt::kernels::LtMatmulArgs>> Passes(const Line
   return {{"fwd", fwd}, {"dgrad", dgrad}, {"wgrad", wgrad}};
 }
 
+// The MLP's two epilogue GEMMs as the fused MLP runs them (fused_mlp.cc): fc1's forward with the
+// bias and GELU in the epilogue, writing the pre-activation as aux (`fwd` of fc1 given), and
+// fc2's input gradient times GELU's derivative of that aux (`dgrad` of fc2 given). `aux` is
+// [tokens, 4h], `bias` [4h].
+mt::kernels::LtMatmulArgs WithEpilogue(mt::kernels::LtMatmulArgs g, mt::kernels::LtEpilogue e,
+                                       const torch::Tensor& aux, const torch::Tensor& bias) {
+  g.epilogue = e;
+  g.aux = aux.data_ptr();
+  g.ldaux = g.m;
+  if (e == mt::kernels::LtEpilogue::kGeluAuxBias) g.bias = bias.data_ptr();
+  return g;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -87,7 +102,7 @@ int main(int argc, char** argv) {
   std::printf(
       "gemm_tune_bench: %s, the heuristic's first %d algorithms, %d calls each; ms a call\n",
       args->dtype_name.c_str(), algos, args->steps);
-  std::printf("%-5s %-8s %-6s %6s %6s %6s | %8s %8s %5s %6s\n", "size", "linear", "pass", "m", "n",
+  std::printf("%-5s %-8s %-11s %6s %6s %6s | %8s %8s %5s %6s\n", "size", "linear", "pass", "m", "n",
               "k", "first", "best", "index", "gain");
   torch::manual_seed(1);
   for (const mt::bench::KernelBenchSize& s : mt::bench::kKernelBenchSizes) {
@@ -102,7 +117,22 @@ int main(int argc, char** argv) {
       const torch::Tensor x = torch::randn({s.tokens, l.in}, options);
       const torch::Tensor w = torch::randn({l.out, l.in}, options) * 0.02;
       const torch::Tensor y = torch::randn({s.tokens, l.out}, options);
-      for (auto [pass, g] : Passes(l, s.tokens, x, w, y)) {
+      auto passes = Passes(l, s.tokens, x, w, y);
+      // The MLP's hidden [tokens, 4h] and fc1's bias: the epilogues' aux and bias.
+      const torch::Tensor aux = l.name == std::string("fc1")   ? torch::empty_like(y)
+                                : l.name == std::string("fc2") ? torch::randn_like(x)
+                                                               : torch::Tensor();
+      const torch::Tensor bias = torch::randn({4 * h}, options);
+      if (l.name == std::string("fc1")) {
+        passes.emplace_back(
+            "fwd+gelu",
+            WithEpilogue(passes[0].second, mt::kernels::LtEpilogue::kGeluAuxBias, aux, bias));
+      } else if (l.name == std::string("fc2")) {
+        passes.emplace_back(
+            "dgrad+dgelu",
+            WithEpilogue(passes[1].second, mt::kernels::LtEpilogue::kDGelu, aux, bias));
+      }
+      for (auto [pass, g] : passes) {
         g.kind = mt::kernels::KindOf(args->dtype);
         std::vector<float> ms;
         const int status = mt::kernels::LtTimeAlgorithms(
@@ -116,9 +146,11 @@ int main(int argc, char** argv) {
         for (size_t i = 1; i < ms.size(); ++i) {
           if (ms[i] > 0 && ms[i] < ms[best]) best = i;
         }
-        first_sum += l.count * ms[0];
-        best_sum += l.count * ms[best];
-        std::printf("%-5s %-8s %-6s %6ld %6ld %6ld | %8.3f %8.3f %5zu %5.1f%%\n", s.name, l.name,
+        if (g.epilogue == mt::kernels::LtEpilogue::kNone) {  // sums of the plain GEMMs, as before
+          first_sum += l.count * ms[0];
+          best_sum += l.count * ms[best];
+        }
+        std::printf("%-5s %-8s %-11s %6ld %6ld %6ld | %8.3f %8.3f %5zu %5.1f%%\n", s.name, l.name,
                     pass, static_cast<long>(g.m), static_cast<long>(g.n), static_cast<long>(g.k),
                     ms[0], ms[best], best, 100.0 * (ms[0] - ms[best]) / ms[0]);
       }

@@ -87,13 +87,13 @@ class FusedLinearCrossEntropyFunction
     const torch::Tensor& hidden = saved[0];
     const torch::Tensor& weight = saved[1];
     const torch::Tensor& dlogits = saved[2];
-    const torch::Tensor g = grad_outputs[0].to(dlogits.scalar_type());
+    // The incoming gradient (a scalar on the device, usually 1) scales both products inside
+    // their GEMMs, in fp32 before the one rounding (TunedMm's scale): no pass over d hidden, and
+    // no scaled copy of `hidden` [N, h] beside the logits at the step's peak of memory.
+    const torch::Tensor g = grad_outputs[0].to(torch::kFloat);
     torch::Tensor dhidden, dweight;
-    // The incoming gradient scales the smaller tensor of each product: d hidden [N, h] after its
-    // product, d weight's operand `hidden` [N, h] before it (d weight [V, h] is the larger: at
-    // 1.3B, 206 MB read and written again for a scale that is usually 1).
-    if (ctx->needs_input_grad(0)) dhidden = TunedMm(dlogits, weight).mul_(g);
-    if (ctx->needs_input_grad(1)) dweight = TunedMm(dlogits.t(), hidden * g);
+    if (ctx->needs_input_grad(0)) dhidden = TunedMm(dlogits, weight, g);
+    if (ctx->needs_input_grad(1)) dweight = TunedMm(dlogits.t(), hidden, g);
     return {dhidden, dweight, torch::Tensor()};
   }
 };

@@ -84,6 +84,9 @@ cublasStatus_t DescribeOperation(const LtMatmulArgs& g, Descriptors* s) {
   MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_TRANSA, ta));
   MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_TRANSB, tb));
   MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_EPILOGUE, EpilogueOf(g.epilogue)));
+  if (g.scale != nullptr) {
+    MT_LT_TRY(SetOp(s->op, CUBLASLT_MATMUL_DESC_POINTER_MODE, CUBLASLT_POINTER_MODE_DEVICE));
+  }
   switch (g.epilogue) {
     case LtEpilogue::kBias:
     case LtEpilogue::kGeluBias:
@@ -147,6 +150,18 @@ cublasStatus_t Describe(const LtMatmulArgs& g, size_t workspace_bytes, Descripto
   return DescribePreference(g, workspace_bytes, s);
 }
 
+// cublasLtMatmul's alpha and beta: host constants 1 and 0, or the caller's device {s, 0}.
+struct Scalars {
+  explicit Scalars(const LtMatmulArgs& g)
+      : alpha(g.scale != nullptr ? static_cast<const void*>(g.scale) : &one),
+        beta(g.scale != nullptr ? static_cast<const void*>(g.scale + 1) : &zero) {}
+  Scalars(const Scalars&) = delete;  // alpha and beta may point at its own members
+  Scalars& operator=(const Scalars&) = delete;
+  float one = 1.0f, zero = 0.0f;
+  const void* alpha;
+  const void* beta;
+};
+
 // Bytes written between two timed calls so that each call starts with its operands out of the
 // L2, as in a training step, where the layer's other kernels have been through the cache since
 // the operands were last read: twice the L2's size (H200: 2 x 50 MB); 0 where it is unknown.
@@ -169,10 +184,10 @@ float TimeAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descri
                     const cublasLtMatmulAlgo_t& algo, void* workspace, size_t workspace_bytes,
                     cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop, int repeats,
                     void* flush, size_t flush_bytes) {
-  const float alpha = 1.0f, beta = 0.0f;
+  const Scalars scalars(g);
   auto run = [&] {
-    return cublasLtMatmul(handle, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d,
-                          &algo, workspace, workspace_bytes, stream);
+    return cublasLtMatmul(handle, s.op, scalars.alpha, g.a, s.a, g.b, s.b, scalars.beta, g.d, s.d,
+                          g.d, s.d, &algo, workspace, workspace_bytes, stream);
   };
   if (run() != CUBLAS_STATUS_SUCCESS) return -1.0f;
   std::vector<float> times;
@@ -264,7 +279,8 @@ LtProblemKey KeyOf(const LtMatmulArgs& g, size_t workspace_bytes) {
           AlignmentOf(g.a),
           AlignmentOf(g.b),
           AlignmentOf(g.d),
-          static_cast<int64_t>(workspace_bytes)};
+          static_cast<int64_t>(workspace_bytes),
+          g.scale != nullptr};
 }
 
 static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(LtAlgorithmBytes),
@@ -353,9 +369,9 @@ int LtMatmul(const LtMatmulArgs& g, void* lt_handle, void* workspace, size_t wor
   MT_LT_TRY(ChooseAlgorithm(handle, g, s, workspace, workspace_bytes, stream, tuning, candidates,
                             &algo, &found));
   if (!found) return kLtNoAlgorithm;
-  const float alpha = 1.0f, beta = 0.0f;
-  MT_LT_TRY(cublasLtMatmul(handle, s.op, &alpha, g.a, s.a, g.b, s.b, &beta, g.d, s.d, g.d, s.d,
-                           &algo, workspace, workspace_bytes, stream));
+  const Scalars scalars(g);
+  MT_LT_TRY(cublasLtMatmul(handle, s.op, scalars.alpha, g.a, s.a, g.b, s.b, scalars.beta, g.d, s.d,
+                           g.d, s.d, &algo, workspace, workspace_bytes, stream));
   return 0;
 }
 

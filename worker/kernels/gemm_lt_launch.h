@@ -47,11 +47,16 @@ struct LtMatmulArgs {
   void* bias_grad = nullptr;   // kDGeluBGrad, kBGradB
   void* aux = nullptr;         // kGeluAuxBias (written), kDGelu / kDGeluBGrad (read): m x n
   int64_t ldaux = 0;           // a multiple of 8
+  // Null: D = A B. Else device memory holding two floats {s, 0}: D = s (A B), the scale applied
+  // in fp32 before the epilogue and the rounding to D's type (cuBLASLt's alpha and beta read
+  // from the device, so that a scale the GPU computed needs no host sync and no pass of its own).
+  const float* scale = nullptr;
 };
 
 // A problem as LtTuning knows it: the device and everything LtMatmul's descriptors are made of
-// (kind, transposes, m, n, k, leading dimensions, epilogue, the buffers' alignments, workspace).
-using LtProblemKey = std::array<int64_t, 16>;
+// (kind, transposes, m, n, k, leading dimensions, epilogue, the buffers' alignments, workspace,
+// whether the scale is read from the device).
+using LtProblemKey = std::array<int64_t, 17>;
 // A cuBLASLt algorithm (cublasLtMatmulAlgo_t) as its 64 opaque bytes.
 using LtAlgorithmBytes = std::array<uint64_t, 8>;
 

@@ -9,6 +9,14 @@
 
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <torch/version.h>
+
+// LibTorch 2.9 and later expose their cuBLASLt workspace (at::cuda::getCUDABlasLtWorkspace).
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 9)
+#define MT_LIBTORCH_LT_WORKSPACE 1
+#else
+#define MT_LIBTORCH_LT_WORKSPACE 0
+#endif
 
 #include "worker/kernels/kind_of.h"
 #endif
@@ -54,10 +62,17 @@ bool BiasTakes(const torch::Tensor& bias, const torch::Tensor& a, const torch::T
          !(torch::GradMode::is_enabled() && bias.requires_grad());
 }
 
-// a b (+ bias where defined) through cuBLASLt (LtTakes(a, b) holds); nullopt when cuBLASLt has
-// no algorithm for it (nothing was queued).
+// A scale TunedMm can give cuBLASLt: one element on a's device.
+bool ScaleTakes(const torch::Tensor& scale, const torch::Tensor& a) {
+  return scale.numel() == 1 && scale.device() == a.device() &&
+         !(torch::GradMode::is_enabled() && scale.requires_grad());
+}
+
+// (scale where defined) a b (+ bias where defined) through cuBLASLt (LtTakes(a, b) holds);
+// nullopt when cuBLASLt has no algorithm for it (nothing was queued).
 std::optional<torch::Tensor> LtProduct(const torch::Tensor& a, const torch::Tensor& b,
-                                       const torch::Tensor& bias) {
+                                       const torch::Tensor& bias,
+                                       const torch::Tensor& scale = torch::Tensor()) {
   const torch::Tensor ac = ColumnMajorOf(a) ? a : a.contiguous();
   const torch::Tensor bc = ColumnMajorOf(b) ? b : b.contiguous();
   const ColumnMajor la = *ColumnMajorOf(ac), lb = *ColumnMajorOf(bc);
@@ -81,6 +96,12 @@ std::optional<torch::Tensor> LtProduct(const torch::Tensor& a, const torch::Tens
     g.epilogue = LtEpilogue::kBias;
     g.bias = bias.data_ptr();
   }
+  torch::Tensor alpha_beta;  // {scale, 0} in fp32: cuBLASLt's alpha and beta on the device
+  if (scale.defined()) {
+    alpha_beta = torch::zeros({2}, a.options().dtype(torch::kFloat));
+    alpha_beta.narrow(0, 0, 1).copy_(scale.reshape({1}));
+    g.scale = alpha_beta.data_ptr<float>();
+  }
   const int status = TunedLtMatmul(g, out);
   if (status == 0) return out;
   TORCH_CHECK(status == kLtNoAlgorithm, bias.defined() ? "TunedAddmm" : "TunedMm",
@@ -96,12 +117,23 @@ LtTuning& ProcessLtTuning() {
 }
 
 int TunedLtMatmul(LtMatmulArgs args, const torch::Tensor& like) {
+  args.kind = KindOf(like.scalar_type());
+  const cudaStream_t stream = at::cuda::getCurrentCUDAStream(like.device().index()).stream();
+  LtTuning* const tuning = GemmTuning() ? &ProcessLtTuning() : nullptr;
+#if MT_LIBTORCH_LT_WORKSPACE
+  // LibTorch's own cuBLASLt workspace for this stream (held for the process, and by default the
+  // cuBLAS one): no second 32 MB a call, which was live at the step's peak (the LM head).
+  const size_t bytes = at::cuda::getCUDABlasLtWorkspaceSize();
+  if (bytes > 0) {
+    return LtMatmul(args, at::cuda::getCurrentCUDABlasLtHandle(),
+                    at::cuda::getCUDABlasLtWorkspace(), bytes, stream, tuning,
+                    GemmTuneCandidates());
+  }
+#endif
   const torch::Tensor workspace =
       torch::empty({kWorkspaceBytes}, like.options().dtype(torch::kByte));
-  args.kind = KindOf(like.scalar_type());
   return LtMatmul(args, at::cuda::getCurrentCUDABlasLtHandle(), workspace.data_ptr(),
-                  kWorkspaceBytes, at::cuda::getCurrentCUDAStream(like.device().index()).stream(),
-                  GemmTuning() ? &ProcessLtTuning() : nullptr, GemmTuneCandidates());
+                  kWorkspaceBytes, stream, tuning, GemmTuneCandidates());
 }
 #endif
 
@@ -113,6 +145,16 @@ torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b) {
   }
 #endif
   return torch::mm(a, b);
+}
+
+torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& scale) {
+#if MT_KERNELS_WITH_CUDA
+  if (LtTakes(a, b) && ScaleTakes(scale, a)) {
+    std::optional<torch::Tensor> out = LtProduct(a, b, torch::Tensor(), scale);
+    if (out.has_value()) return *std::move(out);
+  }
+#endif
+  return torch::mm(a, b).mul_(scale.reshape({}));
 }
 
 torch::Tensor TunedAddmm(const torch::Tensor& bias, const torch::Tensor& a,

@@ -24,6 +24,12 @@ namespace mt::kernels {
 // accumulates in fp32 (no TF32), as LibTorch's default does.
 torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b);
 
+// scale (a one-element tensor on a's device) x a b, on TunedMm's terms: through cuBLASLt the
+// scale multiplies the fp32 product before its one rounding, read from the device (no host
+// sync, no pass over the output; 16-bit operands keep no rounded copy of a scaled operand);
+// elsewhere torch::mm(a, b) * scale.
+torch::Tensor TunedMm(const torch::Tensor& a, const torch::Tensor& b, const torch::Tensor& scale);
+
 // bias [N] + a [M, K] b [K, N] = [M, N] (bias added to every row), fresh and contiguous: what
 // torch::addmm(bias, a, b) computes, on the same terms as TunedMm, with the bias added in
 // cuBLASLt's epilogue (bias contiguous, 16-byte aligned, of a's dtype and device, needing no

@@ -11,7 +11,8 @@
 // without remembering it (LtMatmul with a table of the test's own). Autograd inputs and CPU tensors
 // take torch::mm, exactly. TunedAddmm: the same products plus a bias in every layout, its own
 // tuning entry beside the bare product's, and a bias the epilogue cannot take (misaligned, or
-// needing a gradient) through torch::addmm.
+// needing a gradient) through torch::addmm. A scale read from the device: the same products
+// times it, its own tuning entry.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -41,6 +42,15 @@ TEST(TunedMmCpu, IsTorchMm) {
   const torch::Tensor b = torch::randn({5, 3}, torch::kDouble);
   EXPECT_TRUE(torch::equal(TunedMm(a, b), torch::mm(a, b)));
   EXPECT_TRUE(torch::equal(TunedMm(b.t(), a.t()), torch::mm(b.t(), a.t())));
+}
+
+TEST(TunedMmCpu, ScaledIsTorchMmTimesTheScale) {
+  torch::manual_seed(5);
+  const torch::Tensor a = torch::randn({7, 5}, torch::kDouble);
+  const torch::Tensor b = torch::randn({5, 3}, torch::kDouble);
+  const torch::Tensor s = torch::full({}, 0.375, torch::kDouble);
+  EXPECT_TRUE(torch::equal(TunedMm(a, b, s), torch::mm(a, b) * 0.375));
+  EXPECT_TRUE(torch::equal(TunedMm(b.t(), a.t(), s.view({1})), torch::mm(b.t(), a.t()) * 0.375));
 }
 
 TEST(TunedMmCpu, AddmmIsTorchAddmm) {
@@ -142,6 +152,31 @@ TEST(TunedMmGpuTest, MatchesTheProductInEveryLayout) {
     const torch::Tensor want = torch::mm(a.to(torch::kDouble), b.to(torch::kDouble));
     ExpectProduct(TunedMm(a, b), a, b, want, a.size(1), what);
   });
+}
+
+// A scale read from the device (the fused LM head's incoming gradient): scale x a b within the
+// product's bounds, for a scale in fp32 and in the operands' dtype, and the scaled product is its
+// own tuning problem beside the bare one's.
+TEST(TunedMmGpuTest, ScalesTheProductInEveryLayout) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ForEveryLayout(16, [](const torch::Tensor& a, const torch::Tensor& b, const std::string& what) {
+    const torch::Tensor want = torch::mm(a.to(torch::kDouble), b.to(torch::kDouble)) * 0.375;
+    const auto cuda = torch::TensorOptions().device(torch::kCUDA);
+    ExpectProduct(TunedMm(a, b, torch::full({}, 0.375, cuda.dtype(torch::kFloat))), a, b, want,
+                  a.size(1), what + " fp32 scale");
+    ExpectProduct(TunedMm(a, b, torch::full({1}, 0.375, cuda.dtype(a.scalar_type()))), a, b, want,
+                  a.size(1), what + " scale of its dtype");
+  });
+  const auto options = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  const torch::Tensor a = torch::randn({1032, 264}, options), b = torch::randn({264, 520}, options);
+  const size_t before = ProcessLtTuning().size();
+  const torch::Tensor scaled = TunedMm(a, b, torch::full({}, 2.0, options.dtype(torch::kFloat)));
+  EXPECT_EQ(ProcessLtTuning().size(), before + 1);
+  const torch::Tensor plain = TunedMm(a, b);
+  EXPECT_EQ(ProcessLtTuning().size(), before + 2);
+  EXPECT_TRUE(
+      torch::equal(TunedMm(a, b, torch::full({}, 2.0, options.dtype(torch::kFloat))), scaled));
+  EXPECT_EQ(ProcessLtTuning().size(), before + 2);
 }
 
 TEST(TunedMmGpuTest, AddmmAddsTheBiasInEveryLayout) {

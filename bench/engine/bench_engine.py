@@ -417,8 +417,9 @@ def build_table(results):
     out.append(hdr)
     out.append("-" * len(hdr))
     notes = []
+    anchor_note_given = False
     pct = lambda v: "%.1f%%" % (v * 100)  # noqa: E731
-    gib = lambda v: "%.1f" % (v / GIB)  # noqa: E731
+    gib = lambda v: "%.2f" % (v / GIB)  # noqa: E731  (the progress lines' two decimals)
     for row in results["rows"]:
         o, e, c = row.get("ours") or {}, row.get("eager") or {}, row.get("compile") or {}
         re_, rc_ = row.get("ratio_ours_eager"), row.get("ratio_ours_compile")
@@ -443,12 +444,16 @@ def build_table(results):
             notes.append("%s: PARAMETER COUNTS DIFFER: %s" % (
                 row["size"], ", ".join("%s %d" % kv for kv in sorted(known.items()))))
         anchor = sizes.ANCHORS.get(row["size"])
-        if anchor:
-            bits = ["%s %.2fx" % (mode, run["tokens_per_second"] / anchor[mode])
-                    for mode, run in (("eager", e), ("compile", c)) if run.get("status") == "ok"]
-            if bits:
-                notes.append("%s: peer vs DESIGN.md section 9 anchor: %s" %
-                             (row["size"], ", ".join(bits)))
+        bits = ["%s %.2fx" % (mode, run["tokens_per_second"] / anchor[mode])
+                for mode, run in (("eager", e), ("compile", c))
+                if anchor and run.get("status") == "ok"]
+        if bits and anchor_gpu(gpu):
+            notes.append("%s: peer vs DESIGN.md section 9 anchor: %s" %
+                         (row["size"], ", ".join(bits)))
+        elif bits and not anchor_note_given:
+            notes.append("no peer anchor: DESIGN.md section 9's are an %s's, this GPU is %s" %
+                         (sizes.ANCHOR_GPU, gpu.get("name") or "unknown"))
+            anchor_note_given = True
     out += variant_lines(results)
     if notes:
         out.append("notes:")
@@ -456,6 +461,11 @@ def build_table(results):
     out.append("ratios > 1.00x: ours faster (same tokens/step, same model). results: %s" %
                results.get("results_path", "-"))
     return "\n".join(out) + "\n"
+
+
+def anchor_gpu(gpu):
+    """Whether the peer's figures compare with DESIGN.md section 9's (measured on an H200)."""
+    return sizes.ANCHOR_GPU in (gpu.get("name") or "")
 
 
 def variant_lines(results):
@@ -471,7 +481,7 @@ def variant_lines(results):
         out.append("%-5s %3s | %13s  %12s | %11s | %16s" % (
             row["size"], row["micro_batch"], cell(v, "tokens_per_second", kfmt),
             "%.3fx" % r if r else "-", cell(v, "mfu", lambda x: "%.1f%%" % (x * 100)),
-            cell(v, "peak_memory_bytes", lambda x: "%.1f" % (x / GIB))))
+            cell(v, "peak_memory_bytes", lambda x: "%.2f" % (x / GIB))))
     return out
 
 

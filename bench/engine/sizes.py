@@ -37,6 +37,7 @@ def recompute(name):
     return "selective" if name.endswith("-sel") else "none"
 
 # DESIGN.md §9, one H200, PyTorch 2.11: tokens/s of eager and torch.compile.
+ANCHOR_GPU = "H200"  # the GPU DESIGN.md section 9's anchors were measured on
 ANCHORS = {
     "124m": {"eager": 374e3, "compile": 519e3},
     "350m": {"eager": 157e3, "compile": 193e3},

@@ -62,8 +62,8 @@ using LtAlgorithmBytes = std::array<uint64_t, 8>;
 
 // Tuning: the first time LtMatmul meets a problem outside a CUDA graph capture, it times the
 // first `candidates` algorithms cuBLASLt's heuristic offers (kDefaultGemmTuneCandidates unless
-// the caller says otherwise: gemm_tuning.h) (the median of kLtTuneRepeats
-// calls each after one warm-up, each call timed alone after twice the L2's size is written, so
+// the caller says otherwise, gemm_tuning.h; the median of kLtTuneRepeats calls each after one
+// warm-up, each call timed alone after twice the L2's size is written, so
 // that its operands come from memory as in the step; on the caller's stream, which it
 // synchronises) and keeps the fastest where it beats the heuristic's first pick by
 // kLtTuneMargin, else the first pick. Every later call of

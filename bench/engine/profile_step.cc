@@ -9,7 +9,7 @@
 //                [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]
 //                [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]
 //                [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]
-//                [--[no-]gemm-tuning] [--gemm-tune-candidates N]
+//                [--[no-]overlap-optimizer] [--[no-]gemm-tuning] [--gemm-tune-candidates N]
 //
 // Needs a CUDA LibTorch >= 2.0 (Kineto); elsewhere it says so and exits 2.
 #include <torch/torch.h>
@@ -46,7 +46,8 @@ constexpr char kUsage[] =
     "                    [--attention auto|math|fused|cudnn|flash] [--trace FILE.json]\n"
     "                    [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]\n"
     "                    [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]\n"
-    "                    [--[no-]gemm-tuning] [--gemm-tune-candidates N]\n"
+    "                    [--[no-]overlap-optimizer] [--[no-]gemm-tuning]\n"
+    "                    [--gemm-tune-candidates N]\n"
     "Profiles training steps of the job spec (synthetic tokens) and prints the top GPU kernels.\n";
 
 struct Args {
@@ -63,6 +64,7 @@ struct Args {
   bool fused_qkv = true;
   bool fold_linear_bias = true;
   bool cuda_graph = true;
+  bool overlap_optimizer = true;
   bool gemm_tuning = true;
   int gemm_tune_candidates = mt::kernels::kDefaultGemmTuneCandidates;
 };
@@ -92,13 +94,11 @@ Args Parse(int argc, char** argv) {
       std::puts(mt::cli::VersionLine("profile_step").c_str());
       std::exit(0);
     }
-    const std::pair<const char*, bool*> switches[] = {{"fused-lm-head", &a.fused_lm_head},
-                                                      {"fused-mlp", &a.fused_mlp},
-                                                      {"fused-layernorm", &a.fused_layernorm},
-                                                      {"fused-qkv", &a.fused_qkv},
-                                                      {"fold-linear-bias", &a.fold_linear_bias},
-                                                      {"cuda-graph", &a.cuda_graph},
-                                                      {"gemm-tuning", &a.gemm_tuning}};
+    const std::pair<const char*, bool*> switches[] = {
+        {"fused-lm-head", &a.fused_lm_head},         {"fused-mlp", &a.fused_mlp},
+        {"fused-layernorm", &a.fused_layernorm},     {"fused-qkv", &a.fused_qkv},
+        {"fold-linear-bias", &a.fold_linear_bias},   {"cuda-graph", &a.cuda_graph},
+        {"overlap-optimizer", &a.overlap_optimizer}, {"gemm-tuning", &a.gemm_tuning}};
     bool matched = false;
     for (const auto& [suffix, field] : switches) {
       if (name == std::string("--") + suffix || name == std::string("--no-") + suffix) {
@@ -169,6 +169,7 @@ int main(int argc, char** argv) {
   options.fused_qkv = a.fused_qkv;
   options.fold_linear_bias = a.fold_linear_bias;
   options.cuda_graph = a.cuda_graph;
+  options.overlap_optimizer = a.overlap_optimizer;
   options.gemm_tuning = a.gemm_tuning;
   options.gemm_tune_candidates = a.gemm_tune_candidates;
   auto trainer = mt::engine::Trainer::Create(job, options, std::move(data->train), nullptr);

@@ -18,6 +18,7 @@
 #include "common/base/status_macros.h"
 #include "common/spec/defaults.h"
 #include "mt/v1/job_spec.pb.h"
+#include "worker/engine/update_stream.h"
 #include "worker/kernels/adamw.h"
 #include "worker/model/sharding.h"
 #include "worker/parallel/grad_reducer.h"
@@ -223,7 +224,8 @@ absl::Status MixedPrecisionOptimizer::Init(torch::nn::Module& model) {
   if (shard && parallel_.overlap_param_gather && parallel_.forward_part) {
     OrderParameterGathers(num_buckets);
   }
-  return InstallGradReadyHooks();
+  MT_RETURN_IF_ERROR(InstallGradReadyHooks());
+  return SetUpUpdateStream(device);
 }
 
 // Unique trainable parameters (file comment: decayed first, each group in reverse
@@ -467,6 +469,24 @@ void MixedPrecisionOptimizer::OrderParameterGathers(size_t num_buckets) {
   });
 }
 
+// overlap_update (OptimizerConfig says where it applies). A parameter the forward does not name
+// a part for is updated with part 0.
+absl::Status MixedPrecisionOptimizer::SetUpUpdateStream(c10::Device device) {
+  const bool applies = config_.overlap_update && parallel_.forward_part &&
+                       config_.kind == OptimizerConfig::Kind::kAdamW && UsesFusedKernels() &&
+                       per_param_grads_ && !reducer_->shard() && UpdateStream::Available();
+  if (!applies) return absl::OkStatus();
+  segment_part_.clear();
+  int64_t parts = 1;
+  for (const Segment& s : segments_) {
+    const int64_t part = std::max<int64_t>(0, parallel_.forward_part(slots_[s.slot].name));
+    segment_part_.push_back(part);
+    parts = std::max(parts, part + 1);
+  }
+  MT_ASSIGN_OR_RETURN(update_stream_, UpdateStream::Create(device, parts));
+  return absl::OkStatus();
+}
+
 // overlap_grad_reduce: a GradReadyHook on every parameter's gradient accumulator.
 absl::Status MixedPrecisionOptimizer::InstallGradReadyHooks() {
   if (!parallel_.overlap_grad_reduce || !reducer_->active()) return absl::OkStatus();
@@ -535,8 +555,9 @@ MixedPrecisionOptimizer::MemoryBytes MixedPrecisionOptimizer::memory_bytes() con
 
 absl::Status MixedPrecisionOptimizer::ZeroGrad() {
   // With forward_part the forward waits for the gathers part by part; the gradient buffer
-  // this zeroes is not what they write.
-  if (gather_order_.empty()) MT_RETURN_IF_ERROR(WaitForParameters());
+  // this zeroes is not what they write. An overlapped update is waited for the same way: it
+  // reads the per-parameter gradients this drops (which it holds, update_stream.h).
+  if (gather_order_.empty()) MT_RETURN_IF_ERROR(WaitForGathers());
   torch::NoGradGuard no_grad;
   if (per_param_grads_) {
     ReleaseGrads();
@@ -665,12 +686,18 @@ absl::Status MixedPrecisionOptimizer::ReduceGradients() {
 }
 
 absl::Status MixedPrecisionOptimizer::WaitForParameters() {
+  if (update_stream_ != nullptr) update_stream_->WaitAll();
+  return WaitForGathers();
+}
+
+absl::Status MixedPrecisionOptimizer::WaitForGathers() {
   gathers_waited_ = gather_order_.size();
   if (reducer_ == nullptr || !reducer_->gathers_pending()) return absl::OkStatus();
   return reducer_->WaitGathers();
 }
 
 absl::Status MixedPrecisionOptimizer::WaitForParametersOfPart(int64_t part) {
+  if (update_stream_ != nullptr) update_stream_->WaitPart(part);
   if (reducer_ == nullptr || !reducer_->gathers_pending()) return absl::OkStatus();
   if (gather_order_.empty()) return WaitForParameters();
   // gather_order_ is sorted by first part: the buckets part `part` needs are a prefix.
@@ -823,6 +850,11 @@ std::vector<std::vector<MixedPrecisionOptimizer::Piece>> MixedPrecisionOptimizer
   return chunks;
 }
 
+void MixedPrecisionOptimizer::RestoreStepCount(int64_t steps) {
+  if (update_stream_ != nullptr) update_stream_->WaitAll();  // the update reads Adam's t
+  step_.fill_(static_cast<double>(steps));
+}
+
 void MixedPrecisionOptimizer::RunUpdateFences() {
   std::vector<std::function<void()>> fences = std::move(update_fences_);
   update_fences_.clear();
@@ -831,8 +863,8 @@ void MixedPrecisionOptimizer::RunUpdateFences() {
 
 absl::StatusOr<OptimizerStepResult> MixedPrecisionOptimizer::Step(double lr, double loss_scale) {
   torch::NoGradGuard no_grad;
-  // The last step's parameter gathers are done (a no-op after a forward that waited for them):
-  // the update writes into the same buffer.
+  // The last step's parameter gathers and overlapped update are done (a no-op after a forward
+  // that waited for them): the update writes into the same buffers.
   MT_RETURN_IF_ERROR(WaitForParameters());
   // 1. This step's gradients, summed over DP.
   MT_RETURN_IF_ERROR(ReduceGradients());
@@ -936,7 +968,23 @@ bool MixedPrecisionOptimizer::KernelAdamWUpdate(double lr, const torch::Tensor& 
   hyper.beta2 = config_.adam_beta2;
   hyper.eps = config_.adam_eps;
   hyper.weight_decay = config_.weight_decay;
-  kernels::FusedAdamW(state, pieces, hyper);
+  if (update_stream_ == nullptr) {
+    kernels::FusedAdamW(state, pieces, hyper);
+    return true;
+  }
+  // overlap_update: one launch per forward part, in order, on the update stream. What it reads
+  // from this step's allocations (the gradients Step drops next, the scalars) is held for it.
+  std::vector<std::vector<kernels::AdamWPiece>> by_part(update_stream_->parts());
+  std::vector<torch::Tensor> hold = {state.grad_divisor, state.found_inf};
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    if (pieces[i].grad.defined()) hold.push_back(pieces[i].grad);
+    by_part[segment_part_[i]].push_back(std::move(pieces[i]));
+  }
+  update_stream_->Run(
+      [&](int64_t part) {
+        if (!by_part[part].empty()) kernels::FusedAdamW(state, by_part[part], hyper);
+      },
+      hold);
   return true;
 }
 

@@ -76,6 +76,13 @@
 // (WaitForParametersOfPart, called by GptModel's forward pre-hook): the first layer runs while
 // the later buckets are still in flight.
 //
+// Overlapped update (OptimizerConfig::overlap_update): Step queues the update, after the norm
+// and the clip coefficient, on the update stream in forward-part order and returns; the next
+// forward's pre-hook waits for each part's update just before the part runs
+// (WaitForParametersOfPart), and ZeroGrad does not wait. Everything else that reads or writes
+// the state (WaitForParameters: checkpoints, evaluation, Trainer::model(); the next Step;
+// RestoreStepCount; the destructor) waits for the whole update first.
+//
 // After Create the model must not be moved or cast (to()) and its .grad must not be replaced;
 // zero the gradients with ZeroGrad(). A replaced or reset .grad (e.g. Module::zero_grad with
 // set_to_none) is detected and copied back into the buffer, at a cost.
@@ -141,6 +148,14 @@ struct OptimizerConfig {
   // writes the model's copy too (worker/kernels/adamw.h). Otherwise, or false: the chain of
   // element-wise passes (the reference). Same math.
   bool fused_adamw = true;
+  // AdamW's fused update on a CUDA stream of its own, part by part in the order the next forward
+  // needs the parameters (update_stream.h), where it can run so: the fused kernel runs the
+  // update (fused_adamw), the gradients are per parameter (one DP rank, no fp32 master
+  // gradients), OptimizerParallelConfig::forward_part names the parts, and the build has CUDA.
+  // Step then returns with the update queued there; the caller waits for each part's update
+  // with WaitForParametersOfPart just before the part runs (the model's forward pre-hook), so
+  // the update overlaps the next forward. overlaps_update() says whether it applies.
+  bool overlap_update = false;
   // Elements of 16-bit gradients converted to fp32 at a time (the size of the one temporary the
   // update uses when there are no fp32 master gradients); also the piece size of the norm.
   int64_t chunk_elements = int64_t{64} << 20;
@@ -209,6 +224,7 @@ bool UsesWeightDecay(const std::string& name, const torch::Tensor& param);
 std::vector<std::pair<std::string, torch::Tensor>> TrainableParameters(torch::nn::Module& module);
 
 class GradReadyHook;
+class UpdateStream;
 
 class MixedPrecisionOptimizer {
  public:
@@ -241,13 +257,17 @@ class MixedPrecisionOptimizer {
   absl::Status ReduceGradients();
   // The update (see the file comment). Errors come from the collectives.
   absl::StatusOr<OptimizerStepResult> Step(double lr, double loss_scale);
-  // Waits for the parameter all-gathers of the last step (overlap_param_gather). Call before
-  // reading or evaluating the model; ZeroGrad calls it (without forward_part).
+  // Waits for the parameter all-gathers of the last step (overlap_param_gather) and for its
+  // overlapped update (overlap_update; the current stream waits). Call before reading or
+  // evaluating the model or the state; ZeroGrad waits for the gathers (without forward_part).
   absl::Status WaitForParameters();
   // With forward_part: waits for the all-gathers of the buckets holding a parameter of forward
-  // parts <= `part` (call it just before part `part` runs); without, WaitForParameters. A no-op
-  // once they are done.
+  // parts <= `part` and for those parts' overlapped update (call it just before part `part`
+  // runs; inside a CUDA graph capture the update's wait is captured, update_stream.h); without,
+  // WaitForParameters. A no-op once they are done.
   absl::Status WaitForParametersOfPart(int64_t part);
+  // OptimizerConfig::overlap_update applies (see there): Step leaves the update running.
+  bool overlaps_update() const { return update_stream_ != nullptr; }
 
   // Something reading the state (weights, master weights, moments, Adam's t) asynchronously --
   // an async checkpoint's device-to-host copies on a stream of their own -- registers here what
@@ -260,8 +280,9 @@ class MixedPrecisionOptimizer {
 
   // Successful (not skipped) steps so far: Adam's t. Reads the device (waits for the step).
   int64_t step_count() const;
-  // Checkpoints (worker/checkpoint/trainer_state.cc): Adam's t of a restored state.
-  void RestoreStepCount(int64_t steps) { step_.fill_(static_cast<double>(steps)); }
+  // Checkpoints (worker/checkpoint/trainer_state.cc): Adam's t of a restored state (after the
+  // last update is done with it).
+  void RestoreStepCount(int64_t steps);
   const OptimizerConfig& config() const { return config_; }
 
   struct ParamSlot {
@@ -359,6 +380,10 @@ class MixedPrecisionOptimizer {
   void SetUpReducer(FlatLayout& layout, bool shard, c10::Device device);  // takes its buckets
   absl::Status AssignModelChunks();
   void OrderParameterGathers(size_t num_buckets);
+  // OptimizerConfig::overlap_update: the update stream and each segment's forward part, where
+  // the overlap applies.
+  absl::Status SetUpUpdateStream(c10::Device device);
+  absl::Status WaitForGathers();
   absl::Status InstallGradReadyHooks();
   void SyncGradViews();
   void ReleaseGrads();
@@ -455,6 +480,9 @@ class MixedPrecisionOptimizer {
   size_t gathers_waited_ = 0;
   std::vector<GatherWait> gather_waits_, last_gather_waits_;
   std::vector<std::function<void()>> update_fences_;  // AddUpdateFence, until the next update
+  // overlap_update: the stream the update runs on and the forward part of each segment.
+  std::unique_ptr<UpdateStream> update_stream_;
+  std::vector<int64_t> segment_part_;
 };
 
 }  // namespace mt::engine

@@ -22,6 +22,8 @@
 #include "common/base/status_matchers.h"
 #include "gtest/gtest.h"
 #include "worker/engine/optimizer.h"
+#include "worker/model/gpt.h"
+#include "worker/model/tiny_config_for_test.h"
 
 namespace mt::engine {
 namespace {
@@ -198,6 +200,65 @@ TEST(OptimizerGpuTest, StepDoesNotSynchronizeWithTheHost) {
   EXPECT_GT(total_s, 0.3) << "the spin kernel did not keep the GPU busy; the test says nothing";
   EXPECT_LT(step_s, 0.25 * total_s) << "Step waited for the device";
 #endif
+}
+
+// OptimizerConfig::overlap_update: the update on its own stream, part by part, against the same
+// fused update in the step. The forward waits for each part's update (the pre-hook the trainer
+// installs) and must read the updated weights: its loss equal bit for bit; the weights after
+// each step equal bit for bit (the same kernel per element; only the launches are split). The
+// gradients are fixed random tensors (no backward: nothing nondeterministic feeds back).
+TEST(OptimizerGpuTest, OverlappedUpdateMatchesTheUpdateInTheStep) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  model::ModelBuildOptions build;
+  build.seed = 11;
+  build.device = torch::Device("cuda:0");
+  build.dtype = torch::kBFloat16;
+  MT_ASSERT_OK_AND_ASSIGN(auto a, model::GptModel::Create(model::TinyConfig(), {}, build));
+  MT_ASSERT_OK_AND_ASSIGN(auto b, model::GptModel::Create(model::TinyConfig(), {}, build));
+  OptimizerConfig config;
+  config.overlap_update = true;
+  OptimizerParallelConfig parts;
+  parts.forward_part = [a](const std::string& name) { return a->ForwardPartOf(name); };
+  MT_ASSERT_OK_AND_ASSIGN(auto opt_a, MixedPrecisionOptimizer::Create(config, *a, parts));
+  MT_ASSERT_OK_AND_ASSIGN(auto opt_b, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *b));
+  if (!opt_a->overlaps_update()) GTEST_SKIP() << "not a CUDA build with the fused kernels";
+  EXPECT_FALSE(opt_b->overlaps_update());
+  std::vector<int64_t> waits;
+  a->SetForwardPreHook([&](int64_t part) {
+    waits.push_back(part);
+    MT_EXPECT_OK(opt_a->WaitForParametersOfPart(part));
+  });
+  auto params_b = b->named_parameters();
+  for (int step = 0; step < 4; ++step) {
+    torch::manual_seed(300 + step);
+    const torch::Tensor x = torch::randint(128, {4, 17}, torch::kLong).to(torch::kCUDA);
+    waits.clear();
+    torch::Tensor loss_a, loss_b;
+    {
+      torch::NoGradGuard no_grad;
+      loss_a = a->LossOnSample(x);
+      loss_b = b->LossOnSample(x);
+    }
+    EXPECT_EQ(waits, (std::vector<int64_t>{0, 1, 2, 3})) << "step " << step;
+    EXPECT_EQ(loss_a.item<float>(), loss_b.item<float>()) << "step " << step;
+    MT_ASSERT_OK(opt_a->ZeroGrad());
+    MT_ASSERT_OK(opt_b->ZeroGrad());
+    for (const auto& p : a->named_parameters()) {
+      const torch::Tensor g = torch::randn(p.value().sizes()).to(p.value().options());
+      p.value().mutable_grad() = g;
+      params_b[p.key()].mutable_grad() = g.clone();
+    }
+    MT_ASSERT_OK_AND_ASSIGN(const OptimizerStepResult ra, opt_a->Step(1e-2, 1.0));
+    MT_ASSERT_OK_AND_ASSIGN(const OptimizerStepResult rb, opt_b->Step(1e-2, 1.0));
+    EXPECT_EQ(ra.grad_norm(), rb.grad_norm());
+  }
+  MT_ASSERT_OK(opt_a->WaitForParameters());
+  for (const auto& p : a->named_parameters()) {
+    EXPECT_TRUE(torch::equal(p.value(), params_b[p.key()])) << p.key();
+  }
+  EXPECT_TRUE(torch::equal(opt_a->exp_avg_sq(), opt_b->exp_avg_sq()));
+  EXPECT_EQ(opt_a->step_count(), 4);
+  a->SetForwardPreHook(nullptr);
 }
 
 }  // namespace

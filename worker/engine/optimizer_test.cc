@@ -107,6 +107,32 @@ TEST(OptimizerTest, AdamWMatchesLibTorchAdamW) {
   EXPECT_GT(MaxParamDiff(*a, *TinyModel(1)), 1e-3);  // it did move
 }
 
+// OptimizerConfig::overlap_update where it cannot run (no CUDA here): overlaps_update() says so
+// and the update is the one in the step, bit for bit, the forward's part waits included.
+TEST(OptimizerTest, OverlapUpdateIsLeftOffWhereItCannotRun) {
+  auto a = TinyModel(3);
+  auto b = TinyModel(3);
+  OptimizerConfig overlapped;
+  overlapped.overlap_update = true;
+  OptimizerParallelConfig parts;
+  parts.forward_part = [a](const std::string& name) { return a->ForwardPartOf(name); };
+  MT_ASSERT_OK_AND_ASSIGN(auto opt_a, MixedPrecisionOptimizer::Create(overlapped, *a, parts));
+  MT_ASSERT_OK_AND_ASSIGN(auto opt_b, MixedPrecisionOptimizer::Create(OptimizerConfig{}, *b));
+  EXPECT_FALSE(opt_a->overlaps_update());
+  EXPECT_FALSE(opt_b->overlaps_update());
+  for (int step = 0; step < 3; ++step) {
+    const torch::Tensor x = Sample(200 + step);
+    for (const auto& [m, opt] : {std::pair{a, opt_a.get()}, std::pair{b, opt_b.get()}}) {
+      Zero(*opt);
+      MT_EXPECT_OK(opt->WaitForParametersOfPart(0));
+      m->LossOnSample(x).backward();
+      StepOk(*opt, 1e-2, 1.0);
+    }
+    EXPECT_EQ(MaxParamDiff(*a, *b), 0.0) << "step " << step;
+  }
+  EXPECT_GT(MaxParamDiff(*a, *TinyModel(3)), 1e-3);  // it did move
+}
+
 // Clipping by the global norm, against LibTorch's clip_grad_norm_ (the same formula as
 // Megatron's: coeff = max_norm / (norm + 1e-6), applied when < 1). Plain SGD, so the update
 // is the clipped gradient itself; tolerance 1e-6 relative.

@@ -1,6 +1,7 @@
 #include "worker/engine/step_graph.h"
 
 #include <chrono>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -8,8 +9,10 @@
 #include "common/base/status_macros.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
+#include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "worker/kernels/graph_capture.h"
@@ -49,6 +52,11 @@ std::string StepGraphBlocker(const StepGraphSetting& s) {
 struct StepGraph::Graph {
   at::cuda::CUDAGraph graph;
   bool ready = false;
+  // Replays run on a high-priority stream (set at the capture): work queued on other streams
+  // meanwhile (the optimizer's overlapped update, update_stream.h) gets the SMs the step's
+  // kernels leave free, rather than taking them first because it was queued earlier.
+  std::optional<c10::cuda::CUDAStream> stream;
+  at::cuda::CUDAEvent inputs_ready, done;
 };
 #else
 struct StepGraph::Graph {
@@ -90,7 +98,15 @@ absl::StatusOr<torch::Tensor> StepGraph::Run(const torch::Tensor& sample,
   } else {
     sample_.copy_(sample, /*non_blocking=*/true);
   }
-  graph_->graph.replay();
+  c10::cuda::CUDAStream current = c10::cuda::getCurrentCUDAStream(graph_->stream->device_index());
+  graph_->inputs_ready.record(current);
+  graph_->inputs_ready.block(*graph_->stream);
+  {
+    c10::cuda::CUDAStreamGuard on_stream(*graph_->stream);
+    graph_->graph.replay();
+  }
+  graph_->done.record(*graph_->stream);
+  graph_->done.block(current);
   ++replays_;
   RestoreGradients();
   return loss_;
@@ -122,6 +138,7 @@ absl::Status StepGraph::Capture(const torch::Tensor& sample, const ForwardBackwa
   }
   grads_.clear();
   for (const torch::Tensor& p : params_) grads_.push_back(p.grad());
+  graph_->stream = c10::cuda::getStreamFromPool(/*isHighPriority=*/true, index);
   graph_->ready = true;
   capture_seconds_ = SecondsSince(start);
   return absl::OkStatus();

@@ -699,11 +699,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
       opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
     }
     if (options.evaluation_only) return absl::OkStatus();
+    // The forward waits part by part for the overlapped parameter gathers and update.
     const bool per_part = GathersPerPart(opt_parallel);
-    if (per_part) SetForwardPartsOf({s.model}, &opt_parallel);
+    opt_config.overlap_update = options.overlap_optimizer;
+    if (per_part || opt_config.overlap_update) SetForwardPartsOf({s.model}, &opt_parallel);
     MT_ASSIGN_OR_RETURN(s.optimizer,
                         MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
-    if (per_part) InstallParameterWaits({s.model}, s.optimizer.get());
+    if (per_part || s.optimizer->overlaps_update()) {
+      InstallParameterWaits({s.model}, s.optimizer.get());
+    }
     return absl::OkStatus();
   }));
   if (s.optimizer != nullptr) {
@@ -728,6 +732,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                         "(captured at the first step)";
       } else {
         MT_LOG(INFO) << "trainer: the step runs eagerly, not as a CUDA graph: " << blocker;
+      }
+      if (s.optimizer->overlaps_update()) {
+        MT_LOG(INFO) << "trainer: AdamW's update runs on a stream of its own, overlapping the "
+                        "next forward part by part (--no-overlap-optimizer: in the step)";
       }
     }
   }

@@ -98,6 +98,11 @@ struct TrainerOptions {
   // StepGraphBlocker allows it (one GPU, one micro-batch a step, no dropout, a constant loss
   // scale); elsewhere the eager step. With log_progress, one line says which and why.
   bool cuda_graph = true;
+  // AdamW's update on a CUDA stream of its own, overlapping the next step's forward part by part
+  // (OptimizerConfig::overlap_update, where it applies: CUDA, one DP rank, per-parameter
+  // gradients -- one micro-batch a step in bf16 or fp32 --, no pipeline stages). With
+  // log_progress, one line says when it does.
+  bool overlap_optimizer = true;
   // cuBLASLt's candidate algorithms timed once per problem and the fastest kept, for the LM
   // head's, the MLP's and the attention's linear GEMMs on CUDA (kernels::SetGemmTuning: a
   // process-wide setting, which Create applies); false runs the heuristic's first pick.

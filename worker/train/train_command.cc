@@ -57,6 +57,7 @@ struct TrainArgs {
   bool fused_qkv = true;
   bool fold_linear_bias = true;
   bool cuda_graph = true;
+  bool overlap_optimizer = true;
   bool gemm_tuning = true;
   int gemm_tune_candidates = kernels::kDefaultGemmTuneCandidates;
   bool help = false;
@@ -73,6 +74,7 @@ bool* OnOffSwitch(const std::string& name, TrainArgs* args, bool* on) {
                   {"fused-qkv", &TrainArgs::fused_qkv},
                   {"fold-linear-bias", &TrainArgs::fold_linear_bias},
                   {"cuda-graph", &TrainArgs::cuda_graph},
+                  {"overlap-optimizer", &TrainArgs::overlap_optimizer},
                   {"gemm-tuning", &TrainArgs::gemm_tuning}};
   for (const auto& s : switches) {
     if (name == absl::StrCat("--", s.suffix) || name == absl::StrCat("--no-", s.suffix)) {
@@ -221,6 +223,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.fused_qkv = args.fused_qkv;
   c.trainer.fold_linear_bias = args.fold_linear_bias;
   c.trainer.cuda_graph = args.cuda_graph;
+  c.trainer.overlap_optimizer = args.overlap_optimizer;
   c.trainer.gemm_tuning = args.gemm_tuning;
   c.trainer.gemm_tune_candidates = args.gemm_tune_candidates;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
@@ -303,6 +306,8 @@ const char* TrainCommandUsage() {
          "[--[no-]fused-layernorm]\n"
          "                       [--[no-]fused-qkv] [--[no-]fold-linear-bias] "
          "[--[no-]cuda-graph]\n"
+         "                       [--[no-]overlap-optimizer] [--[no-]gemm-tuning] "
+         "[--gemm-tune-candidates N]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -335,6 +340,9 @@ const char* TrainCommandUsage() {
          "                     backward replayed from one CUDA graph where the step allows it:\n"
          "                     one GPU, one micro-batch a step, no dropout, a constant loss\n"
          "                     scale; else eager, the reason logged)\n"
+         "  --no-overlap-optimizer  AdamW's update inside the step (default on CUDA in bf16 or\n"
+         "                     fp32 with one micro-batch a step: on a stream of its own, each\n"
+         "                     layer's update overlapping the next forward up to that layer)\n"
          "  --no-gemm-tuning   cuBLASLt's first-pick algorithms (default on CUDA: each GEMM\n"
          "                     problem of the linears and the LM head timed once over\n"
          "                     cuBLASLt's candidates and the fastest kept for the process)\n"

@@ -5,8 +5,12 @@
 // workspaces and cuDNN plans is made there, outside the capture), its gradients dropped, the
 // allocator's cached blocks returned to the device (so the graph's own memory pool does not add
 // to the peak), then the capture of the forward and backward on the side stream. That step and
-// every later one replay the graph on the step's stream. The optimizer step stays eager: its
-// learning rate and its descriptor tables change from step to step, and it is a few kernels.
+// every later one replay the graph after the step's stream's work, on a high-priority stream
+// that the step's stream then waits for: the optimizer's overlapped update (update_stream.h),
+// queued earlier on a stream of its own, takes the SMs the forward leaves free rather than
+// going first. The optimizer step stays eager: its learning rate and its descriptor tables
+// change from step to step, and it is a few kernels. The forward's waits for each part's update
+// are captured as external event waits (a replay waits for the update queued before it).
 //
 // What a graph fixes at capture, and so what StepGraphBlocker asks for:
 //   - every shape: one micro-batch per step (the sample is copied into the graph's input);

@@ -218,6 +218,14 @@ TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
                               "(--no-cuda-graph)"),
                     Not(HasSubstr(no_gpu))));
   EXPECT_THAT(run({"--no-fused-layernorm", "--fused-layernorm"}), HasSubstr(" layernorm=fused"));
+  // --[no-]overlap-optimizer is taken; the overlap needs CUDA, so on the CPU the update stays in
+  // the step and the line that says otherwise is absent (TrainerGpuTest checks it applies).
+  EXPECT_THAT(run({"--no-overlap-optimizer", "--overlap-optimizer"}),
+              Not(HasSubstr("overlapping the next forward")));
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(RunTrainCommand({"--spec", spec, "--overlap-optimizer=0"}), 2);
+  EXPECT_THAT(::testing::internal::GetCapturedStderr(),
+              HasSubstr("--overlap-optimizer takes no value"));
   ::testing::internal::CaptureStderr();
   EXPECT_EQ(RunTrainCommand({"--spec", spec, "--fused-mlp=1"}), 2);
   EXPECT_THAT(::testing::internal::GetCapturedStderr(), HasSubstr("--fused-mlp takes no value"));

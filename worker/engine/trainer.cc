@@ -217,6 +217,24 @@ void InstallParameterWaits(const std::vector<std::shared_ptr<model::GptModel>>& 
   }
 }
 
+// Why the step cannot be one CUDA graph (StepGraphBlocker), or empty when it can.
+std::string StepGraphBlockerOf(const TrainerOptions& options, const TrainPlan& plan,
+                               const model::GptConfig& config, const torch::Device& device,
+                               int tp_size, int pp_size, bool dynamic_loss_scale) {
+  if (!options.cuda_graph) return "turned off (--no-cuda-graph)";
+  StepGraphSetting g;
+  g.cuda = device.is_cuda();
+  g.graphs_built = StepGraph::Available();
+  g.data_parallel = plan.data_parallel_size;
+  g.tensor_parallel = tp_size;
+  g.pipeline_parallel = pp_size;
+  g.micro_batches = plan.num_micro_batches;
+  g.hidden_dropout = config.hidden_dropout;
+  g.attention_dropout = config.attention_dropout;
+  g.dynamic_loss_scale = dynamic_loss_scale;
+  return StepGraphBlocker(g);
+}
+
 absl::StatusOr<TrainPlan> MakePlan(const mt::v1::JobSpec& spec, int64_t dp) {
   const mt::v1::TrainingSpec& t = spec.training();
   TrainPlan plan;
@@ -677,6 +695,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                                                options, std::move(train_data),
                                                std::move(valid_data)));
   trainer->vocab_size_ = config.vocab_size;
+  const std::string graph_blocker =
+      StepGraphBlockerOf(options, plan, config, device, tp_size, pp_size,
+                         trainer->scaler_.config().kind == LossScalerConfig::Kind::kDynamic);
   State& s = *trainer->state_;
   s.device = device;
   s.dtype = dtype;
@@ -699,9 +720,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
       opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
     }
     if (options.evaluation_only) return absl::OkStatus();
-    // The forward waits part by part for the overlapped parameter gathers and update.
+    // The forward waits part by part for the overlapped parameter gathers and update. The update
+    // overlaps only a captured step, whose replays run at a higher priority (step_graph.h): in
+    // an eager step, queued first, it would take the SMs before the forward.
     const bool per_part = GathersPerPart(opt_parallel);
-    opt_config.overlap_update = options.overlap_optimizer;
+    opt_config.overlap_update = options.overlap_optimizer && graph_blocker.empty();
     if (per_part || opt_config.overlap_update) SetForwardPartsOf({s.model}, &opt_parallel);
     MT_ASSIGN_OR_RETURN(s.optimizer,
                         MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
@@ -711,27 +734,15 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
     return absl::OkStatus();
   }));
   if (s.optimizer != nullptr) {
-    std::string blocker = "turned off (--no-cuda-graph)";
-    if (options.cuda_graph) {
-      StepGraphSetting g;
-      g.cuda = device.is_cuda();
-      g.graphs_built = StepGraph::Available();
-      g.data_parallel = plan.data_parallel_size;
-      g.tensor_parallel = tp_size;
-      g.pipeline_parallel = pp_size;
-      g.micro_batches = plan.num_micro_batches;
-      g.hidden_dropout = config.hidden_dropout;
-      g.attention_dropout = config.attention_dropout;
-      g.dynamic_loss_scale = trainer->scaler_.config().kind == LossScalerConfig::Kind::kDynamic;
-      blocker = StepGraphBlocker(g);
-      if (blocker.empty()) s.graph = std::make_unique<StepGraph>(device, s.model->parameters());
+    if (graph_blocker.empty()) {
+      s.graph = std::make_unique<StepGraph>(device, s.model->parameters());
     }
     if (options.log_progress) {
       if (s.graph != nullptr) {
         MT_LOG(INFO) << "trainer: each step's forward and backward replayed from a CUDA graph "
                         "(captured at the first step)";
       } else {
-        MT_LOG(INFO) << "trainer: the step runs eagerly, not as a CUDA graph: " << blocker;
+        MT_LOG(INFO) << "trainer: the step runs eagerly, not as a CUDA graph: " << graph_blocker;
       }
       if (s.optimizer->overlaps_update()) {
         MT_LOG(INFO) << "trainer: AdamW's update runs on a stream of its own, overlapping the "

@@ -99,9 +99,10 @@ struct TrainerOptions {
   // scale); elsewhere the eager step. With log_progress, one line says which and why.
   bool cuda_graph = true;
   // AdamW's update on a CUDA stream of its own, overlapping the next step's forward part by part
-  // (OptimizerConfig::overlap_update, where it applies: CUDA, one DP rank, per-parameter
-  // gradients -- one micro-batch a step in bf16 or fp32 --, no pipeline stages). With
-  // log_progress, one line says when it does.
+  // (OptimizerConfig::overlap_update), where the step is a CUDA graph (cuda_graph; its replays
+  // run at a higher priority than the update, step_graph.h) and the gradients are per parameter
+  // (bf16 or fp32). An eager step keeps the update in the step. With log_progress, one line
+  // says when it overlaps.
   bool overlap_optimizer = true;
   // cuBLASLt's candidate algorithms timed once per problem and the fastest kept, for the LM
   // head's, the MLP's and the attention's linear GEMMs on CUDA (kernels::SetGemmTuning: a

@@ -41,6 +41,10 @@ std::string StepGraphBlocker(const StepGraphSetting& s) {
                         s.attention_dropout,
                         ": a replay would repeat the captured masks (set both to 0)");
   }
+  if (s.fp16) {
+    return "training.precision fp16: its gradients are folded into fp32 master gradients by "
+           "host bookkeeping that a replay skips (train in bf16 for a captured step)";
+  }
   if (s.dynamic_loss_scale) {
     return "the dynamic loss scale changes between steps (fp16: set training.loss_scale to a "
            "constant, or train in bf16)";

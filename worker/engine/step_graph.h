@@ -15,6 +15,9 @@
 // What a graph fixes at capture, and so what StepGraphBlocker asks for:
 //   - every shape: one micro-batch per step (the sample is copied into the graph's input);
 //   - every host value a kernel takes: a constant loss scale (not the dynamic scaler);
+//   - the host's bookkeeping: no fp16, whose gradients are folded into fp32 master gradients by
+//     a step of the optimizer's own (FinishMicroBatch) that a replay would skip, and that the
+//     optimizer's step would then run again on the zeroed fp16 gradients;
 //   - the random state: no dropout (the step's seed is set on the host every step);
 //   - one device: no data, tensor or pipeline parallelism (no collectives in the graph).
 // The model's parameters must keep their storage after the first step (the optimizer asks the
@@ -49,6 +52,7 @@ struct StepGraphSetting {
   int64_t micro_batches = 1;  // per step on this rank
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
+  bool fp16 = false;  // training.precision fp16 (its gradients folded into fp32 master ones)
   bool dynamic_loss_scale = false;
 };
 

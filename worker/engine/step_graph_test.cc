@@ -45,6 +45,7 @@ TEST(StepGraphBlockerTest, EachSettingThatBlocksIsNamed) {
       {[](StepGraphSetting* s) { s->micro_batches = 3; }, "3 micro-batches a step"},
       {[](StepGraphSetting* s) { s->hidden_dropout = 0.1; }, "model.hidden_dropout 0.1"},
       {[](StepGraphSetting* s) { s->attention_dropout = 0.1; }, "attention_dropout 0.1"},
+      {[](StepGraphSetting* s) { s->fp16 = true; }, "training.precision fp16"},
       {[](StepGraphSetting* s) { s->dynamic_loss_scale = true; }, "dynamic loss scale"},
   };
   for (const auto& c : cases) {

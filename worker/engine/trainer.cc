@@ -231,6 +231,7 @@ std::string StepGraphBlockerOf(const TrainerOptions& options, const TrainPlan& p
   g.micro_batches = plan.num_micro_batches;
   g.hidden_dropout = config.hidden_dropout;
   g.attention_dropout = config.attention_dropout;
+  g.fp16 = plan.precision == "fp16";
   g.dynamic_loss_scale = dynamic_loss_scale;
   return StepGraphBlocker(g);
 }

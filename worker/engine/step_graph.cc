@@ -46,8 +46,8 @@ std::string StepGraphBlocker(const StepGraphSetting& s) {
            "host bookkeeping that a replay skips (train in bf16 for a captured step)";
   }
   if (s.dynamic_loss_scale) {
-    return "the dynamic loss scale changes between steps (fp16: set training.loss_scale to a "
-           "constant, or train in bf16)";
+    return "the dynamic loss scale changes between steps (a captured step needs a constant "
+           "training.loss_scale)";
   }
   return std::string();
 }

@@ -1,6 +1,7 @@
 #include "worker/engine/step_graph.h"
 
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -9,6 +10,8 @@
 #include "common/base/status_macros.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
+#include <ATen/Context.h>
+#include <ATen/core/Generator.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -36,18 +39,16 @@ std::string StepGraphBlocker(const StepGraphSetting& s) {
                         " micro-batches a step: set training.global_batch_size to "
                         "micro_batch_size x dp for one");
   }
-  if (s.hidden_dropout != 0.0 || s.attention_dropout != 0.0) {
-    return absl::StrCat("model.hidden_dropout ", s.hidden_dropout, " / attention_dropout ",
-                        s.attention_dropout,
-                        ": a replay would repeat the captured masks (set both to 0)");
-  }
-  if (s.fp16) {
-    return "training.precision fp16: its gradients are folded into fp32 master gradients by "
-           "host bookkeeping that a replay skips (train in bf16 for a captured step)";
-  }
-  if (s.dynamic_loss_scale) {
-    return "the dynamic loss scale changes between steps (a captured step needs a constant "
-           "training.loss_scale)";
+  // Full recomputation reruns both dropouts, selective the attention's.
+  const bool hidden = s.recompute_full && s.hidden_dropout != 0.0;
+  const bool attention = (s.recompute_full || s.recompute_selective) && s.attention_dropout != 0.0;
+  if (hidden || attention) {
+    return absl::StrCat("training.recompute_granularity ", s.recompute_full ? "full" : "selective",
+                        " with model.", hidden ? "hidden" : "attention", "_dropout ",
+                        hidden ? s.hidden_dropout : s.attention_dropout,
+                        ": the recomputation restores a generator state read on the host, which "
+                        "a replay would not read again (set the dropout to 0 or turn "
+                        "recomputation off)");
   }
   return std::string();
 }
@@ -123,8 +124,20 @@ absl::Status StepGraph::Capture(const torch::Tensor& sample, const ForwardBackwa
                                      ? c10::cuda::current_device()
                                      : static_cast<c10::DeviceIndex>(device_.index());
   sample_ = sample.clone();
+  // The warm-up draws its dropout masks from the generator as the caller set it; the state is
+  // put back after, so that the capture's first replay draws the same masks as an eager step.
+  at::Generator generator = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, index));
   auto warm_up = [&]() -> absl::Status {
+    torch::Tensor generator_state;
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator_state = generator.get_state();
+    }
     step(sample_);
+    {
+      std::lock_guard<std::mutex> lock(generator.mutex());
+      generator.set_state(generator_state);
+    }
     MT_RETURN_IF_ERROR(zero_grad());
     // The allocator's cached blocks (the warm-up's activations among them) go back to the
     // device: from now on the graph's pool holds the step's activations, and the peak stays

@@ -14,11 +14,14 @@
 //
 // What a graph fixes at capture, and so what StepGraphBlocker asks for:
 //   - every shape: one micro-batch per step (the sample is copied into the graph's input);
-//   - every host value a kernel takes: a constant loss scale (not the dynamic scaler);
-//   - the host's bookkeeping: no fp16, whose gradients are folded into fp32 master gradients by
-//     a step of the optimizer's own (FinishMicroBatch) that a replay would skip, and that the
-//     optimizer's step would then run again on the zeroed fp16 gradients;
-//   - the random state: no dropout (the step's seed is set on the host every step);
+//   - every host value a kernel takes: the caller passes the loss scale in a device tensor it
+//     fills before each Run (the dynamic scaler's value changes between steps), and keeps host
+//     bookkeeping out of `step` (fp16's fold into fp32 master gradients runs after Run);
+//   - the random state: dropout draws from the default CUDA generator's seed and offset as they
+//     are at each replay (PyTorch registers the generator with the graph), so a replay after
+//     manual_seed(s) draws the masks an eager step from seed s draws. The capture's warm-up
+//     step leaves the generator as it found it. Not with recomputation: its backward restores
+//     a generator state read on the host during the forward, which a replay would not reread;
 //   - one device: no data, tensor or pipeline parallelism (no collectives in the graph).
 // The model's parameters must keep their storage after the first step (the optimizer asks the
 // same, optimizer.h). With per-parameter gradients (one rank, no fp32 master gradients) the
@@ -52,8 +55,10 @@ struct StepGraphSetting {
   int64_t micro_batches = 1;  // per step on this rank
   double hidden_dropout = 0.0;
   double attention_dropout = 0.0;
-  bool fp16 = false;  // training.precision fp16 (its gradients folded into fp32 master ones)
-  bool dynamic_loss_scale = false;
+  // training.recompute_granularity: selective reruns the attention core (its dropout), full
+  // whole blocks (both dropouts) in backward.
+  bool recompute_selective = false;
+  bool recompute_full = false;
 };
 
 // Empty when the step can be captured; else the first reason it cannot, naming the setting and
@@ -63,7 +68,8 @@ std::string StepGraphBlocker(const StepGraphSetting& s);
 class StepGraph {
  public:
   // One micro-batch's forward and backward on `sample` (the loss scaled and backpropagated, the
-  // gradients accumulated into the parameters' .grad); returns the detached loss.
+  // gradients accumulated into the parameters' .grad); returns the detached loss. Every value it
+  // reads that changes between steps must be in device memory (captured once, read each replay).
   using ForwardBackward = std::function<torch::Tensor(const torch::Tensor& sample)>;
 
   // Whether this build can capture CUDA graphs (a CUDA LibTorch).
@@ -77,9 +83,10 @@ class StepGraph {
 
   // One step's forward and backward on `sample` (the gradients zeroed before, as for an eager
   // step): the first call captures (`zero_grad` clears the warm-up's gradients), every call
-  // replays on the current stream. Returns the loss, a tensor the next call overwrites (read
-  // or copy it before). Throws c10::Error where CUDA or the capture fails; an error for a
-  // sample whose shape differs from the captured one.
+  // replays on the current stream, with the default CUDA generator's seed and offset as they
+  // are (a replay advances the offset as the eager step would). Returns the loss, a tensor the
+  // next call overwrites (read or copy it before). Throws c10::Error where CUDA or the capture
+  // fails; an error for a sample whose shape differs from the captured one.
   absl::StatusOr<torch::Tensor> Run(const torch::Tensor& sample, const ForwardBackward& step,
                                     const std::function<absl::Status()>& zero_grad);
 

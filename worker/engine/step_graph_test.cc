@@ -28,8 +28,24 @@ StepGraphSetting Capturable() {
   return s;
 }
 
-TEST(StepGraphBlockerTest, OneGpuOneMicroBatchNoDropoutConstantScaleIsCapturable) {
+TEST(StepGraphBlockerTest, OneGpuOneMicroBatchIsCapturable) {
   EXPECT_EQ(StepGraphBlocker(Capturable()), "");
+}
+
+// Dropout draws from the generator at each replay, and recomputation without dropout or with
+// only the dropout it does not rerun restores no generator state.
+TEST(StepGraphBlockerTest, DropoutIsCapturableWhereNoRecomputationReplaysIt) {
+  StepGraphSetting s = Capturable();
+  s.hidden_dropout = 0.1;
+  s.attention_dropout = 0.1;
+  EXPECT_EQ(StepGraphBlocker(s), "");
+  s = Capturable();
+  s.recompute_full = true;
+  EXPECT_EQ(StepGraphBlocker(s), "");
+  s = Capturable();
+  s.recompute_selective = true;
+  s.hidden_dropout = 0.1;  // selective reruns the attention core only
+  EXPECT_EQ(StepGraphBlocker(s), "");
 }
 
 TEST(StepGraphBlockerTest, EachSettingThatBlocksIsNamed) {
@@ -43,10 +59,21 @@ TEST(StepGraphBlockerTest, EachSettingThatBlocksIsNamed) {
       {[](StepGraphSetting* s) { s->tensor_parallel = 2; }, "parallel.dp/tp/pp are 1/2/1"},
       {[](StepGraphSetting* s) { s->pipeline_parallel = 4; }, "parallel.dp/tp/pp are 1/1/4"},
       {[](StepGraphSetting* s) { s->micro_batches = 3; }, "3 micro-batches a step"},
-      {[](StepGraphSetting* s) { s->hidden_dropout = 0.1; }, "model.hidden_dropout 0.1"},
-      {[](StepGraphSetting* s) { s->attention_dropout = 0.1; }, "attention_dropout 0.1"},
-      {[](StepGraphSetting* s) { s->fp16 = true; }, "training.precision fp16"},
-      {[](StepGraphSetting* s) { s->dynamic_loss_scale = true; }, "dynamic loss scale"},
+      {[](StepGraphSetting* s) {
+         s->recompute_full = true;
+         s->hidden_dropout = 0.1;
+       },
+       "training.recompute_granularity full with model.hidden_dropout 0.1"},
+      {[](StepGraphSetting* s) {
+         s->recompute_full = true;
+         s->attention_dropout = 0.2;
+       },
+       "training.recompute_granularity full with model.attention_dropout 0.2"},
+      {[](StepGraphSetting* s) {
+         s->recompute_selective = true;
+         s->attention_dropout = 0.1;
+       },
+       "training.recompute_granularity selective with model.attention_dropout 0.1"},
   };
   for (const auto& c : cases) {
     StepGraphSetting s = Capturable();

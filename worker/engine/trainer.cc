@@ -220,7 +220,7 @@ void InstallParameterWaits(const std::vector<std::shared_ptr<model::GptModel>>& 
 // Why the step cannot be one CUDA graph (StepGraphBlocker), or empty when it can.
 std::string StepGraphBlockerOf(const TrainerOptions& options, const TrainPlan& plan,
                                const model::GptConfig& config, const torch::Device& device,
-                               int tp_size, int pp_size, bool dynamic_loss_scale) {
+                               int tp_size, int pp_size) {
   if (!options.cuda_graph) return "turned off (--no-cuda-graph)";
   StepGraphSetting g;
   g.cuda = device.is_cuda();
@@ -231,8 +231,8 @@ std::string StepGraphBlockerOf(const TrainerOptions& options, const TrainPlan& p
   g.micro_batches = plan.num_micro_batches;
   g.hidden_dropout = config.hidden_dropout;
   g.attention_dropout = config.attention_dropout;
-  g.fp16 = plan.precision == "fp16";
-  g.dynamic_loss_scale = dynamic_loss_scale;
+  g.recompute_selective = config.recompute_granularity == model::RecomputeGranularity::kSelective;
+  g.recompute_full = config.recompute_granularity == model::RecomputeGranularity::kFull;
   return StepGraphBlocker(g);
 }
 
@@ -567,6 +567,9 @@ struct Trainer::State {
   std::unique_ptr<PipelineStage> pipeline;
   // TrainerOptions::cuda_graph where StepGraphBlocker allows it; null otherwise.
   std::unique_ptr<StepGraph> graph;
+  // With `graph`: what the loss is multiplied by before backward (the loss scale over the
+  // micro-batches), a device scalar filled before each replay, as the dynamic scale changes.
+  torch::Tensor backward_scale;
   DeviceStepStats stats;
 
   // One batch from the source onto the device, checked.
@@ -697,8 +700,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
                                                std::move(valid_data)));
   trainer->vocab_size_ = config.vocab_size;
   const std::string graph_blocker =
-      StepGraphBlockerOf(options, plan, config, device, tp_size, pp_size,
-                         trainer->scaler_.config().kind == LossScalerConfig::Kind::kDynamic);
+      StepGraphBlockerOf(options, plan, config, device, tp_size, pp_size);
   State& s = *trainer->state_;
   s.device = device;
   s.dtype = dtype;
@@ -737,6 +739,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   if (s.optimizer != nullptr) {
     if (graph_blocker.empty()) {
       s.graph = std::make_unique<StepGraph>(device, s.model->parameters());
+      s.backward_scale =
+          torch::ones({}, torch::TensorOptions().device(device).dtype(torch::kFloat));
     }
     if (options.log_progress) {
       if (s.graph != nullptr) {
@@ -804,12 +808,17 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     MT_ASSIGN_OR_RETURN(loss_sum, PipelineForwardBackward(loss_scale, &data_seconds));
   }
   // One micro-batch's forward and backward, the gradients accumulated; its detached loss.
+  // The captured step reads the scale from the device and folds after the replay (step_graph.h).
   auto forward_backward = [&](const torch::Tensor& sample, bool last) {
     torch::Tensor loss = s.model->LossOnSample(sample);
     s.optimizer->BeginMicroBatch(last);
     Tell(Activity::kBackward, step);
-    (loss * (loss_scale / static_cast<double>(num_micro))).backward();
-    s.optimizer->FinishMicroBatch();
+    if (s.graph != nullptr) {
+      (loss * s.backward_scale).backward();
+    } else {
+      (loss * (loss_scale / static_cast<double>(num_micro))).backward();
+      s.optimizer->FinishMicroBatch();
+    }
     return loss.detach();
   };
   for (int64_t m = 0; s.pipeline == nullptr && m < num_micro; ++m) {
@@ -821,10 +830,12 @@ absl::StatusOr<StepMetrics> Trainer::StepImpl() {
     MT_ASSIGN_OR_RETURN(torch::Tensor sample, s.ToDevice(batch, rows, cols, vocab_size_));
     torch::Tensor loss;
     if (s.graph != nullptr) {  // one micro-batch (StepGraphBlocker)
+      s.backward_scale.fill_(loss_scale / static_cast<double>(num_micro));
       MT_ASSIGN_OR_RETURN(
           loss, s.graph->Run(
                     sample, [&](const torch::Tensor& x) { return forward_backward(x, true); },
                     [&] { return s.optimizer->ZeroGrad(); }));
+      s.optimizer->FinishMicroBatch();
     } else {
       loss = forward_backward(sample, /*last=*/m == num_micro - 1);
     }

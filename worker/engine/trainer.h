@@ -95,8 +95,9 @@ struct TrainerOptions {
   // (model::GptConfig::fold_linear_bias; see there).
   bool fold_linear_bias = true;
   // Each step's forward and backward replayed from one CUDA graph (step_graph.h) where
-  // StepGraphBlocker allows it (one GPU, one micro-batch a step, no dropout, bf16 or fp32);
-  // elsewhere the eager step. With log_progress, one line says which and why.
+  // StepGraphBlocker allows it (one GPU, one micro-batch a step, no dropout that
+  // recomputation reruns); elsewhere the eager step. With log_progress, one line says which and
+  // why.
   bool cuda_graph = true;
   // AdamW's update on a CUDA stream of its own, overlapping the next step's forward part by part
   // (OptimizerConfig::overlap_update), where the step is a CUDA graph (cuda_graph; its replays

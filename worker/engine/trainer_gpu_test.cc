@@ -157,7 +157,7 @@ TEST(TrainerGpuTest, MathAndFusedAttentionTrainAlike) {
 // after give the eager step's losses and final weights, in bf16 (the gradients per parameter,
 // in the graph's pool) and fp32 (the master weights are the parameters), within 1e-3 relative
 // (the attention backward may sum in another order, as in SameSeedSameLosses). A setting the
-// graph cannot take (dropout) trains eagerly.
+// graph cannot take (dropout that full recomputation reruns) trains eagerly.
 TEST(TrainerGpuTest, CudaGraphStepGivesTheEagerLosses) {
   MT_SKIP_WITHOUT_CUDA();
   for (const mt::v1::Precision precision : {mt::v1::PRECISION_BF16, mt::v1::PRECISION_FP32}) {
@@ -198,11 +198,111 @@ TEST(TrainerGpuTest, CudaGraphStepGivesTheEagerLosses) {
   dropout.mutable_training()->set_global_batch_size(4);
   dropout.mutable_training()->set_train_iters(2);
   dropout.mutable_model()->set_hidden_dropout(0.1);
+  dropout.mutable_training()->set_recompute_granularity(mt::v1::RECOMPUTE_GRANULARITY_FULL);
   TrainerOptions options = CudaOptions();
   options.cuda_graph = true;
   MT_ASSERT_OK_AND_ASSIGN(auto t, Trainer::Create(dropout, options, Source(256, 1 << 16), nullptr));
   MT_ASSERT_OK(t->Train([](const StepMetrics& m) { return std::isfinite(m.loss); }));
   EXPECT_FALSE(t->step_graph_captured());
+}
+
+// Losses and trainers of `spec` trained eagerly and then with the captured step.
+struct EagerAndGraph {
+  std::vector<std::vector<StepMetrics>> steps;  // [0] eager, [1] captured
+  std::vector<std::unique_ptr<Trainer>> trainers;
+};
+
+// The two trainers' weights within 1e-2 of each tensor's largest magnitude.
+void ExpectSameWeights(Trainer& eager, Trainer& graph) {
+  auto want = eager.model().named_parameters();
+  for (const auto& p : graph.model().named_parameters()) {
+    const torch::Tensor w = want[p.key()].to(torch::kFloat);
+    const double worst = (p.value().to(torch::kFloat) - w).abs().max().item<double>();
+    EXPECT_LE(worst, 1e-2 * (w.abs().max().item<double>() + 1e-3)) << p.key();
+  }
+}
+
+// `tokens`: the size of the synthetic token stream (a few batches' worth repeat, so the loss
+// falls; random tokens beyond that keep it near ln(vocab)).
+EagerAndGraph TrainEagerAndGraph(const mt::v1::JobSpec& spec, int64_t tokens = 1 << 16) {
+  EagerAndGraph r;
+  for (const bool graph : {false, true}) {
+    TrainerOptions options = CudaOptions();
+    options.cuda_graph = graph;
+    auto t = Trainer::Create(spec, options, Source(256, tokens), nullptr);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (!t.ok()) return r;
+    r.steps.emplace_back();
+    const absl::Status trained = (*t)->Train([&](const StepMetrics& m) {
+      r.steps.back().push_back(m);
+      return true;
+    });
+    EXPECT_TRUE(trained.ok()) << trained;
+    EXPECT_EQ((*t)->step_graph_captured(), graph);
+    r.trainers.push_back(std::move(*t));
+  }
+  return r;
+}
+
+// Dropout in the captured step, with the fused attention's dropout and the hidden dropout: the
+// trainer seeds each step and the replay draws that seed's masks (checked exactly on one graph
+// in step_graph_gpu_test.cc), so the losses and the final weights follow the eager step's
+// within the attention backward's order (1e-3 relative, as above).
+TEST(TrainerGpuTest, DropoutInACapturedStepDrawsTheEagerMasks) {
+  MT_SKIP_WITHOUT_CUDA();
+  mt::v1::JobSpec spec = SmallSpec(mt::v1::PRECISION_BF16);
+  spec.mutable_model()->set_hidden_dropout(0.3);
+  spec.mutable_model()->set_attention_dropout(0.3);
+  spec.mutable_training()->set_global_batch_size(4);
+  spec.mutable_training()->set_train_iters(6);
+  const EagerAndGraph r = TrainEagerAndGraph(spec);
+  ASSERT_EQ(r.steps.size(), 2u);
+  ASSERT_EQ(r.steps[0].size(), 6u);
+  ASSERT_EQ(r.steps[1].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(r.steps[1][i].loss, r.steps[0][i].loss, 1e-3 * r.steps[0][i].loss) << "step " << i;
+    EXPECT_NEAR(r.steps[1][i].grad_norm, r.steps[0][i].grad_norm, 1e-2 * r.steps[0][i].grad_norm)
+        << "step " << i;
+  }
+  ExpectSameWeights(*r.trainers[0], *r.trainers[1]);
+}
+
+// fp16 with the dynamic loss scale in the captured step: the scale is read from the device at
+// each replay and fp16's gradients are folded into the fp32 master gradients after it, so the
+// same steps overflow and are skipped, the scale comes down the same way, and the losses and
+// weights follow the eager step's (1e-3 relative). From 2^32 with hysteresis 1 the first steps
+// overflow until the scale fits; with a window of 1000 it does not grow back. One repeated
+// batch: the loss must fall once the steps are no longer skipped (a lost fold would leave the
+// updates without gradients).
+TEST(TrainerGpuTest, Fp16DynamicLossScaleInACapturedStepSkipsAsTheEagerStep) {
+  MT_SKIP_WITHOUT_CUDA();
+  mt::v1::JobSpec spec = SmallSpec(mt::v1::PRECISION_FP16);
+  spec.mutable_model()->set_hidden_dropout(0.0);
+  spec.mutable_model()->set_attention_dropout(0.0);
+  spec.mutable_training()->set_global_batch_size(4);
+  spec.mutable_training()->set_train_iters(40);
+  spec.mutable_training()->set_initial_loss_scale(4294967296.0);
+  spec.mutable_training()->set_hysteresis(1);
+  spec.mutable_training()->set_loss_scale_window(1000);
+  const EagerAndGraph r = TrainEagerAndGraph(spec, 4 * 256);
+  ASSERT_EQ(r.steps.size(), 2u);
+  ASSERT_EQ(r.steps[0].size(), 40u);
+  ASSERT_EQ(r.steps[1].size(), 40u);
+  for (size_t i = 0; i < 40; ++i) {
+    const StepMetrics& e = r.steps[0][i];
+    const StepMetrics& g = r.steps[1][i];
+    EXPECT_EQ(g.skipped, e.skipped) << "step " << i;
+    EXPECT_EQ(g.loss_scale, e.loss_scale) << "step " << i;
+    EXPECT_NEAR(g.loss, e.loss, 1e-3 * e.loss) << "step " << i;
+  }
+  const int64_t skipped = r.steps[1].back().skipped_total;
+  EXPECT_GE(skipped, 1);
+  EXPECT_LE(skipped, 29);
+  size_t first = 0;  // the first step that updates
+  while (first < 40 && r.steps[1][first].skipped) ++first;
+  ASSERT_LT(first, 30u);
+  EXPECT_LT(r.steps[1].back().loss, r.steps[1][first].loss - 0.5) << "the updates count";
+  ExpectSameWeights(*r.trainers[0], *r.trainers[1]);
 }
 
 // TrainerOptions::overlap_optimizer: AdamW's update on its own stream, each forward part waiting

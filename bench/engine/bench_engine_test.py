@@ -3,10 +3,18 @@
 decimals (the issue's bar is the first measurement's 18.4 GiB, and 18.45 printed with one decimal
 read as either side of it), and the peers' DESIGN.md section 9 anchors named only on the GPU they
 were measured on (on another GPU one note says there is none, instead of a ratio that reads as a
-slow peer)."""
+slow peer). And the --dropout setting: in both sides' configuration (the spec, the peer's
+command line, results.json), checked in what each side says it ran, and the anchors (measured at
+dropout 0) left out at any other dropout."""
 
+import contextlib
+import io
+import json
 import os
+import shutil
+import signal
 import sys
+import tempfile
 import unittest
 
 sys.dont_write_bytecode = True
@@ -64,6 +72,129 @@ class TableTest(unittest.TestCase):
         lines = bench_engine.variant_lines(r)
         self.assertEqual(len(lines), 3, lines)
         self.assertTrue(lines[2].rstrip().endswith("18.44"), lines[2])
+
+
+def spec_values(text):
+    """The spec's `  key: value` lines as a dict of strings (the model and training keys)."""
+    return dict(line.strip().split(": ", 1) for line in text.splitlines()
+                if line.startswith("  ") and ": " in line)
+
+
+def args_with(*extra):
+    """bench_engine's parsed command line with the required flags and `extra`."""
+    args, _, _ = bench_engine.parse_args(["--train-bin", "mt-train", "--out", "/tmp/o"] +
+                                         list(extra))
+    return args
+
+
+def engine_stderr(hidden, attention):
+    """Our trainer's configuration line (GptConfig::DebugString, %g for the dropouts)."""
+    return ("trainer: GPT layers=2 hidden=128 heads=4 head_dim=32 ffn=512 seq=128 "
+            "positions=128 vocab=50257 (padded 50304) dropout hidden=%g attention=%g "
+            "init_std=0.02 ln_eps=1e-05 tied attention=auto recompute=none\n" % (hidden, attention))
+
+
+def dropout_checks(run):
+    return [c for c in run.get("checks", []) if "dropout" in c]
+
+
+class DropoutTest(unittest.TestCase):
+    def test_spec_carries_the_dropout(self):
+        for validation in (False, True):
+            text = bench_engine.spec_yaml("124m", 30, for_validation=validation, dropout=0.1)
+            values = spec_values(text)
+            self.assertEqual(values["hidden_dropout"], "0.1", text)
+            self.assertEqual(values["attention_dropout"], "0.1", text)
+            self.assertNotIn("no dropout", text)
+            self.assertIn("# dropout 0.1 (hidden and attention; the peer's --dropout 0.1),", text)
+
+    def test_spec_default_has_no_dropout(self):
+        text = bench_engine.spec_yaml("124m", 30)
+        values = spec_values(text)
+        self.assertEqual((values["hidden_dropout"], values["attention_dropout"]), ("0.0", "0.0"))
+        self.assertIn("# no dropout,", text)
+
+    def test_peer_command_carries_the_dropout(self):
+        for flags, want in (([], "0.0"), (["--dropout", "0.1"], "0.1")):
+            cmd = bench_engine.peer_cmd(args_with(*flags), "124m", "compile")
+            self.assertEqual(cmd[1], os.path.join(bench_engine.HERE, "pytorch_gpt.py"))
+            self.assertEqual(cmd.count("--dropout"), 1, cmd)
+            self.assertEqual(cmd[cmd.index("--dropout") + 1], want, cmd)
+
+    def test_dropout_in_range_accepted(self):
+        for text, want in (("0", 0.0), ("0.1", 0.1), ("0.999", 0.999)):
+            self.assertEqual(args_with("--dropout", text).dropout, want)
+
+    def test_dropout_out_of_range_rejected(self):
+        for text in ("1", "1.5", "-0.1", "nan"):
+            err = io.StringIO()
+            with contextlib.redirect_stderr(err), self.assertRaises(SystemExit) as cm:
+                args_with("--dropout", text)
+            self.assertEqual(cm.exception.code, 2)
+            self.assertIn("--dropout %r: must be in [0, 1)" % float(text), err.getvalue())
+
+    def test_engine_dropout_matches(self):
+        for want in (0.0, 0.1, 0.123456789):  # the engine prints %g: 0.123457
+            run = bench_engine.parse_ours("", engine_stderr(want, want), "tiny", 1, 2, 989,
+                                          dropout=want)
+            self.assertEqual(dropout_checks(run), [], want)
+
+    def test_engine_dropout_mismatch_flagged(self):
+        cases = (((0.1, 0.1), 0.0, "engine dropout 0.1/0.1, want 0"),
+                 ((0.0, 0.0), 0.1, "engine dropout 0/0, want 0.1"),
+                 ((0.1, 0.0), 0.1, "engine dropout 0.1/0, want 0.1"))
+        for (hidden, attention), want, check in cases:
+            run = bench_engine.parse_ours("", engine_stderr(hidden, attention), "tiny", 1, 2,
+                                          989, dropout=want)
+            self.assertEqual(dropout_checks(run), [check])
+
+    def test_peer_dropout_checked(self):
+        line = json.dumps({"impl": "pytorch", "dropout": 0.1, "tokens_per_second": 1.0})
+        self.assertEqual(dropout_checks(bench_engine.parse_peer(line, dropout=0.1)), [])
+        self.assertEqual(dropout_checks(bench_engine.parse_peer(line, dropout=0.0)),
+                         ["peer dropout 0.1, want 0"])
+
+    def test_header_names_the_dropout(self):
+        for dropout, words in ((0.0, "bf16, dropout 0, one"), (0.1, "bf16, dropout 0.1, one")):
+            r = results("NVIDIA H200")
+            r["config"]["dropout"] = dropout
+            self.assertEqual(bench_engine.build_table(r).splitlines()[1].count(words), 1)
+
+    def test_no_anchors_with_dropout(self):
+        r = results("NVIDIA H200")
+        r["config"]["dropout"] = 0.1
+        table = bench_engine.build_table(r)
+        self.assertNotIn("section 9 anchor:", table)
+        self.assertEqual(table.count("no peer anchor"), 1, table)
+        self.assertIn("no peer anchor: DESIGN.md section 9's are at dropout 0, this run's is "
+                      "0.1", table)
+
+    @unittest.skipUnless(shutil.which("true") and shutil.which("false"), "needs true/false")
+    def test_main_passes_the_dropout_on(self):
+        """A whole run with stand-ins (ours fails, the peer prints nothing): the spec, the
+        peer's logged command and results.json carry the dropout."""
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        with tempfile.TemporaryDirectory() as out:
+            try:
+                with contextlib.redirect_stdout(io.StringIO()), \
+                        contextlib.redirect_stderr(io.StringIO()):
+                    rc = bench_engine.main([
+                        "--train-bin", shutil.which("false"), "--python", shutil.which("true"),
+                        "--out", out, "--sizes", "tiny", "--modes", "ours eager",
+                        "--device", "cpu", "--warmup", "1", "--steps", "1", "--dropout", "0.1"])
+            finally:
+                for s, h in handlers.items():
+                    signal.signal(s, h)
+            self.assertEqual(rc, 3)  # ours (false) failed
+            with open(os.path.join(out, "specs", "tiny.yaml")) as f:
+                values = spec_values(f.read())
+            self.assertEqual((values["hidden_dropout"], values["attention_dropout"]),
+                             ("0.1", "0.1"))
+            with open(os.path.join(out, "logs", "tiny-eager.stderr")) as f:
+                cmd = f.readline().split()
+            self.assertEqual(cmd[cmd.index("--dropout") + 1], "0.1")
+            with open(os.path.join(out, "results.json")) as f:
+                self.assertEqual(json.load(f)["config"]["dropout"], 0.1)
 
 
 if __name__ == "__main__":

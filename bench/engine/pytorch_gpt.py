@@ -18,6 +18,9 @@ The engine instead keeps bf16 parameters and fp32 master weights in its optimize
 recipe); both do the same model FLOPs per token.
 
 Modes: eager, compile (torch.compile of the whole model, loss included, default mode).
+Dropout: --dropout P (default 0) on the embeddings' sum, the attention probabilities (SDPA's
+dropout_p) and both residual branches, as the engine's hidden_dropout and attention_dropout;
+the model trains in train mode, so it applies in both modes.
 Synthetic data: eight random [micro_batch, seq + 1] batches made on the device, cycled.
 Timing: `warmup` steps (torch.compile compiles in the first), torch.cuda.synchronize(), then
 `steps` steps, torch.cuda.synchronize(); tokens/s = steps * micro_batch * seq / seconds.
@@ -209,7 +212,7 @@ def run_one(name, mode, args, device):
                 model = Gpt(c)
         else:
             model = Gpt(c).to(device)
-        model.train()
+        model.train()  # dropout (--dropout) applies only in train mode
         params = sum(p.numel() for p in model.parameters())
         expected = sizes.count_parameters(layers, hidden, seq, c.vocab)
         result["params"] = params
@@ -316,7 +319,8 @@ def main(argv=None):
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--micro-batch", type=int, default=0, help="override the size's micro-batch")
     p.add_argument("--precision", choices=("bf16", "fp32"), default="bf16")
-    p.add_argument("--dropout", type=float, default=0.0)
+    p.add_argument("--dropout", type=float, default=0.0,
+                   help="hidden and attention dropout, in [0, 1) (default 0)")
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--clip-grad", type=float, default=1.0)
@@ -335,6 +339,8 @@ def main(argv=None):
             p.error("unknown mode %r (eager, compile)" % m)
     if args.warmup < 1 or args.steps < 1:
         p.error("--warmup and --steps must be >= 1")
+    if not 0.0 <= args.dropout < 1.0:  # NaN fails too
+        p.error("--dropout %r: must be in [0, 1)" % args.dropout)
     device = torch.device(args.device)
     if device.type == "cuda":
         if not torch.cuda.is_available():

@@ -4,7 +4,7 @@
 #
 #   bench/engine/run_bench.sh [--build DIR] [--out DIR] [--sizes "124m 350m 1.3b"]
 #                             [--modes "ours eager compile"] [--warmup N] [--steps N]
-#                             [--device cuda|cpu] [--budget SECONDS]
+#                             [--device cuda|cpu] [--budget SECONDS] [--dropout P]
 #
 # Environment (flags win):
 #   MT_TRAIN             our trainer (default $build/bin/mt-train, else $build/bin/mt-worker train)
@@ -15,6 +15,8 @@
 #   MT_BENCH_DEADLINE    epoch seconds by which all runs must end (tests/gpu/run.sh sets it)
 #   MT_BENCH_BUDGET_S    else seconds from now (default 480)
 #   MT_BENCH_DEVICE      cuda (default), cuda:N or cpu (the CPU smoke test)
+#   MT_BENCH_DROPOUT     hidden and attention dropout of both sides, in [0, 1) (default 0;
+#                        Megatron's default is 0.1; the DESIGN.md anchors are at 0)
 #   MT_BENCH_ATTENTION   ours: auto (default), math, fused, cudnn, flash
 #   MT_BENCH_FUSED_LM_HEAD=1  ours: --fused-lm-head (output layer + loss in one node; default)
 #   MT_BENCH_FUSED_LAYERNORM=1  ours: --fused-layernorm (the LayerNorm kernels; the default now)
@@ -38,6 +40,7 @@ modes=${MT_BENCH_MODES:-ours eager compile}
 warmup=${MT_BENCH_WARMUP:-10}
 steps=${MT_BENCH_STEPS:-20}
 device=${MT_BENCH_DEVICE:-cuda}
+dropout=${MT_BENCH_DROPOUT:-0}
 budget=${MT_BENCH_BUDGET_S:-480}
 deadline=${MT_BENCH_DEADLINE:-0}
 usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"; }
@@ -50,6 +53,7 @@ while [ $# -gt 0 ]; do
     --warmup) warmup=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --device) device=$2; shift 2 ;;
+    --dropout) dropout=$2; shift 2 ;;
     --budget) budget=$2; deadline=0; shift 2 ;;
     -h|--help) usage; exit 0 ;;
     *) echo "run_bench.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
@@ -105,6 +109,6 @@ for a in ${MT_BENCH_VARIANT_ARGS:-}; do ours_args+=("--variant-arg=$a"); done
 
 "$py" "$here/bench_engine.py" --train-bin "$train_bin" "${train_args[@]}" --python "$py" \
   "${peer_ld_args[@]}" --mtctl "$mtctl" --out "$out" --sizes "$sizes" --modes "$modes" \
-  --warmup "$warmup" --steps "$steps" --device "$device" \
+  --warmup "$warmup" --steps "$steps" --device "$device" --dropout "$dropout" \
   --attention "${MT_BENCH_ATTENTION:-auto}" "${ours_args[@]}" --compile-mode "${MT_BENCH_COMPILE_MODE:-default}" \
   "${dl_args[@]}"

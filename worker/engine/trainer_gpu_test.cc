@@ -153,59 +153,6 @@ TEST(TrainerGpuTest, MathAndFusedAttentionTrainAlike) {
   }
 }
 
-// TrainerOptions::cuda_graph: the forward and backward captured at the first step and replayed
-// after give the eager step's losses and final weights, in bf16 (the gradients per parameter,
-// in the graph's pool) and fp32 (the master weights are the parameters), within 1e-3 relative
-// (the attention backward may sum in another order, as in SameSeedSameLosses). A setting the
-// graph cannot take (dropout that full recomputation reruns) trains eagerly.
-TEST(TrainerGpuTest, CudaGraphStepGivesTheEagerLosses) {
-  MT_SKIP_WITHOUT_CUDA();
-  for (const mt::v1::Precision precision : {mt::v1::PRECISION_BF16, mt::v1::PRECISION_FP32}) {
-    mt::v1::JobSpec spec = SmallSpec(precision);
-    spec.mutable_model()->set_hidden_dropout(0.0);
-    spec.mutable_model()->set_attention_dropout(0.0);
-    spec.mutable_training()->set_global_batch_size(4);  // one micro-batch a step
-    spec.mutable_training()->set_train_iters(6);
-    std::vector<std::vector<double>> curves;
-    std::vector<std::unique_ptr<Trainer>> trainers;
-    for (const bool graph : {false, true}) {
-      TrainerOptions options = CudaOptions();
-      options.cuda_graph = graph;
-      MT_ASSERT_OK_AND_ASSIGN(auto t,
-                              Trainer::Create(spec, options, Source(256, 1 << 16), nullptr));
-      curves.emplace_back();
-      MT_ASSERT_OK(t->Train([&](const StepMetrics& m) {
-        curves.back().push_back(m.loss);
-        return true;
-      }));
-      EXPECT_EQ(t->step_graph_captured(), graph) << "precision " << precision;
-      trainers.push_back(std::move(t));
-    }
-    ASSERT_EQ(curves[0].size(), 6u);
-    ASSERT_EQ(curves[1].size(), 6u);
-    for (size_t i = 0; i < curves[0].size(); ++i) {
-      EXPECT_NEAR(curves[1][i], curves[0][i], 1e-3 * curves[0][i])
-          << "precision " << precision << " step " << i;
-    }
-    auto eager = trainers[0]->model().named_parameters();
-    for (const auto& p : trainers[1]->model().named_parameters()) {
-      const torch::Tensor want = eager[p.key()].to(torch::kFloat);
-      const double worst = (p.value().to(torch::kFloat) - want).abs().max().item<double>();
-      EXPECT_LE(worst, 1e-2 * (want.abs().max().item<double>() + 1e-3)) << p.key();
-    }
-  }
-  mt::v1::JobSpec dropout = SmallSpec(mt::v1::PRECISION_BF16);
-  dropout.mutable_training()->set_global_batch_size(4);
-  dropout.mutable_training()->set_train_iters(2);
-  dropout.mutable_model()->set_hidden_dropout(0.1);
-  dropout.mutable_training()->set_recompute_granularity(mt::v1::RECOMPUTE_GRANULARITY_FULL);
-  TrainerOptions options = CudaOptions();
-  options.cuda_graph = true;
-  MT_ASSERT_OK_AND_ASSIGN(auto t, Trainer::Create(dropout, options, Source(256, 1 << 16), nullptr));
-  MT_ASSERT_OK(t->Train([](const StepMetrics& m) { return std::isfinite(m.loss); }));
-  EXPECT_FALSE(t->step_graph_captured());
-}
-
 // Losses and trainers of `spec` trained eagerly and then with the captured step.
 struct EagerAndGraph {
   std::vector<std::vector<StepMetrics>> steps;  // [0] eager, [1] captured
@@ -242,6 +189,42 @@ EagerAndGraph TrainEagerAndGraph(const mt::v1::JobSpec& spec, int64_t tokens = 1
     r.trainers.push_back(std::move(*t));
   }
   return r;
+}
+
+// TrainerOptions::cuda_graph: the forward and backward captured at the first step and replayed
+// after give the eager step's losses and final weights, in bf16 (the gradients per parameter,
+// in the graph's pool) and fp32 (the master weights are the parameters), within 1e-3 relative
+// (the attention backward may sum in another order, as in SameSeedSameLosses). A setting the
+// graph cannot take (dropout that full recomputation reruns) trains eagerly.
+TEST(TrainerGpuTest, CudaGraphStepGivesTheEagerLosses) {
+  MT_SKIP_WITHOUT_CUDA();
+  for (const mt::v1::Precision precision : {mt::v1::PRECISION_BF16, mt::v1::PRECISION_FP32}) {
+    SCOPED_TRACE(::testing::Message() << "precision " << precision);
+    mt::v1::JobSpec spec = SmallSpec(precision);
+    spec.mutable_model()->set_hidden_dropout(0.0);
+    spec.mutable_model()->set_attention_dropout(0.0);
+    spec.mutable_training()->set_global_batch_size(4);  // one micro-batch a step
+    spec.mutable_training()->set_train_iters(6);
+    const EagerAndGraph r = TrainEagerAndGraph(spec);
+    ASSERT_EQ(r.steps.size(), 2u);
+    ASSERT_EQ(r.steps[0].size(), 6u);
+    ASSERT_EQ(r.steps[1].size(), 6u);
+    for (size_t i = 0; i < 6; ++i) {
+      EXPECT_NEAR(r.steps[1][i].loss, r.steps[0][i].loss, 1e-3 * r.steps[0][i].loss)
+          << "step " << i;
+    }
+    ExpectSameWeights(*r.trainers[0], *r.trainers[1]);
+  }
+  mt::v1::JobSpec dropout = SmallSpec(mt::v1::PRECISION_BF16);
+  dropout.mutable_training()->set_global_batch_size(4);
+  dropout.mutable_training()->set_train_iters(2);
+  dropout.mutable_model()->set_hidden_dropout(0.1);
+  dropout.mutable_training()->set_recompute_granularity(mt::v1::RECOMPUTE_GRANULARITY_FULL);
+  TrainerOptions options = CudaOptions();
+  options.cuda_graph = true;
+  MT_ASSERT_OK_AND_ASSIGN(auto t, Trainer::Create(dropout, options, Source(256, 1 << 16), nullptr));
+  MT_ASSERT_OK(t->Train([](const StepMetrics& m) { return std::isfinite(m.loss); }));
+  EXPECT_FALSE(t->step_graph_captured());
 }
 
 // Dropout in the captured step, with the fused attention's dropout and the hidden dropout: the

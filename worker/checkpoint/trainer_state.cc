@@ -1,20 +1,18 @@
 #include "worker/checkpoint/trainer_state.h"
 
 #include <ATen/ATen.h>
-#include <ATen/CPUGeneratorImpl.h>
-#include <ATen/core/Generator.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
-#include <mutex>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/logging.h"
 #include "common/base/status_macros.h"
 #include "worker/engine/optimizer.h"
+#include "worker/model/generator_state.h"
 #include "worker/model/gpt.h"
 #include "worker/model/sharding.h"
 #include "worker/parallel/process_groups.h"
@@ -253,11 +251,7 @@ absl::StatusOr<std::vector<StateTensor>> CollectTensors(engine::Trainer& trainer
                        model::TensorParallelSplitDim(slot.name)});
       }
     }
-    {
-      at::Generator gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      out.push_back({"rng.cpu", gen.get_state(), -1});
-    }
+    out.push_back({"rng.cpu", model::GeneratorState(c10::Device(c10::kCPU)), -1});
     return out;
   } catch (const c10::Error& e) {
     return absl::InternalError(
@@ -426,9 +420,7 @@ absl::Status RestoreTrainer(engine::Trainer& trainer, TensorSource& source,
       MT_ASSIGN_OR_RETURN(HostTensor t, source.Full("rng.cpu"));
       torch::Tensor state = torch::empty({static_cast<int64_t>(t.data.size())}, torch::kByte);
       std::memcpy(state.data_ptr(), t.data.data(), t.data.size());
-      at::Generator gen = at::detail::getDefaultCPUGenerator();  // shares the default's state
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(state);
+      model::SetGeneratorState(c10::Device(c10::kCPU), state);
     }
     return trainer.RestoreProgress(s.iteration(), s.consumed_samples(), s.skipped_iterations(),
                                    s.valid_consumed_samples());

@@ -1,7 +1,6 @@
 #include "worker/engine/step_graph.h"
 
 #include <chrono>
-#include <mutex>
 #include <optional>
 #include <utility>
 
@@ -10,8 +9,6 @@
 #include "common/base/status_macros.h"
 
 #if defined(MT_ENGINE_WITH_CUDA) && MT_ENGINE_WITH_CUDA
-#include <ATen/Context.h>
-#include <ATen/core/Generator.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDACachingAllocator.h>
@@ -19,6 +16,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "worker/kernels/graph_capture.h"
+#include "worker/model/generator_state.h"
 #define MT_STEP_GRAPH_CUDA 1
 #else
 #define MT_STEP_GRAPH_CUDA 0
@@ -126,17 +124,10 @@ absl::Status StepGraph::Capture(const torch::Tensor& sample, const ForwardBackwa
   sample_ = sample.clone();
   // The warm-up draws its dropout masks from the generator as the caller set it; the state is
   // put back after, so that the capture's first replay draws the same masks as an eager step.
-  at::Generator generator = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, index));
   auto warm_up = [&]() -> absl::Status {
-    torch::Tensor generator_state;
     {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator_state = generator.get_state();
-    }
-    step(sample_);
-    {
-      std::lock_guard<std::mutex> lock(generator.mutex());
-      generator.set_state(generator_state);
+      const model::GeneratorStateGuard caller(c10::Device(c10::kCUDA, index));
+      step(sample_);
     }
     MT_RETURN_IF_ERROR(zero_grad());
     // The allocator's cached blocks (the warm-up's activations among them) go back to the

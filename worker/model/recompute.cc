@@ -1,13 +1,13 @@
 #include "worker/model/recompute.h"
 
-#include <ATen/Context.h>
-#include <ATen/core/Generator.h>
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
 
-#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
+
+#include "worker/model/generator_state.h"
 
 namespace mt::model {
 namespace {
@@ -20,18 +20,6 @@ struct RecomputeState : torch::CustomClassHolder {
   std::vector<torch::Tensor> params;  // the parameters fn reads (leaves, not copies)
   std::vector<bool> input_requires_grad;
 };
-
-at::Tensor GetRngState(c10::Device device) {
-  at::Generator gen = at::globalContext().defaultGenerator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
-}
-
-void SetRngState(c10::Device device, const at::Tensor& state) {
-  at::Generator gen = at::globalContext().defaultGenerator(device);
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
-}
 
 class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
  public:
@@ -61,17 +49,17 @@ class RecomputeFunction : public torch::autograd::Function<RecomputeFunction> {
       detached.push_back(saved[i].detach().requires_grad_(state->input_requires_grad[i]));
     }
 
-    at::Tensor outer_rng;
-    if (state->rng_state.defined()) {
-      outer_rng = GetRngState(state->device);
-      SetRngState(state->device, state->rng_state);
-    }
     torch::Tensor out;
     {
+      // The caller's state comes back after the rerun (and if it throws).
+      std::optional<GeneratorStateGuard> outer_rng;
+      if (state->rng_state.defined()) {
+        outer_rng.emplace(state->device);
+        SetGeneratorState(state->device, state->rng_state);
+      }
       torch::AutoGradMode enable_grad(true);
       out = state->fn(detached);
     }
-    if (outer_rng.defined()) SetRngState(state->device, outer_rng);
 
     const std::vector<torch::Tensor>& params = state->params;
     std::vector<torch::Tensor> wrt;
@@ -108,7 +96,7 @@ torch::Tensor RecomputeInBackward(RecomputeFn fn, const std::vector<torch::Tenso
   state->params = params;
   for (const torch::Tensor& t : inputs) state->input_requires_grad.push_back(t.requires_grad());
   if (!inputs.empty()) state->device = inputs[0].device();
-  if (preserve_rng) state->rng_state = GetRngState(state->device);
+  if (preserve_rng) state->rng_state = GeneratorState(state->device);
   return RecomputeFunction::apply(std::move(state), at::TensorList(inputs), at::TensorList(params));
 }
 

@@ -1,18 +1,16 @@
 #include "worker/parallel/tensor_parallel.h"
 
 #include <ATen/ATen.h>
-#include <ATen/Context.h>
-#include <ATen/core/Generator.h>
 #include <ATen/core/ivalue.h>
 #include <torch/autograd.h>
 
 #include <exception>
-#include <mutex>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/base/rng.h"
+#include "worker/model/generator_state.h"
 #include "worker/parallel/autograd_group.h"
 #include "worker/parallel/process_groups.h"
 
@@ -281,27 +279,14 @@ torch::Tensor VocabParallelCrossEntropy(const torch::Tensor& logits, const torch
 
 torch::Tensor WithTensorParallelRng(c10::Device device, int tp_rank,
                                     const std::function<torch::Tensor()>& f) {
-  at::Generator gen = at::globalContext().defaultGenerator(device);
-  at::Tensor saved;
-  {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    saved = gen.get_state();
-    const at::Tensor bytes = saved.contiguous();
-    const uint64_t h = Fnv1a(bytes.data_ptr(), bytes.numel() * bytes.element_size());
-    gen.set_current_seed(SplitMix64(h ^ SplitMix64(static_cast<uint64_t>(tp_rank) + 1)));
-  }
-  auto restore = [&] {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(saved);
-  };
   torch::Tensor out;
-  try {
+  {
+    const model::GeneratorStateGuard caller(device);  // put back after f, also if it throws
+    const at::Tensor bytes = caller.saved().contiguous();
+    const uint64_t h = Fnv1a(bytes.data_ptr(), bytes.numel() * bytes.element_size());
+    model::SeedGenerator(device, SplitMix64(h ^ SplitMix64(static_cast<uint64_t>(tp_rank) + 1)));
     out = f();
-  } catch (...) {
-    restore();
-    throw;
   }
-  restore();
   torch::empty({1}, torch::TensorOptions().device(device)).uniform_();
   return out;
 }

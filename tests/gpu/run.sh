@@ -13,7 +13,8 @@
 #   MT_GPU_BUDGET_S   wall-time budget of the whole script (default 540 s); the build and the
 #                     tests are cut off where they would leave no time for the table, and the
 #                     benchmark gets what is left (runs that do not fit are listed as "skip")
-#   MT_GPU_SKIP_TESTS=1, MT_GPU_SKIP_BENCH=1   leave a stage out
+#   MT_GPU_SKIP_TESTS=1, MT_GPU_SKIP_BENCH=1   leave a stage out (without the tests, only the
+#                     programs the other stages run are built: mt-train, mtctl, the benches asked for)
 #   MT_ASSET_DIR      GPT-2 BPE files for the tests (default .device/assets when it has them)
 #   MT_GPU_DECODE=1   also run the decode benchmark (bench/generate/run_decode.sh: ours against
 #                     transformers' generate) before the engine benchmark, in at most 240 s
@@ -121,9 +122,19 @@ if ! timeout -k 10 "$(limit 30)" cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_T
   finish 1
 fi
 record configure ok $(($(date +%s) - s)) "Release, CUDA arch 90, $build"
+# Without the tests, only the programs the later stages run (a third of the build's time).
+targets=()
+if [ "${MT_GPU_SKIP_TESTS:-0}" = 1 ]; then
+  [ "${MT_GPU_SKIP_BENCH:-0}" = 1 ] || targets+=(mt-train mtctl)
+  [ "${MT_GPU_DECODE:-0}" = 1 ] && targets+=(decode_bench)
+  [ -n "${MT_GPU_PROFILE_AB:-}" ] && targets+=(profile_step)
+  for kb in ${MT_GPU_KERNEL_BENCHES:-}; do targets+=("$kb"); done
+  [ ${#targets[@]} -gt 0 ] || targets=(all)
+fi
 s=$(date +%s)
-say "build -j $jobs"
-timeout -k 10 "$(limit 30)" cmake --build "$build" -j "$jobs" >"$out/build.log" 2>&1
+say "build -j $jobs${targets[*]:+ (targets: ${targets[*]})}"
+timeout -k 10 "$(limit 30)" cmake --build "$build" -j "$jobs" ${targets[@]:+--target "${targets[@]}"} \
+  >"$out/build.log" 2>&1
 rc=$?
 if [ $rc -ne 0 ]; then
   grep -E 'error|FAILED' "$out/build.log" | head -n 20

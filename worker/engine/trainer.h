@@ -94,6 +94,8 @@ struct TrainerOptions {
   // The output projection's and fc2's biases added and summed by the next LayerNorm's kernels
   // (model::GptConfig::fold_linear_bias; see there).
   bool fold_linear_bias = true;
+  // Hidden dropout inside the next LayerNorm's kernel (model::GptConfig::fused_dropout_add).
+  bool fused_dropout_add = false;
   // Each step's forward and backward replayed from one CUDA graph (step_graph.h) where
   // StepGraphBlocker allows it (one GPU, one micro-batch a step, no dropout that
   // recomputation reruns); elsewhere the eager step. With log_progress, one line says which and

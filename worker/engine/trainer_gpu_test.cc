@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -171,11 +172,13 @@ void ExpectSameWeights(Trainer& eager, Trainer& graph) {
 
 // `tokens`: the size of the synthetic token stream (a few batches' worth repeat, so the loss
 // falls; random tokens beyond that keep it near ln(vocab)).
-EagerAndGraph TrainEagerAndGraph(const mt::v1::JobSpec& spec, int64_t tokens = 1 << 16) {
+EagerAndGraph TrainEagerAndGraph(const mt::v1::JobSpec& spec, int64_t tokens = 1 << 16,
+                                 const std::function<void(TrainerOptions&)>& adjust = {}) {
   EagerAndGraph r;
   for (const bool graph : {false, true}) {
     TrainerOptions options = CudaOptions();
     options.cuda_graph = graph;
+    if (adjust) adjust(options);
     auto t = Trainer::Create(spec, options, Source(256, tokens), nullptr);
     EXPECT_TRUE(t.ok()) << t.status();
     if (!t.ok()) return r;
@@ -248,6 +251,35 @@ TEST(TrainerGpuTest, DropoutInACapturedStepDrawsTheEagerMasks) {
         << "step " << i;
   }
   ExpectSameWeights(*r.trainers[0], *r.trainers[1]);
+}
+
+// TrainerOptions::fused_dropout_add: the hidden dropout drawn inside the LayerNorm kernels (the
+// biases folded with it). Captured, each replay hands the kernels the graph's device seed and
+// offset, so the captured run follows the eager one as LibTorch's dropout does above; and its
+// masks are the kernels' own: the first step's loss differs from the same run with LibTorch's
+// dropout (the same seed), which it would equal were the switch not applied.
+TEST(TrainerGpuTest, FusedDropoutAddInACapturedStepDrawsTheEagerMasks) {
+  MT_SKIP_WITHOUT_CUDA();
+  mt::v1::JobSpec spec = SmallSpec(mt::v1::PRECISION_BF16);
+  spec.mutable_model()->set_hidden_dropout(0.3);
+  spec.mutable_model()->set_attention_dropout(0.0);
+  spec.mutable_training()->set_global_batch_size(4);
+  spec.mutable_training()->set_train_iters(6);
+  const auto fused = [](TrainerOptions& o) { o.fused_dropout_add = true; };
+  const EagerAndGraph r = TrainEagerAndGraph(spec, 1 << 16, fused);
+  ASSERT_EQ(r.steps.size(), 2u);
+  ASSERT_EQ(r.steps[0].size(), 6u);
+  ASSERT_EQ(r.steps[1].size(), 6u);
+  for (size_t i = 0; i < 6; ++i) {
+    EXPECT_NEAR(r.steps[1][i].loss, r.steps[0][i].loss, 1e-3 * r.steps[0][i].loss) << "step " << i;
+    EXPECT_NEAR(r.steps[1][i].grad_norm, r.steps[0][i].grad_norm, 1e-2 * r.steps[0][i].grad_norm)
+        << "step " << i;
+  }
+  ExpectSameWeights(*r.trainers[0], *r.trainers[1]);
+  const EagerAndGraph torch_dropout = TrainEagerAndGraph(spec);
+  ASSERT_EQ(torch_dropout.steps.size(), 2u);
+  ASSERT_FALSE(torch_dropout.steps[0].empty());
+  EXPECT_NE(torch_dropout.steps[0][0].loss, r.steps[0][0].loss);
 }
 
 // fp16 with the dynamic loss scale in the captured step: the scale is read from the device at

@@ -34,11 +34,19 @@ torch::Tensor FusedLayerNorm(const torch::Tensor& x, const torch::Tensor& weight
 // layer's bias left out of its GEMM (model::GptConfig::fold_linear_bias): its gradient then comes
 // from this backward kernel, which writes the rows it sums, instead of another pass over them.
 // The kernel adds x, residual and residual_bias in fp32 and rounds once.
+//
+// dropout_p in (0, 1): sum = x + dropout(residual + residual_bias) (Megatron's
+// bias-dropout-add: x the residual stream, `residual` the layer's output added to it), the masks
+// drawn inside the kernel from the default CUDA generator (dropout_rng.h: a CUDA graph's replay
+// draws as the eager call) and drawn again by the backward, so no mask is stored; residual and
+// residual_bias then get dropout's backward of the sum's gradient. Where the kernels do not run,
+// LibTorch's dropout (other masks, same distribution).
 std::pair<torch::Tensor, torch::Tensor> FusedAddLayerNorm(const torch::Tensor& x,
                                                           const torch::Tensor& residual,
                                                           const torch::Tensor& weight,
                                                           const torch::Tensor& bias, double eps,
-                                                          const torch::Tensor& residual_bias = {});
+                                                          const torch::Tensor& residual_bias = {},
+                                                          double dropout_p = 0.0);
 
 }  // namespace mt::kernels
 

@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #include "worker/kernels/dependent_launch.cuh"
+#include "worker/kernels/dropout_rng.cuh"
 #include "worker/kernels/float_convert.cuh"
 #include "worker/kernels/layer_norm_launch.h"
 
@@ -66,13 +67,47 @@ __device__ __forceinline__ Pack<T, kVec> SumPacks(const Pack<T, kVec>& x, const 
   return s;
 }
 
+// x + dropout(r (+ the residual's bias)), the pack's first element `first` of the tensor: in
+// fp32, rounded once.
+template <typename T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> DropSumPacks(const Pack<T, kVec>& x,
+                                                      const Pack<T, kVec>& r, const T* bias,
+                                                      int64_t p, const PhiloxSeedOffset& seeds,
+                                                      int64_t first, float drop_p, float scale) {
+  float keep[kVec];
+  KeepScales<kVec>(seeds, first, drop_p, scale, keep);
+  Pack<T, kVec> b{};
+  if (bias != nullptr) b = reinterpret_cast<const Pack<T, kVec>*>(bias)[p];
+  Pack<T, kVec> s;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const float v = bias != nullptr ? F(r.v[k]) + F(b.v[k]) : F(r.v[k]);
+    s.v[k] = To<T>(F(x.v[k]) + v * keep[k]);
+  }
+  return s;
+}
+
+// The pack's values times their keep-scales (dropout_rng.h), rounded: dropout's backward.
+template <typename T, int kVec>
+__device__ __forceinline__ Pack<T, kVec> DropPack(const Pack<T, kVec>& g,
+                                                  const PhiloxSeedOffset& seeds, int64_t first,
+                                                  float drop_p, float scale) {
+  float keep[kVec];
+  KeepScales<kVec>(seeds, first, drop_p, scale, keep);
+  Pack<T, kVec> o;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) o.v[k] = To<T>(F(g.v[k]) * keep[k]);
+  return o;
+}
+
 // One row per group of G warps; thread t of a group holds packs t, t + 32 G, ... (at most
-// kForwardPacks). The grid covers the rows once.
-template <typename T, int kVec, int G>
+// kForwardPacks). The grid covers the rows once. kDrop: the residual (+ its bias) goes through
+// dropout before it joins x.
+template <typename T, int kVec, int G, bool kDrop>
 __global__ void __launch_bounds__(kThreads)
     RegisterForwardKernel(const T* x, const T* residual, const T* residual_bias, T* sum,
                           const T* weight, const T* bias, T* y, float* mean_out, float* rstd_out,
-                          int64_t rows, int64_t hidden, float eps) {
+                          int64_t rows, int64_t hidden, float eps, DropoutArgs drop) {
   using P = Pack<T, kVec>;
   __shared__ float2 scratch[kWarps];
   // Launched as a dependent for a few rows (dependent_launch.cuh); no-ops otherwise.
@@ -87,6 +122,12 @@ __global__ void __launch_bounds__(kThreads)
   const P* xr = reinterpret_cast<const P*>(x + offset);
   const P* rr = reinterpret_cast<const P*>(residual + (residual != nullptr ? offset : 0));
   P* sr = reinterpret_cast<P*>(sum + (sum != nullptr ? offset : 0));
+  PhiloxSeedOffset seeds{};
+  float scale = 1.0f;
+  if constexpr (kDrop) {
+    seeds = Unpack(drop.rng);
+    scale = 1.0f / (1.0f - drop.p);
+  }
   P a[kForwardPacks];
   float acc = 0.0f;
 #pragma unroll
@@ -95,7 +136,11 @@ __global__ void __launch_bounds__(kThreads)
     if (!live || p >= npacks) continue;
     a[j] = xr[p];
     if (residual != nullptr) {
-      a[j] = SumPacks(a[j], rr[p], residual_bias, p);
+      if constexpr (kDrop) {
+        a[j] = DropSumPacks(a[j], rr[p], residual_bias, p, seeds, offset + p * kVec, drop.p, scale);
+      } else {
+        a[j] = SumPacks(a[j], rr[p], residual_bias, p);
+      }
       sr[p] = a[j];  // the LayerNorm reads the sum as stored (rounded to T)
     }
 #pragma unroll
@@ -137,11 +182,11 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // Any width (hidden % kVec == 0): one warp per row, the row read again for each pass.
-template <typename T, int kVec>
+template <typename T, int kVec, bool kDrop>
 __global__ void __launch_bounds__(kThreads)
     StreamingForwardKernel(const T* x, const T* residual, const T* residual_bias, T* sum,
                            const T* weight, const T* bias, T* y, float* mean_out, float* rstd_out,
-                           int64_t rows, int64_t hidden, float eps) {
+                           int64_t rows, int64_t hidden, float eps, DropoutArgs drop) {
   using P = Pack<T, kVec>;
   const int lane = threadIdx.x % 32;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
@@ -151,7 +196,16 @@ __global__ void __launch_bounds__(kThreads)
   if (residual != nullptr) {
     const P* rr = reinterpret_cast<const P*>(residual + row * hidden);
     P* sr = reinterpret_cast<P*>(sum + row * hidden);
-    for (int64_t p = lane; p < npacks; p += 32) sr[p] = SumPacks(in[p], rr[p], residual_bias, p);
+    if constexpr (kDrop) {
+      const PhiloxSeedOffset seeds = Unpack(drop.rng);
+      const float scale = 1.0f / (1.0f - drop.p);
+      for (int64_t p = lane; p < npacks; p += 32) {
+        sr[p] = DropSumPacks(in[p], rr[p], residual_bias, p, seeds, row * hidden + p * kVec, drop.p,
+                             scale);
+      }
+    } else {
+      for (int64_t p = lane; p < npacks; p += 32) sr[p] = SumPacks(in[p], rr[p], residual_bias, p);
+    }
     in = sr;  // this thread reads back only what it wrote itself
   }
   float acc = 0.0f;
@@ -291,12 +345,14 @@ __device__ __forceinline__ P PackGradient(const P& g, const P& a, const P& w, fl
 // the row and its weight packs for the whole run. Each group adds its rows' d weight / d bias
 // products to its own copy of the sums in shared memory: a column belongs to one thread of the
 // group, so no atomics, and no registers held for the sums (which cost occupancy: 124 registers
-// a thread at hidden 2,048 when the sums lived in registers).
-template <typename T, int kVec, int G>
+// a thread at hidden 2,048 when the sums lived in registers). kDrop: d branch (the residual's
+// gradient) = dropout's backward of d input (the forward's masks drawn again), the residual
+// bias's gradient its sums.
+template <typename T, int kVec, int G, bool kDrop>
 __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
     RegisterBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
                            const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
-                           int64_t hidden, bool residual_bias) {
+                           int64_t hidden, bool residual_bias, DropoutArgs drop, T* dbranch) {
   using P = Pack<T, kVec>;
   constexpr int kGroup = 32 * G;
   constexpr int kCopies = kWarps / G;  // groups of a block = rows of a block at a time
@@ -348,7 +404,14 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
       if (dsr != nullptr) r = dsr[p];
       const P o = PackGradient<kVec>(g[j], a[j], w[j], mu, rs, m1, m2, r, dsr != nullptr);
       dxr[p] = o;
-      if (sdr != nullptr) AddPackToShared<kVec>(sdr + p * kVec, o);
+      if constexpr (kDrop) {
+        const P ob =
+            DropPack(o, Unpack(drop.rng), offset + p * kVec, drop.p, 1.0f / (1.0f - drop.p));
+        reinterpret_cast<P*>(dbranch + offset)[p] = ob;
+        if (sdr != nullptr) AddPackToShared<kVec>(sdr + p * kVec, ob);
+      } else {
+        if (sdr != nullptr) AddPackToShared<kVec>(sdr + p * kVec, o);
+      }
     }
   }
   WritePartial(shared, kCopies, sums, partial, hidden);
@@ -356,11 +419,11 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
 
 // Any width (hidden % kVec == 0): one warp per row; every row's d weight / d bias products go
 // to the block's shared sums, where the block's eight warps contend for the same words.
-template <typename T, int kVec>
+template <typename T, int kVec, bool kDrop>
 __global__ void __launch_bounds__(kThreads)
     StreamingBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
                             const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
-                            int64_t hidden, bool residual_bias) {
+                            int64_t hidden, bool residual_bias, DropoutArgs drop, T* dbranch) {
   using P = Pack<T, kVec>;
   extern __shared__ __align__(16) float shared[];
   const int sums = SumsOf(residual_bias);
@@ -405,9 +468,17 @@ __global__ void __launch_bounds__(kThreads)
         float v = rs * (F(g.v[k]) * F(w.v[k]) - m1 - xhat * m2);
         if (dsr != nullptr) v += F(r.v[k]);
         o.v[k] = To<T>(v);
-        if (residual_bias) atomicAdd(&sdr[p * kVec + k], F(o.v[k]));
       }
       dxr[p] = o;
+      P ob = o;  // what the residual bias's gradient sums: d input, or its dropout's backward
+      if constexpr (kDrop) {
+        ob = DropPack(o, Unpack(drop.rng), row * hidden + p * kVec, drop.p, 1.0f / (1.0f - drop.p));
+        reinterpret_cast<P*>(dbranch + row * hidden)[p] = ob;
+      }
+      if (residual_bias) {
+#pragma unroll
+        for (int k = 0; k < kVec; ++k) atomicAdd(&sdr[p * kVec + k], F(ob.v[k]));
+      }
     }
   }
   WritePartial(shared, 1, sums, partial, hidden);
@@ -475,6 +546,13 @@ cudaError_t WithGroup(int g, Launch&& launch) {
   }
 }
 
+// Calls launch(std::integral_constant<bool, D>) for D = drop.
+template <typename Launch>
+cudaError_t WithDrop(bool drop, Launch&& launch) {
+  if (drop) return launch(std::integral_constant<bool, true>{});
+  return launch(std::integral_constant<bool, false>{});
+}
+
 // Lets `kernel` use `smem` bytes of dynamic shared memory (past the default 48 KiB).
 template <typename Kernel>
 cudaError_t AllowSharedBytes(Kernel kernel, size_t smem) {
@@ -486,9 +564,11 @@ cudaError_t AllowSharedBytes(Kernel kernel, size_t smem) {
 template <typename T>
 cudaError_t Forward(const void* x, const void* residual, const void* residual_bias, void* sum,
                     const void* weight, const void* bias, void* y, float* mean, float* rstd,
-                    int64_t rows, int64_t hidden, float eps, cudaStream_t stream) {
+                    int64_t rows, int64_t hidden, float eps, cudaStream_t stream,
+                    const DropoutArgs& drop) {
   if (rows == 0) return cudaSuccess;
   if (residual == nullptr) residual_bias = nullptr;
+  const bool dropping = residual != nullptr && drop.p > 0.0f;
   constexpr int kVec = 16 / sizeof(T);
   const bool vec = hidden % kVec == 0 && Aligned(x) && Aligned(weight) && Aligned(bias) &&
                    Aligned(y) && (residual == nullptr || (Aligned(residual) && Aligned(sum))) &&
@@ -503,30 +583,37 @@ cudaError_t Forward(const void* x, const void* residual, const void* residual_bi
   int group = vec ? GroupFor(hidden / kVec, kForwardPacks) : 0;
   if (group == 0) {
     const dim3 grid(static_cast<unsigned>((rows + kWarps - 1) / kWarps));
-    if (vec) {
-      StreamingForwardKernel<T, kVec><<<grid, kThreads, 0, stream>>>(xt, rt, rbt, st, wt, bt, yt,
-                                                                     mean, rstd, rows, hidden, eps);
-    } else {
-      StreamingForwardKernel<T, 1><<<grid, kThreads, 0, stream>>>(xt, rt, rbt, st, wt, bt, yt, mean,
-                                                                  rstd, rows, hidden, eps);
-    }
-    return cudaGetLastError();
+    return WithDrop(dropping, [&](auto d) {
+      constexpr bool D = decltype(d)::value;
+      if (vec) {
+        StreamingForwardKernel<T, kVec, D><<<grid, kThreads, 0, stream>>>(
+            xt, rt, rbt, st, wt, bt, yt, mean, rstd, rows, hidden, eps, drop);
+      } else {
+        StreamingForwardKernel<T, 1, D><<<grid, kThreads, 0, stream>>>(
+            xt, rt, rbt, st, wt, bt, yt, mean, rstd, rows, hidden, eps, drop);
+      }
+      return cudaGetLastError();
+    });
   }
   // Few rows (decoding): a row's loads spread wider, and the kernel overlaps the launch of the
   // one before it (a decode step is a chain of short kernels).
   const bool few = rows < kFewRows;
   if (few) group = kWarps;
   return WithGroup(group, [&](auto g) {
-    constexpr int G = decltype(g)::value;
-    constexpr int64_t kPerBlock = kWarps / G;
-    const dim3 grid(static_cast<unsigned>((rows + kPerBlock - 1) / kPerBlock));
-    if (few) {
-      return LaunchDependent(RegisterForwardKernel<T, kVec, G>, grid, dim3(kThreads), 0, stream, xt,
-                             rt, rbt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
-    }
-    RegisterForwardKernel<T, kVec, G>
-        <<<grid, kThreads, 0, stream>>>(xt, rt, rbt, st, wt, bt, yt, mean, rstd, rows, hidden, eps);
-    return cudaGetLastError();
+    return WithDrop(dropping, [&](auto d) {
+      constexpr int G = decltype(g)::value;
+      constexpr bool D = decltype(d)::value;
+      constexpr int64_t kPerBlock = kWarps / G;
+      const dim3 grid(static_cast<unsigned>((rows + kPerBlock - 1) / kPerBlock));
+      if (few) {
+        return LaunchDependent(RegisterForwardKernel<T, kVec, G, D>, grid, dim3(kThreads), 0,
+                               stream, xt, rt, rbt, st, wt, bt, yt, mean, rstd, rows, hidden, eps,
+                               drop);
+      }
+      RegisterForwardKernel<T, kVec, G, D><<<grid, kThreads, 0, stream>>>(
+          xt, rt, rbt, st, wt, bt, yt, mean, rstd, rows, hidden, eps, drop);
+      return cudaGetLastError();
+    });
   });
 }
 
@@ -534,7 +621,7 @@ template <typename T>
 cudaError_t Backward(const void* dy, const void* x, const float* mean, const float* rstd,
                      const void* weight, const void* dsum, void* dx, void* dweight, void* dbias,
                      float* partial, int64_t rows, int64_t hidden, cudaStream_t stream,
-                     void* dresidual_bias) {
+                     void* dresidual_bias, const DropoutArgs& drop, void* dbranch) {
   if (rows == 0) {
     // No rows: the column sums are zeros.
     for (void* out : {dweight, dbias, dresidual_bias}) {
@@ -547,31 +634,35 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
   constexpr int kVec = 16 / sizeof(T);
   const bool with_rb = dresidual_bias != nullptr;
   const int sums = SumsOf(with_rb);
+  const bool dropping = drop.p > 0.0f && dbranch != nullptr;
   const bool vec = hidden % kVec == 0 && Aligned(dy) && Aligned(x) && Aligned(weight) &&
-                   Aligned(dx) && (dsum == nullptr || Aligned(dsum));
+                   Aligned(dx) && (dsum == nullptr || Aligned(dsum)) &&
+                   (!dropping || Aligned(dbranch));
   const int blocks = LayerNormBackwardBlocks(rows);  // `partial`'s rows
   auto launch = [&](auto kernel, size_t smem) {
     const cudaError_t err = AllowSharedBytes(kernel, smem);
     if (err != cudaSuccess) return err;
-    kernel<<<blocks, kThreads, smem, stream>>>(static_cast<const T*>(dy), static_cast<const T*>(x),
-                                               mean, rstd, static_cast<const T*>(weight),
-                                               static_cast<const T*>(dsum), static_cast<T*>(dx),
-                                               partial, rows, hidden, with_rb);
+    kernel<<<blocks, kThreads, smem, stream>>>(
+        static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
+        static_cast<const T*>(weight), static_cast<const T*>(dsum), static_cast<T*>(dx), partial,
+        rows, hidden, with_rb, drop, static_cast<T*>(dbranch));
     return cudaGetLastError();
   };
   const int group = vec ? GroupFor(hidden / kVec, kBackwardPacks) : 0;
-  cudaError_t err;
-  if (group > 0) {
-    err = WithGroup(group, [&](auto g) {
-      constexpr int G = decltype(g)::value;
-      constexpr int kCopies = kWarps / G;
-      return launch(RegisterBackwardKernel<T, kVec, G>, BackwardSharedBytes(hidden, kCopies, sums));
-    });
-  } else if (vec) {
-    err = launch(StreamingBackwardKernel<T, kVec>, BackwardSharedBytes(hidden, 1, sums));
-  } else {
-    err = launch(StreamingBackwardKernel<T, 1>, BackwardSharedBytes(hidden, 1, sums));
-  }
+  const cudaError_t err = WithDrop(dropping, [&](auto d) {
+    constexpr bool D = decltype(d)::value;
+    if (group > 0) {
+      return WithGroup(group, [&](auto g) {
+        constexpr int G = decltype(g)::value;
+        constexpr int kCopies = kWarps / G;
+        return launch(RegisterBackwardKernel<T, kVec, G, D>,
+                      BackwardSharedBytes(hidden, kCopies, sums));
+      });
+    }
+    if (vec)
+      return launch(StreamingBackwardKernel<T, kVec, D>, BackwardSharedBytes(hidden, 1, sums));
+    return launch(StreamingBackwardKernel<T, 1, D>, BackwardSharedBytes(hidden, 1, sums));
+  });
   if (err != cudaSuccess) return err;
   const unsigned finish_blocks =
       static_cast<unsigned>((hidden + kFinishColumns - 1) / kFinishColumns);
@@ -591,17 +682,18 @@ int LayerNormBackwardBlocks(int64_t rows) {
 cudaError_t LaunchLayerNormForward(FloatKind kind, const void* x, const void* residual, void* sum,
                                    const void* weight, const void* bias, void* y, float* mean,
                                    float* rstd, int64_t rows, int64_t hidden, float eps,
-                                   cudaStream_t stream, const void* residual_bias) {
+                                   cudaStream_t stream, const void* residual_bias,
+                                   const DropoutArgs& drop) {
   switch (kind) {
     case FloatKind::kFloat32:
       return Forward<float>(x, residual, residual_bias, sum, weight, bias, y, mean, rstd, rows,
-                            hidden, eps, stream);
+                            hidden, eps, stream, drop);
     case FloatKind::kBFloat16:
       return Forward<__nv_bfloat16>(x, residual, residual_bias, sum, weight, bias, y, mean, rstd,
-                                    rows, hidden, eps, stream);
+                                    rows, hidden, eps, stream, drop);
     case FloatKind::kFloat16:
       return Forward<__half>(x, residual, residual_bias, sum, weight, bias, y, mean, rstd, rows,
-                             hidden, eps, stream);
+                             hidden, eps, stream, drop);
   }
   return cudaErrorInvalidValue;
 }
@@ -610,17 +702,18 @@ cudaError_t LaunchLayerNormBackward(FloatKind kind, const void* dy, const void* 
                                     const float* mean, const float* rstd, const void* weight,
                                     const void* dsum, void* dx, void* dweight, void* dbias,
                                     float* partial, int64_t rows, int64_t hidden,
-                                    cudaStream_t stream, void* dresidual_bias) {
+                                    cudaStream_t stream, void* dresidual_bias,
+                                    const DropoutArgs& drop, void* dbranch) {
   switch (kind) {
     case FloatKind::kFloat32:
       return Backward<float>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial, rows,
-                             hidden, stream, dresidual_bias);
+                             hidden, stream, dresidual_bias, drop, dbranch);
     case FloatKind::kBFloat16:
       return Backward<__nv_bfloat16>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial,
-                                     rows, hidden, stream, dresidual_bias);
+                                     rows, hidden, stream, dresidual_bias, drop, dbranch);
     case FloatKind::kFloat16:
       return Backward<__half>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial, rows,
-                              hidden, stream, dresidual_bias);
+                              hidden, stream, dresidual_bias, drop, dbranch);
   }
   return cudaErrorInvalidValue;
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "worker/kernels/dropout_rng.h"
 #include "worker/kernels/float_kind.h"
 
 namespace mt::kernels {
@@ -16,11 +17,14 @@ namespace mt::kernels {
 // residual_bias [hidden] on every row where both are non-null (a linear layer's bias left out of
 // its GEMM: model::GptConfig::fold_linear_bias), added in fp32 and rounded once; then
 // y = (sum - mean) * rstd * weight + bias with mean / rstd over each row of the sum as stored
-// (rounded to the dtype), in fp32. Writes mean and rstd.
+// (rounded to the dtype), in fp32. Writes mean and rstd. With a residual and drop.p > 0, the
+// sum is x + dropout(residual (+ residual_bias)) (Megatron's bias-dropout-add: the residual is
+// the branch, a layer's output; the masks as dropout_rng.h draws them), in fp32, rounded once.
 cudaError_t LaunchLayerNormForward(FloatKind kind, const void* x, const void* residual, void* sum,
                                    const void* weight, const void* bias, void* y, float* mean,
                                    float* rstd, int64_t rows, int64_t hidden, float eps,
-                                   cudaStream_t stream, const void* residual_bias = nullptr);
+                                   cudaStream_t stream, const void* residual_bias = nullptr,
+                                   const DropoutArgs& drop = {});
 
 // Blocks the backward kernel runs with (the number of rows of `partial` it needs).
 int LayerNormBackwardBlocks(int64_t rows);
@@ -29,12 +33,16 @@ int LayerNormBackwardBlocks(int64_t rows);
 // `dsum` when non-null (the gradient that reaches the sum directly: the residual stream).
 // dweight / dbeta, and where `dresidual_bias` is non-null the residual bias's gradient (the sums
 // of dx's columns as written): reduced over rows through `partial` (fp32, LayerNormBackwardSums
-// x LayerNormBackwardBlocks(rows) x hidden), then written in the dtype.
+// x LayerNormBackwardBlocks(rows) x hidden), then written in the dtype. With drop.p > 0 and
+// `dbranch` non-null (the forward's dropout, the same DropoutArgs), dbranch = dropout's backward
+// of dx (the forward's masks drawn again, times 1 / (1 - p), rounded), the gradient of the
+// forward's residual, and the residual bias's gradient sums dbranch's columns instead of dx's.
 cudaError_t LaunchLayerNormBackward(FloatKind kind, const void* dy, const void* x,
                                     const float* mean, const float* rstd, const void* weight,
                                     const void* dsum, void* dx, void* dweight, void* dbias,
                                     float* partial, int64_t rows, int64_t hidden,
-                                    cudaStream_t stream, void* dresidual_bias = nullptr);
+                                    cudaStream_t stream, void* dresidual_bias = nullptr,
+                                    const DropoutArgs& drop = {}, void* dbranch = nullptr);
 
 // The column sums the backward reduces through `partial`: 2 (d weight, d bias), 3 with the
 // residual bias's gradient.

@@ -387,7 +387,9 @@ TransformerLayerImpl::TransformerLayerImpl(const GptConfig& c, const ModelShard&
       sharded_dropout(shard.tp_size > 1 && shard.sequence_parallel),
       fused_layernorm(c.fused_layernorm),
       fold_linear_bias(c.fold_linear_bias && c.fused_layernorm && shard.tp_size == 1 &&
-                       c.hidden_dropout <= 0.0) {
+                       (c.hidden_dropout <= 0.0 || c.fused_dropout_add)),
+      fused_dropout_add(c.fused_dropout_add && c.fused_layernorm && shard.tp_size == 1 &&
+                        c.hidden_dropout > 0.0) {
   input_layernorm = register_module("input_layernorm", MakeLayerNorm(c, options));
   self_attention = register_module("self_attention", SelfAttention(c, shard, options));
   pre_mlp_layernorm = register_module("pre_mlp_layernorm", MakeLayerNorm(c, options));
@@ -408,31 +410,45 @@ torch::Tensor TransformerLayerImpl::forward(const torch::Tensor& input) {
 
 bool TransformerLayerImpl::FoldsLinearBias() const { return fold_linear_bias && is_training(); }
 
+double TransformerLayerImpl::FusedDropout() const {
+  return fused_dropout_add && is_training() ? hidden_dropout : 0.0;
+}
+
 PendingSum TransformerLayerImpl::ForwardPending(const PendingSum& in) {
   const double eps1 = input_layernorm->options.eps(), eps2 = pre_mlp_layernorm->options.eps();
   torch::Tensor input, normed;
   if (in.delta.defined()) {
-    std::tie(input, normed) = kernels::FusedAddLayerNorm(
-        in.x, in.delta, input_layernorm->weight, input_layernorm->bias, eps1, in.delta_bias);
+    std::tie(input, normed) =
+        kernels::FusedAddLayerNorm(in.x, in.delta, input_layernorm->weight, input_layernorm->bias,
+                                   eps1, in.delta_bias, in.delta_dropout);
   } else {
     input = in.x;
     normed = kernels::FusedLayerNorm(in.x, input_layernorm->weight, input_layernorm->bias, eps1);
   }
   const torch::Tensor &w2 = pre_mlp_layernorm->weight, &b2 = pre_mlp_layernorm->bias;
+  const double p = FusedDropout();
   if (FoldsLinearBias()) {
-    // No hidden dropout here: each bias joins its sum in the next LayerNorm's kernel.
+    // Each bias joins its sum in the next LayerNorm's kernel (with the hidden dropout where it
+    // is fused; else there is none).
     const auto [attention, proj_bias] = self_attention->ForwardWithoutBias(normed);
-    const auto [x, normed2] = kernels::FusedAddLayerNorm(input, attention, w2, b2, eps2, proj_bias);
+    const auto [x, normed2] =
+        kernels::FusedAddLayerNorm(input, attention, w2, b2, eps2, proj_bias, p);
     const auto [delta, fc2_bias] = mlp->ForwardWithoutBias(normed2);
-    return {x, delta, fc2_bias};
+    return {x, delta, fc2_bias, p};
   }
-  const torch::Tensor attention = HiddenDropout(self_attention(normed));
-  const auto [x, normed2] = kernels::FusedAddLayerNorm(input, attention, w2, b2, eps2);
-  return {x, HiddenDropout(mlp(normed2)), {}};
+  // The hidden dropout in the next LayerNorm's kernel where it is fused, else here.
+  const torch::Tensor attention = self_attention(normed);
+  const auto [x, normed2] = kernels::FusedAddLayerNorm(
+      input, p > 0.0 ? attention : HiddenDropout(attention), w2, b2, eps2, {}, p);
+  const torch::Tensor delta = mlp(normed2);
+  return {x, p > 0.0 ? delta : HiddenDropout(delta), {}, p};
 }
 
 torch::Tensor PendingSum::Sum() const {
   if (!delta.defined()) return x;
+  if (delta_dropout > 0.0) {
+    return x + Dropout(delta_bias.defined() ? delta + delta_bias : delta, delta_dropout, true);
+  }
   return delta_bias.defined() ? x + delta + delta_bias : x + delta;
 }
 
@@ -516,7 +532,7 @@ torch::Tensor TransformerBlockImpl::forward(const torch::Tensor& input) {
       return kernels::FusedLayerNorm(p.x, ln->weight, ln->bias, ln->options.eps());
     }
     return kernels::FusedAddLayerNorm(p.x, p.delta, ln->weight, ln->bias, ln->options.eps(),
-                                      p.delta_bias)
+                                      p.delta_bias, p.delta_dropout)
         .second;
   };
   torch::Tensor x = input;

@@ -232,11 +232,13 @@ TORCH_MODULE(Mlp);
 
 // A layer's output with its last residual add left undone (GptConfig::fused_layernorm), for the
 // next LayerNorm's kernel to make: x + delta, plus delta_bias on every row (fc2's bias under
-// GptConfig::fold_linear_bias). delta undefined: x alone; delta_bias undefined: no bias.
+// GptConfig::fold_linear_bias), delta (+ delta_bias) through dropout of delta_dropout first
+// (GptConfig::fused_dropout_add). delta undefined: x alone; delta_bias undefined: no bias.
 struct PendingSum {
   torch::Tensor x;
   torch::Tensor delta;
   torch::Tensor delta_bias;
+  double delta_dropout = 0.0;
   // The sum itself, where no LayerNorm follows (a stage's end, no final LayerNorm).
   torch::Tensor Sum() const;
 };
@@ -252,8 +254,12 @@ class TransformerLayerImpl : public torch::nn::Module {
   // folded, fc2's bias), left for the next LayerNorm to make (TransformerBlock::RunLayersPending).
   PendingSum ForwardPending(const PendingSum& in);
   // Whether this forward leaves the output projection's and fc2's biases to the LayerNorms
-  // (GptConfig::fold_linear_bias: configured, tp = 1, no hidden dropout, and training mode).
+  // (GptConfig::fold_linear_bias: configured, tp = 1, no hidden dropout or it fused, and
+  // training mode).
   bool FoldsLinearBias() const;
+  // The hidden dropout the LayerNorms' kernels apply (GptConfig::fused_dropout_add, training
+  // mode); 0 where HiddenDropout applies it.
+  double FusedDropout() const;
   // Dropout on the attention's or the MLP's output before its residual add (per-rank masks
   // under SP); the identity in eval mode.
   torch::Tensor HiddenDropout(const torch::Tensor& t);
@@ -266,8 +272,11 @@ class TransformerLayerImpl : public torch::nn::Module {
   int tp_rank = 0;
   bool sharded_dropout = false;  // the activation is sharded over TP (SP): per-rank masks
   bool fused_layernorm = false;  // GptConfig::fused_layernorm
-  // GptConfig::fold_linear_bias with fused_layernorm, tp = 1 and no hidden dropout.
+  // GptConfig::fold_linear_bias with fused_layernorm, tp = 1 and no hidden dropout (or
+  // fused_dropout_add).
   bool fold_linear_bias = false;
+  // GptConfig::fused_dropout_add with fused_layernorm, tp = 1 and hidden dropout.
+  bool fused_dropout_add = false;
 };
 TORCH_MODULE(TransformerLayer);
 

@@ -86,6 +86,13 @@ struct GptConfig {
   // dropout (the bias would be added after the dropout, not before); elsewhere, and in eval mode,
   // the biases stay in the GEMMs. The same parameters and checkpoints either way.
   bool fold_linear_bias = true;
+  // Hidden dropout inside the next LayerNorm's kernel (kernels::FusedAddLayerNorm's dropout_p:
+  // Megatron's bias-dropout-add, residual + dropout(x + bias), the masks drawn in the kernel and
+  // drawn again by its backward, none stored), which also lets fold_linear_bias run with hidden
+  // dropout. Used in training mode with fused_layernorm and tp = 1; elsewhere LibTorch's dropout.
+  // Off until its GPU tests have run (issue #16): the masks differ from LibTorch's (same
+  // distribution), so a run's losses differ from one without it.
+  bool fused_dropout_add = false;
 
   // From spec.model (and the recompute fields of spec.training, the TP size of
   // spec.parallel). Unset fields take the defaults written in proto/mt/v1/job_spec.proto;

@@ -203,6 +203,57 @@ TEST(GptModelTest, LinearBiasesFoldOnlyInTrainingWithoutDropout) {
   EXPECT_FALSE(MakeModel(unfused)->decoder->layers[0]->FoldsLinearBias());
 }
 
+// GptConfig::fused_dropout_add: the hidden dropout applied by the next LayerNorm to x + bias, the
+// biases folded with it. On the CPU the LayerNorm falls back to LibTorch's dropout, which draws
+// the same masks in the same order as the unfused model's (the attention's, then the MLP's, layer
+// by layer; no attention dropout here), so the loss and every gradient equal the unfused run's
+// (fp64, 1e-12). In eval mode nothing is dropped or folded, and the loss differs from the
+// training-mode one (the masks apply).
+TEST(GptModelTest, FusedDropoutAddGivesTheUnfusedLossAndGradients) {
+  GptConfig c = TinyConfig();
+  c.hidden_dropout = 0.2;
+  c.attention_dropout = 0.0;
+  const torch::Tensor sample = RandomTokens(3, c.seq_length + 1, c.vocab_size, 9);
+  auto run = [&](bool fused, bool train) {
+    c.fused_dropout_add = fused;
+    auto model = MakeModel(c, 3);
+    model->to(torch::kDouble);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : model->parameters()) p.add_(0.1 * torch::randn_like(p));
+    }
+    if (!train) model->eval();
+    const auto& layer = model->decoder->layers[0];
+    EXPECT_EQ(layer->FoldsLinearBias(), fused && train);
+    EXPECT_EQ(layer->FusedDropout(), fused && train ? 0.2 : 0.0);
+    torch::manual_seed(21);
+    const torch::Tensor loss = model->LossOnSample(sample);
+    std::map<std::string, torch::Tensor> out{{"loss", loss.detach()}};
+    if (train) {
+      loss.backward();
+      for (const auto& p : model->named_parameters()) out[p.key()] = p.value().grad();
+    }
+    return out;
+  };
+  torch::manual_seed(11);
+  const auto want = run(false, true);
+  torch::manual_seed(11);
+  const auto got = run(true, true);
+  ASSERT_EQ(got.size(), want.size());
+  for (const auto& [name, w] : want) {
+    ASSERT_TRUE(got.at(name).defined()) << name;
+    EXPECT_TRUE(torch::allclose(got.at(name), w, 1e-12, 1e-12))
+        << name << " " << (got.at(name) - w).abs().max().item<double>() << " of "
+        << w.abs().max().item<double>();
+  }
+  torch::manual_seed(11);
+  const auto eval_fused = run(true, false);
+  torch::manual_seed(11);
+  const auto eval_plain = run(false, false);
+  EXPECT_TRUE(torch::equal(eval_fused.at("loss"), eval_plain.at("loss")));
+  EXPECT_GT((eval_fused.at("loss") - want.at("loss")).abs().item<double>(), 1e-6);
+}
+
 TEST(GptModelTest, LogitsAreCausal) {
   auto model = MakeModel(TinyConfig());
   torch::NoGradGuard no_grad;

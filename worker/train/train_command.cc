@@ -56,6 +56,7 @@ struct TrainArgs {
   bool fused_layernorm = true;
   bool fused_qkv = true;
   bool fold_linear_bias = true;
+  bool fused_dropout_add = false;
   bool cuda_graph = true;
   bool overlap_optimizer = true;
   bool gemm_tuning = true;
@@ -73,6 +74,7 @@ bool* OnOffSwitch(const std::string& name, TrainArgs* args, bool* on) {
                   {"fused-layernorm", &TrainArgs::fused_layernorm},
                   {"fused-qkv", &TrainArgs::fused_qkv},
                   {"fold-linear-bias", &TrainArgs::fold_linear_bias},
+                  {"fused-dropout-add", &TrainArgs::fused_dropout_add},
                   {"cuda-graph", &TrainArgs::cuda_graph},
                   {"overlap-optimizer", &TrainArgs::overlap_optimizer},
                   {"gemm-tuning", &TrainArgs::gemm_tuning}};
@@ -222,6 +224,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.fused_layernorm = args.fused_layernorm;
   c.trainer.fused_qkv = args.fused_qkv;
   c.trainer.fold_linear_bias = args.fold_linear_bias;
+  c.trainer.fused_dropout_add = args.fused_dropout_add;
   c.trainer.cuda_graph = args.cuda_graph;
   c.trainer.overlap_optimizer = args.overlap_optimizer;
   c.trainer.gemm_tuning = args.gemm_tuning;
@@ -305,9 +308,10 @@ const char* TrainCommandUsage() {
          "                       [--[no-]fused-lm-head] [--[no-]fused-mlp] "
          "[--[no-]fused-layernorm]\n"
          "                       [--[no-]fused-qkv] [--[no-]fold-linear-bias] "
-         "[--[no-]cuda-graph]\n"
-         "                       [--[no-]overlap-optimizer] [--[no-]gemm-tuning] "
-         "[--gemm-tune-candidates N]\n"
+         "[--[no-]fused-dropout-add]\n"
+         "                       [--[no-]cuda-graph] [--[no-]overlap-optimizer] "
+         "[--[no-]gemm-tuning]\n"
+         "                       [--gemm-tune-candidates N]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -336,6 +340,9 @@ const char* TrainCommandUsage() {
          "                     in the GEMM and sum their gradients by a reduction (default in\n"
          "                     training without hidden dropout: the next LayerNorm's kernels\n"
          "                     add them and sum their gradients)\n"
+         "  --fused-dropout-add  hidden dropout inside the next LayerNorm's kernel (Megatron's\n"
+         "                     bias-dropout-add; the masks drawn there, none stored; the biases\n"
+         "                     folded with dropout too); default off: LibTorch's dropout\n"
          "  --no-cuda-graph    every step launched kernel by kernel (default: the forward and\n"
          "                     backward replayed from one CUDA graph where the step allows it:\n"
          "                     one GPU, one micro-batch a step, no dropout that\n"

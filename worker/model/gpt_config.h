@@ -83,8 +83,9 @@ struct GptConfig {
   // residual_bias), and its gradient summed by that LayerNorm's backward, which writes the rows it
   // sums, instead of a ColumnSum pass over the projection's and fc2's output gradients (two reads
   // of [tokens, h] a layer). Used in training mode with fused_layernorm, tp = 1 and no hidden
-  // dropout (the bias would be added after the dropout, not before); elsewhere, and in eval mode,
-  // the biases stay in the GEMMs. The same parameters and checkpoints either way.
+  // dropout (the bias would be added after LibTorch's dropout, not before) unless
+  // fused_dropout_add puts the dropout in the same kernel; elsewhere, and in eval mode, the
+  // biases stay in the GEMMs. The same parameters and checkpoints either way.
   bool fold_linear_bias = true;
   // Hidden dropout inside the next LayerNorm's kernel (kernels::FusedAddLayerNorm's dropout_p:
   // Megatron's bias-dropout-add, residual + dropout(x + bias), the masks drawn in the kernel and

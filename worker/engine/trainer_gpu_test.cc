@@ -230,6 +230,20 @@ TEST(TrainerGpuTest, CudaGraphStepGivesTheEagerLosses) {
   EXPECT_FALSE(t->step_graph_captured());
 }
 
+// The captured run of a step with dropout against its eager run, `steps` steps: losses within
+// the attention backward's order (1e-3 relative), gradient norms 1e-2, the same final weights.
+void ExpectCapturedDropoutFollowsEager(const EagerAndGraph& r, size_t steps) {
+  ASSERT_EQ(r.steps.size(), 2u);
+  ASSERT_EQ(r.steps[0].size(), steps);
+  ASSERT_EQ(r.steps[1].size(), steps);
+  for (size_t i = 0; i < steps; ++i) {
+    EXPECT_NEAR(r.steps[1][i].loss, r.steps[0][i].loss, 1e-3 * r.steps[0][i].loss) << "step " << i;
+    EXPECT_NEAR(r.steps[1][i].grad_norm, r.steps[0][i].grad_norm, 1e-2 * r.steps[0][i].grad_norm)
+        << "step " << i;
+  }
+  ExpectSameWeights(*r.trainers[0], *r.trainers[1]);
+}
+
 // Dropout in the captured step, with the fused attention's dropout and the hidden dropout: the
 // trainer seeds each step and the replay draws that seed's masks (checked exactly on one graph
 // in step_graph_gpu_test.cc), so the losses and the final weights follow the eager step's
@@ -242,15 +256,7 @@ TEST(TrainerGpuTest, DropoutInACapturedStepDrawsTheEagerMasks) {
   spec.mutable_training()->set_global_batch_size(4);
   spec.mutable_training()->set_train_iters(6);
   const EagerAndGraph r = TrainEagerAndGraph(spec);
-  ASSERT_EQ(r.steps.size(), 2u);
-  ASSERT_EQ(r.steps[0].size(), 6u);
-  ASSERT_EQ(r.steps[1].size(), 6u);
-  for (size_t i = 0; i < 6; ++i) {
-    EXPECT_NEAR(r.steps[1][i].loss, r.steps[0][i].loss, 1e-3 * r.steps[0][i].loss) << "step " << i;
-    EXPECT_NEAR(r.steps[1][i].grad_norm, r.steps[0][i].grad_norm, 1e-2 * r.steps[0][i].grad_norm)
-        << "step " << i;
-  }
-  ExpectSameWeights(*r.trainers[0], *r.trainers[1]);
+  ExpectCapturedDropoutFollowsEager(r, 6);
 }
 
 // TrainerOptions::fused_dropout_add: the hidden dropout drawn inside the LayerNorm kernels (the
@@ -267,15 +273,7 @@ TEST(TrainerGpuTest, FusedDropoutAddInACapturedStepDrawsTheEagerMasks) {
   spec.mutable_training()->set_train_iters(6);
   const auto fused = [](TrainerOptions& o) { o.fused_dropout_add = true; };
   const EagerAndGraph r = TrainEagerAndGraph(spec, 1 << 16, fused);
-  ASSERT_EQ(r.steps.size(), 2u);
-  ASSERT_EQ(r.steps[0].size(), 6u);
-  ASSERT_EQ(r.steps[1].size(), 6u);
-  for (size_t i = 0; i < 6; ++i) {
-    EXPECT_NEAR(r.steps[1][i].loss, r.steps[0][i].loss, 1e-3 * r.steps[0][i].loss) << "step " << i;
-    EXPECT_NEAR(r.steps[1][i].grad_norm, r.steps[0][i].grad_norm, 1e-2 * r.steps[0][i].grad_norm)
-        << "step " << i;
-  }
-  ExpectSameWeights(*r.trainers[0], *r.trainers[1]);
+  ExpectCapturedDropoutFollowsEager(r, 6);
   const EagerAndGraph torch_dropout = TrainEagerAndGraph(spec);
   ASSERT_EQ(torch_dropout.steps.size(), 2u);
   ASSERT_FALSE(torch_dropout.steps[0].empty());

@@ -4,7 +4,7 @@
 #include <ATen/cuda/CUDAGeneratorImpl.h>
 
 #include <mutex>
-#include <type_traits>
+#include <utility>
 #endif
 
 namespace mt::kernels {

@@ -18,7 +18,7 @@ using ::testing::HasSubstr;
 const std::vector<std::string> kRequired = {"--input",      "in.jsonl", "--output-prefix", "out",
                                             "--vocab-file", "v.json",   "--merge-file",    "m.txt"};
 
-absl::StatusOr<PreprocessCommand> Parse(std::vector<std::string> extra) {
+absl::StatusOr<PreprocessCommand> ParsePreprocess(std::vector<std::string> extra) {
   std::vector<std::string> args = kRequired;
   args.insert(args.end(), extra.begin(), extra.end());
   auto flags = ParseFlags(args, PreprocessFlags(), "preprocess");
@@ -27,7 +27,7 @@ absl::StatusOr<PreprocessCommand> Parse(std::vector<std::string> extra) {
 }
 
 TEST(PreprocessFlagsTest, Defaults) {
-  auto c = Parse({});
+  auto c = ParsePreprocess({});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->options.input, "in.jsonl");
   EXPECT_EQ(c->options.output_prefix, "out");
@@ -43,9 +43,9 @@ TEST(PreprocessFlagsTest, Defaults) {
 }
 
 TEST(PreprocessFlagsTest, MegatronFlags) {
-  auto c = Parse({"--json-keys", "text", "title", "--append-eod", "--workers", "3",
-                  "--input-format", "txt", "--on-error", "skip", "-o", "yaml", "--quiet",
-                  "--tokenizer-type", "GPT2BPETokenizer"});
+  auto c = ParsePreprocess({"--json-keys", "text", "title", "--append-eod", "--workers", "3",
+                            "--input-format", "txt", "--on-error", "skip", "-o", "yaml", "--quiet",
+                            "--tokenizer-type", "GPT2BPETokenizer"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->options.json_keys, ElementsAre("text", "title"));
   EXPECT_TRUE(c->options.append_eod);
@@ -57,9 +57,10 @@ TEST(PreprocessFlagsTest, MegatronFlags) {
 }
 
 TEST(PreprocessFlagsTest, IgnoredFlagsBecomeNotices) {
-  auto c = Parse({"--partitions", "4", "--dataset-impl", "mmap", "--chunk-size", "25",
-                  "--log-interval", "100", "--keep-newlines", "--keep-sequential-samples", "--lang",
-                  "english", "--vocab-size", "50257", "--vocab-extra-ids", "0"});
+  auto c =
+      ParsePreprocess({"--partitions", "4", "--dataset-impl", "mmap", "--chunk-size", "25",
+                       "--log-interval", "100", "--keep-newlines", "--keep-sequential-samples",
+                       "--lang", "english", "--vocab-size", "50257", "--vocab-extra-ids", "0"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_THAT(c->notices,
               ElementsAre(HasSubstr("--partitions 4 ignored"),
@@ -69,7 +70,7 @@ TEST(PreprocessFlagsTest, IgnoredFlagsBecomeNotices) {
                           "--vocab-size 50257 ignored", HasSubstr("--keep-newlines ignored"),
                           "--keep-sequential-samples ignored: input order is always kept",
                           "--lang ignored: it matters only with --split-sentences"));
-  c = Parse({"--partitions", "1"});
+  c = ParsePreprocess({"--partitions", "1"});
   EXPECT_TRUE(c->notices.empty());
 }
 
@@ -89,7 +90,7 @@ TEST(PreprocessFlagsTest, ErrorsNameTheFlagAndTheFix) {
       {{"--chunk-size", "x"}, "--chunk-size x: expected an integer"},
   };
   for (const auto& [extra, message] : cases) {
-    auto c = Parse(extra);
+    auto c = ParsePreprocess(extra);
     ASSERT_FALSE(c.ok()) << extra[0];
     EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(c.status().message()), HasSubstr(message));

@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "tests/testutil/subprocess.h"
 
-namespace mt::checkpoint {
+namespace mt::checkpoint::hf_hostile_test {
 namespace {
 
 using ::mt::testing::StatusIs;
@@ -199,4 +199,4 @@ TEST(HfGpt2HostileTest, ShapesMustMatchTheConfig) {
 }
 
 }  // namespace
-}  // namespace mt::checkpoint
+}  // namespace mt::checkpoint::hf_hostile_test

@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "tests/testutil/subprocess.h"
 
-namespace mt::checkpoint {
+namespace mt::checkpoint::hf_gpt2_test {
 namespace {
 
 using ::mt::testing::StatusIs;
@@ -233,4 +233,4 @@ TEST(HfGpt2Test, ConfigSizesAreCheckedAgainstTheWeightsBeforeAllocating) {
 }
 
 }  // namespace
-}  // namespace mt::checkpoint
+}  // namespace mt::checkpoint::hf_gpt2_test

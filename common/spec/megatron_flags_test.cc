@@ -26,7 +26,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
 
-constexpr auto kInvalid = absl::StatusCode::kInvalidArgument;
+constexpr auto kBadFlag = absl::StatusCode::kInvalidArgument;
 
 std::vector<std::string> Args(absl::string_view line) {
   return absl::StrSplit(line, ' ', absl::SkipEmpty());
@@ -121,7 +121,7 @@ TEST(SpecMegatronFlagsTest, LaunchLineBParsesButHasNoData) {
 
 TEST(SpecMegatronFlagsTest, LaunchLineCRejectsFp16WithBf16) {
   EXPECT_THAT(ParseMegatronFlags(Args(std::string(kLaunchB) + kLaunchCExtra)),
-              StatusIs(kInvalid,
+              StatusIs(kBadFlag,
                        "--fp16 and --bf16 are mutually exclusive (Megatron-LM rejects "
                        "the pair too); keep one"));
 }
@@ -135,7 +135,7 @@ std::string WithoutFlag(std::string line, const std::string& flag) {
 TEST(SpecMegatronFlagsTest, LaunchLineCRejectsContradictoryRecompute) {
   const std::string c = WithoutFlag(std::string(kLaunchB) + kLaunchCExtra, "--fp16");
   EXPECT_THAT(ParseMegatronFlags(Args(c)),
-              StatusIs(kInvalid,
+              StatusIs(kBadFlag,
                        "--checkpoint-activations (= --recompute-granularity full) and "
                        "--recompute-granularity selective contradict each other; keep "
                        "one of them"));
@@ -427,12 +427,12 @@ TEST(SpecMegatronFlagsTest, RepeatsAndOverrides) {
               ElementsAre("--recompute-granularity given twice; the last value (full) wins"));
 
   EXPECT_THAT(ParseMegatronFlags(Args("--recompute-activations --recompute-granularity full")),
-              StatusIs(kInvalid,
+              StatusIs(kBadFlag,
                        "--recompute-activations (= --recompute-granularity selective) "
                        "and --recompute-granularity full contradict each other; keep "
                        "one of them"));
   EXPECT_THAT(ParseMegatronFlags(Args("--bf16 --fp16")),
-              StatusIs(kInvalid, HasSubstr("--fp16 and --bf16 are mutually exclusive")));
+              StatusIs(kBadFlag, HasSubstr("--fp16 and --bf16 are mutually exclusive")));
 }
 
 TEST(SpecMegatronFlagsTest, UnknownFlags) {
@@ -467,9 +467,9 @@ TEST(SpecMegatronFlagsTest, UnknownFlags) {
       {"--num-experts 8", "--num-experts 8: not supported; mt has no mixture of experts"},
   };
   for (const Case& c : cases) {
-    EXPECT_THAT(ParseMegatronFlags(Args(c.args)), StatusIs(kInvalid, HasSubstr(c.want))) << c.args;
+    EXPECT_THAT(ParseMegatronFlags(Args(c.args)), StatusIs(kBadFlag, HasSubstr(c.want))) << c.args;
   }
-  EXPECT_THAT(ParseMegatronFlags(Args("--zzz")), StatusIs(kInvalid, "unknown flag --zzz"));
+  EXPECT_THAT(ParseMegatronFlags(Args("--zzz")), StatusIs(kBadFlag, "unknown flag --zzz"));
 }
 
 TEST(SpecMegatronFlagsTest, BadValues) {
@@ -541,7 +541,7 @@ TEST(SpecMegatronFlagsTest, BadValues) {
       {{"--vocab-file", "\xff"}, "--vocab-file: expected UTF-8 text, got \"\\xff\""},
   };
   for (const Case& c : cases) {
-    EXPECT_THAT(ParseMegatronFlags(c.args), StatusIs(kInvalid, HasSubstr(c.want)))
+    EXPECT_THAT(ParseMegatronFlags(c.args), StatusIs(kBadFlag, HasSubstr(c.want)))
         << ::testing::PrintToString(c.args);
   }
 }

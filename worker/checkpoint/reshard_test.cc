@@ -24,7 +24,7 @@
 #include "worker/model/gpt_config.h"
 #include "worker/model/sharding.h"
 
-namespace mt::checkpoint {
+namespace mt::checkpoint::reshard_test {
 namespace {
 
 constexpr int64_t kLayers = 4, kHidden = 8, kFfn = 32, kPos = 16, kVocab = 50, kDivisible = 8;
@@ -217,4 +217,4 @@ INSTANTIATE_TEST_SUITE_P(IssueLayouts, ReshardTest,
                          });
 
 }  // namespace
-}  // namespace mt::checkpoint
+}  // namespace mt::checkpoint::reshard_test

@@ -12,7 +12,7 @@
 #include "tests/testutil/tiny_spec.h"
 #include "worker/engine/trainer.h"
 
-namespace mt::engine {
+namespace mt::engine::data_sources_test {
 namespace {
 
 mt::v1::JobSpec TinySpec() {
@@ -104,4 +104,4 @@ TEST(DataSourcesTest, WithoutLoaderIsUnimplemented) {
 }
 
 }  // namespace
-}  // namespace mt::engine
+}  // namespace mt::engine::data_sources_test

@@ -22,7 +22,7 @@
 #include "worker/engine/optimizer.h"
 #include "worker/model/gpt.h"
 
-namespace mt::engine {
+namespace mt::engine::trainer_test {
 namespace {
 
 using ::mt::testing::StatusIs;
@@ -546,4 +546,4 @@ TEST(TrainerTest, BadDataIsAnErrorNotACrash) {
 }
 
 }  // namespace
-}  // namespace mt::engine
+}  // namespace mt::engine::trainer_test

@@ -18,7 +18,7 @@
 #include "worker/generate/kv_cache.h"
 #include "worker/generate/test_models.h"
 
-namespace mt::generate {
+namespace mt::generate::decode_step_test {
 namespace {
 
 using ::mt::testing::StatusIs;
@@ -104,4 +104,4 @@ TEST(GeneratorTest, ReusedGeneratorGivesTheTokensOfAFreshGenerate) {
 }
 
 }  // namespace
-}  // namespace mt::generate
+}  // namespace mt::generate::decode_step_test

@@ -21,7 +21,7 @@
 #include "worker/generate/inference_model.h"
 #include "worker/model/gpt.h"
 
-namespace mt::generate {
+namespace mt::generate::evaluator_test {
 namespace {
 
 using ::mt::testing::StatusIs;
@@ -134,4 +134,4 @@ TEST(EvaluatorTest, BadInput) {
 }
 
 }  // namespace
-}  // namespace mt::generate
+}  // namespace mt::generate::evaluator_test

@@ -21,7 +21,7 @@
 
 #include "worker/kernels/adamw.h"
 
-namespace mt::kernels {
+namespace mt::kernels::adamw_gpu_test {
 namespace {
 
 constexpr int64_t kSizes[] = {1, 3, 4096, 4097, 10000, 123457};
@@ -307,4 +307,4 @@ TEST(FusedAdamWCpu, NothingRunsOnTheCpu) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::adamw_gpu_test

@@ -22,7 +22,7 @@
 
 #include "worker/kernels/column_sum.h"
 
-namespace mt::kernels {
+namespace mt::kernels::column_sum_gpu_test {
 namespace {
 
 double Unit(torch::ScalarType t) {
@@ -135,4 +135,4 @@ TEST(ColumnSumCpu, FallsBackToLibTorch) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::column_sum_gpu_test

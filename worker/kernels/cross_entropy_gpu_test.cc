@@ -18,7 +18,7 @@
 #include "worker/kernels/kind_of.h"
 #endif
 
-namespace mt::kernels {
+namespace mt::kernels::cross_entropy_gpu_test {
 namespace {
 
 struct Result {
@@ -286,4 +286,4 @@ TEST(FusedCrossEntropyCpu, FallsBackToTorch) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::cross_entropy_gpu_test

@@ -29,7 +29,7 @@
 #include "worker/kernels/graph_capture_for_test.h"
 #endif
 
-namespace mt::kernels {
+namespace mt::kernels::decode_attention_gpu_test {
 namespace {
 
 struct Shape {
@@ -260,4 +260,4 @@ TEST(DecodeAttentionCpu, RejectsShapesThatDoNotMatch) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::decode_attention_gpu_test

@@ -15,7 +15,7 @@
 
 #include "worker/kernels/fused_mlp.h"
 
-namespace mt::kernels {
+namespace mt::kernels::fused_mlp_gpu_test {
 namespace {
 
 // y, dx, dw1, db1, dw2, db2 in fp32; inputs x, w1, b1, w2 and b2, or without b2: fc2 without a
@@ -155,4 +155,4 @@ TEST(FusedMlpCpu, FallsBackToTheChain) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::fused_mlp_gpu_test

@@ -26,7 +26,7 @@
 #include "worker/kernels/graph_capture_for_test.h"
 #endif
 
-namespace mt::kernels {
+namespace mt::kernels::gemv_gpu_test {
 namespace {
 
 struct Shape {
@@ -301,4 +301,4 @@ TEST(GemvCpu, NormGemvFallsBackToTheLayerNormAndTheLinearLayer) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::gemv_gpu_test

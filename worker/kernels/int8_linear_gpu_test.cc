@@ -15,7 +15,7 @@
 #include "worker/kernels/int8_linear.h"
 #include "worker/kernels/linear_tolerance_for_test.h"
 
-namespace mt::kernels {
+namespace mt::kernels::int8_linear_gpu_test {
 namespace {
 
 struct Shape {
@@ -82,4 +82,4 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, Int8LinearGpuTest,
                          ::testing::Values(torch::kFloat, torch::kBFloat16, torch::kHalf));
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::int8_linear_gpu_test

@@ -23,7 +23,7 @@
 #include "worker/kernels/graph_capture_for_test.h"
 #endif
 
-namespace mt::kernels {
+namespace mt::kernels::layer_norm_dropout_gpu_test {
 namespace {
 
 constexpr double kEps = 1e-5;
@@ -208,4 +208,4 @@ TEST(FusedLayerNormCpu, DropoutFallsBackToTorch) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::layer_norm_dropout_gpu_test

@@ -27,7 +27,7 @@
 #include "worker/kernels/layer_norm_launch.h"
 #endif
 
-namespace mt::kernels {
+namespace mt::kernels::layer_norm_gpu_test {
 namespace {
 
 struct Grads {
@@ -256,4 +256,4 @@ TEST(FusedLayerNormCpu, ResidualBiasFallsBackToTorch) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::layer_norm_gpu_test

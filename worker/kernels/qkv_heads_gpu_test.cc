@@ -29,7 +29,7 @@
 #include "worker/kernels/qkv_heads_launch.h"
 #endif
 
-namespace mt::kernels {
+namespace mt::kernels::qkv_heads_gpu_test {
 namespace {
 
 struct Shape {
@@ -225,4 +225,4 @@ TEST(QkvHeadsCpu, MatchesTheSplitChainInFp64) {
 }
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::qkv_heads_gpu_test

@@ -33,7 +33,7 @@
 #include "worker/kernels/graph_capture_for_test.h"
 #endif
 
-namespace mt::kernels {
+namespace mt::kernels::tuned_mm_gpu_test {
 namespace {
 
 TEST(TunedMmCpu, IsTorchMm) {
@@ -399,4 +399,4 @@ TEST(TunedMmGpuTest, OperandsThatNeedAGradientTakeLibTorch) {
 #endif
 
 }  // namespace
-}  // namespace mt::kernels
+}  // namespace mt::kernels::tuned_mm_gpu_test

@@ -18,7 +18,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-std::shared_ptr<GptModel> MakeModel(const GptConfig& c, const ModelShard& shard = {}) {
+std::shared_ptr<GptModel> MakeShardedModel(const GptConfig& c, const ModelShard& shard = {}) {
   ModelBuildOptions build;
   build.seed = 7;
   auto model = GptModel::Create(c, shard, build);
@@ -73,8 +73,8 @@ TEST(QuantizeInt8Test, LinearMatchesADoublePrecisionReference) {
 
 TEST(QuantizeInt8LinearsTest, ModelComputesWithTheDequantizedWeights) {
   const GptConfig c = TinyConfig();
-  std::shared_ptr<GptModel> quantized = MakeModel(c);
-  std::shared_ptr<GptModel> reference = MakeModel(c);
+  std::shared_ptr<GptModel> quantized = MakeShardedModel(c);
+  std::shared_ptr<GptModel> reference = MakeShardedModel(c);
   const int64_t bytes_before = ModelBytes(*quantized);
   MT_ASSERT_OK(QuantizeInt8Linears(*quantized));
   // The reference takes the dequantized weights, fp32, in place of its own.
@@ -103,7 +103,7 @@ TEST(QuantizeInt8LinearsTest, ModelComputesWithTheDequantizedWeights) {
   const torch::Tensor b = reference->forward(tokens);
   EXPECT_LT((a - b).abs().max().item<float>(), 1e-5);
   // And they are not the unquantized model's logits.
-  const torch::Tensor original = MakeModel(c)->forward(tokens);
+  const torch::Tensor original = MakeShardedModel(c)->forward(tokens);
   EXPECT_GT((a - original).abs().max().item<float>(), 1e-4);
   // Per layer 12 h^2 fp32 weights become 12 h^2 int8 values and 3h + h + 4h + h fp32 scales.
   const int64_t h = c.hidden_size;
@@ -115,11 +115,11 @@ TEST(QuantizeInt8LinearsTest, RefusesATensorParallelPartAndASecondQuantization) 
   const GptConfig c = TinyConfig();
   ModelShard shard;
   shard.tp_size = 2;
-  std::shared_ptr<GptModel> part = MakeModel(c, shard);
+  std::shared_ptr<GptModel> part = MakeShardedModel(c, shard);
   const absl::Status tp = QuantizeInt8Linears(*part);
   EXPECT_EQ(tp.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(tp.message(), HasSubstr("one device"));
-  std::shared_ptr<GptModel> whole = MakeModel(c);
+  std::shared_ptr<GptModel> whole = MakeShardedModel(c);
   MT_ASSERT_OK(QuantizeInt8Linears(*whole));
   const absl::Status again = QuantizeInt8Linears(*whole);
   EXPECT_EQ(again.code(), absl::StatusCode::kFailedPrecondition);

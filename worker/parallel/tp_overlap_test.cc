@@ -15,7 +15,7 @@
 #include "worker/parallel/rank_threads_testing.h"
 #include "worker/parallel/tensor_parallel.h"
 
-namespace mt::parallel {
+namespace mt::parallel::tp_overlap_test {
 namespace {
 
 constexpr int64_t kB = 2, kS = 12, kH = 10, kO = 6;
@@ -153,4 +153,4 @@ TEST(TpOverlapNoGroupTest, WithoutAGroupTheyArePlainLinears) {
 }
 
 }  // namespace
-}  // namespace mt::parallel
+}  // namespace mt::parallel::tp_overlap_test

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "worker/kernels/cross_entropy.h"
+#include "worker/kernels/tensor_error_for_test.h"
 
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -203,10 +204,6 @@ LinearResult LinearFused(const torch::Tensor& hidden, const torch::Tensor& weigh
   return {loss.item<double>(), h.grad().to(torch::kFloat), w.grad().to(torch::kFloat)};
 }
 
-double Excess(const torch::Tensor& got, const torch::Tensor& want, double rtol, double atol) {
-  return ((got - want).abs() - (atol + rtol * want.abs())).max().item<double>();
-}
-
 // LibTorch's unfused path in the inputs' own dtype: what 16-bit training without the fused
 // kernel computes.
 LinearResult LinearInDtype(const torch::Tensor& hidden, const torch::Tensor& weight,
@@ -216,10 +213,6 @@ LinearResult LinearInDtype(const torch::Tensor& hidden, const torch::Tensor& wei
   auto loss = torch::nn::functional::cross_entropy(torch::mm(h, w.t()), targets);
   (loss * grad_out).backward();
   return {loss.item<double>(), h.grad().to(torch::kFloat), w.grad().to(torch::kFloat)};
-}
-
-double MaxError(const torch::Tensor& got, const torch::Tensor& want) {
-  return (got - want).abs().max().item<double>();
 }
 
 TEST_P(FusedCrossEntropyGpuTest, LinearMatchesUnfused) {

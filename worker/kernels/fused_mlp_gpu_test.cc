@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "worker/kernels/fused_mlp.h"
+#include "worker/kernels/tensor_error_for_test.h"
 
 namespace mt::kernels::fused_mlp_gpu_test {
 namespace {
@@ -40,10 +41,6 @@ std::vector<torch::Tensor> RunMlp(bool fused, const std::vector<torch::Tensor>& 
   for (const torch::Tensor& t : p) out.push_back(t.grad());
   for (torch::Tensor& t : out) t = t.to(torch::kFloat);
   return out;
-}
-
-double MaxError(const torch::Tensor& got, const torch::Tensor& want) {
-  return (got - want).abs().max().item<double>();
 }
 
 using MlpParam = std::tuple<torch::ScalarType, MlpBackward>;

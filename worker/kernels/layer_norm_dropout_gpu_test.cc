@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "worker/kernels/layer_norm.h"
+#include "worker/kernels/tensor_error_for_test.h"
 
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAGraph.h>
@@ -27,10 +28,6 @@ namespace mt::kernels::layer_norm_dropout_gpu_test {
 namespace {
 
 constexpr double kEps = 1e-5;
-
-double Excess(const torch::Tensor& got, const torch::Tensor& want, double rtol, double atol) {
-  return ((got - want).abs() - (atol + rtol * want.abs())).max().item<double>();
-}
 
 // The kernel's keep-mask (1 kept, 0 dropped; fp32) for a call of x's shape after
 // torch::cuda::manual_seed(seed).

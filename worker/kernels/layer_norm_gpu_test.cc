@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "worker/kernels/layer_norm.h"
+#include "worker/kernels/tensor_error_for_test.h"
 
 #if MT_KERNELS_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -66,10 +67,6 @@ Grads RunChain(bool fused, bool add, const torch::Tensor& x0, const torch::Tenso
   };
   return {{f(sum), f(y), f(x.grad()), add ? f(r.grad()) : f(x.grad()), f(w.grad()), f(b.grad()),
            with_rb ? f(rb.grad()) : f(b.grad())}};
-}
-
-double Excess(const torch::Tensor& got, const torch::Tensor& want, double rtol, double atol) {
-  return ((got - want).abs() - (atol + rtol * want.abs())).max().item<double>();
 }
 
 class FusedLayerNormGpuTest : public ::testing::TestWithParam<torch::ScalarType> {};

@@ -10,6 +10,7 @@
 //                [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]
 //                [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]
 //                [--[no-]overlap-optimizer] [--[no-]gemm-tuning] [--gemm-tune-candidates N]
+//                [--[no-]gemm-workspace]
 //
 // Needs a CUDA LibTorch >= 2.0 (Kineto); elsewhere it says so and exits 2.
 #include <torch/torch.h>
@@ -47,7 +48,7 @@ constexpr char kUsage[] =
     "                    [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]\n"
     "                    [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]\n"
     "                    [--[no-]overlap-optimizer] [--[no-]gemm-tuning]\n"
-    "                    [--gemm-tune-candidates N]\n"
+    "                    [--gemm-tune-candidates N] [--[no-]gemm-workspace]\n"
     "Profiles training steps of the job spec (synthetic tokens) and prints the top GPU kernels.\n";
 
 struct Args {
@@ -66,6 +67,7 @@ struct Args {
   bool cuda_graph = true;
   bool overlap_optimizer = true;
   bool gemm_tuning = true;
+  bool gemm_workspace = false;
   int gemm_tune_candidates = mt::kernels::kDefaultGemmTuneCandidates;
 };
 
@@ -98,7 +100,8 @@ Args Parse(int argc, char** argv) {
         {"fused-lm-head", &a.fused_lm_head},         {"fused-mlp", &a.fused_mlp},
         {"fused-layernorm", &a.fused_layernorm},     {"fused-qkv", &a.fused_qkv},
         {"fold-linear-bias", &a.fold_linear_bias},   {"cuda-graph", &a.cuda_graph},
-        {"overlap-optimizer", &a.overlap_optimizer}, {"gemm-tuning", &a.gemm_tuning}};
+        {"overlap-optimizer", &a.overlap_optimizer}, {"gemm-tuning", &a.gemm_tuning},
+        {"gemm-workspace", &a.gemm_workspace}};
     bool matched = false;
     for (const auto& [suffix, field] : switches) {
       if (name == std::string("--") + suffix || name == std::string("--no-") + suffix) {
@@ -172,6 +175,7 @@ int main(int argc, char** argv) {
   options.overlap_optimizer = a.overlap_optimizer;
   options.gemm_tuning = a.gemm_tuning;
   options.gemm_tune_candidates = a.gemm_tune_candidates;
+  options.gemm_workspace = a.gemm_workspace;
   auto trainer = mt::engine::Trainer::Create(job, options, std::move(data->train), nullptr);
   if (!trainer.ok()) Die("trainer: " + std::string(trainer.status().message()));
   for (int i = 0; i < a.warmup; ++i) Step(**trainer);

@@ -664,6 +664,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   }
   kernels::SetGemmTuning(options.gemm_tuning);
   kernels::SetGemmTuneCandidates(options.gemm_tune_candidates);
+  kernels::SetGemmWorkspace(options.gemm_workspace);
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
                       LrSchedule::FromSpec(spec.training(), plan.global_batch_size));
   MT_ASSIGN_OR_RETURN(LossScaler scaler, options.force_dynamic_loss_scaling

@@ -120,7 +120,9 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
     ctx->save_for_backward({x, w1, w2, pre, h});
     ctx->saved_data["backward"] = backward_mode;
     ctx->saved_data["allow_fallback"] = allow_fallback;
-    return Fc2(h, w2, with_b2 ? b2 : torch::Tensor());
+    // TunedAddmm / TunedMm: cuBLASLt with the process's GEMM settings (tuned_mm.h), as the
+    // other GEMMs of the step, not LibTorch's cuBLAS (which zeroes a workspace before it).
+    return with_b2 ? TunedAddmm(b2, h, w2.t()) : TunedMm(h, w2.t());
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,

@@ -16,6 +16,11 @@ std::atomic<int>& Candidates() {
   return candidates;
 }
 
+std::atomic<bool>& WorkspaceOn() {
+  static std::atomic<bool> on{false};
+  return on;
+}
+
 }  // namespace
 
 void SetGemmTuning(bool on) { TuningOn().store(on); }
@@ -25,5 +30,8 @@ void SetGemmTuneCandidates(int candidates) {
   Candidates().store(std::clamp(candidates, 1, kMaxGemmTuneCandidates));
 }
 int GemmTuneCandidates() { return Candidates().load(); }
+
+void SetGemmWorkspace(bool on) { WorkspaceOn().store(on); }
+bool GemmWorkspace() { return WorkspaceOn().load(); }
 
 }  // namespace mt::kernels

@@ -1,10 +1,11 @@
-// Whether the kernels' cuBLASLt GEMMs run tuned algorithms (tuned_mm.h, gemm_lt_launch.h: each
-// problem's candidates timed once a process and the fastest kept) or the heuristic's first pick,
-// and how many of the heuristic's candidates the tuning times. A process-wide setting, as
-// LibTorch's cuDNN benchmark flag is: mt-train's --no-gemm-tuning and --gemm-tune-candidates
-// (engine::TrainerOptions, which Trainer::Create applies) set it. On, with
-// kDefaultGemmTuneCandidates, by default; no effect without CUDA. No LibTorch in this header.
-// Thread-safe.
+// How the kernels' cuBLASLt GEMMs (tuned_mm.h) run: whether with tuned algorithms
+// (gemm_lt_launch.h: each problem's candidates timed once a process and the fastest kept) or the
+// heuristic's first pick, how many of the heuristic's candidates the tuning times, and whether
+// cuBLASLt gets a workspace. Process-wide settings, as LibTorch's cuDNN benchmark flag is:
+// mt-train's --no-gemm-tuning, --gemm-tune-candidates and --gemm-workspace
+// (engine::TrainerOptions, which Trainer::Create applies) set them. Tuning on, with
+// kDefaultGemmTuneCandidates, and no workspace, by default; no effect without CUDA. No LibTorch
+// in this header. Thread-safe.
 #ifndef MT_WORKER_KERNELS_GEMM_TUNING_H_
 #define MT_WORKER_KERNELS_GEMM_TUNING_H_
 
@@ -23,6 +24,19 @@ bool GemmTuning();
 // first). Problems already tuned keep their algorithm.
 void SetGemmTuneCandidates(int candidates);
 int GemmTuneCandidates();
+
+// Off (the default): the plain products and the forward epilogues (bias, GELU) ask cuBLASLt for
+// algorithms that need no workspace, and take the workspace only for a problem that has none;
+// the gradient epilogues (d GELU, bias gradients) keep the workspace, without which cuBLASLt
+// finishes them in a slow kernel of its own. On Hopper the algorithms cuBLASLt prefers with a
+// workspace (its dynamically scheduled kernels) have it zero part of the workspace with a memset
+// before every call: in a captured step each is a graph node the GPU idles around for ~5 us,
+// ~190 of them in a GPT-2 350M step; their statically scheduled twins, which it offers without
+// a workspace, ran as fast or faster (bench/RESULTS.md, 2026-12-06). On: every problem with
+// the workspace. Problems already tuned keep their algorithm (the workspace is part of a
+// problem's key).
+void SetGemmWorkspace(bool on);
+bool GemmWorkspace();
 
 }  // namespace mt::kernels
 

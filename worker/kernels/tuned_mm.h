@@ -53,9 +53,11 @@ GemmTuningCounts GemmTuningSoFar();
 // for every caller, and timing it again per caller would only cost time.
 LtTuning& ProcessLtTuning();
 
-// LtMatmul on the current stream of `like`'s device, in `like`'s dtype, with LibTorch's cuBLASLt
-// workspace for that stream (LibTorch 2.9 and later; before, one from the caching allocator) and
-// the process's tuning. Returns LtMatmul's status.
+// LtMatmul on the current stream of `like`'s device, in `like`'s dtype, with the process's
+// tuning: without a workspace for the products and forward epilogues unless GemmWorkspace() or
+// cuBLASLt has no algorithm without one (gemm_tuning.h); else with LibTorch's cuBLASLt workspace
+// for that stream (LibTorch 2.9 and later; before, one from the caching allocator). Returns
+// LtMatmul's status.
 int TunedLtMatmul(LtMatmulArgs args, const torch::Tensor& like);
 #endif
 

@@ -60,6 +60,7 @@ struct TrainArgs {
   bool cuda_graph = true;
   bool overlap_optimizer = true;
   bool gemm_tuning = true;
+  bool gemm_workspace = false;
   int gemm_tune_candidates = kernels::kDefaultGemmTuneCandidates;
   bool help = false;
 };
@@ -77,7 +78,8 @@ bool* OnOffSwitch(const std::string& name, TrainArgs* args, bool* on) {
                   {"fused-dropout-add", &TrainArgs::fused_dropout_add},
                   {"cuda-graph", &TrainArgs::cuda_graph},
                   {"overlap-optimizer", &TrainArgs::overlap_optimizer},
-                  {"gemm-tuning", &TrainArgs::gemm_tuning}};
+                  {"gemm-tuning", &TrainArgs::gemm_tuning},
+                  {"gemm-workspace", &TrainArgs::gemm_workspace}};
   for (const auto& s : switches) {
     if (name == absl::StrCat("--", s.suffix) || name == absl::StrCat("--no-", s.suffix)) {
       *on = !absl::StartsWith(name, "--no-");
@@ -229,6 +231,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.overlap_optimizer = args.overlap_optimizer;
   c.trainer.gemm_tuning = args.gemm_tuning;
   c.trainer.gemm_tune_candidates = args.gemm_tune_candidates;
+  c.trainer.gemm_workspace = args.gemm_workspace;
   const bool sixteen_bit = job.training().precision() == mt::v1::PRECISION_BF16 ||
                            job.training().precision() == mt::v1::PRECISION_FP16;
   double peak_tflops = args.peak_tflops;
@@ -311,7 +314,7 @@ const char* TrainCommandUsage() {
          "[--[no-]fused-dropout-add]\n"
          "                       [--[no-]cuda-graph] [--[no-]overlap-optimizer] "
          "[--[no-]gemm-tuning]\n"
-         "                       [--gemm-tune-candidates N]\n"
+         "                       [--gemm-tune-candidates N] [--[no-]gemm-workspace]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -355,6 +358,9 @@ const char* TrainCommandUsage() {
          "                     cuBLASLt's candidates and the fastest kept for the process)\n"
          "  --gemm-tune-candidates N  how many of cuBLASLt's candidates that timing tries\n"
          "                     (1 to 64, default 8)\n"
+         "  --gemm-workspace   give every one of those GEMMs a cuBLASLt workspace (default: the\n"
+         "                     products and forward epilogues take algorithms that need none,\n"
+         "                     so no memset runs before them)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

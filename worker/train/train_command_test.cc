@@ -245,6 +245,20 @@ TEST(TrainCommandTest, GemmTuningSwitchReachesTheKernels) {
   EXPECT_TRUE(run({"--no-gemm-tuning", "--gemm-tuning"}));
 }
 
+// --gemm-workspace reaches the process's setting (kernels::SetGemmWorkspace), which the trainer
+// applies; without it the GEMMs run without a workspace.
+TEST(TrainCommandTest, GemmWorkspaceSwitchReachesTheKernels) {
+  const std::string spec = WriteSpec("tiny4w.yaml", kTinyYaml);
+  auto run = [&](const std::vector<std::string>& extra) {
+    TrainTwoSteps(spec, extra);
+    return kernels::GemmWorkspace();
+  };
+  EXPECT_TRUE(run({"--gemm-workspace"}));
+  EXPECT_FALSE(run({}));
+  EXPECT_TRUE(run({"--no-gemm-workspace", "--gemm-workspace"}));
+  EXPECT_FALSE(run({"--gemm-workspace", "--no-gemm-workspace"}));
+}
+
 // --gemm-tune-candidates reaches the process's setting (kernels::SetGemmTuneCandidates);
 // without it the default applies; a value outside 1 to 64 is a usage error naming the flag and
 // the range, and leaves the setting as it was.

@@ -37,6 +37,7 @@ SCALARS = {
     "stalls": re.compile(r"ms between kernels .*?, ([0-9.]+) ms in"),
     "tuned": re.compile(r"^gemm tuning: ([0-9]+) cuBLASLt problems timed"),
     "moved": re.compile(r"problems timed, ([0-9]+) moved off"),
+    "workspace": re.compile(r"first pick, ([0-9]+) with the workspace"),
 }
 SCALAR_LABELS = [
     ("step", "step without the profiler (ms)"),
@@ -46,6 +47,7 @@ SCALAR_LABELS = [
     ("stalls", "stalls of 10 us or more (ms/step)"),
     ("tuned", "GEMM problems tuned"),
     ("moved", "moved off the first pick"),
+    ("workspace", "run with the workspace"),
 ]
 
 
@@ -85,7 +87,7 @@ def compare_lines(base, variant, top, label):
     for key, name in SCALAR_LABELS:
         a = base["scalars"].get(key)
         b = variant["scalars"].get(key) if variant else None
-        digits = 0 if key in ("tuned", "moved") else 3
+        digits = 0 if key in ("tuned", "moved", "workspace") else 3
         row = "%-36s %10s" % (name, fmt(a, digits))
         if variant:
             row += "  %10s %9s" % (fmt(b, digits), diff(a, b, digits))

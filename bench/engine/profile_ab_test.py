@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import profile_ab  # noqa: E402
 
 BASE = """step without the profiler: 56.34 ms
-gemm tuning: 14 cuBLASLt problems timed, 3 moved off the first pick
+gemm tuning: 14 cuBLASLt problems timed, 3 moved off the first pick, 2 with the workspace
 steps profiled: 3; wall 58.100 ms/step; GPU busy 55.200 ms/step (95.0%); kernels 55.900 ms/step (their sum: more than busy where they overlap)
 GPU idle per step: 0.738 ms between kernels (1200.0 gaps of 0.61 us on average), 0.052 ms in 1.3 stalls of 10 us or more
   stall     21.0 us after RegisterForwardKernel
@@ -41,8 +41,8 @@ class ParseTest(unittest.TestCase):
     def test_reads_every_figure_and_kernel(self):
         p = profile_ab.parse_profile(BASE)
         self.assertEqual(p["scalars"], {"step": 56.34, "tuned": 14.0, "moved": 3.0,
-                                        "busy": 55.2, "kernels": 55.9, "gaps": 0.738,
-                                        "stalls": 0.052})
+                                        "workspace": 2.0, "busy": 55.2, "kernels": 55.9,
+                                        "gaps": 0.738, "stalls": 0.052})
         self.assertEqual(len(p["kernels"]), 3)
         self.assertEqual(p["kernels"]["cudnn_generated_fort_native_sdpa_sm90 (flash, bwd)"],
                          (8.5, 12.0))
@@ -51,7 +51,7 @@ class ParseTest(unittest.TestCase):
 
     def test_an_older_binary_without_the_tuning_line_leaves_it_out(self):
         text = BASE.replace("gemm tuning: 14 cuBLASLt problems timed, 3 moved off the first "
-                            "pick\n", "")
+                            "pick, 2 with the workspace\n", "")
         p = profile_ab.parse_profile(text)
         self.assertNotIn("tuned", p["scalars"])
         lines = profile_ab.compare_lines(p, None, 5, "ours")
@@ -69,6 +69,9 @@ class CompareTest(unittest.TestCase):
         self.assertEqual(step.split()[-3:], ["56.340", "56.900", "+0.560"])
         moved = [ln for ln in lines if ln.startswith("moved off the first pick")][0]
         self.assertEqual(moved.split()[-3:], ["3", "0", "-3"])
+        # The variant's binary predates the workspace count: "-" there and no difference.
+        workspace = [ln for ln in lines if ln.startswith("run with the workspace")][0]
+        self.assertEqual(workspace.split()[-3:], ["2", "-", "-"])
         gemm = [ln for ln in lines if ln.endswith("tilesize128x128x64 cublasLt")][0]
         self.assertEqual(gemm.split()[:5], ["20.500", "48.0", "21.100", "48.0", "+0.600"])
         # A kernel only one side has: "-" on the other, no difference.

@@ -190,8 +190,10 @@ int main(int argc, char** argv) {
           a.steps);
   // Why the tuning gains what it does: how many of the step's cuBLASLt problems it moved.
   const mt::kernels::GemmTuningCounts tuned = mt::kernels::GemmTuningSoFar();
-  std::printf("gemm tuning: %zu cuBLASLt problems timed, %zu moved off the first pick\n",
-              tuned.problems, tuned.moved);
+  std::printf(
+      "gemm tuning: %zu cuBLASLt problems timed, %zu moved off the first pick, %zu with the "
+      "workspace\n",
+      tuned.problems, tuned.moved, tuned.with_workspace);
   mt::bench::KernelProfileOptions profile;
   profile.units = a.steps;
   profile.unit = "step";

@@ -209,14 +209,42 @@ float TimeAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descri
   return times[times.size() / 2];
 }
 
-// The heuristic's first `max_algorithms` candidates for the described problem.
-cublasStatus_t Candidates(cublasLtHandle_t handle, const Descriptors& s, int max_algorithms,
+// The heuristic's first `max_algorithms` candidates for the described problem under
+// `preference` (s.preference, or one without a workspace).
+cublasStatus_t Candidates(cublasLtHandle_t handle, const Descriptors& s,
+                          cublasLtMatmulPreference_t preference, int max_algorithms,
                           std::vector<cublasLtMatmulHeuristicResult_t>* results) {
   results->resize(max_algorithms);
   int found = 0;
-  MT_LT_TRY(cublasLtMatmulAlgoGetHeuristic(handle, s.op, s.a, s.b, s.d, s.d, s.preference,
+  MT_LT_TRY(cublasLtMatmulAlgoGetHeuristic(handle, s.op, s.a, s.b, s.d, s.d, preference,
                                            max_algorithms, results->data(), &found));
   results->resize(found);
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+// A candidate algorithm and whether it runs with the caller's workspace.
+struct Candidate {
+  cublasLtMatmulHeuristicResult_t result;
+  bool workspace;
+};
+
+// What LtMatmul chooses among (gemm_lt_launch.h): the heuristic's first `n` with s's workspace;
+// with `optional`, its first `n` that need no workspace, then those of its first `n` with the
+// workspace that need it.
+cublasStatus_t CandidateList(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
+                             bool optional, int n, std::vector<Candidate>* list) {
+  list->clear();
+  std::vector<cublasLtMatmulHeuristicResult_t> results;
+  if (optional) {
+    Descriptors none;  // only its preference: no workspace
+    MT_LT_TRY(DescribePreference(g, 0, &none));
+    MT_LT_TRY(Candidates(handle, s, none.preference, n, &results));
+    for (const cublasLtMatmulHeuristicResult_t& r : results) list->push_back({r, false});
+  }
+  MT_LT_TRY(Candidates(handle, s, s.preference, n, &results));
+  for (const cublasLtMatmulHeuristicResult_t& r : results) {
+    if (!optional || r.workspaceSize > 0) list->push_back({r, true});
+  }
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -224,9 +252,8 @@ cublasStatus_t Candidates(cublasLtHandle_t handle, const Descriptors& s, int max
 // the flush buffer can be had (cudaMalloc; without it, as the calls come); false when the
 // events fail.
 bool TimeCandidates(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
-                    const std::vector<cublasLtMatmulHeuristicResult_t>& results, void* workspace,
-                    size_t workspace_bytes, cudaStream_t stream, int repeats,
-                    std::vector<float>* ms) {
+                    const std::vector<Candidate>& list, void* workspace, size_t workspace_bytes,
+                    cudaStream_t stream, int repeats, std::vector<float>* ms) {
   cudaEvent_t start = nullptr, stop = nullptr;
   if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
     if (start != nullptr) cudaEventDestroy(start);
@@ -239,11 +266,13 @@ bool TimeCandidates(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descri
     flush = nullptr;
   }
   ms->clear();
-  for (const cublasLtMatmulHeuristicResult_t& r : results) {
-    ms->push_back(r.state != CUBLAS_STATUS_SUCCESS
+  for (const Candidate& c : list) {
+    ms->push_back(c.result.state != CUBLAS_STATUS_SUCCESS
                       ? -1.0f
-                      : TimeAlgorithm(handle, g, s, r.algo, workspace, workspace_bytes, stream,
-                                      start, stop, repeats, flush, flush_bytes));
+                      : TimeAlgorithm(handle, g, s, c.result.algo,
+                                      c.workspace ? workspace : nullptr,
+                                      c.workspace ? workspace_bytes : 0, stream, start, stop,
+                                      repeats, flush, flush_bytes));
   }
   if (flush != nullptr) {
     cudaStreamSynchronize(stream);
@@ -261,7 +290,7 @@ bool Capturing(cudaStream_t stream) {
 }
 
 // What tells two problems apart for the table: everything the descriptors are made of.
-LtProblemKey KeyOf(const LtMatmulArgs& g, size_t workspace_bytes) {
+LtProblemKey KeyOf(const LtMatmulArgs& g, size_t workspace_bytes, bool workspace_optional) {
   int device = -1;
   cudaGetDevice(&device);
   return {device,
@@ -280,7 +309,8 @@ LtProblemKey KeyOf(const LtMatmulArgs& g, size_t workspace_bytes) {
           AlignmentOf(g.b),
           AlignmentOf(g.d),
           static_cast<int64_t>(workspace_bytes),
-          g.scale != nullptr};
+          g.scale != nullptr,
+          workspace_optional};
 }
 
 static_assert(sizeof(cublasLtMatmulAlgo_t) == sizeof(LtAlgorithmBytes),
@@ -308,35 +338,37 @@ size_t Fastest(const std::vector<float>& ms) {
   return ms[best] < (1.0f - kLtTuneMargin) * ms[0] ? best : 0;
 }
 
-// The algorithm LtMatmul runs (*found false: cuBLASLt offers none): the table's for a problem
-// it holds; else, outside a CUDA graph capture, the fastest of the heuristic's first
-// `candidates`, remembered; else (no table, or capturing) the heuristic's first pick.
+// The algorithm LtMatmul runs and whether with the workspace (*found false: cuBLASLt offers
+// none): the table's for a problem it holds; else, outside a CUDA graph capture, the fastest of
+// CandidateList's (a memset node's cost added to those that need an optional workspace),
+// remembered; else (no table, or capturing) the first of them.
 cublasStatus_t ChooseAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
-                               void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                               LtTuning* tuning, int candidates, cublasLtMatmulAlgo_t* algo,
-                               bool* found) {
-  const LtProblemKey key = KeyOf(g, workspace_bytes);
-  LtAlgorithmBytes known;
-  if (tuning != nullptr && tuning->Find(key, &known)) {
-    *algo = AlgoOf(known);
+                               void* workspace, size_t workspace_bytes, bool optional,
+                               cudaStream_t stream, LtTuning* tuning, int candidates,
+                               LtChoice* choice, bool* found) {
+  const LtProblemKey key = KeyOf(g, workspace_bytes, optional);
+  if (tuning != nullptr && tuning->Find(key, choice)) {
     *found = true;
     return CUBLAS_STATUS_SUCCESS;
   }
   const bool tune = tuning != nullptr && !Capturing(stream);
-  std::vector<cublasLtMatmulHeuristicResult_t> results;
-  MT_LT_TRY(Candidates(handle, s, tune ? std::max(candidates, 1) : 1, &results));
-  *found = !results.empty();
+  std::vector<Candidate> list;
+  MT_LT_TRY(CandidateList(handle, g, s, optional, tune ? std::max(candidates, 1) : 1, &list));
+  *found = !list.empty();
   if (!*found) return CUBLAS_STATUS_SUCCESS;
   size_t pick = 0;
   std::vector<float> ms;
-  if (tune && results.size() > 1 &&
-      TimeCandidates(handle, g, s, results, workspace, workspace_bytes, stream, kLtTuneRepeats,
-                     &ms) &&
+  if (tune && list.size() > 1 &&
+      TimeCandidates(handle, g, s, list, workspace, workspace_bytes, stream, kLtTuneRepeats, &ms) &&
       ms[0] > 0) {
+    for (size_t i = 0; i < ms.size(); ++i) {
+      if (optional && list[i].workspace && ms[i] > 0) ms[i] += kLtMemsetNodeMs;
+    }
     pick = Fastest(ms);
   }
-  *algo = results[pick].algo;
-  if (tune) tuning->Remember(key, BytesOf(*algo), pick != 0);
+  choice->algorithm = BytesOf(list[pick].result.algo);
+  choice->workspace = list[pick].workspace;
+  if (tune) tuning->Remember(key, *choice, pick != 0);
   return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -350,28 +382,30 @@ int LtTimeAlgorithms(const LtMatmulArgs& g, void* lt_handle, void* workspace,
   auto handle = static_cast<cublasLtHandle_t>(lt_handle);
   Descriptors s;
   MT_LT_TRY(Describe(g, workspace_bytes, &s));
-  std::vector<cublasLtMatmulHeuristicResult_t> results;
-  MT_LT_TRY(Candidates(handle, s, max_algorithms, &results));
-  if (results.empty()) return kLtNoAlgorithm;
-  if (!TimeCandidates(handle, g, s, results, workspace, workspace_bytes, stream, repeats, ms)) {
+  std::vector<Candidate> list;
+  MT_LT_TRY(CandidateList(handle, g, s, /*optional=*/false, max_algorithms, &list));
+  if (list.empty()) return kLtNoAlgorithm;
+  if (!TimeCandidates(handle, g, s, list, workspace, workspace_bytes, stream, repeats, ms)) {
     return kLtCudaError;
   }
   return 0;
 }
 
 int LtMatmul(const LtMatmulArgs& g, void* lt_handle, void* workspace, size_t workspace_bytes,
-             cudaStream_t stream, LtTuning* tuning, int candidates) {
+             cudaStream_t stream, LtTuning* tuning, int candidates, bool workspace_optional) {
   auto handle = static_cast<cublasLtHandle_t>(lt_handle);
   Descriptors s;
   MT_LT_TRY(Describe(g, workspace_bytes, &s));
-  cublasLtMatmulAlgo_t algo;
+  LtChoice choice;
   bool found = false;
-  MT_LT_TRY(ChooseAlgorithm(handle, g, s, workspace, workspace_bytes, stream, tuning, candidates,
-                            &algo, &found));
+  MT_LT_TRY(ChooseAlgorithm(handle, g, s, workspace, workspace_bytes, workspace_optional, stream,
+                            tuning, candidates, &choice, &found));
   if (!found) return kLtNoAlgorithm;
+  const cublasLtMatmulAlgo_t algo = AlgoOf(choice.algorithm);
   const Scalars scalars(g);
   MT_LT_TRY(cublasLtMatmul(handle, s.op, scalars.alpha, g.a, s.a, g.b, s.b, scalars.beta, g.d, s.d,
-                           g.d, s.d, &algo, workspace, workspace_bytes, stream));
+                           g.d, s.d, &algo, choice.workspace ? workspace : nullptr,
+                           choice.workspace ? workspace_bytes : 0, stream));
   return 0;
 }
 

@@ -55,8 +55,8 @@ struct LtMatmulArgs {
 
 // A problem as LtTuning knows it: the device and everything LtMatmul's descriptors are made of
 // (kind, transposes, m, n, k, leading dimensions, epilogue, the buffers' alignments, workspace,
-// whether the scale is read from the device).
-using LtProblemKey = std::array<int64_t, 17>;
+// whether the scale is read from the device), and whether the workspace was optional.
+using LtProblemKey = std::array<int64_t, 18>;
 // A cuBLASLt algorithm (cublasLtMatmulAlgo_t) as its 64 opaque bytes.
 using LtAlgorithmBytes = std::array<uint64_t, 8>;
 
@@ -76,47 +76,68 @@ using LtAlgorithmBytes = std::array<uint64_t, 8>;
 inline constexpr int kLtTuneRepeats = 5;
 inline constexpr float kLtTuneMargin = 0.02f;
 
+// What a captured step loses to a memset node: the GPU idles 2-3 us on either side of one
+// (bench/RESULTS.md, 2026-12-06). Where the workspace is optional, the tuning adds it to the time
+// of a candidate that needs the workspace (cuBLASLt zeroes part of it before such a call).
+inline constexpr float kLtMemsetNodeMs = 0.005f;
+
+// An algorithm LtMatmul chose, and whether it runs with the caller's workspace.
+struct LtChoice {
+  LtAlgorithmBytes algorithm{};
+  bool workspace = true;
+};
+
 // The algorithms LtMatmul chose, one per problem. Thread-safe.
 class LtTuning {
  public:
-  bool Find(const LtProblemKey& key, LtAlgorithmBytes* algorithm) const {
+  bool Find(const LtProblemKey& key, LtChoice* choice) const {
     std::lock_guard<std::mutex> lock(mu_);
-    const auto it = algorithms_.find(key);
-    if (it == algorithms_.end()) return false;
-    *algorithm = it->second;
+    const auto it = choices_.find(key);
+    if (it == choices_.end()) return false;
+    *choice = it->second;
     return true;
   }
-  // The first algorithm remembered for a key stays. `tuned_away`: it is not the first pick.
-  void Remember(const LtProblemKey& key, const LtAlgorithmBytes& algorithm, bool tuned_away) {
+  // The first choice remembered for a key stays. `tuned_away`: it is not the first pick.
+  void Remember(const LtProblemKey& key, const LtChoice& choice, bool tuned_away) {
     std::lock_guard<std::mutex> lock(mu_);
-    if (algorithms_.emplace(key, algorithm).second && tuned_away) ++tuned_away_;
+    if (choices_.emplace(key, choice).second && tuned_away) ++tuned_away_;
   }
   // Problems remembered, and how many of them run another algorithm than the first pick.
   size_t size() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return algorithms_.size();
+    return choices_.size();
   }
   size_t tuned_away() const {
     std::lock_guard<std::mutex> lock(mu_);
     return tuned_away_;
   }
+  // How many of them run with the workspace.
+  size_t with_workspace() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    size_t n = 0;
+    for (const auto& [key, choice] : choices_) n += choice.workspace;
+    return n;
+  }
 
  private:
   mutable std::mutex mu_;
-  std::map<LtProblemKey, LtAlgorithmBytes> algorithms_;
+  std::map<LtProblemKey, LtChoice> choices_;
   size_t tuned_away_ = 0;
 };
 
 // Queues the matmul on `stream` with the cuBLASLt handle `lt_handle` (a cublasLtHandle_t) and
 // `workspace` (device memory of `workspace_bytes`), with `tuning`'s algorithm for the problem
 // (tuning it first over the heuristic's first `candidates`, above, where the table lacks it), or
-// the heuristic's first pick where `tuning` is null.
+// the heuristic's first pick where `tuning` is null. With `workspace_optional`, the candidates
+// are the heuristic's first `candidates` that need no workspace, then its first `candidates`
+// with the workspace that need it (each timed with kLtMemsetNodeMs added); the first pick is the
+// first that needs none (or, where none does, the first that needs it).
 // Returns 0 when queued, else the cublasStatus_t; kLtNoAlgorithm when cuBLASLt offers no
 // algorithm for this problem (the caller may then take another path: nothing was queued).
 inline constexpr int kLtNoAlgorithm = -1;
 int LtMatmul(const LtMatmulArgs& args, void* lt_handle, void* workspace, size_t workspace_bytes,
              cudaStream_t stream, LtTuning* tuning = nullptr,
-             int candidates = kDefaultGemmTuneCandidates);
+             int candidates = kDefaultGemmTuneCandidates, bool workspace_optional = false);
 
 // Times the first `max_algorithms` algorithms cuBLASLt's heuristic offers for the problem, in
 // the heuristic's order (the first is the one LtMatmul runs), as the tuning does: ms[i] is the

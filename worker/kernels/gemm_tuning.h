@@ -25,16 +25,17 @@ bool GemmTuning();
 void SetGemmTuneCandidates(int candidates);
 int GemmTuneCandidates();
 
-// Off (the default): the plain products and the forward epilogues (bias, GELU) ask cuBLASLt for
-// algorithms that need no workspace, and take the workspace only for a problem that has none;
-// the gradient epilogues (d GELU, bias gradients) keep the workspace, without which cuBLASLt
-// finishes them in a slow kernel of its own. On Hopper the algorithms cuBLASLt prefers with a
-// workspace (its dynamically scheduled kernels) have it zero part of the workspace with a memset
-// before every call: in a captured step each is a graph node the GPU idles around for ~5 us,
-// ~190 of them in a GPT-2 350M step; their statically scheduled twins, which it offers without
-// a workspace, ran as fast or faster (bench/RESULTS.md, 2026-12-06). On: every problem with
-// the workspace. Problems already tuned keep their algorithm (the workspace is part of a
-// problem's key).
+// Off (the default): for the plain products and the forward epilogues (bias, GELU) the
+// workspace is optional: the tuning times cuBLASLt's candidates that need none beside those that
+// need it, charging each of the latter a memset node's cost (kLtMemsetNodeMs), and the first
+// pick, untuned, is one that needs none. The gradient epilogues (d GELU, bias gradients) always
+// get the workspace, without which cuBLASLt finishes them in a slow kernel of its own. On Hopper
+// the algorithms cuBLASLt prefers with a workspace (its dynamically scheduled kernels) have it
+// zero part of the workspace with a memset before every call: in a captured step each is a
+// graph node the GPU idles around for ~5 us, ~190 of them in a GPT-2 350M step; their
+// statically scheduled twins, which it offers without a workspace, mostly ran as fast or faster
+// (bench/RESULTS.md, 2026-12-06). On: every problem with the workspace, as cuBLASLt prefers.
+// Problems already tuned keep their choice (the setting is part of a problem's key).
 void SetGemmWorkspace(bool on);
 bool GemmWorkspace();
 

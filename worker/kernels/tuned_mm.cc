@@ -109,11 +109,11 @@ std::optional<torch::Tensor> LtProduct(const torch::Tensor& a, const torch::Tens
   return std::nullopt;
 }
 
-// The problems that run without a workspace unless GemmWorkspace() (gemm_tuning.h): the plain
-// products and the forward epilogues. The gradient epilogues keep it: without one, cuBLASLt
-// finishes d GELU and the bias gradient in a kernel of its own, 14.5 ms against 5.8 for the 24
-// fc2 input gradients of a GPT-2 350M step on an H100 (bench/RESULTS.md, 2026-12-06).
-bool WithoutWorkspace(LtEpilogue epilogue) {
+// The problems whose workspace is optional unless GemmWorkspace() (gemm_tuning.h): the plain
+// products and the forward epilogues. The gradient epilogues always get it: without one,
+// cuBLASLt finishes d GELU and the bias gradient in a kernel of its own, 14.5 ms against 5.8
+// for the 24 fc2 input gradients of a GPT-2 350M step on an H100 (bench/RESULTS.md, 2026-12-06).
+bool WorkspaceOptional(LtEpilogue epilogue) {
   switch (epilogue) {
     case LtEpilogue::kNone:
     case LtEpilogue::kBias:
@@ -140,23 +140,20 @@ int TunedLtMatmul(LtMatmulArgs args, const torch::Tensor& like) {
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(like.device().index()).stream();
   LtTuning* const tuning = GemmTuning() ? &ProcessLtTuning() : nullptr;
   void* const handle = at::cuda::getCurrentCUDABlasLtHandle();
-  if (!GemmWorkspace() && WithoutWorkspace(args.epilogue)) {  // no memset before the call
-    const int status = LtMatmul(args, handle, nullptr, 0, stream, tuning, GemmTuneCandidates());
-    if (status != kLtNoAlgorithm) return status;
-  }
+  const bool optional = !GemmWorkspace() && WorkspaceOptional(args.epilogue);
 #if MT_LIBTORCH_LT_WORKSPACE
   // LibTorch's own cuBLASLt workspace for this stream (held for the process, and by default the
   // cuBLAS one): no second 32 MB a call, which was live at the step's peak (the LM head).
   const size_t bytes = at::cuda::getCUDABlasLtWorkspaceSize();
   if (bytes > 0) {
     return LtMatmul(args, handle, at::cuda::getCUDABlasLtWorkspace(), bytes, stream, tuning,
-                    GemmTuneCandidates());
+                    GemmTuneCandidates(), optional);
   }
 #endif
   const torch::Tensor workspace =
       torch::empty({kWorkspaceBytes}, like.options().dtype(torch::kByte));
   return LtMatmul(args, handle, workspace.data_ptr(), kWorkspaceBytes, stream, tuning,
-                  GemmTuneCandidates());
+                  GemmTuneCandidates(), optional);
 }
 #endif
 
@@ -196,6 +193,7 @@ GemmTuningCounts GemmTuningSoFar() {
 #if MT_KERNELS_WITH_CUDA
   counts.problems = ProcessLtTuning().size();
   counts.moved = ProcessLtTuning().tuned_away();
+  counts.with_workspace = ProcessLtTuning().with_workspace();
 #endif
   return counts;
 }

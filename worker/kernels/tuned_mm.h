@@ -39,11 +39,12 @@ torch::Tensor TunedAddmm(const torch::Tensor& bias, const torch::Tensor& a, cons
 
 // What the process's tuning has done so far: the cuBLASLt problems it timed (every problem of
 // TunedMm and TunedAddmm, the MLP's, the attention's linears' and the LM head's GEMMs first met
-// outside a capture with tuning on), and how many of them now run another algorithm than
-// cuBLASLt's first pick. Zeros without CUDA.
+// outside a capture with tuning on), how many of them now run another algorithm than
+// cuBLASLt's first pick, and how many run with the workspace (gemm_tuning.h). Zeros without CUDA.
 struct GemmTuningCounts {
   size_t problems = 0;
   size_t moved = 0;
+  size_t with_workspace = 0;
 };
 GemmTuningCounts GemmTuningSoFar();
 
@@ -54,10 +55,9 @@ GemmTuningCounts GemmTuningSoFar();
 LtTuning& ProcessLtTuning();
 
 // LtMatmul on the current stream of `like`'s device, in `like`'s dtype, with the process's
-// tuning: without a workspace for the products and forward epilogues unless GemmWorkspace() or
-// cuBLASLt has no algorithm without one (gemm_tuning.h); else with LibTorch's cuBLASLt workspace
-// for that stream (LibTorch 2.9 and later; before, one from the caching allocator). Returns
-// LtMatmul's status.
+// tuning and LibTorch's cuBLASLt workspace for that stream (LibTorch 2.9 and later; before, one
+// from the caching allocator), optional for the products and forward epilogues unless
+// GemmWorkspace() (gemm_tuning.h). Returns LtMatmul's status.
 int TunedLtMatmul(LtMatmulArgs args, const torch::Tensor& like);
 #endif
 

@@ -114,10 +114,11 @@ struct TrainerOptions {
   // How many of cuBLASLt's candidates the tuning times per problem (kernels::
   // SetGemmTuneCandidates, process-wide like gemm_tuning); 1 to kernels::kMaxGemmTuneCandidates.
   int gemm_tune_candidates = kernels::kDefaultGemmTuneCandidates;
-  // cuBLASLt given a workspace for those GEMMs (kernels::SetGemmWorkspace, process-wide like
-  // gemm_tuning). Off by default: the products and forward epilogues take algorithms that need
-  // none, no memset before each (~5 us of idle GPU each in a captured step); the gradient
-  // epilogues keep it. On: every GEMM with LibTorch's workspace.
+  // cuBLASLt given a workspace for every one of those GEMMs (kernels::SetGemmWorkspace,
+  // process-wide like gemm_tuning). Off by default: for the products and forward epilogues the
+  // workspace is optional, the tuning choosing per problem between algorithms that need none
+  // and those that need it, whose memset before each call costs a captured step ~5 us of idle
+  // GPU (gemm_tuning.h); the gradient epilogues always get it.
   bool gemm_workspace = false;
   // No optimizer: no master weights, moments or gradient buffers, only the model (a bf16
   // model's 2 bytes a parameter where training holds 14 or more, optimizer.h). For evaluation

@@ -358,9 +358,9 @@ const char* TrainCommandUsage() {
          "                     cuBLASLt's candidates and the fastest kept for the process)\n"
          "  --gemm-tune-candidates N  how many of cuBLASLt's candidates that timing tries\n"
          "                     (1 to 64, default 8)\n"
-         "  --gemm-workspace   give every one of those GEMMs a cuBLASLt workspace (default: the\n"
-         "                     products and forward epilogues take algorithms that need none,\n"
-         "                     so no memset runs before them)\n"
+         "  --gemm-workspace   give every one of those GEMMs a cuBLASLt workspace (default: for\n"
+         "                     the products and forward epilogues it is optional, and the\n"
+         "                     tuning weighs the memset that it costs before each GEMM)\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

@@ -1,11 +1,11 @@
 // How the kernels' cuBLASLt GEMMs (tuned_mm.h) run: whether with tuned algorithms
 // (gemm_lt_launch.h: each problem's candidates timed once a process and the fastest kept) or the
 // heuristic's first pick, how many of the heuristic's candidates the tuning times, and whether
-// cuBLASLt gets a workspace. Process-wide settings, as LibTorch's cuDNN benchmark flag is:
-// mt-train's --no-gemm-tuning, --gemm-tune-candidates and --gemm-workspace
-// (engine::TrainerOptions, which Trainer::Create applies) set them. Tuning on, with
-// kDefaultGemmTuneCandidates, and no workspace, by default; no effect without CUDA. No LibTorch
-// in this header. Thread-safe.
+// every GEMM gets cuBLASLt's workspace. Process-wide settings, as LibTorch's cuDNN benchmark flag
+// is: mt-train's --no-gemm-tuning, --gemm-tune-candidates and --gemm-workspace
+// (engine::TrainerOptions, which Trainer::Create applies) set them. By default tuning on, with
+// kDefaultGemmTuneCandidates, and the workspace optional where it can be (below); no effect
+// without CUDA. No LibTorch in this header. Thread-safe.
 #ifndef MT_WORKER_KERNELS_GEMM_TUNING_H_
 #define MT_WORKER_KERNELS_GEMM_TUNING_H_
 

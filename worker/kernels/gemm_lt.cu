@@ -230,9 +230,10 @@ struct Candidate {
 
 // What LtMatmul chooses among (gemm_lt_launch.h): the heuristic's first `n` with s's workspace;
 // with `optional`, its first `n` that need no workspace, then those of its first `n` with the
-// workspace that need it.
+// workspace that need it. `first_only` (nothing will be timed): the list stops at the first
+// pick, so an untuned call with an optional workspace asks the heuristic once where it can.
 cublasStatus_t CandidateList(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descriptors& s,
-                             bool optional, int n, std::vector<Candidate>* list) {
+                             bool optional, int n, bool first_only, std::vector<Candidate>* list) {
   list->clear();
   std::vector<cublasLtMatmulHeuristicResult_t> results;
   if (optional) {
@@ -240,6 +241,7 @@ cublasStatus_t CandidateList(cublasLtHandle_t handle, const LtMatmulArgs& g, con
     MT_LT_TRY(DescribePreference(g, 0, &none));
     MT_LT_TRY(Candidates(handle, s, none.preference, n, &results));
     for (const cublasLtMatmulHeuristicResult_t& r : results) list->push_back({r, false});
+    if (first_only && !list->empty()) return CUBLAS_STATUS_SUCCESS;
   }
   MT_LT_TRY(Candidates(handle, s, s.preference, n, &results));
   for (const cublasLtMatmulHeuristicResult_t& r : results) {
@@ -353,7 +355,8 @@ cublasStatus_t ChooseAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, c
   }
   const bool tune = tuning != nullptr && !Capturing(stream);
   std::vector<Candidate> list;
-  MT_LT_TRY(CandidateList(handle, g, s, optional, tune ? std::max(candidates, 1) : 1, &list));
+  MT_LT_TRY(CandidateList(handle, g, s, optional, tune ? std::max(candidates, 1) : 1,
+                          /*first_only=*/!tune, &list));
   *found = !list.empty();
   if (!*found) return CUBLAS_STATUS_SUCCESS;
   size_t pick = 0;
@@ -383,7 +386,8 @@ int LtTimeAlgorithms(const LtMatmulArgs& g, void* lt_handle, void* workspace,
   Descriptors s;
   MT_LT_TRY(Describe(g, workspace_bytes, &s));
   std::vector<Candidate> list;
-  MT_LT_TRY(CandidateList(handle, g, s, /*optional=*/false, max_algorithms, &list));
+  MT_LT_TRY(
+      CandidateList(handle, g, s, /*optional=*/false, max_algorithms, /*first_only=*/false, &list));
   if (list.empty()) return kLtNoAlgorithm;
   if (!TimeCandidates(handle, g, s, list, workspace, workspace_bytes, stream, repeats, ms)) {
     return kLtCudaError;

@@ -10,7 +10,7 @@
 //                [--[no-]fused-lm-head] [--[no-]fused-mlp] [--[no-]fused-layernorm]
 //                [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]
 //                [--[no-]overlap-optimizer] [--[no-]gemm-tuning] [--gemm-tune-candidates N]
-//                [--[no-]gemm-workspace]
+//                [--[no-]gemm-workspace] [--[no-]fused-embedding]
 //
 // Needs a CUDA LibTorch >= 2.0 (Kineto); elsewhere it says so and exits 2.
 #include <torch/torch.h>
@@ -49,6 +49,7 @@ constexpr char kUsage[] =
     "                    [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]\n"
     "                    [--[no-]overlap-optimizer] [--[no-]gemm-tuning]\n"
     "                    [--gemm-tune-candidates N] [--[no-]gemm-workspace]\n"
+    "                    [--[no-]fused-embedding]\n"
     "Profiles training steps of the job spec (synthetic tokens) and prints the top GPU kernels.\n";
 
 struct Args {
@@ -63,6 +64,7 @@ struct Args {
   bool fused_mlp = true;
   bool fused_layernorm = true;
   bool fused_qkv = true;
+  bool fused_embedding = true;
   bool fold_linear_bias = true;
   bool cuda_graph = true;
   bool overlap_optimizer = true;
@@ -101,7 +103,7 @@ Args Parse(int argc, char** argv) {
         {"fused-layernorm", &a.fused_layernorm},     {"fused-qkv", &a.fused_qkv},
         {"fold-linear-bias", &a.fold_linear_bias},   {"cuda-graph", &a.cuda_graph},
         {"overlap-optimizer", &a.overlap_optimizer}, {"gemm-tuning", &a.gemm_tuning},
-        {"gemm-workspace", &a.gemm_workspace}};
+        {"gemm-workspace", &a.gemm_workspace},       {"fused-embedding", &a.fused_embedding}};
     bool matched = false;
     for (const auto& [suffix, field] : switches) {
       if (name == std::string("--") + suffix || name == std::string("--no-") + suffix) {
@@ -170,6 +172,7 @@ int main(int argc, char** argv) {
   options.fused_mlp = a.fused_mlp;
   options.fused_layernorm = a.fused_layernorm;
   options.fused_qkv = a.fused_qkv;
+  options.fused_embedding = a.fused_embedding;
   options.fold_linear_bias = a.fold_linear_bias;
   options.cuda_graph = a.cuda_graph;
   options.overlap_optimizer = a.overlap_optimizer;

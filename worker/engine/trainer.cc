@@ -654,6 +654,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   config.fused_mlp = options.fused_mlp;
   config.fused_layernorm = options.fused_layernorm;
   config.fused_qkv = options.fused_qkv;
+  config.fused_embedding = options.fused_embedding;
   config.fold_linear_bias = options.fold_linear_bias;
   config.fused_dropout_add = options.fused_dropout_add;
   if (options.gemm_tune_candidates < 1 ||

@@ -91,6 +91,8 @@ struct TrainerOptions {
   bool fused_layernorm = true;
   // The QKV projection's backward gather (model::GptConfig::fused_qkv; see there).
   bool fused_qkv = true;
+  // The embeddings' backward kernel (model::GptConfig::fused_embedding; see there).
+  bool fused_embedding = true;
   // The output projection's and fc2's biases added and summed by the next LayerNorm's kernels
   // (model::GptConfig::fold_linear_bias; see there).
   bool fold_linear_bias = true;

@@ -20,6 +20,7 @@
 #include "common/base/status_macros.h"
 #include "worker/kernels/column_sum.h"
 #include "worker/kernels/cross_entropy.h"
+#include "worker/kernels/embedding.h"
 #include "worker/kernels/fused_mlp.h"
 #include "worker/kernels/gemv.h"
 #include "worker/kernels/int8_linear.h"
@@ -243,13 +244,14 @@ VocabParallelEmbeddingImpl::VocabParallelEmbeddingImpl(int64_t vocab, int64_t hi
 }
 
 torch::Tensor VocabParallelEmbeddingImpl::forward(const torch::Tensor& tokens) {
-  if (tp_size_ == 1) {
-    // The whole table (no TP): torch::nn::Embedding's lookup.
-    return torch::embedding(weight, tokens);
-  }
+  auto lookup = [this](const torch::Tensor& rows) {
+    return fused_backward ? kernels::Embedding(weight, rows) : torch::embedding(weight, rows);
+  };
+  // The whole table (no TP): torch::nn::Embedding's lookup.
+  if (tp_size_ == 1) return lookup(tokens);
   const torch::Tensor outside = tokens.lt(vocab_start).logical_or(tokens.ge(vocab_end));
   const torch::Tensor local = (tokens - vocab_start).masked_fill(outside, 0);
-  return torch::embedding(weight, local).masked_fill(outside.unsqueeze(-1), 0.0);
+  return lookup(local).masked_fill(outside.unsqueeze(-1), 0.0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -462,6 +464,8 @@ GptEmbeddingImpl::GptEmbeddingImpl(const GptConfig& c, const ModelShard& shard,
   position_embeddings = register_module(
       "position_embeddings",
       VocabParallelEmbedding(c.max_positions(), c.hidden_size, ModelShard{}, options));
+  word_embeddings->fused_backward = c.fused_embedding;
+  position_embeddings->fused_backward = c.fused_embedding;
 }
 
 torch::Tensor GptEmbeddingImpl::forward(const torch::Tensor& tokens) {

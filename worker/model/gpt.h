@@ -183,6 +183,8 @@ class VocabParallelEmbeddingImpl : public torch::nn::Module {
   torch::Tensor weight;
   int64_t vocab_start = 0;
   int64_t vocab_end = 0;
+  // The lookup's backward by kernels::EmbeddingBackward (GptConfig::fused_embedding).
+  bool fused_backward = false;
 
  private:
   int tp_size_;

@@ -78,6 +78,12 @@ struct GptConfig {
   // 2026-12-04, issue #16). Used with tp = 1; elsewhere, and where the kernel does not take the
   // shapes, LibTorch's split.
   bool fused_qkv = true;
+  // The token and position embeddings' backward by kernels::EmbeddingBackward on CUDA: one sort
+  // and two passes where LibTorch's sort-based backward runs a dozen kernels (~0.95 ms of a
+  // GPT-2 124M step on an H100, bench/RESULTS.md, 2026-12-06, issue #16); the forward is
+  // LibTorch's lookup either way. Elsewhere, and for rows that are not whole 16-byte vectors,
+  // LibTorch's backward.
+  bool fused_embedding = true;
   // The attention's output projection and fc2 without their biases in the GEMM: each bias is
   // added by the next LayerNorm's kernel with the residual (kernels::FusedAddLayerNorm's
   // residual_bias), and its gradient summed by that LayerNorm's backward, which writes the rows it

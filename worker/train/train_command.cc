@@ -55,6 +55,7 @@ struct TrainArgs {
   bool fused_mlp = true;
   bool fused_layernorm = true;
   bool fused_qkv = true;
+  bool fused_embedding = true;
   bool fold_linear_bias = true;
   bool fused_dropout_add = false;
   bool cuda_graph = true;
@@ -74,6 +75,7 @@ bool* OnOffSwitch(const std::string& name, TrainArgs* args, bool* on) {
                   {"fused-mlp", &TrainArgs::fused_mlp},
                   {"fused-layernorm", &TrainArgs::fused_layernorm},
                   {"fused-qkv", &TrainArgs::fused_qkv},
+                  {"fused-embedding", &TrainArgs::fused_embedding},
                   {"fold-linear-bias", &TrainArgs::fold_linear_bias},
                   {"fused-dropout-add", &TrainArgs::fused_dropout_add},
                   {"cuda-graph", &TrainArgs::cuda_graph},
@@ -225,6 +227,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.fused_mlp = args.fused_mlp;
   c.trainer.fused_layernorm = args.fused_layernorm;
   c.trainer.fused_qkv = args.fused_qkv;
+  c.trainer.fused_embedding = args.fused_embedding;
   c.trainer.fold_linear_bias = args.fold_linear_bias;
   c.trainer.fused_dropout_add = args.fused_dropout_add;
   c.trainer.cuda_graph = args.cuda_graph;
@@ -339,6 +342,8 @@ const char* TrainCommandUsage() {
          "                     (default: one kernel each way on CUDA)\n"
          "  --no-fused-qkv     the QKV projection's gradient by LibTorch's split and its bias\n"
          "                     by a reduction (default: one gather kernel for both on CUDA)\n"
+         "  --no-fused-embedding  the embeddings' gradients by LibTorch's backward (default on\n"
+         "                     CUDA: one sort and two passes of mt's kernel)\n"
          "  --no-fold-linear-bias  the attention's output projection and fc2 add their biases\n"
          "                     in the GEMM and sum their gradients by a reduction (default in\n"
          "                     training without hidden dropout: the next LayerNorm's kernels\n"

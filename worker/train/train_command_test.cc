@@ -208,6 +208,9 @@ TEST(TrainCommandTest, FusedSwitchesReachTheModel) {
   EXPECT_THAT(off, Not(HasSubstr("layernorm=fused")));
   EXPECT_THAT(off, Not(HasSubstr("qkv=fused")));
   EXPECT_THAT(run({"--no-fused-qkv", "--fused-qkv"}), HasSubstr(" qkv=fused"));
+  EXPECT_THAT(defaults, HasSubstr(" embedding=fused"));
+  EXPECT_THAT(run({"--no-fused-embedding"}),
+              AllOf(HasSubstr(" qkv=fused"), Not(HasSubstr("embedding=fused"))));
   // The CUDA graph is on by default and reaches the trainer, which runs the CPU's step eagerly
   // and says why; --no-cuda-graph turns it off.
   const std::string no_gpu = "the step runs eagerly, not as a CUDA graph: the device is not a GPU";

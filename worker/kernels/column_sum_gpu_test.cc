@@ -21,21 +21,16 @@
 #include <utility>
 
 #include "worker/kernels/column_sum.h"
+#include "worker/kernels/tensor_error_for_test.h"
 
 namespace mt::kernels::column_sum_gpu_test {
 namespace {
-
-double Unit(torch::ScalarType t) {
-  if (t == torch::kBFloat16) return std::ldexp(1.0, -8);
-  if (t == torch::kHalf) return std::ldexp(1.0, -11);
-  return 0.0;
-}
 
 // max over columns of |got - want| - bound (<= 0 passes).
 double Excess(const torch::Tensor& got, const torch::Tensor& x) {
   const torch::Tensor xd = x.to(torch::kDouble);
   const torch::Tensor want = xd.sum(0);
-  const torch::Tensor bound = Unit(x.scalar_type()) * want.abs() + 1e-5 * xd.abs().sum(0);
+  const torch::Tensor bound = RoundingUnit(x.scalar_type()) * want.abs() + 1e-5 * xd.abs().sum(0);
   return ((got.to(torch::kDouble) - want).abs() - bound).max().item<double>();
 }
 

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "worker/kernels/embedding.h"
+#include "worker/kernels/tensor_error_for_test.h"
 
 #if MT_KERNELS_WITH_CUDA
 #include "worker/kernels/graph_capture_for_test.h"
@@ -31,12 +32,6 @@
 
 namespace mt::kernels::embedding_gpu_test {
 namespace {
-
-double Unit(torch::ScalarType t) {
-  if (t == torch::kBFloat16) return std::ldexp(1.0, -8);
-  if (t == torch::kHalf) return std::ldexp(1.0, -11);
-  return 0.0;
-}
 
 // max over the table of |got - want| - bound (<= 0 passes), want the fp64 sums on the CPU.
 double Excess(const torch::Tensor& got, const torch::Tensor& grad, const torch::Tensor& tokens,
@@ -46,7 +41,7 @@ double Excess(const torch::Tensor& got, const torch::Tensor& grad, const torch::
   const torch::Tensor t = tokens.reshape({-1}).to(torch::kCPU);
   const torch::Tensor want = torch::zeros({rows, cols}, g.options()).index_add_(0, t, g);
   const torch::Tensor mass = torch::zeros({rows, cols}, g.options()).index_add_(0, t, g.abs());
-  const torch::Tensor bound = Unit(grad.scalar_type()) * want.abs() + 1e-5 * mass;
+  const torch::Tensor bound = RoundingUnit(grad.scalar_type()) * want.abs() + 1e-5 * mass;
   return ((got.to(torch::kCPU).to(torch::kDouble) - want).abs() - bound).max().item<double>();
 }
 

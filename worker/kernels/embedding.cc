@@ -13,15 +13,16 @@ namespace mt::kernels {
 namespace {
 
 #if MT_KERNELS_WITH_CUDA
-// grad2 [n, cols] contiguous, flat tokens [n].
-bool KernelTakes(const torch::Tensor& grad2, const torch::Tensor& flat, int64_t rows) {
+// The kernel's scratch bytes for grad2 [n, cols] (contiguous) and flat tokens [n], or 0 where
+// the kernel does not take them.
+size_t KernelScratch(const torch::Tensor& grad2, const torch::Tensor& flat, int64_t rows) {
   if (!grad2.is_cuda() || !KernelFloat(grad2.scalar_type()) || flat.scalar_type() != torch::kLong ||
       flat.device() != grad2.device() || grad2.size(0) == 0 || grad2.size(1) == 0) {
-    return false;
+    return 0;
   }
   const int64_t vec = 16 / static_cast<int64_t>(grad2.element_size());
-  return grad2.size(1) % vec == 0 && Aligned16(grad2) &&
-         EmbeddingBackwardScratchBytes(grad2.size(0), rows, grad2.size(1)) > 0;
+  if (grad2.size(1) % vec != 0 || !Aligned16(grad2)) return 0;
+  return EmbeddingBackwardScratchBytes(grad2.size(0), rows, grad2.size(1));
 }
 #endif
 
@@ -61,9 +62,8 @@ torch::Tensor EmbeddingBackward(const torch::Tensor& grad, const torch::Tensor& 
   const int64_t cols = grad.size(-1);
   const torch::Tensor grad2 = grad.reshape({-1, cols}).contiguous();
   const torch::Tensor flat = tokens.reshape({-1}).contiguous();
-  if (KernelTakes(grad2, flat, rows)) {
+  if (const size_t bytes = KernelScratch(grad2, flat, rows); bytes > 0) {
     const int64_t n = grad2.size(0);
-    const size_t bytes = EmbeddingBackwardScratchBytes(n, rows, cols);
     torch::Tensor out = torch::empty({rows, cols}, grad2.options());
     torch::Tensor scratch =
         torch::empty({static_cast<int64_t>(bytes)}, grad2.options().dtype(torch::kByte));

@@ -20,8 +20,9 @@ torch::Tensor Embedding(const torch::Tensor& weight, const torch::Tensor& tokens
 // whose token is r (zero where none is), in grad's dtype: LibTorch's embedding_dense_backward.
 // CUDA kernel for fp32 / bf16 / fp16 grad whose rows are whole 16-byte vectors and at most 2^31 -
 // 1 tokens and rows: sums in fp32 in the order of the tokens, rounded once (deterministic);
-// elsewhere torch::embedding_backward. tokens must lie in [0, rows): the kernel does not check
-// them (Embedding's forward, LibTorch's lookup, refuses others before any backward). No autograd.
+// elsewhere torch::embedding_backward. tokens belong in [0, rows) (Embedding's forward, LibTorch's
+// lookup, refuses others before any backward); the kernel sums one outside into no row and writes
+// nothing outside the table. No autograd.
 torch::Tensor EmbeddingBackward(const torch::Tensor& grad, const torch::Tensor& tokens,
                                 int64_t rows);
 

@@ -14,7 +14,9 @@
 // missed the bound by up to 0.05 on an H100). Embedding: the forward is
 // torch::embedding's, bit for bit, and autograd's weight gradient is EmbeddingBackward's. A
 // captured call replays to the eager call's bits. Rows of 7 bf16 columns (no whole 16-byte
-// vectors) take LibTorch's backward.
+// vectors) take LibTorch's backward. Tokens outside [0, rows) (-1, rows, 2^33, the int64 extremes,
+// a quarter of all) add to no row, and the kernel writes nothing in the guard rows around the
+// table.
 #include <gtest/gtest.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -27,6 +29,12 @@
 #include "worker/kernels/tensor_error_for_test.h"
 
 #if MT_KERNELS_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+
+#include <cstdint>
+#include <limits>
+
+#include "worker/kernels/embedding_launch.h"
 #include "worker/kernels/graph_capture_for_test.h"
 #endif
 
@@ -141,6 +149,43 @@ TEST(EmbeddingGpuTest, ACapturedCallReplaysTheEagerBits) {
     graph.replay();
     torch::cuda::synchronize();
     EXPECT_TRUE(torch::equal(out, EmbeddingBackward(grad, tokens, 50304))) << "replay " << replay;
+  }
+}
+
+TEST(EmbeddingGpuTest, TokensOutsideTheTableAddToNoRowAndNothingIsWrittenPastIt) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(9);
+  constexpr int64_t kRows = 300, kCols = 768, kGuard = 32;
+  const auto options = torch::TensorOptions().device(torch::kCUDA);
+  // A quarter of the tokens outside [0, kRows): their key is one run over ~60 chunks.
+  torch::Tensor tokens = torch::randint(-100, 300, {4, 1000}, options.dtype(torch::kLong));
+  const std::vector<int64_t> odd = {-1, kRows, int64_t{1} << 33,
+                                    std::numeric_limits<int64_t>::min(),
+                                    std::numeric_limits<int64_t>::max()};
+  for (size_t k = 0; k < odd.size(); ++k)
+    tokens.view({-1}).index_put_({static_cast<int64_t>(k) * 797}, odd[k]);
+  const torch::Tensor valid = tokens.ge(0).logical_and(tokens.lt(kRows)).reshape({-1});
+  for (torch::ScalarType dtype : {torch::kBFloat16, torch::kFloat}) {
+    const std::string what = c10::toString(dtype);
+    const torch::Tensor grad = torch::randn({4, 1000, kCols}, options).to(dtype);
+    const size_t bytes = EmbeddingBackwardScratchBytes(tokens.numel(), kRows, kCols);
+    ASSERT_GT(bytes, 0u) << what;
+    torch::Tensor scratch =
+        torch::empty({static_cast<int64_t>(bytes)}, options.dtype(torch::kByte));
+    torch::Tensor buffer = torch::full({kRows + 2 * kGuard, kCols}, 3.0, options.dtype(dtype));
+    const cudaError_t err = LaunchEmbeddingBackward(
+        dtype == torch::kFloat ? FloatKind::kFloat32 : FloatKind::kBFloat16, grad.data_ptr(),
+        tokens.data_ptr<int64_t>(), tokens.numel(), kRows, kCols,
+        buffer.slice(0, kGuard, kGuard + kRows).data_ptr(), scratch.data_ptr(), bytes,
+        at::cuda::getCurrentCUDAStream().stream());
+    ASSERT_EQ(err, cudaSuccess) << what << ": " << cudaGetErrorString(err);
+    const torch::Tensor table = buffer.slice(0, kGuard, kGuard + kRows);
+    const torch::Tensor grad2 = grad.reshape({-1, kCols}).index({valid});
+    const torch::Tensor named = tokens.reshape({-1}).index({valid});
+    EXPECT_LE(Excess(table, grad2, named, kRows), 0.0) << what;
+    EXPECT_TRUE(buffer.slice(0, 0, kGuard).eq(3.0).all().item<bool>()) << what << ": before";
+    EXPECT_TRUE(buffer.slice(0, kGuard + kRows).eq(3.0).all().item<bool>()) << what << ": after";
+    EXPECT_TRUE(torch::equal(EmbeddingBackward(grad, tokens, kRows), table)) << what;
   }
 }
 #endif

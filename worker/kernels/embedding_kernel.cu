@@ -13,6 +13,8 @@
 // 3. FinishKernel: block k, where its tail partial starts a token that goes on, adds that token's
 //    head partials of the chunks after, in order, and writes the row.
 // Every sum runs in the order of the positions and of the chunks: the same bits on every call.
+// A token outside [0, rows) sorts as the key `rows`, after every row's, and is summed into no
+// row: nothing is written outside the table whatever the tokens hold.
 // LibTorch's embedding backward (sort, then partial segments of at most 10 rows) took ~0.95 ms
 // of a GPT-2 124M step on an H100 (32,768 tokens, 50,304 x 768 bf16; bench/RESULTS.md,
 // 2026-12-06).
@@ -39,10 +41,11 @@ size_t AlignUp(size_t bytes) { return (bytes + kAlign - 1) / kAlign * kAlign; }
 
 int64_t Chunks(int64_t n) { return (n + kChunk - 1) / kChunk; }
 
-// Bits of a row index: rows - 1 < 2^bits.
+// Bits the sort's keys take: a row index, or `rows` for a token outside [0, rows) (the key that
+// names no row, sorted last): rows < 2^bits.
 int KeyBits(int64_t rows) {
   int bits = 1;
-  while ((int64_t{1} << bits) < rows) ++bits;
+  while ((int64_t{1} << bits) <= rows) ++bits;
   return bits;
 }
 
@@ -87,11 +90,13 @@ size_t SortBytes(int64_t n, int bits) {
   return err == cudaSuccess ? bytes : 0;
 }
 
+// keys[i] = tokens[i], or `rows` (no row) where it lies outside [0, rows); positions[i] = i.
 __global__ void PrepareKeysKernel(const int64_t* __restrict__ tokens, int* __restrict__ keys,
-                                  int* __restrict__ positions, int64_t n) {
+                                  int* __restrict__ positions, int64_t n, int64_t rows) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n) {
-    keys[i] = static_cast<int>(tokens[i]);
+    const int64_t token = tokens[i];
+    keys[i] = static_cast<int>(token >= 0 && token < rows ? token : rows);
     positions[i] = static_cast<int>(i);
   }
 }
@@ -116,7 +121,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads)
     ChunkKernel(const T* __restrict__ grad_out, const int* __restrict__ keys,
                 const int* __restrict__ positions, T* __restrict__ grad_weight,
-                float* __restrict__ partial, int64_t n, int64_t cols) {
+                float* __restrict__ partial, int64_t n, int64_t rows, int64_t cols) {
   constexpr int kVec = 16 / sizeof(T);
   const int64_t chunk = blockIdx.x;
   const int64_t begin = chunk * kChunk;
@@ -158,7 +163,7 @@ __global__ void __launch_bounds__(kThreads)
             StorePartial<kVec>(acc, partial + (chunk * 2) * cols + col);
           } else if (goes_on) {
             StorePartial<kVec>(acc, partial + (chunk * 2 + 1) * cols + col);
-          } else {
+          } else if (token != rows) {  // the key `rows` names no row
             StoreRow<T, kVec>(acc, grad_weight + static_cast<int64_t>(token) * cols + col);
           }
 #pragma unroll
@@ -173,7 +178,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     FinishKernel(const int* __restrict__ keys, const float* __restrict__ partial,
-                 T* __restrict__ grad_weight, int64_t n, int64_t cols) {
+                 T* __restrict__ grad_weight, int64_t n, int64_t rows, int64_t cols) {
   constexpr int kVec = 16 / sizeof(T);
   const int64_t chunk = blockIdx.x;
   const int64_t begin = chunk * kChunk;
@@ -181,6 +186,7 @@ __global__ void __launch_bounds__(kThreads)
   if (end >= n) return;  // nothing goes on past the last chunk
   const int token = keys[end - 1];
   if (keys[end] != token) return;  // the chunk's last run ends here
+  if (token == rows) return;       // the key that names no row
   // Began in an earlier chunk: that chunk's block writes it.
   if (begin > 0 && keys[begin] == token && keys[begin - 1] == token) return;
   // The token's last entry: the first index past `end` whose key differs, less one.
@@ -223,8 +229,8 @@ cudaError_t Launch(const void* grad_out, const int64_t* tokens, int64_t n, int64
   cudaError_t err = cudaMemsetAsync(
       grad_weight, 0, static_cast<size_t>(rows) * static_cast<size_t>(cols) * sizeof(T), stream);
   if (err != cudaSuccess) return err;
-  PrepareKeysKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(tokens, s.keys_in,
-                                                                                s.positions_in, n);
+  PrepareKeysKernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
+      tokens, s.keys_in, s.positions_in, n, rows);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
   size_t temp_bytes = s.sort_bytes;
   err = cub::DeviceRadixSort::SortPairs(s.sort_temp, temp_bytes, s.keys_in, s.keys, s.positions_in,
@@ -233,10 +239,10 @@ cudaError_t Launch(const void* grad_out, const int64_t* tokens, int64_t n, int64
   const auto chunks = static_cast<unsigned>(Chunks(n));
   ChunkKernel<T><<<chunks, kThreads, 0, stream>>>(static_cast<const T*>(grad_out), s.keys,
                                                   s.positions, static_cast<T*>(grad_weight),
-                                                  s.partial, n, cols);
+                                                  s.partial, n, rows, cols);
   if ((err = cudaGetLastError()) != cudaSuccess) return err;
-  FinishKernel<T>
-      <<<chunks, kThreads, 0, stream>>>(s.keys, s.partial, static_cast<T*>(grad_weight), n, cols);
+  FinishKernel<T><<<chunks, kThreads, 0, stream>>>(s.keys, s.partial, static_cast<T*>(grad_weight),
+                                                   n, rows, cols);
   return cudaGetLastError();
 }
 

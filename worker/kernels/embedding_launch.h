@@ -22,10 +22,11 @@ size_t EmbeddingBackwardScratchBytes(int64_t n, int64_t rows, int64_t cols);
 // grad_weight [rows, cols] = for each row r, the sum over i with tokens[i] == r of
 // grad_out[i] (grad_out [n, cols], contiguous), rows no token names zero; what LibTorch's
 // embedding_dense_backward computes without a padding index or frequency scaling. Sums in
-// fp32, in the order of i, rounded once to `kind` (deterministic). tokens are int64 in
-// [0, rows) (the forward's lookup checked them). grad_out and grad_weight 16-byte aligned, cols
-// a multiple of 16 / sizeof(element); `scratch` holds EmbeddingBackwardScratchBytes, 16-byte
-// aligned. No host synchronisation (a CUDA graph can capture it).
+// fp32, in the order of i, rounded once to `kind` (deterministic). tokens are int64; one outside
+// [0, rows) is summed into no row (nothing is written outside grad_weight). grad_out and
+// grad_weight 16-byte aligned, cols a multiple of 16 / sizeof(element); `scratch` holds
+// EmbeddingBackwardScratchBytes, 16-byte aligned. No host synchronisation (a CUDA graph can capture
+// it).
 cudaError_t LaunchEmbeddingBackward(FloatKind kind, const void* grad_out, const int64_t* tokens,
                                     int64_t n, int64_t rows, int64_t cols, void* grad_weight,
                                     void* scratch, size_t scratch_bytes, cudaStream_t stream);

@@ -24,6 +24,8 @@ the model trains in train mode, so it applies in both modes.
 Synthetic data: eight random [micro_batch, seq + 1] batches made on the device, cycled.
 Timing: `warmup` steps (torch.compile compiles in the first), torch.cuda.synchronize(), then
 `steps` steps, torch.cuda.synchronize(); tokens/s = steps * micro_batch * seq / seconds.
+--step-times adds each step's own time (`step_ms_each`), for effects within the window such as
+the board's power cap taking hold about a second into full load (bench/RESULTS.md).
 MFU = tokens/s * (6 * params + 12 * layers * hidden * seq) / peak (DESIGN.md §9).
 
 Output: one JSON line per (size, mode) on stdout; progress on stderr. Exit code 0 when every
@@ -183,6 +185,35 @@ def peak_host_rss_bytes():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
 
 
+class StepClock:
+    """Each step's own time (--step-times): on CUDA, events recorded on the stream before and
+    after the step, read after the run's final sync, so the loop gains no host sync and a
+    step's figure is the GPU's time from the end of the previous step's work to the end of its
+    own; on the CPU, the host's time around the step."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.marks = []
+
+    def _mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        e = torch.cuda.Event(enable_timing=True)
+        e.record()
+        return e
+
+    def time(self, fn, i):
+        start = self._mark()
+        out = fn(i)
+        self.marks.append((start, self._mark()))
+        return out
+
+    def milliseconds(self):
+        if self.cuda:
+            return [round(a.elapsed_time(b), 3) for a, b in self.marks]
+        return [round((b - a) * 1e3, 3) for a, b in self.marks]
+
+
 def run_one(name, mode, args, device):
     layers, hidden, heads, seq, micro_batch = sizes.size(name)
     if args.micro_batch:
@@ -199,7 +230,7 @@ def run_one(name, mode, args, device):
     }
     if device.type == "cuda":
         result["device_name"] = torch.cuda.get_device_name(device)
-    model = opt = batches = step_fn = forward = None
+    model = opt = batches = step_fn = forward = clock = timed_step = None
     try:
         if mode == "compile" and not hasattr(torch, "compile"):
             raise RuntimeError("torch.compile needs PyTorch >= 2.0; this is " + torch.__version__)
@@ -255,10 +286,12 @@ def run_one(name, mode, args, device):
 
         log("%s %s: %d parameters, micro-batch %d x seq %d, %d warm-up + %d timed steps" %
             (name, mode, params, micro_batch, seq, args.warmup, args.steps))
+        clock = StepClock(device) if args.step_times else None
+        timed_step = step_fn if clock is None else (lambda i: clock.time(step_fn, i))
         t0 = time.perf_counter()
         first_loss = None
         for i in range(args.warmup):
-            loss = step_fn(i)
+            loss = timed_step(i)
             if i == 0:
                 first_loss = loss.item()  # also ends the first (compiling) step
                 log("%s %s: first step %.1f s" % (name, mode, time.perf_counter() - t0))
@@ -266,9 +299,13 @@ def run_one(name, mode, args, device):
         result["warmup_seconds"] = time.perf_counter() - t0
         start = time.perf_counter()
         for i in range(args.warmup, args.warmup + args.steps):
-            loss = step_fn(i)
+            loss = timed_step(i)
         sync()
         seconds = time.perf_counter() - start
+        if clock is not None:
+            result["step_ms_each"] = clock.milliseconds()
+            log("%s %s: ms per step, warm-up then timed: %s" % (
+                name, mode, " ".join("%.2f" % ms for ms in result["step_ms_each"])))
         last_loss = loss.item()
         if first_loss is None:
             first_loss = last_loss
@@ -298,7 +335,7 @@ def run_one(name, mode, args, device):
             type(e).__name__, str(e).strip().splitlines()[0] if str(e).strip() else "")
         traceback.print_exc(file=sys.stderr)
     finally:
-        del model, opt, batches, step_fn, forward
+        del model, opt, batches, step_fn, forward, clock, timed_step
         gc.collect()
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -325,6 +362,9 @@ def main(argv=None):
     p.add_argument("--weight-decay", type=float, default=0.01)
     p.add_argument("--clip-grad", type=float, default=1.0)
     p.add_argument("--peak-tflops", type=float, default=sizes.H200_PEAK_TFLOPS)
+    p.add_argument("--step-times", action="store_true",
+                   help="also time each step on its own (CUDA events; no sync inside the "
+                   "loop): the JSON's step_ms_each, warm-up steps first")
     p.add_argument("--compile-mode", default="default",
                    help="torch.compile mode: default, reduce-overhead, max-autotune ...")
     args = p.parse_args(argv)

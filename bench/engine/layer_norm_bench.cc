@@ -6,7 +6,9 @@
 // CUDA, then the backward kernel alone (LaunchLayerNormBackward, with the residual stream's
 // gradient), ms per call and the bytes' rate (dy, x and dsum read, dx written), without and with
 // the residual bias's gradient (model::GptConfig::fold_linear_bias), against kernels::ColumnSum
-// of d x, the pass that gradient replaces: "saved" = without + ColumnSum - with.
+// of d x, the pass that gradient replaces: "saved" = without + ColumnSum - with; and the register
+// kernel on the same call (LayerNormBackwardPath::kRegister) against the default's choice (the
+// pipelined kernel at these widths): its time over the default's.
 //
 //   layer_norm_bench [--device cuda] [--dtype bf16|fp16|fp32] [--steps N]
 #include <ATen/cuda/CUDAContext.h>
@@ -34,8 +36,10 @@ constexpr char kUsage[] =
 
 // The backward kernel alone (dy, x, dsum [tokens, hidden]; x's mean and rstd), with the residual
 // bias's gradient where `residual_bias`: ms per call; negative after printing the launch's error.
-double BackwardMs(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& dsum,
-                  const torch::Tensor& w, int steps, bool residual_bias) {
+double BackwardMs(
+    const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& dsum,
+    const torch::Tensor& w, int steps, bool residual_bias,
+    mt::kernels::LayerNormBackwardPath path = mt::kernels::LayerNormBackwardPath::kAuto) {
   const int64_t rows = x.size(0), hidden = x.size(1);
   const torch::Tensor xf = x.to(torch::kFloat);
   const torch::Tensor mean = xf.mean(1);
@@ -53,7 +57,8 @@ double BackwardMs(const torch::Tensor& dy, const torch::Tensor& x, const torch::
             mt::kernels::KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(),
             mean.data_ptr<float>(), rstd.data_ptr<float>(), w.data_ptr(), dsum.data_ptr(),
             dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
-            at::cuda::getCurrentCUDAStream().stream(), residual_bias ? drb.data_ptr() : nullptr);
+            at::cuda::getCurrentCUDAStream().stream(), residual_bias ? drb.data_ptr() : nullptr,
+            mt::kernels::DropoutArgs{}, nullptr, path);
       },
       steps);
 }
@@ -112,7 +117,7 @@ int main(int argc, char** argv) {
   if (!cuda) return 0;
   std::printf(
       "backward kernel with dsum, ms per call (TB/s): without | with the residual bias's "
-      "gradient | ColumnSum of d x | saved\n");
+      "gradient | ColumnSum of d x | saved | the register kernel with it (kAuto's speed-up)\n");
   for (const mt::bench::KernelBenchSize& s : mt::bench::kKernelBenchSizes) {
     const torch::Tensor x = torch::randn({s.tokens, s.hidden}, options) * 2 + 0.5;
     const torch::Tensor w = torch::rand({s.hidden}, options) + 0.5;
@@ -120,12 +125,14 @@ int main(int argc, char** argv) {
     const torch::Tensor dsum = torch::randn({s.tokens, s.hidden}, options);
     const double without = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/false);
     const double with = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/true);
-    if (without < 0 || with < 0) return 1;
+    const double reg = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/true,
+                                  mt::kernels::LayerNormBackwardPath::kRegister);
+    if (without < 0 || with < 0 || reg < 0) return 1;
     const double column_sum =
         mt::bench::TimeMs([&] { mt::kernels::ColumnSum(dsum); }, steps, /*cuda=*/true);
     const double gb = 4.0 * static_cast<double>(x.numel()) * x.element_size() / 1e9;
-    std::printf("%-5s %7.4f (%4.2f) | %7.4f | %7.4f | %7.4f\n", s.name, without, gb / without, with,
-                column_sum, without + column_sum - with);
+    std::printf("%-5s %7.4f (%4.2f) | %7.4f | %7.4f | %7.4f | %7.4f (%.3fx)\n", s.name, without,
+                gb / without, with, column_sum, without + column_sum - with, reg, reg / with);
   }
   return 0;
 }

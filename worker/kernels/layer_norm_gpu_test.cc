@@ -131,7 +131,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, FusedLayerNormGpuTest,
 std::vector<torch::Tensor> Backward(const torch::Tensor& dy, const torch::Tensor& x,
                                     const torch::Tensor& mean, const torch::Tensor& rstd,
                                     const torch::Tensor& w, const torch::Tensor& dsum,
-                                    bool residual_bias) {
+                                    bool residual_bias,
+                                    LayerNormBackwardPath path = LayerNormBackwardPath::kAuto) {
   const int64_t rows = x.size(0), hidden = x.size(1);
   torch::Tensor dx = torch::empty_like(x), dw = torch::empty_like(w), db = torch::empty_like(w);
   torch::Tensor drb = residual_bias ? torch::empty_like(w) : torch::Tensor();
@@ -142,7 +143,8 @@ std::vector<torch::Tensor> Backward(const torch::Tensor& dy, const torch::Tensor
       KindOf(x.scalar_type()), dy.data_ptr(), x.data_ptr(), mean.data_ptr<float>(),
       rstd.data_ptr<float>(), w.data_ptr(), dsum.defined() ? dsum.data_ptr() : nullptr,
       dx.data_ptr(), dw.data_ptr(), db.data_ptr(), partial.data_ptr<float>(), rows, hidden,
-      at::cuda::getCurrentCUDAStream().stream(), residual_bias ? drb.data_ptr() : nullptr);
+      at::cuda::getCurrentCUDAStream().stream(), residual_bias ? drb.data_ptr() : nullptr,
+      DropoutArgs{}, nullptr, path);
   EXPECT_EQ(err, cudaSuccess) << cudaGetErrorString(err);
   if (residual_bias) return {dx, dw, db, drb};
   return {dx, dw, db};
@@ -151,7 +153,7 @@ std::vector<torch::Tensor> Backward(const torch::Tensor& dy, const torch::Tensor
 // The residual bias's gradient (model::GptConfig::fold_linear_bias) is the sums of d x's columns
 // as written (fp32 1e-4 relative + 1e-5 x the largest; 16-bit: rounded once, 1e-2 + 1e-2 x the
 // largest), and asking for it changes nothing else: d x bit for bit as without it, and d weight
-// and d bias too on the register kernel (groups of 1, 2, 4 and 8 warps a row: each column summed
+// and d bias too on the pipelined and register kernels (1 to 8 warps a row: each column summed
 // by one thread, in a fixed order); on the streaming kernel (bf16 8,192 and 100 wide, fp32 4,096
 // and 100), whose warps add to shared sums with atomics in no fixed order, within the bound
 // above. With and without dsum, over 1,000 rows.
@@ -202,6 +204,66 @@ TEST(FusedLayerNormGpu, ResidualBiasGradientIsTheColumnSumOfDInput) {
         const torch::Tensor want = with[0].to(torch::kFloat).sum(0);
         EXPECT_GT(want.abs().max().item<double>(), 0.0) << what;
         EXPECT_TRUE(within(with[3], want)) << "d residual bias " << what;
+      }
+    }
+  }
+}
+// The pipelined backward (rows of 32 W packs, each group of W warps taking every
+// gridDim.x * rows-a-block-th row, the next row's loads in flight) against the fp64 formulas,
+// and against the register kernel (LayerNormBackwardPath::kRegister) on the same inputs, over
+// 20,000 rows: ~20 rows a group, so the prefetch, the alternating reduction buffers and the last
+// row's empty prefetch all run. Widths of W = 1, 2, 3, 4, 6 and 8 warps in bf16 (256 to 2,048)
+// and fp32 (128 to 1,024, and 768 = 6 warps), with dsum and the residual bias's gradient and
+// without. Tolerances as the test above: fp32 1e-4 relative + 1e-5 (x the largest for the
+// column sums); bf16 1e-2 + 1e-2 (x the largest), which the register kernel meets too.
+TEST(FusedLayerNormGpu, PipelinedBackwardMatchesTheFormulasOverManyRows) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(29);
+  const auto cuda = torch::TensorOptions(torch::kCUDA);
+  const int64_t rows = 20000;
+  for (torch::ScalarType dtype : {torch::kBFloat16, torch::kFloat}) {
+    const bool fp32 = dtype == torch::kFloat;
+    const int64_t pack = fp32 ? 4 : 8;
+    for (int64_t warps : {1, 2, 3, 4, 6, 8}) {
+      const int64_t hidden = 32 * warps * pack;
+      const torch::Tensor x = (torch::randn({rows, hidden}, cuda) * 2 + 0.5).to(dtype);
+      const torch::Tensor xd = x.to(torch::kDouble);
+      const torch::Tensor mean = xd.mean(1).to(torch::kFloat);
+      const torch::Tensor rstd =
+          torch::rsqrt(xd.var(1, /*unbiased=*/false) + 1e-5).to(torch::kFloat);
+      const torch::Tensor w = (torch::rand({hidden}, cuda) + 0.5).to(dtype);
+      const torch::Tensor dy = torch::randn({rows, hidden}, cuda).to(dtype);
+      for (bool with_dsum : {false, true}) {
+        const torch::Tensor dsum =
+            with_dsum ? torch::randn({rows, hidden}, cuda).to(dtype) : torch::Tensor();
+        // The formulas in fp64 from the same (rounded) inputs and the same mean and rstd.
+        const torch::Tensor xhat =
+            (xd - mean.to(torch::kDouble).unsqueeze(1)) * rstd.to(torch::kDouble).unsqueeze(1);
+        const torch::Tensor g = dy.to(torch::kDouble) * w.to(torch::kDouble);
+        torch::Tensor dx = rstd.to(torch::kDouble).unsqueeze(1) *
+                           (g - g.mean(1, true) - xhat * (g * xhat).mean(1, true));
+        if (with_dsum) dx = dx + dsum.to(torch::kDouble);
+        const std::vector<torch::Tensor> want = {dx, (dy.to(torch::kDouble) * xhat).sum(0),
+                                                 dy.to(torch::kDouble).sum(0)};
+        const char* names[] = {"d x", "d weight", "d bias", "d residual bias"};
+        for (LayerNormBackwardPath path :
+             {LayerNormBackwardPath::kAuto, LayerNormBackwardPath::kRegister}) {
+          const auto got = Backward(dy, x, mean, rstd, w, dsum, /*residual_bias=*/true, path);
+          ASSERT_EQ(got.size(), 4u);
+          const std::string what =
+              std::string(c10::toString(dtype)) + " hidden " + std::to_string(hidden) +
+              (with_dsum ? " with dsum" : "") +
+              (path == LayerNormBackwardPath::kAuto ? " (pipelined)" : " (register)");
+          for (int i = 0; i < 4; ++i) {
+            // The residual bias's gradient sums d x as written.
+            const torch::Tensor ref = i < 3 ? want[i] : got[0].to(torch::kDouble).sum(0);
+            const double largest = i == 0 ? 1.0 : ref.abs().max().item<double>();
+            EXPECT_LE(Excess(got[i].to(torch::kDouble), ref, fp32 ? 1e-4 : 1e-2,
+                             (fp32 ? 1e-5 : 1e-2) * largest),
+                      0.0)
+                << names[i] << " " << what;
+          }
+        }
       }
     }
   }

@@ -2,9 +2,12 @@
 // the register kernels: a group of G warps (1, 2, 4 or 8) holds a row in registers, loaded
 // once, and reduces over the group (shuffles, then shared memory past one warp). Wider or
 // unaligned rows take the streaming kernels (one warp per row, rows read again per pass).
-// Statistics and every product in fp32. Backward: d gamma / d beta summed over a block's rows in
-// shared memory (the register kernel: one copy per group, each column owned by one thread, no
-// atomics), then over blocks by a second kernel. (A backward that staged the next rows in shared
+// Statistics and every product in fp32. Backward: rows of exactly 32 W packs (W = 1, 2, 3, 4, 6
+// or 8: GPT-2's 768, 1,024, 2,048 in 16 bits) take the pipelined kernel, one pack a thread, the
+// next row's loads issued before this row's sums; other rows of up to 1,024 packs the register
+// kernel (a row per group of warps, two packs a thread). d gamma / d beta summed over a block's
+// rows in shared memory (one copy per group, each column owned by one thread, no atomics), then
+// over blocks by a second kernel. (A backward that staged the next rows in shared
 // memory with cp.async ran at 0.76-0.81x the register kernel on an H200: bench/RESULTS.md,
 // 2026-12-05.)
 #include <cuda_bf16.h>
@@ -24,8 +27,10 @@ namespace {
 
 constexpr int kWarps = 8;  // warps per block
 constexpr int kThreads = kWarps * 32;
-constexpr int kMaxBackwardBlocks = 396;  // 3 per SM of an H100/H200: one wave
-constexpr int kForwardPacks = 4;         // packs a thread holds in the register forward
+constexpr int kSms = 132;                     // an H100's or H200's SMs
+constexpr int kMaxBackwardBlocks = 3 * kSms;  // the register backward: one wave
+constexpr int kMaxPartialBlocks = 6 * kSms;   // the most any backward kernel runs
+constexpr int kForwardPacks = 4;              // packs a thread holds in the register forward
 constexpr int kBackwardPacks = 2;        // and in the register backward (more: fewer blocks an SM)
 constexpr int kBackwardBlocksPerSm = 3;  // the register backward: <= 85 registers, no spills
 constexpr int64_t kFewRows = 264;        // below: the forward spreads a row over 8 warps
@@ -256,7 +261,7 @@ size_t BackwardSharedBytes(int64_t hidden, int copies, int sums) {
 }
 
 __device__ __forceinline__ void ZeroShared(float* shared, int64_t n) {
-  for (int64_t c = threadIdx.x; c < n; c += kThreads) shared[c] = 0.0f;
+  for (int64_t c = threadIdx.x; c < n; c += blockDim.x) shared[c] = 0.0f;
   __syncthreads();
 }
 
@@ -267,7 +272,7 @@ __device__ __forceinline__ void WritePartial(const float* shared, int copies, in
   __syncthreads();
   for (int k = 0; k < sums; ++k) {
     float* out = partial + (static_cast<int64_t>(k) * gridDim.x + blockIdx.x) * hidden;
-    for (int64_t c = threadIdx.x; c < hidden; c += kThreads) {
+    for (int64_t c = threadIdx.x; c < hidden; c += blockDim.x) {
       float v = 0.0f;
       for (int i = 0; i < copies; ++i)
         v += shared[(static_cast<int64_t>(i) * sums + k) * hidden + c];
@@ -341,6 +346,22 @@ __device__ __forceinline__ P PackGradient(const P& g, const P& a, const P& w, fl
   return o;
 }
 
+// Writes pack p of a row's d input `o` (the row starting at element `offset`); with kDrop also
+// dropout's backward of it into dbranch; adds what the residual bias's gradient sums (d input,
+// or dbranch with kDrop) to the shared sums `sr` of the pack's columns where non-null.
+template <int kVec, bool kDrop, typename P, typename T>
+__device__ __forceinline__ void StoreGradientPack(const P& o, int64_t offset, int64_t p, T* dx,
+                                                  const DropoutArgs& drop, T* dbranch, float* sr) {
+  reinterpret_cast<P*>(dx + offset)[p] = o;
+  if constexpr (kDrop) {
+    const P ob = DropPack(o, Unpack(drop.rng), offset + p * kVec, drop.p, 1.0f / (1.0f - drop.p));
+    reinterpret_cast<P*>(dbranch + offset)[p] = ob;
+    if (sr != nullptr) AddPackToShared<kVec>(sr, ob);
+  } else {
+    if (sr != nullptr) AddPackToShared<kVec>(sr, o);
+  }
+}
+
 // One row per group of G warps at a time; thread t holds packs t, t + 32 G (kBackwardPacks) of
 // the row and its weight packs for the whole run. Each group adds its rows' d weight / d bias
 // products to its own copy of the sums in shared memory: a column belongs to one thread of the
@@ -395,7 +416,6 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
     if (!live) continue;
     const float m1 = m.x / static_cast<float>(hidden), m2 = m.y / static_cast<float>(hidden);
     const P* dsr = dsum != nullptr ? reinterpret_cast<const P*>(dsum + offset) : nullptr;
-    P* dxr = reinterpret_cast<P*>(dx + offset);
 #pragma unroll
     for (int j = 0; j < kBackwardPacks; ++j) {
       const int64_t p = t + j * kGroup;
@@ -403,18 +423,113 @@ __global__ void __launch_bounds__(kThreads, kBackwardBlocksPerSm)
       P r{};
       if (dsr != nullptr) r = dsr[p];
       const P o = PackGradient<kVec>(g[j], a[j], w[j], mu, rs, m1, m2, r, dsr != nullptr);
-      dxr[p] = o;
-      if constexpr (kDrop) {
-        const P ob =
-            DropPack(o, Unpack(drop.rng), offset + p * kVec, drop.p, 1.0f / (1.0f - drop.p));
-        reinterpret_cast<P*>(dbranch + offset)[p] = ob;
-        if (sdr != nullptr) AddPackToShared<kVec>(sdr + p * kVec, ob);
-      } else {
-        if (sdr != nullptr) AddPackToShared<kVec>(sdr + p * kVec, o);
-      }
+      StoreGradientPack<kVec, kDrop>(o, offset, p, dx, drop, dbranch,
+                                     sdr != nullptr ? sdr + p * kVec : nullptr);
     }
   }
   WritePartial(shared, kCopies, sums, partial, hidden);
+}
+
+// The pipelined backward's shape for rows of exactly 32 W packs (W warps a row, one pack a
+// thread): rows a block holds at a time (6 to 8 warps a block), and blocks an SM (24 warps an SM,
+// as the register kernel: the launch bounds leave 80-85 registers a thread, which its packs of
+// this row and the next need without spilling; 64 spilled).
+__host__ __device__ constexpr int PipeRows(int w) { return w >= 5 ? 1 : 8 / w; }
+__host__ __device__ constexpr int PipeThreads(int w) { return PipeRows(w) * w * 32; }
+__host__ __device__ constexpr int PipeBlocksPerSm(int w) {
+  return 24 / (PipeRows(w) * w) > 1 ? 24 / (PipeRows(w) * w) : 1;
+}
+static_assert(PipeThreads(3) == 192 && PipeBlocksPerSm(3) == 4, "GPT-2 124M's rows (768 bf16)");
+static_assert(PipeThreads(8) == 256 && PipeBlocksPerSm(8) == 3, "hidden 2,048 (bf16)");
+
+// Waits for the `count` threads of named barrier `id` (1..15; 0 is __syncthreads'): a row's
+// group meets here without holding up the block's other groups.
+__device__ __forceinline__ void GroupBarrier(int id, int count) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
+
+// The sums of v.x and v.y over the W warps of a group (group `group` of its block, warp `warp`
+// of the group). `buf`: W float2 of shared memory that the group alternates with a second W
+// (by the row's parity): a group's next write to `buf` follows its next barrier, which every
+// thread reaches only after reading `buf`.
+template <int W>
+__device__ __forceinline__ float2 RowSum(float2 v, float2* buf, int group, int warp) {
+  v.x = WarpSum(v.x);
+  v.y = WarpSum(v.y);
+  if constexpr (W == 1) {
+    return v;
+  } else {
+    if (threadIdx.x % 32 == 0) buf[warp] = v;
+    GroupBarrier(1 + group, 32 * W);
+    float2 s = buf[0];
+#pragma unroll
+    for (int i = 1; i < W; ++i) {
+      s.x += buf[i].x;
+      s.y += buf[i].y;
+    }
+    return s;
+  }
+}
+
+// Rows of exactly 32 W packs: a group of W warps per row, thread t holding pack t of every row
+// its group takes (rows blockIdx.x * R + group, then every gridDim.x * R-th). The next row's dy
+// and x (and its mean and rstd) are loaded before this row's sums and this row's dsum with them,
+// so a row's two passes wait on no load of their own, and groups meet only at their own
+// barrier, once a row. The column sums go to the group's copy in shared memory as in the
+// register kernel (a column belongs to one thread: no atomics).
+template <typename T, int kVec, int W, bool kDrop>
+__global__ void __launch_bounds__(PipeThreads(W), PipeBlocksPerSm(W))
+    PipelinedBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                            const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
+                            int64_t hidden, bool residual_bias, DropoutArgs drop, T* dbranch) {
+  using P = Pack<T, kVec>;
+  constexpr int kRows = PipeRows(W);
+  constexpr int kGroup = 32 * W;
+  extern __shared__ __align__(16) float shared[];
+  const int sums = SumsOf(residual_bias);
+  const int group = threadIdx.x / kGroup;
+  const int t = threadIdx.x % kGroup;
+  float* sdw = shared + sums * group * hidden + t * kVec;
+  float* sdb = sdw + hidden;
+  float* sdr = residual_bias ? sdb + hidden : nullptr;
+  float2* buf = reinterpret_cast<float2*>(shared + sums * kRows * hidden) + group * 2 * W;
+  const P w = reinterpret_cast<const P*>(weight)[t];
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRows;
+  int64_t row = static_cast<int64_t>(blockIdx.x) * kRows + group;
+  P g{}, a{};
+  float mu = 0.0f, rs = 0.0f;
+  if (row < rows) {
+    g = reinterpret_cast<const P*>(dy + row * hidden)[t];
+    a = reinterpret_cast<const P*>(x + row * hidden)[t];
+    mu = mean[row];
+    rs = rstd[row];
+  }
+  ZeroShared(shared, sums * kRows * hidden);
+  for (int parity = 0; row < rows; row += stride, parity ^= 1) {
+    const int64_t offset = row * hidden;
+    P r{};
+    if (dsum != nullptr) r = reinterpret_cast<const P*>(dsum + offset)[t];
+    const int64_t next = row + stride;
+    P gn{}, an{};
+    float mun = 0.0f, rsn = 0.0f;
+    if (next < rows) {
+      gn = reinterpret_cast<const P*>(dy + next * hidden)[t];
+      an = reinterpret_cast<const P*>(x + next * hidden)[t];
+      mun = mean[next];
+      rsn = rstd[next];
+    }
+    float2 acc = make_float2(0.0f, 0.0f);
+    AddPackProducts<kVec>(g, a, w, mu, rs, acc, sdw, sdb);
+    const float2 m = RowSum<W>(acc, buf + parity * W, group, t / 32);
+    const float m1 = m.x / static_cast<float>(hidden), m2 = m.y / static_cast<float>(hidden);
+    const P o = PackGradient<kVec>(g, a, w, mu, rs, m1, m2, r, dsum != nullptr);
+    StoreGradientPack<kVec, kDrop>(o, offset, t, dx, drop, dbranch, sdr);
+    g = gn;
+    a = an;
+    mu = mun;
+    rs = rsn;
+  }
+  WritePartial(shared, kRows, sums, partial, hidden);
 }
 
 // Any width (hidden % kVec == 0): one warp per row; every row's d weight / d bias products go
@@ -546,6 +661,63 @@ cudaError_t WithGroup(int g, Launch&& launch) {
   }
 }
 
+// The pipelined backward's warps a row for rows of `npacks` packs: npacks / 32 where that is a
+// width it is built for (kPipeWarps), else 0 (the register or streaming kernel).
+constexpr int kPipeWarps[] = {1, 2, 3, 4, 6, 8};
+int PipeWarpsFor(int64_t npacks) {
+  if (npacks % 32 != 0) return 0;
+  for (int w : kPipeWarps) {
+    if (npacks == 32 * w) return w;
+  }
+  return 0;
+}
+
+// Calls launch(std::integral_constant<int, W>) for w = W, one of kPipeWarps.
+template <typename Launch>
+cudaError_t WithPipeWarps(int w, Launch&& launch) {
+  switch (w) {
+    case 1:
+      return launch(std::integral_constant<int, 1>{});
+    case 2:
+      return launch(std::integral_constant<int, 2>{});
+    case 3:
+      return launch(std::integral_constant<int, 3>{});
+    case 4:
+      return launch(std::integral_constant<int, 4>{});
+    case 6:
+      return launch(std::integral_constant<int, 6>{});
+    default:
+      return launch(std::integral_constant<int, 8>{});
+  }
+}
+
+// Grids: the pipelined kernel's (one wave of PipeBlocksPerSm(w) blocks an SM at most) and the
+// register and streaming kernels' (kMaxBackwardBlocks at most). Neither passes
+// kMaxPartialBlocks, the rows LayerNormBackwardBlocks sizes `partial` for.
+int PipeBlocks(int64_t rows, int w) {
+  const int64_t wanted = (rows + PipeRows(w) - 1) / PipeRows(w);
+  return static_cast<int>(
+      std::min<int64_t>(wanted, static_cast<int64_t>(PipeBlocksPerSm(w)) * kSms));
+}
+int RegisterBlocks(int64_t rows) {
+  const int64_t wanted = (rows + kWarps - 1) / kWarps;
+  return static_cast<int>(std::min<int64_t>(wanted, kMaxBackwardBlocks));
+}
+constexpr bool PipeGridsFitPartial() {
+  for (int w : kPipeWarps) {
+    if (PipeBlocksPerSm(w) * kSms > kMaxPartialBlocks) return false;
+  }
+  return kMaxBackwardBlocks <= kMaxPartialBlocks;
+}
+static_assert(PipeGridsFitPartial(), "LayerNormBackwardBlocks sizes `partial` for every grid");
+
+// The pipelined kernel's shared memory: PipeRows(w) x [sums][hidden] fp32 column sums, then
+// each group's two W-float2 reduction buffers.
+size_t PipeSharedBytes(int64_t hidden, int w, int sums) {
+  return static_cast<size_t>(PipeRows(w)) * sums * hidden * sizeof(float) +
+         static_cast<size_t>(2 * PipeRows(w) * w) * sizeof(float2);
+}
+
 // Calls launch(std::integral_constant<bool, D>) for D = drop.
 template <typename Launch>
 cudaError_t WithDrop(bool drop, Launch&& launch) {
@@ -621,7 +793,8 @@ template <typename T>
 cudaError_t Backward(const void* dy, const void* x, const float* mean, const float* rstd,
                      const void* weight, const void* dsum, void* dx, void* dweight, void* dbias,
                      float* partial, int64_t rows, int64_t hidden, cudaStream_t stream,
-                     void* dresidual_bias, const DropoutArgs& drop, void* dbranch) {
+                     void* dresidual_bias, const DropoutArgs& drop, void* dbranch,
+                     LayerNormBackwardPath path) {
   if (rows == 0) {
     // No rows: the column sums are zeros.
     for (void* out : {dweight, dbias, dresidual_bias}) {
@@ -638,30 +811,43 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
   const bool vec = hidden % kVec == 0 && Aligned(dy) && Aligned(x) && Aligned(weight) &&
                    Aligned(dx) && (dsum == nullptr || Aligned(dsum)) &&
                    (!dropping || Aligned(dbranch));
-  const int blocks = LayerNormBackwardBlocks(rows);  // `partial`'s rows
-  auto launch = [&](auto kernel, size_t smem) {
+  auto launch = [&](auto kernel, int blocks, int threads, size_t smem) {
     const cudaError_t err = AllowSharedBytes(kernel, smem);
     if (err != cudaSuccess) return err;
-    kernel<<<blocks, kThreads, smem, stream>>>(
+    kernel<<<blocks, threads, smem, stream>>>(
         static_cast<const T*>(dy), static_cast<const T*>(x), mean, rstd,
         static_cast<const T*>(weight), static_cast<const T*>(dsum), static_cast<T*>(dx), partial,
         rows, hidden, with_rb, drop, static_cast<T*>(dbranch));
     return cudaGetLastError();
   };
-  const int group = vec ? GroupFor(hidden / kVec, kBackwardPacks) : 0;
+  const int64_t npacks = hidden / kVec;
+  const int pipe = vec && path == LayerNormBackwardPath::kAuto ? PipeWarpsFor(npacks) : 0;
+  const int group = vec ? GroupFor(npacks, kBackwardPacks) : 0;
+  // `partial`'s rows this call fills (at most LayerNormBackwardBlocks(rows)).
+  const int blocks = pipe > 0 ? PipeBlocks(rows, pipe) : RegisterBlocks(rows);
   const cudaError_t err = WithDrop(dropping, [&](auto d) {
     constexpr bool D = decltype(d)::value;
+    if (pipe > 0) {
+      return WithPipeWarps(pipe, [&](auto wc) {
+        constexpr int W = decltype(wc)::value;
+        return launch(PipelinedBackwardKernel<T, kVec, W, D>, blocks, PipeThreads(W),
+                      PipeSharedBytes(hidden, W, sums));
+      });
+    }
     if (group > 0) {
       return WithGroup(group, [&](auto g) {
         constexpr int G = decltype(g)::value;
         constexpr int kCopies = kWarps / G;
-        return launch(RegisterBackwardKernel<T, kVec, G, D>,
+        return launch(RegisterBackwardKernel<T, kVec, G, D>, blocks, kThreads,
                       BackwardSharedBytes(hidden, kCopies, sums));
       });
     }
-    if (vec)
-      return launch(StreamingBackwardKernel<T, kVec, D>, BackwardSharedBytes(hidden, 1, sums));
-    return launch(StreamingBackwardKernel<T, 1, D>, BackwardSharedBytes(hidden, 1, sums));
+    if (vec) {
+      return launch(StreamingBackwardKernel<T, kVec, D>, blocks, kThreads,
+                    BackwardSharedBytes(hidden, 1, sums));
+    }
+    return launch(StreamingBackwardKernel<T, 1, D>, blocks, kThreads,
+                  BackwardSharedBytes(hidden, 1, sums));
   });
   if (err != cudaSuccess) return err;
   const unsigned finish_blocks =
@@ -675,8 +861,7 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
 }  // namespace
 
 int LayerNormBackwardBlocks(int64_t rows) {
-  const int64_t wanted = (rows + kWarps - 1) / kWarps;
-  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(wanted, kMaxBackwardBlocks)));
+  return static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(rows, kMaxPartialBlocks)));
 }
 
 cudaError_t LaunchLayerNormForward(FloatKind kind, const void* x, const void* residual, void* sum,
@@ -703,17 +888,18 @@ cudaError_t LaunchLayerNormBackward(FloatKind kind, const void* dy, const void* 
                                     const void* dsum, void* dx, void* dweight, void* dbias,
                                     float* partial, int64_t rows, int64_t hidden,
                                     cudaStream_t stream, void* dresidual_bias,
-                                    const DropoutArgs& drop, void* dbranch) {
+                                    const DropoutArgs& drop, void* dbranch,
+                                    LayerNormBackwardPath path) {
   switch (kind) {
     case FloatKind::kFloat32:
       return Backward<float>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial, rows,
-                             hidden, stream, dresidual_bias, drop, dbranch);
+                             hidden, stream, dresidual_bias, drop, dbranch, path);
     case FloatKind::kBFloat16:
       return Backward<__nv_bfloat16>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial,
-                                     rows, hidden, stream, dresidual_bias, drop, dbranch);
+                                     rows, hidden, stream, dresidual_bias, drop, dbranch, path);
     case FloatKind::kFloat16:
       return Backward<__half>(dy, x, mean, rstd, weight, dsum, dx, dweight, dbias, partial, rows,
-                              hidden, stream, dresidual_bias, drop, dbranch);
+                              hidden, stream, dresidual_bias, drop, dbranch, path);
   }
   return cudaErrorInvalidValue;
 }

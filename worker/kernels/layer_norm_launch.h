@@ -26,8 +26,16 @@ cudaError_t LaunchLayerNormForward(FloatKind kind, const void* x, const void* re
                                    cudaStream_t stream, const void* residual_bias = nullptr,
                                    const DropoutArgs& drop = {});
 
-// Blocks the backward kernel runs with (the number of rows of `partial` it needs).
+// The most blocks a backward kernel runs with for `rows` (the rows of `partial` it may need).
 int LayerNormBackwardBlocks(int64_t rows);
+
+// Which kernel LaunchLayerNormBackward runs. kAuto: for rows of 32 W 16-byte packs (W one of 1,
+// 2, 3, 4, 6, 8: hidden 256 W in 16 bits, 768, 1,024 and 2,048 among them; 128 W in fp32) the
+// pipelined kernel, W warps a row,
+// each row's loads issued a row ahead; other aligned widths the register kernel (a row held by
+// 1 to 8 warps, 2 packs a thread), the rest the streaming kernel. kRegister: never the pipelined
+// kernel (layer_norm_bench compares the two). The same sums either way, in another order.
+enum class LayerNormBackwardPath { kAuto, kRegister };
 
 // dx = d LayerNorm / d input (dy, the saved input `x` = the sum, mean, rstd, weight) plus
 // `dsum` when non-null (the gradient that reaches the sum directly: the residual stream).
@@ -42,7 +50,8 @@ cudaError_t LaunchLayerNormBackward(FloatKind kind, const void* dy, const void* 
                                     const void* dsum, void* dx, void* dweight, void* dbias,
                                     float* partial, int64_t rows, int64_t hidden,
                                     cudaStream_t stream, void* dresidual_bias = nullptr,
-                                    const DropoutArgs& drop = {}, void* dbranch = nullptr);
+                                    const DropoutArgs& drop = {}, void* dbranch = nullptr,
+                                    LayerNormBackwardPath path = LayerNormBackwardPath::kAuto);
 
 // The column sums the backward reduces through `partial`: 2 (d weight, d bias), 3 with the
 // residual bias's gradient.

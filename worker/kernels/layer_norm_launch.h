@@ -31,10 +31,10 @@ int LayerNormBackwardBlocks(int64_t rows);
 
 // Which kernel LaunchLayerNormBackward runs. kAuto: for rows of 32 W 16-byte packs (W one of 1,
 // 2, 3, 4, 6, 8: hidden 256 W in 16 bits, 768, 1,024 and 2,048 among them; 128 W in fp32) the
-// pipelined kernel, W warps a row,
-// each row's loads issued a row ahead; other aligned widths the register kernel (a row held by
-// 1 to 8 warps, 2 packs a thread), the rest the streaming kernel. kRegister: never the pipelined
-// kernel (layer_norm_bench compares the two). The same sums either way, in another order.
+// pipelined kernel, W warps a row, each row's loads issued a row ahead; other aligned widths the
+// register kernel (a row held by 1 to 8 warps, 2 packs a thread), the rest the streaming kernel.
+// kRegister: never the pipelined kernel (layer_norm_bench compares the two). The same sums
+// either way, in another order.
 enum class LayerNormBackwardPath { kAuto, kRegister };
 
 // dx = d LayerNorm / d input (dy, the saved input `x` = the sum, mean, rstd, weight) plus

@@ -43,9 +43,11 @@ class LinearWithBiasFunction : public torch::autograd::Function<LinearWithBiasFu
     const torch::Tensor& w = saved[1];
     const torch::Tensor dy = grad_outputs[0].contiguous();
     torch::Tensor dx, dw, db;
-    if (ctx->needs_input_grad(0)) dx = TunedMm(dy, w);
     if (ctx->needs_input_grad(1)) dw = TunedMm(dy.t(), x);
     if (ctx->needs_input_grad(2)) db = ColumnSum(dy);
+    // d input last: the kernel that reads it next (the attention's backward after the output
+    // projection) finds it in L2.
+    if (ctx->needs_input_grad(0)) dx = TunedMm(dy, w);
     return {dx, dw, db, torch::Tensor()};
   }
 };

@@ -10,6 +10,7 @@
 #include <cstdint>
 
 #include "worker/kernels/column_sum_launch.h"
+#include "worker/kernels/dependent_launch.cuh"
 
 namespace mt::kernels {
 
@@ -17,6 +18,7 @@ template <int kVec>
 __device__ __forceinline__ void StoreChunkSums(const float (&sum)[kVec],
                                                float* __restrict__ partial, int64_t cols) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  AllowDependents();  // the second pass may be scheduled; it reads `partial` after this grid
   __shared__ float sums[kColumnSumWarps][32 * kVec];
 #pragma unroll
   for (int k = 0; k < kVec; ++k) sums[warp][lane * kVec + k] = sum[k];

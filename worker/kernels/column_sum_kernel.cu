@@ -13,6 +13,7 @@
 
 #include "worker/kernels/column_sum.cuh"
 #include "worker/kernels/column_sum_launch.h"
+#include "worker/kernels/dependent_launch.cuh"
 #include "worker/kernels/float_convert.cuh"
 
 namespace mt::kernels {
@@ -63,6 +64,7 @@ __global__ void __launch_bounds__(kFinishThreads)
   constexpr int kFinishWarps = kFinishThreads / 32;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * 32 + lane;
+  WaitForPrerequisites();
   float s = 0.0f;
   if (c < cols) {
 #pragma unroll 8
@@ -79,12 +81,14 @@ __global__ void __launch_bounds__(kFinishThreads)
   }
 }
 
+// Launched as a dependent of the first pass (dependent_launch.cuh): scheduled as that pass's
+// blocks finish (StoreChunkSums allows it), it reads `partial` only after the pass has ended.
 template <typename T>
 cudaError_t LaunchFinish(const float* partial, void* out, int64_t chunks, int64_t cols,
                          cudaStream_t stream) {
-  FinishColumnsKernel<T><<<static_cast<unsigned>((cols + 31) / 32), kFinishThreads, 0, stream>>>(
-      partial, static_cast<T*>(out), chunks, cols);
-  return cudaGetLastError();
+  return LaunchDependent(FinishColumnsKernel<T>, dim3(static_cast<unsigned>((cols + 31) / 32)),
+                         dim3(kFinishThreads), 0, stream, partial, static_cast<T*>(out), chunks,
+                         cols);
 }
 
 template <typename T>

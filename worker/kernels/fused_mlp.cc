@@ -159,11 +159,12 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
         if (!WeightGradBias(h, dy, dw2, db2, fallback)) dw2 = db2 = torch::Tensor();
       }
     }
-    if (ctx->needs_input_grad(0)) dx = TunedMm(dpre, w1);
     if (ctx->needs_input_grad(1) && !dw1.defined()) dw1 = TunedMm(dpre.t(), x);
     if (ctx->needs_input_grad(2) && !db1.defined()) db1 = ColumnSum(dpre);
     if (ctx->needs_input_grad(3) && !dw2.defined()) dw2 = TunedMm(dy.t(), h);
     if (ctx->needs_input_grad(4) && !db2.defined()) db2 = ColumnSum(dy);
+    // d input last: the LayerNorm backward that reads it next finds it in L2.
+    if (ctx->needs_input_grad(0)) dx = TunedMm(dpre, w1);
     return {dx, dw1, db1, dw2, db2, torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };

@@ -269,6 +269,7 @@ __device__ __forceinline__ void ZeroShared(float* shared, int64_t n) {
 // written whole by each block: the sums of the block's `copies` x [sums][hidden] shared sums.
 __device__ __forceinline__ void WritePartial(const float* shared, int copies, int sums,
                                              float* partial, int64_t hidden) {
+  AllowDependents();  // FinishKernel may be scheduled; it waits for this grid's end to read
   __syncthreads();
   for (int k = 0; k < sums; ++k) {
     float* out = partial + (static_cast<int64_t>(k) * gridDim.x + blockIdx.x) * hidden;
@@ -600,11 +601,14 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // d weight, d bias (and the residual bias's gradient where `dresidual_bias` is non-null) = the
-// sums of `partial`'s `blocks` rows of each. A block takes 32 columns; its 8 warps sum every 8th
-// partial row, then warp 0 adds the 8 sums (coalesced reads, 8x the parallelism of a thread per
-// column).
+// sums of `partial`'s `blocks` rows of each. A block takes 32 columns; its 32 warps sum every
+// 32nd partial row, four rows' loads in flight at a time, then warp 0 adds the 32 sums in warp
+// order (coalesced reads; fixed order, so deterministic). Launched as a dependent of the
+// backward kernel (dependent_launch.cuh): it reads `partial` only after that kernel has ended.
+// With 8 warps, one load at a time, it took 5.8-5.9 us a call on an H100 (50 sequential L2 reads
+// a thread at 350M), 10% of the backward (bench/RESULTS.md, 2026-12-06).
 constexpr int kFinishColumns = 32;
-constexpr int kFinishSlices = 8;
+constexpr int kFinishSlices = 32;
 
 template <typename T>
 __global__ void __launch_bounds__(kFinishColumns* kFinishSlices)
@@ -614,8 +618,10 @@ __global__ void __launch_bounds__(kFinishColumns* kFinishSlices)
   const int col = threadIdx.x % kFinishColumns, slice = threadIdx.x / kFinishColumns;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kFinishColumns + col;
   const bool third = dresidual_bias != nullptr;
+  WaitForPrerequisites();
   float3 s = make_float3(0.0f, 0.0f, 0.0f);
   if (c < hidden) {
+#pragma unroll 4
     for (int i = slice; i < blocks; i += kFinishSlices) {
       s.x += partial[static_cast<int64_t>(i) * hidden + c];
       s.y += partial[static_cast<int64_t>(blocks + i) * hidden + c];
@@ -852,10 +858,10 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
   if (err != cudaSuccess) return err;
   const unsigned finish_blocks =
       static_cast<unsigned>((hidden + kFinishColumns - 1) / kFinishColumns);
-  FinishKernel<T><<<finish_blocks, kFinishColumns * kFinishSlices, 0, stream>>>(
-      partial, blocks, hidden, static_cast<T*>(dweight), static_cast<T*>(dbias),
-      static_cast<T*>(dresidual_bias));
-  return cudaGetLastError();
+  return LaunchDependent(FinishKernel<T>, dim3(finish_blocks), dim3(kFinishColumns * kFinishSlices),
+                         0, stream, static_cast<const float*>(partial), blocks, hidden,
+                         static_cast<T*>(dweight), static_cast<T*>(dbias),
+                         static_cast<T*>(dresidual_bias));
 }
 
 }  // namespace

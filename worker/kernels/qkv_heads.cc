@@ -116,10 +116,11 @@ class QkvHeadsFunction : public torch::autograd::Function<QkvHeadsFunction> {
     }
     const auto [dqkv, db] = OutputGradient(grads, w, shape);
     torch::Tensor dx, dw;
+    if (ctx->needs_input_grad(1)) dw = TunedMm(dqkv.t(), rows);
+    // d input last: the LayerNorm backward that reads it next finds it in L2.
     if (ctx->needs_input_grad(0)) {
       dx = TunedMm(dqkv, w).view({shape.batch, shape.seq, rows.size(1)});
     }
-    if (ctx->needs_input_grad(1)) dw = TunedMm(dqkv.t(), rows);
     return {dx, dw, ctx->needs_input_grad(2) ? db : torch::Tensor(), torch::Tensor(),
             torch::Tensor()};
   }

@@ -9,6 +9,10 @@
 # executables (-fPIE) cannot share one: mt_model's for the libraries, mt_model_test's for the
 # test executables.
 function(mt_torch_target target)
+  # A test that mt_add_test did not add (MT_BUILD_TESTS off, or a GPU-only test without CUDA).
+  if(NOT TARGET ${target})
+    return()
+  endif()
   # A pip LibTorch ships Protobuf 3.13 headers in its include/google/: the distribution's
   # Protobuf headers (which the generated .pb.h files need) go first (DESIGN.md §2).
   target_include_directories(${target} SYSTEM BEFORE PRIVATE ${Protobuf_INCLUDE_DIRS})
@@ -18,8 +22,10 @@ function(mt_torch_target target)
   # target reusing it without those deps must still compile with the same flag.
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-pthread>)
   get_target_property(type ${target} TYPE)
-  if(type STREQUAL "EXECUTABLE")
+  if(type STREQUAL "EXECUTABLE" AND MT_BUILD_TESTS)
     set(owner mt_model_test)
+  elseif(type STREQUAL "EXECUTABLE")
+    set(owner ${target})  # no tests, no mt_model_test: each executable builds its own PCH
   else()
     set(owner mt_model)
   endif()

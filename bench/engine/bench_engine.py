@@ -7,7 +7,8 @@ cuda --synthetic-data --train-iters W+T --peak-tflops 989`), then the PyTorch pe
 deadline. --dropout P (default 0) sets the hidden and attention dropout of both sides: the
 spec's hidden_dropout and attention_dropout, and the peer's --dropout. With --variant-arg, ours
 runs a second time with those switches right after ours at each size (an A/B of our own switch
-in the same machine state), printed with its ratio to ours.
+in the same machine state), printed with its ratio to ours; with --variant-bin, that second run
+is another build's trainer (an A/B of two commits: the one before a change, built beside it).
 Parses our progress lines and key=value summary and the peer's JSON line, prints a table of
 tokens/s, ratios, MFU and peak memory, and writes results.json, table.txt, the generated specs
 and every log under --out.
@@ -39,8 +40,9 @@ import sizes  # noqa: E402
 
 GIB = float(1 << 30)
 MODES = ("ours", "eager", "compile")
-# "variant": ours again with --variant-arg switches, run right after ours at each size (an A/B
-# of one of our switches in the same machine state); added to the modes when --variant-arg is.
+# "variant": ours again with --variant-arg switches, or another build's trainer (--variant-bin),
+# run right after ours at each size (an A/B in the same machine state); added to the modes when
+# either is given.
 VARIANT = "variant"
 # Seconds a run may take at most, and the least left before we bother to start it.
 RUN_CAP_S = {"ours": 300, VARIANT: 300, "eager": 300, "compile": 480}
@@ -510,12 +512,16 @@ def anchor_gpu(gpu):
 
 
 def variant_lines(results):
-    """The variant's rows (ours with --variant-arg, run right after ours), or nothing."""
+    """The variant's rows (ours with --variant-arg, or --variant-bin's trainer, run right after
+    ours), or nothing."""
     rows = [row for row in results["rows"] if row.get(VARIANT)]
     if not rows:
         return []
-    out = ["ours with %s, run right after ours at each size:" %
-           " ".join(results["config"].get("variant_args") or []),
+    cfg = results["config"]
+    what = cfg.get("variant_bin") or "ours"
+    if cfg.get("variant_args"):
+        what += " with " + " ".join(cfg["variant_args"])
+    out = ["%s, run right after ours at each size:" % what,
            "size   mb | variant tok/s  variant/ours | MFU variant | peak GiB variant"]
     for row in rows:
         v, r = row[VARIANT], row.get("ratio_variant_ours")
@@ -570,6 +576,10 @@ def parse_args(argv):
     p.add_argument("--variant-arg", action="append", default=[],
                    help="also run ours with this switch added (e.g. --no-gemm-tuning) right "
                         "after ours at each size, and print its ratio to ours; repeatable")
+    p.add_argument("--variant-bin", default="",
+                   help="the variant runs this trainer (another build of mt-train, e.g. of the "
+                        "commit before a change) instead of --train-bin, with ours' flags and "
+                        "any --variant-arg")
     p.add_argument("--compile-mode", default="default")
     p.add_argument("--dropout", type=float, default=0.0,
                    help="hidden and attention dropout of both sides, in [0, 1) (default 0; "
@@ -592,9 +602,13 @@ def parse_args(argv):
         p.error("--warmup and --steps must be >= 1")
     if not 0.0 <= args.dropout < 1.0:  # NaN fails too
         p.error("--dropout %r: must be in [0, 1)" % args.dropout)
-    if args.variant_arg:
+    if args.variant_bin and not (os.path.isfile(args.variant_bin) and
+                                 os.access(args.variant_bin, os.X_OK)):
+        p.error("--variant-bin %r: not an executable file (give the other build's mt-train)" %
+                args.variant_bin)
+    if args.variant_arg or args.variant_bin:
         if "ours" not in modes:
-            p.error("--variant-arg compares against ours: add ours to --modes")
+            p.error("--variant-arg and --variant-bin compare against ours: add ours to --modes")
         modes.insert(modes.index("ours") + 1, VARIANT)
     return args, names, modes
 
@@ -624,6 +638,7 @@ def main(argv=None):
             "train_cmd": [args.train_bin] + args.train_arg,
             "train_cmd_name": " ".join([os.path.basename(args.train_bin)] + args.train_arg),
             "variant_args": args.variant_arg,
+            "variant_bin": args.variant_bin,
         },
         "rows": [],
     }
@@ -714,7 +729,9 @@ def run_all(args, names, modes, deadline, out, results, save):
             continue
         timeout = min(RUN_CAP_S[mode], left)
         if mode in ("ours", VARIANT):
-            cmd = [args.train_bin] + args.train_arg + [
+            train_bin = args.variant_bin if mode == VARIANT and args.variant_bin else \
+                args.train_bin
+            cmd = [train_bin] + args.train_arg + [
                 "--spec", spec_path, "--device", args.device, "--synthetic-data",
                 "--train-iters", str(args.warmup + args.steps),
                 "--peak-tflops", "%g" % args.peak_tflops, "--attention", args.attention]

@@ -5,7 +5,8 @@ read as either side of it), and the peers' DESIGN.md section 9 anchors named onl
 were measured on (on another GPU one note says there is none, instead of a ratio that reads as a
 slow peer). And the --dropout setting: in both sides' configuration (the spec, the peer's
 command line, results.json), checked in what each side says it ran, and the anchors (measured at
-dropout 0) left out at any other dropout."""
+dropout 0) left out at any other dropout. And --variant-bin: the variant row run by another
+build's trainer."""
 
 import contextlib
 import io
@@ -195,6 +196,73 @@ class DropoutTest(unittest.TestCase):
             self.assertEqual(cmd[cmd.index("--dropout") + 1], "0.1")
             with open(os.path.join(out, "results.json")) as f:
                 self.assertEqual(json.load(f)["config"]["dropout"], 0.1)
+
+
+def quiet(fn, *a):
+    """fn(*a) with stdout and stderr (argparse's usage errors) swallowed."""
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return fn(*a)
+
+
+@unittest.skipUnless(shutil.which("true") and shutil.which("false"), "needs true/false")
+class VariantBinTest(unittest.TestCase):
+    """--variant-bin: the variant row runs another build's trainer (an A/B of two commits)."""
+
+    def test_adds_the_variant_after_ours(self):
+        _, _, modes = bench_engine.parse_args(
+            ["--train-bin", "mt-train", "--out", "/tmp/o", "--modes", "compile ours",
+             "--variant-bin", shutil.which("true")])
+        self.assertEqual(modes, ["compile", "ours", bench_engine.VARIANT])
+
+    def test_rejects_a_missing_binary(self):
+        err = io.StringIO()
+        with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
+            bench_engine.parse_args(["--train-bin", "mt-train", "--out", "/tmp/o",
+                                     "--variant-bin", "/nonexistent/mt-train"])
+        self.assertIn("--variant-bin '/nonexistent/mt-train': not an executable file",
+                      err.getvalue())
+
+    def test_needs_ours(self):
+        err = io.StringIO()
+        with self.assertRaises(SystemExit), contextlib.redirect_stderr(err):
+            bench_engine.parse_args(["--train-bin", "mt-train", "--out", "/tmp/o", "--modes",
+                                     "compile", "--variant-bin", shutil.which("true")])
+        self.assertIn("add ours to --modes", err.getvalue())
+
+    def test_table_names_the_binary_and_its_switches(self):
+        r = results("NVIDIA H200")
+        r["config"].update(variant_bin="/tmp/base/bin/mt-train", variant_args=["--no-gemm-tuning"])
+        r["rows"][0]["variant"] = {"status": "ok", "tokens_per_second": 205000.0, "mfu": 0.5,
+                                   "peak_memory_bytes": int(18.45 * GIB)}
+        r["rows"][0]["ratio_variant_ours"] = 205000.0 / 206424.4
+        lines = bench_engine.variant_lines(r)
+        self.assertEqual(lines[0], "/tmp/base/bin/mt-train with --no-gemm-tuning, run right "
+                                   "after ours at each size:")
+        self.assertIn("0.993x", lines[2])
+
+    def test_main_runs_the_other_binary_for_the_variant(self):
+        """A whole run with stand-ins: ours is `false`, the variant `true`; each log's first
+        line is the command it ran, and results.json names the variant's binary."""
+        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+        other = shutil.which("true")
+        with tempfile.TemporaryDirectory() as out:
+            try:
+                rc = quiet(bench_engine.main, [
+                    "--train-bin", shutil.which("false"), "--variant-bin", other,
+                    "--variant-arg", "--no-gemm-tuning", "--out", out, "--sizes", "tiny",
+                    "--modes", "ours", "--device", "cpu", "--warmup", "1", "--steps", "1"])
+            finally:
+                for s, h in handlers.items():
+                    signal.signal(s, h)
+            self.assertEqual(rc, 3)  # ours (false) failed
+            with open(os.path.join(out, "logs", "tiny-ours.stderr")) as f:
+                self.assertEqual(f.readline().split()[1], shutil.which("false"))
+            with open(os.path.join(out, "logs", "tiny-variant.stderr")) as f:
+                cmd = f.readline().split()
+            self.assertEqual(cmd[1], other)
+            self.assertEqual(cmd[-1], "--no-gemm-tuning")
+            with open(os.path.join(out, "results.json")) as f:
+                self.assertEqual(json.load(f)["config"]["variant_bin"], other)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@
 #   MT_BENCH_OURS_ARGS   ours: more mt-train switches, space-separated (e.g. --no-fused-mlp)
 #   MT_BENCH_VARIANT_ARGS  also run ours with these switches added, right after ours at each
 #                        size, and print the variant's ratio to ours (an A/B in one run)
+#   MT_BENCH_VARIANT_TRAIN  the variant runs this trainer instead (another build's mt-train,
+#                        e.g. of the commit before a change: an A/B of two builds in one run)
 #   MT_BENCH_COMPILE_MODE  torch.compile mode (default "default")
 #   MT_PYTHON            python with torch for the peer (default python3)
 #   MT_PEER_LD_LIBRARY_PATH  LD_LIBRARY_PATH for the peer (set by tests/gpu/run.sh to the one
@@ -106,6 +108,7 @@ ours_args=()
 [ "${MT_BENCH_FUSED_LAYERNORM:-0}" = 1 ] && ours_args+=(--fused-layernorm)
 for a in ${MT_BENCH_OURS_ARGS:-}; do train_args+=("--train-arg=$a"); done
 for a in ${MT_BENCH_VARIANT_ARGS:-}; do ours_args+=("--variant-arg=$a"); done
+[ -n "${MT_BENCH_VARIANT_TRAIN:-}" ] && ours_args+=("--variant-bin=$MT_BENCH_VARIANT_TRAIN")
 
 "$py" "$here/bench_engine.py" --train-bin "$train_bin" "${train_args[@]}" --python "$py" \
   "${peer_ld_args[@]}" --mtctl "$mtctl" --out "$out" --sizes "$sizes" --modes "$modes" \

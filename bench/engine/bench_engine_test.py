@@ -95,6 +95,19 @@ def engine_stderr(hidden, attention):
             "init_std=0.02 ln_eps=1e-05 tied attention=auto recompute=none\n" % (hidden, attention))
 
 
+def run_main(argv):
+    """bench_engine.main(argv), its output swallowed and the signal handlers it installs put
+    back; returns its exit code."""
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), \
+                contextlib.redirect_stderr(io.StringIO()):
+            return bench_engine.main(argv)
+    finally:
+        for s, h in handlers.items():
+            signal.signal(s, h)
+
+
 def dropout_checks(run):
     return [c for c in run.get("checks", []) if "dropout" in c]
 
@@ -174,18 +187,11 @@ class DropoutTest(unittest.TestCase):
     def test_main_passes_the_dropout_on(self):
         """A whole run with stand-ins (ours fails, the peer prints nothing): the spec, the
         peer's logged command and results.json carry the dropout."""
-        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         with tempfile.TemporaryDirectory() as out:
-            try:
-                with contextlib.redirect_stdout(io.StringIO()), \
-                        contextlib.redirect_stderr(io.StringIO()):
-                    rc = bench_engine.main([
-                        "--train-bin", shutil.which("false"), "--python", shutil.which("true"),
-                        "--out", out, "--sizes", "tiny", "--modes", "ours eager",
-                        "--device", "cpu", "--warmup", "1", "--steps", "1", "--dropout", "0.1"])
-            finally:
-                for s, h in handlers.items():
-                    signal.signal(s, h)
+            rc = run_main([
+                "--train-bin", shutil.which("false"), "--python", shutil.which("true"),
+                "--out", out, "--sizes", "tiny", "--modes", "ours eager",
+                "--device", "cpu", "--warmup", "1", "--steps", "1", "--dropout", "0.1"])
             self.assertEqual(rc, 3)  # ours (false) failed
             with open(os.path.join(out, "specs", "tiny.yaml")) as f:
                 values = spec_values(f.read())
@@ -196,12 +202,6 @@ class DropoutTest(unittest.TestCase):
             self.assertEqual(cmd[cmd.index("--dropout") + 1], "0.1")
             with open(os.path.join(out, "results.json")) as f:
                 self.assertEqual(json.load(f)["config"]["dropout"], 0.1)
-
-
-def quiet(fn, *a):
-    """fn(*a) with stdout and stderr (argparse's usage errors) swallowed."""
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        return fn(*a)
 
 
 @unittest.skipUnless(shutil.which("true") and shutil.which("false"), "needs true/false")
@@ -243,17 +243,12 @@ class VariantBinTest(unittest.TestCase):
     def test_main_runs_the_other_binary_for_the_variant(self):
         """A whole run with stand-ins: ours is `false`, the variant `true`; each log's first
         line is the command it ran, and results.json names the variant's binary."""
-        handlers = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
         other = shutil.which("true")
         with tempfile.TemporaryDirectory() as out:
-            try:
-                rc = quiet(bench_engine.main, [
-                    "--train-bin", shutil.which("false"), "--variant-bin", other,
-                    "--variant-arg", "--no-gemm-tuning", "--out", out, "--sizes", "tiny",
-                    "--modes", "ours", "--device", "cpu", "--warmup", "1", "--steps", "1"])
-            finally:
-                for s, h in handlers.items():
-                    signal.signal(s, h)
+            rc = run_main([
+                "--train-bin", shutil.which("false"), "--variant-bin", other,
+                "--variant-arg", "--no-gemm-tuning", "--out", out, "--sizes", "tiny",
+                "--modes", "ours", "--device", "cpu", "--warmup", "1", "--steps", "1"])
             self.assertEqual(rc, 3)  # ours (false) failed
             with open(os.path.join(out, "logs", "tiny-ours.stderr")) as f:
                 self.assertEqual(f.readline().split()[1], shutil.which("false"))

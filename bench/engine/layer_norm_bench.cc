@@ -6,9 +6,9 @@
 // CUDA, then the backward kernel alone (LaunchLayerNormBackward, with the residual stream's
 // gradient), ms per call and the bytes' rate (dy, x and dsum read, dx written), without and with
 // the residual bias's gradient (model::GptConfig::fold_linear_bias), against kernels::ColumnSum
-// of d x, the pass that gradient replaces: "saved" = without + ColumnSum - with; and the register
-// kernel on the same call (LayerNormBackwardPath::kRegister) against the default's choice (the
-// pipelined kernel at these widths): its time over the default's.
+// of d x, the pass that gradient replaces: "saved" = without + ColumnSum - with; and the staged,
+// pipelined and register kernels on the same call (LayerNormBackwardPath::kStaged, kPipelined,
+// kRegister), each against the default's choice: its time over the default's.
 //
 //   layer_norm_bench [--device cuda] [--dtype bf16|fp16|fp32] [--steps N]
 #include <ATen/cuda/CUDAContext.h>
@@ -117,7 +117,8 @@ int main(int argc, char** argv) {
   if (!cuda) return 0;
   std::printf(
       "backward kernel with dsum, ms per call (TB/s): without | with the residual bias's "
-      "gradient | ColumnSum of d x | saved | the register kernel with it (kAuto's speed-up)\n");
+      "gradient | ColumnSum of d x | saved | the staged, pipelined and register kernels with it "
+      "(each one's time over the default's)\n");
   for (const mt::bench::KernelBenchSize& s : mt::bench::kKernelBenchSizes) {
     const torch::Tensor x = torch::randn({s.tokens, s.hidden}, options) * 2 + 0.5;
     const torch::Tensor w = torch::rand({s.hidden}, options) + 0.5;
@@ -125,14 +126,20 @@ int main(int argc, char** argv) {
     const torch::Tensor dsum = torch::randn({s.tokens, s.hidden}, options);
     const double without = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/false);
     const double with = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/true);
+    const double staged = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/true,
+                                     mt::kernels::LayerNormBackwardPath::kStaged);
+    const double pipe = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/true,
+                                   mt::kernels::LayerNormBackwardPath::kPipelined);
     const double reg = BackwardMs(dy, x, dsum, w, steps, /*residual_bias=*/true,
                                   mt::kernels::LayerNormBackwardPath::kRegister);
-    if (without < 0 || with < 0 || reg < 0) return 1;
+    if (without < 0 || with < 0 || staged < 0 || pipe < 0 || reg < 0) return 1;
     const double column_sum =
         mt::bench::TimeMs([&] { mt::kernels::ColumnSum(dsum); }, steps, /*cuda=*/true);
     const double gb = 4.0 * static_cast<double>(x.numel()) * x.element_size() / 1e9;
-    std::printf("%-5s %7.4f (%4.2f) | %7.4f | %7.4f | %7.4f | %7.4f (%.3fx)\n", s.name, without,
-                gb / without, with, column_sum, without + column_sum - with, reg, reg / with);
+    std::printf(
+        "%-5s %7.4f (%4.2f) | %7.4f | %7.4f | %7.4f | %7.4f (%.3fx) %7.4f (%.3fx) %7.4f (%.3fx)\n",
+        s.name, without, gb / without, with, column_sum, without + column_sum - with, staged,
+        staged / with, pipe, pipe / with, reg, reg / with);
   }
   return 0;
 }

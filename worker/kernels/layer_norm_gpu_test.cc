@@ -209,16 +209,18 @@ TEST(FusedLayerNormGpu, ResidualBiasGradientIsTheColumnSumOfDInput) {
   }
 }
 
-// The pipelined backward (rows of 32 W packs, each group of W warps taking every
-// gridDim.x * rows-a-block-th row, the next row's loads in flight) against the fp64 formulas,
-// and against the register kernel (LayerNormBackwardPath::kRegister) on the same inputs, over
-// 20,000 rows: ~20 rows a group, so the prefetch, the alternating reduction buffers and the last
-// row's empty prefetch all run. Widths of W = 1, 2, 3, 4, 6 and 8 warps in bf16 (256 to 2,048)
-// and fp32 (128 to 1,024, and 768 = 6 warps), with and without dsum, the residual bias's
-// gradient asked for (the sums of d x as written). Tolerances as the test above: fp32 1e-4 relative
+// The staged and pipelined backwards (rows of 32 W packs, each group of W warps taking every
+// gridDim.x * rows-a-block-th row, the next rows' loads in flight: three rows in shared memory,
+// or one in registers) against the fp64 formulas and each other (bit for bit), and the register
+// kernel (LayerNormBackwardPath::kRegister) against the formulas, on the same inputs, over 20,000
+// rows: ~20 rows a group, so every stage is reused six times (both phases of its barrier), the
+// alternating reduction buffers and the last rows' empty prefetches all run. Widths of W = 1, 2, 3,
+// 4, 6 and 8 warps in bf16 (256 to 2,048) and fp32 (128 to 1,024, and 768 = 6 warps), with and
+// without dsum, the residual bias's gradient asked for (the sums of d x as written). Tolerances as
+// the test above: fp32 1e-4 relative
 // + 1e-5 (x the largest for the column sums); bf16 1e-2 + 1e-2 (x the largest), which the register
 // kernel meets too.
-TEST(FusedLayerNormGpu, PipelinedBackwardMatchesTheFormulasOverManyRows) {
+TEST(FusedLayerNormGpu, StagedAndPipelinedBackwardsMatchTheFormulasOverManyRows) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(29);
   const auto cuda = torch::TensorOptions(torch::kCUDA);
@@ -248,14 +250,25 @@ TEST(FusedLayerNormGpu, PipelinedBackwardMatchesTheFormulasOverManyRows) {
         const std::vector<torch::Tensor> want = {dx, (dy.to(torch::kDouble) * xhat).sum(0),
                                                  dy.to(torch::kDouble).sum(0)};
         const char* names[] = {"d x", "d weight", "d bias", "d residual bias"};
+        std::vector<torch::Tensor> staged;
         for (LayerNormBackwardPath path :
-             {LayerNormBackwardPath::kAuto, LayerNormBackwardPath::kRegister}) {
+             {LayerNormBackwardPath::kStaged, LayerNormBackwardPath::kPipelined,
+              LayerNormBackwardPath::kRegister}) {
           const auto got = Backward(dy, x, mean, rstd, w, dsum, /*residual_bias=*/true, path);
           ASSERT_EQ(got.size(), 4u);
           const std::string what =
               std::string(c10::toString(dtype)) + " hidden " + std::to_string(hidden) +
               (with_dsum ? " with dsum" : "") +
-              (path == LayerNormBackwardPath::kAuto ? " (pipelined)" : " (register)");
+              (path == LayerNormBackwardPath::kStaged
+                   ? " (staged)"
+                   : (path == LayerNormBackwardPath::kPipelined ? " (pipelined)" : " (register)"));
+          if (path == LayerNormBackwardPath::kStaged) staged = got;
+          // The staged and pipelined kernels add in the same order: the same bits.
+          if (path == LayerNormBackwardPath::kPipelined) {
+            for (int i = 0; i < 4; ++i) {
+              EXPECT_TRUE(torch::equal(got[i], staged[i])) << names[i] << " " << what;
+            }
+          }
           for (int i = 0; i < 4; ++i) {
             // The residual bias's gradient sums d x as written.
             const torch::Tensor ref = i < 3 ? want[i] : got[0].to(torch::kDouble).sum(0);

@@ -4,12 +4,13 @@
 // unaligned rows take the streaming kernels (one warp per row, rows read again per pass).
 // Statistics and every product in fp32. Backward: rows of exactly 32 W packs (W = 1, 2, 3, 4, 6
 // or 8: GPT-2's 768, 1,024, 2,048 in 16 bits) take the pipelined kernel, one pack a thread, the
-// next row's loads issued before this row's sums; other rows of up to 1,024 packs the register
-// kernel (a row per group of warps, two packs a thread). d gamma / d beta summed over a block's
-// rows in shared memory (one copy per group, each column owned by one thread, no atomics), then
-// over blocks by a second kernel. (A backward that staged the next rows in shared
-// memory with cp.async ran at 0.76-0.81x the register kernel on an H200: bench/RESULTS.md,
-// 2026-12-05.)
+// next row's loads issued before this row's sums, or the staged kernel, the same shape and sums
+// with a group's next three rows copied into shared memory by the copy engine (bulk_copy.cuh).
+// Other rows of up to 1,024 packs take the register kernel (a row per group of warps, two packs
+// a thread). d gamma / d beta summed over a block's rows in shared memory (one copy per group,
+// each column owned by one thread, no atomics), then over blocks by a second kernel. (A
+// backward that staged the next rows in shared memory with per-thread cp.async copies ran at
+// 0.76-0.81x the register kernel on an H200: bench/RESULTS.md, 2026-12-05.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -17,6 +18,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "worker/kernels/bulk_copy.cuh"
 #include "worker/kernels/dependent_launch.cuh"
 #include "worker/kernels/dropout_rng.cuh"
 #include "worker/kernels/float_convert.cuh"
@@ -282,6 +284,17 @@ __device__ __forceinline__ void WritePartial(const float* shared, int copies, in
   }
 }
 
+// sums[0, kVec) = v (16-byte aligned shared memory, kVec a multiple of 4).
+template <int kVec>
+__device__ __forceinline__ void StoreSums(float* sums, const float (&v)[kVec]) {
+  static_assert(kVec % 4 == 0, "float4 steps");
+  float4* s4 = reinterpret_cast<float4*>(sums);
+#pragma unroll
+  for (int q = 0; q < kVec / 4; ++q) {
+    s4[q] = make_float4(v[4 * q], v[4 * q + 1], v[4 * q + 2], v[4 * q + 3]);
+  }
+}
+
 // sums[0, kVec) += v (16-byte aligned shared memory, kVec a multiple of 4).
 template <int kVec>
 __device__ __forceinline__ void AddToShared(float* sums, const float (&v)[kVec]) {
@@ -348,19 +361,28 @@ __device__ __forceinline__ P PackGradient(const P& g, const P& a, const P& w, fl
 }
 
 // Writes pack p of a row's d input `o` (the row starting at element `offset`); with kDrop also
-// dropout's backward of it into dbranch; adds what the residual bias's gradient sums (d input,
-// or dbranch with kDrop) to the shared sums `sr` of the pack's columns where non-null.
+// dropout's backward of it into dbranch. Returns what the residual bias's gradient sums: d input,
+// or dbranch with kDrop.
 template <int kVec, bool kDrop, typename P, typename T>
-__device__ __forceinline__ void StoreGradientPack(const P& o, int64_t offset, int64_t p, T* dx,
-                                                  const DropoutArgs& drop, T* dbranch, float* sr) {
+__device__ __forceinline__ P WriteGradientPack(const P& o, int64_t offset, int64_t p, T* dx,
+                                               const DropoutArgs& drop, T* dbranch) {
   reinterpret_cast<P*>(dx + offset)[p] = o;
   if constexpr (kDrop) {
     const P ob = DropPack(o, Unpack(drop.rng), offset + p * kVec, drop.p, 1.0f / (1.0f - drop.p));
     reinterpret_cast<P*>(dbranch + offset)[p] = ob;
-    if (sr != nullptr) AddPackToShared<kVec>(sr, ob);
+    return ob;
   } else {
-    if (sr != nullptr) AddPackToShared<kVec>(sr, o);
+    return o;
   }
+}
+
+// WriteGradientPack, then what the residual bias's gradient sums added to the shared sums `sr`
+// of the pack's columns where non-null.
+template <int kVec, bool kDrop, typename P, typename T>
+__device__ __forceinline__ void StoreGradientPack(const P& o, int64_t offset, int64_t p, T* dx,
+                                                  const DropoutArgs& drop, T* dbranch, float* sr) {
+  const P summed = WriteGradientPack<kVec, kDrop>(o, offset, p, dx, drop, dbranch);
+  if (sr != nullptr) AddPackToShared<kVec>(sr, summed);
 }
 
 // One row per group of G warps at a time; thread t holds packs t, t + 32 G (kBackwardPacks) of
@@ -533,6 +555,151 @@ __global__ void __launch_bounds__(PipeThreads(W), PipeBlocksPerSm(W))
   WritePartial(shared, kRows, sums, partial, hidden);
 }
 
+// The staged backward: the pipelined kernel's shape (W warps a row, thread t holding pack t of
+// every row its group takes, the same row sums), with each group's next rows in shared memory
+// instead of registers. A group keeps kStages rows in flight: its first thread issues one bulk
+// copy of each of a row's dy, x and dsum (bulk_copy.cuh) kStages rows ahead, on that stage's
+// barrier, and the group reads a stage once its barrier's phase completes. A stage is free again
+// after the row's reduction, which every thread of the group reaches only after reading its
+// packs. The column sums stay in registers (a thread's columns are the same in every row), added
+// in the pipelined kernel's order and written to the group's shared copy once at the end, not
+// read and written in shared memory every row. The pipelined kernel holds one row ahead in
+// registers (80-85 a thread); more did not fit, and it ran at 2.3-2.6 TB/s against a copy's 3.9
+// (bench/RESULTS.md, 2026-12-06).
+constexpr int kStages = 3;
+
+// The staged kernel's shared memory starts with each group's kStages x `tensors` x [hidden] rows
+// (dy, x and dsum where there is one); StagedSharedBytes has the rest.
+__host__ __device__ inline size_t StagedRowsBytes(int64_t hidden, int w, int tensors,
+                                                  size_t element) {
+  return static_cast<size_t>(PipeRows(w)) * kStages * tensors * hidden * element;
+}
+
+// Stages row `row`'s dy, x (and dsum) into `stage` ([tensors][hidden]). Compute capability 9.0:
+// thread 0 of the group issues the bulk copies on `barrier`; before it, thread t copies its own
+// pack t of each (the only one it reads), done on return.
+template <typename T, int kVec>
+__device__ __forceinline__ void StageRow(T* stage, const T* dy, const T* x, const T* dsum,
+                                         int64_t row, int64_t hidden, uint64_t* barrier, int t) {
+  const int64_t offset = row * hidden;
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  (void)kVec;
+  if (t != 0) return;
+  const uint32_t bytes = static_cast<uint32_t>(hidden * sizeof(T));
+  ExpectBytes(barrier, bytes * (dsum != nullptr ? 3 : 2));
+  IssueBulkCopy(stage, dy + offset, bytes, barrier);
+  IssueBulkCopy(stage + hidden, x + offset, bytes, barrier);
+  if (dsum != nullptr) IssueBulkCopy(stage + 2 * hidden, dsum + offset, bytes, barrier);
+#else
+  using P = Pack<T, kVec>;
+  (void)barrier;
+  reinterpret_cast<P*>(stage)[t] = reinterpret_cast<const P*>(dy + offset)[t];
+  reinterpret_cast<P*>(stage + hidden)[t] = reinterpret_cast<const P*>(x + offset)[t];
+  if (dsum != nullptr) {
+    reinterpret_cast<P*>(stage + 2 * hidden)[t] = reinterpret_cast<const P*>(dsum + offset)[t];
+  }
+#endif
+}
+
+// Waits until the stage on `barrier` holds its row (its `use`-th row; see StageRow).
+__device__ __forceinline__ void WaitForStage(uint64_t* barrier, int64_t use) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  WaitForBytes(barrier, static_cast<uint32_t>(use & 1));
+#else
+  (void)barrier, (void)use;
+#endif
+}
+
+__device__ __forceinline__ void InitStageBarriers(uint64_t* barriers, int count) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  for (int i = 0; i < count; ++i) InitBytesBarrier(barriers + i);
+#else
+  (void)barriers, (void)count;
+#endif
+}
+
+template <typename T, int kVec, int W, bool kDrop>
+__global__ void __launch_bounds__(PipeThreads(W), PipeBlocksPerSm(W))
+    StagedBackwardKernel(const T* dy, const T* x, const float* mean, const float* rstd,
+                         const T* weight, const T* dsum, T* dx, float* partial, int64_t rows,
+                         int64_t hidden, bool residual_bias, DropoutArgs drop, T* dbranch) {
+  using P = Pack<T, kVec>;
+  constexpr int kRows = PipeRows(W);
+  constexpr int kGroup = 32 * W;
+  extern __shared__ __align__(128) unsigned char staged_smem[];
+  const int sums = SumsOf(residual_bias);
+  const int tensors = dsum != nullptr ? 3 : 2;
+  const int group = threadIdx.x / kGroup;
+  const int t = threadIdx.x % kGroup;
+  T* stages =
+      reinterpret_cast<T*>(staged_smem) + static_cast<int64_t>(group) * kStages * tensors * hidden;
+  float* shared =
+      reinterpret_cast<float*>(staged_smem + StagedRowsBytes(hidden, W, tensors, sizeof(T)));
+  float* sdw = shared + sums * group * hidden + t * kVec;
+  float* sdb = sdw + hidden;
+  float* sdr = residual_bias ? sdb + hidden : nullptr;
+  float2* buffers = reinterpret_cast<float2*>(shared + sums * kRows * hidden);
+  float2* buf = buffers + group * 2 * W;
+  uint64_t* barriers = reinterpret_cast<uint64_t*>(buffers + 2 * kRows * W) + group * kStages;
+  if (t == 0) InitStageBarriers(barriers, kStages);
+  __syncthreads();  // publishes the barriers
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * kRows;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRows + group;
+  for (int s = 0; s < kStages && first + s * stride < rows; ++s) {
+    StageRow<T, kVec>(stages + s * tensors * hidden, dy, x, dsum, first + s * stride, hidden,
+                      barriers + s, t);
+  }
+  const P w = reinterpret_cast<const P*>(weight)[t];
+  float mu = first < rows ? mean[first] : 0.0f, rs = first < rows ? rstd[first] : 0.0f;
+  // This thread's columns of d weight, d bias and the residual bias's gradient, in registers:
+  // thread t holds pack t of every row of its group.
+  float cdw[kVec] = {}, cdb[kVec] = {}, cdr[kVec] = {};
+  int64_t k = 0;  // this group's rows so far
+  for (int64_t row = first; row < rows; row += stride, ++k) {
+    const int s = static_cast<int>(k % kStages);
+    const int64_t next = row + stride;
+    const float mun = next < rows ? mean[next] : 0.0f, rsn = next < rows ? rstd[next] : 0.0f;
+    WaitForStage(barriers + s, k / kStages);
+    const T* stage = stages + s * tensors * hidden;
+    const P g = reinterpret_cast<const P*>(stage)[t];
+    const P a = reinterpret_cast<const P*>(stage + hidden)[t];
+    P r{};
+    if (dsum != nullptr) r = reinterpret_cast<const P*>(stage + 2 * hidden)[t];
+    float2 acc = make_float2(0.0f, 0.0f);
+#pragma unroll
+    for (int e = 0; e < kVec; ++e) {
+      const float xhat = (F(a.v[e]) - mu) * rs;
+      const float d = F(g.v[e]);
+      const float gw = d * F(w.v[e]);
+      acc.x += gw;
+      acc.y += gw * xhat;
+      cdw[e] += d * xhat;
+      cdb[e] += d;
+    }
+    const float2 m = RowSum<W>(acc, buf + (k & 1) * W, group, t / 32);
+    if constexpr (W == 1) __syncwarp();  // RowSum<1> meets at no barrier
+    // Every thread of the group has read this stage: it takes the row kStages ahead.
+    const int64_t ahead = row + kStages * stride;
+    if (ahead < rows) {
+      StageRow<T, kVec>(stages + s * tensors * hidden, dy, x, dsum, ahead, hidden, barriers + s, t);
+    }
+    const float m1 = m.x / static_cast<float>(hidden), m2 = m.y / static_cast<float>(hidden);
+    const P o = PackGradient<kVec>(g, a, w, mu, rs, m1, m2, r, dsum != nullptr);
+    const P summed = WriteGradientPack<kVec, kDrop>(o, row * hidden, t, dx, drop, dbranch);
+    if (residual_bias) {
+#pragma unroll
+      for (int e = 0; e < kVec; ++e) cdr[e] += F(summed.v[e]);
+    }
+    mu = mun;
+    rs = rsn;
+  }
+  // The thread's columns, summed over its rows in the order the other kernels add them.
+  StoreSums<kVec>(sdw, cdw);
+  StoreSums<kVec>(sdb, cdb);
+  if (residual_bias) StoreSums<kVec>(sdr, cdr);
+  WritePartial(shared, kRows, sums, partial, hidden);
+}
+
 // Any width (hidden % kVec == 0): one warp per row; every row's d weight / d bias products go
 // to the block's shared sums, where the block's eight warps contend for the same words.
 template <typename T, int kVec, bool kDrop>
@@ -678,6 +845,9 @@ int PipeWarpsFor(int64_t npacks) {
   return 0;
 }
 
+// kAuto's kernel for rows of 32 W packs (layer_norm_launch.h).
+constexpr LayerNormBackwardPath kAutoRowsKernel = LayerNormBackwardPath::kPipelined;
+
 // Calls launch(std::integral_constant<int, W>) for w = W, one of kPipeWarps.
 template <typename Launch>
 cudaError_t WithPipeWarps(int w, Launch&& launch) {
@@ -722,6 +892,13 @@ static_assert(PipeGridsFitPartial(), "LayerNormBackwardBlocks sizes `partial` fo
 size_t PipeSharedBytes(int64_t hidden, int w, int sums) {
   return static_cast<size_t>(PipeRows(w)) * sums * hidden * sizeof(float) +
          static_cast<size_t>(2 * PipeRows(w) * w) * sizeof(float2);
+}
+
+// The staged kernel's shared memory: its rows (StagedRowsBytes), then the pipelined kernel's
+// (column sums, reduction buffers), then each group's kStages barriers.
+size_t StagedSharedBytes(int64_t hidden, int w, int sums, int tensors, size_t element) {
+  return StagedRowsBytes(hidden, w, tensors, element) + PipeSharedBytes(hidden, w, sums) +
+         static_cast<size_t>(PipeRows(w)) * kStages * sizeof(uint64_t);
 }
 
 // Calls launch(std::integral_constant<bool, D>) for D = drop.
@@ -827,7 +1004,8 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
     return cudaGetLastError();
   };
   const int64_t npacks = hidden / kVec;
-  const int pipe = vec && path == LayerNormBackwardPath::kAuto ? PipeWarpsFor(npacks) : 0;
+  if (path == LayerNormBackwardPath::kAuto) path = kAutoRowsKernel;
+  const int pipe = vec && path != LayerNormBackwardPath::kRegister ? PipeWarpsFor(npacks) : 0;
   const int group = vec ? GroupFor(npacks, kBackwardPacks) : 0;
   // `partial`'s rows this call fills (at most LayerNormBackwardBlocks(rows)).
   const int blocks = pipe > 0 ? PipeBlocks(rows, pipe) : RegisterBlocks(rows);
@@ -836,6 +1014,10 @@ cudaError_t Backward(const void* dy, const void* x, const float* mean, const flo
     if (pipe > 0) {
       return WithPipeWarps(pipe, [&](auto wc) {
         constexpr int W = decltype(wc)::value;
+        if (path == LayerNormBackwardPath::kStaged) {
+          return launch(StagedBackwardKernel<T, kVec, W, D>, blocks, PipeThreads(W),
+                        StagedSharedBytes(hidden, W, sums, dsum != nullptr ? 3 : 2, sizeof(T)));
+        }
         return launch(PipelinedBackwardKernel<T, kVec, W, D>, blocks, PipeThreads(W),
                       PipeSharedBytes(hidden, W, sums));
       });

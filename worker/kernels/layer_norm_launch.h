@@ -29,13 +29,15 @@ cudaError_t LaunchLayerNormForward(FloatKind kind, const void* x, const void* re
 // The most blocks a backward kernel runs with for `rows` (the rows of `partial` it may need).
 int LayerNormBackwardBlocks(int64_t rows);
 
-// Which kernel LaunchLayerNormBackward runs. kAuto: for rows of 32 W 16-byte packs (W one of 1,
-// 2, 3, 4, 6, 8: hidden 256 W in 16 bits, 768, 1,024 and 2,048 among them; 128 W in fp32) the
-// pipelined kernel, W warps a row, each row's loads issued a row ahead; other aligned widths the
-// register kernel (a row held by 1 to 8 warps, 2 packs a thread), the rest the streaming kernel.
-// kRegister: never the pipelined kernel (layer_norm_bench compares the two). The same sums
-// either way, in another order.
-enum class LayerNormBackwardPath { kAuto, kRegister };
+// Which kernel LaunchLayerNormBackward runs. Rows of 32 W 16-byte packs (W one of 1, 2, 3, 4, 6,
+// 8: hidden 256 W in 16 bits, 768, 1,024 and 2,048 among them; 128 W in fp32) take a kernel of W
+// warps a row with the next rows' loads in flight: kStaged (three rows ahead, copied into shared
+// memory by the copy engine) or kPipelined (one row ahead, in registers); they add in the same
+// order, bit for bit the same results. Other aligned widths take the register kernel (a row held
+// by 1 to 8 warps, 2 packs a thread), the rest the streaming kernel. kAuto: kPipelined's choice
+// at those widths for now; kRegister: the register kernel there too (layer_norm_bench compares
+// them). The same sums every way, in another order for the register kernel.
+enum class LayerNormBackwardPath { kAuto, kStaged, kPipelined, kRegister };
 
 // dx = d LayerNorm / d input (dy, the saved input `x` = the sum, mean, rstd, weight) plus
 // `dsum` when non-null (the gradient that reaches the sum directly: the residual stream).

@@ -34,9 +34,10 @@ int LayerNormBackwardBlocks(int64_t rows);
 // warps a row with the next rows' loads in flight: kStaged (three rows ahead, copied into shared
 // memory by the copy engine) or kPipelined (one row ahead, in registers); they add in the same
 // order, bit for bit the same results. Other aligned widths take the register kernel (a row held
-// by 1 to 8 warps, 2 packs a thread), the rest the streaming kernel. kAuto: kPipelined's choice
-// at those widths for now; kRegister: the register kernel there too (layer_norm_bench compares
-// them). The same sums every way, in another order for the register kernel.
+// by 1 to 8 warps, 2 packs a thread), the rest the streaming kernel. kAuto: kStaged at those
+// widths (1.03-1.11x kPipelined on an H100, bench/RESULTS.md 2026-12-07); kRegister: the register
+// kernel there too (layer_norm_bench compares them). The same sums every way, in another order
+// for the register kernel.
 enum class LayerNormBackwardPath { kAuto, kStaged, kPipelined, kRegister };
 
 // dx = d LayerNorm / d input (dy, the saved input `x` = the sum, mean, rstd, weight) plus

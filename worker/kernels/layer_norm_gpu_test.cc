@@ -217,9 +217,8 @@ TEST(FusedLayerNormGpu, ResidualBiasGradientIsTheColumnSumOfDInput) {
 // alternating reduction buffers and the last rows' empty prefetches all run. Widths of W = 1, 2, 3,
 // 4, 6 and 8 warps in bf16 (256 to 2,048) and fp32 (128 to 1,024, and 768 = 6 warps), with and
 // without dsum, the residual bias's gradient asked for (the sums of d x as written). Tolerances as
-// the test above: fp32 1e-4 relative
-// + 1e-5 (x the largest for the column sums); bf16 1e-2 + 1e-2 (x the largest), which the register
-// kernel meets too.
+// the test above: fp32 1e-4 relative + 1e-5 (x the largest for the column sums); bf16 1e-2 +
+// 1e-2 (x the largest), which the register kernel meets too.
 TEST(FusedLayerNormGpu, StagedAndPipelinedBackwardsMatchTheFormulasOverManyRows) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(29);

@@ -6,12 +6,11 @@
 // or 8: GPT-2's 768, 1,024, 2,048 in 16 bits) take the staged kernel, one pack a thread, a
 // group's next three rows copied into shared memory by the copy engine (bulk_copy.cuh) while it
 // works; the pipelined kernel (the next row's loads in registers, one row ahead) is the same
-// shape and sums, bit for bit.
-// Other rows of up to 1,024 packs take the register kernel (a row per group of warps, two packs
-// a thread). d gamma / d beta summed over a block's rows in shared memory (one copy per group,
-// each column owned by one thread, no atomics), then over blocks by a second kernel. (A
-// backward that staged the next rows in shared memory with per-thread cp.async copies ran at
-// 0.76-0.81x the register kernel on an H200: bench/RESULTS.md, 2026-12-05.)
+// shape and sums, bit for bit. Other rows of up to 1,024 packs take the register kernel (a row
+// per group of warps, two packs a thread). d gamma / d beta summed over a block's rows (one
+// copy per group, each column owned by one thread, no atomics), then over blocks by a second
+// kernel. (A backward that staged the next rows in shared memory with per-thread cp.async
+// copies ran at 0.76-0.81x the register kernel on an H200: bench/RESULTS.md, 2026-12-05.)
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -576,9 +575,10 @@ __host__ __device__ inline size_t StagedRowsBytes(int64_t hidden, int w, int ten
   return static_cast<size_t>(PipeRows(w)) * kStages * tensors * hidden * element;
 }
 
-// Stages row `row`'s dy, x (and dsum) into `stage` ([tensors][hidden]). Compute capability 9.0:
-// thread 0 of the group issues the bulk copies on `barrier`; before it, thread t copies its own
-// pack t of each (the only one it reads), done on return.
+// Stages row `row`'s dy, x (and dsum) into `stage` ([tensors][hidden]); every thread of the
+// group calls it. From compute capability 9.0, thread 0 of the group issues the bulk copies on
+// `barrier`; below it, thread t copies its own pack t of each (the only one it reads), done on
+// return.
 template <typename T, int kVec>
 __device__ __forceinline__ void StageRow(T* stage, const T* dy, const T* x, const T* dsum,
                                          int64_t row, int64_t hidden, uint64_t* barrier, int t) {
@@ -611,6 +611,8 @@ __device__ __forceinline__ void WaitForStage(uint64_t* barrier, int64_t use) {
 #endif
 }
 
+// Makes the group's `count` stage barriers (one thread of the group calls it, before a block
+// barrier).
 __device__ __forceinline__ void InitStageBarriers(uint64_t* barriers, int count) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   for (int i = 0; i < count; ++i) InitBytesBarrier(barriers + i);

@@ -153,7 +153,7 @@ std::vector<torch::Tensor> Backward(const torch::Tensor& dy, const torch::Tensor
 // The residual bias's gradient (model::GptConfig::fold_linear_bias) is the sums of d x's columns
 // as written (fp32 1e-4 relative + 1e-5 x the largest; 16-bit: rounded once, 1e-2 + 1e-2 x the
 // largest), and asking for it changes nothing else: d x bit for bit as without it, and d weight
-// and d bias too on the pipelined and register kernels (1 to 8 warps a row: each column summed
+// and d bias too on the staged and register kernels (1 to 8 warps a row: each column summed
 // by one thread, in a fixed order); on the streaming kernel (bf16 8,192 and 100 wide, fp32 4,096
 // and 100), whose warps add to shared sums with atomics in no fixed order, within the bound
 // above. With and without dsum, over 1,000 rows.

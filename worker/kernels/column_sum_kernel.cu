@@ -1,10 +1,12 @@
 // ColumnSum (column_sum_launch.h): a bias's gradient, the sum of the output gradient's rows.
 //
-// Pass 1: block (column group g, row chunk k) of 8 warps: lane l holds the 16-byte vector of
-// columns g * 32 * kVec + l * kVec, warp w the rows k * 128 + w, + 8, ... (16 of them, all loads
-// issued before the sums); the 8 warps' sums meet in shared memory and the chunk's sum of each
-// column goes to partial[k][c]. Pass 2 adds the chunks of each column in a fixed order
-// (FinishColumnsKernel).
+// Pass 1: block (column group g, y) of 8 warps sums row chunk k = chunks - 1 - y: the last rows
+// first, so that the blocks scheduled first find the rows a GEMM wrote last still in L2 (the
+// gradient is summed right after the GEMM that writes it, fused_mlp.cc). Lane l holds the
+// 16-byte vector of columns g * 32 * kVec + l * kVec, warp w the rows k * 128 + w, + 8, ... (16 of
+// them, all loads issued before the sums); the 8 warps' sums meet in shared memory and the
+// chunk's sum of each column goes to partial[k][c], so the order changes no bits. Pass 2 adds the
+// chunks of each column in a fixed order (FinishColumnsKernel).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -31,7 +33,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kVec = 16 / sizeof(T);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t col = (static_cast<int64_t>(blockIdx.x) * 32 + lane) * kVec;
-  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kRowsPerChunk + warp;
+  const int64_t chunk = static_cast<int64_t>(gridDim.y) - 1 - blockIdx.y;
+  const int64_t row0 = chunk * kRowsPerChunk + warp;
   float sum[kVec] = {};
   if (col < cols) {
     Pack<T, kVec> v[kRowsPerWarp];
@@ -51,7 +54,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int k = 0; k < kVec; ++k) sum[k] += F(v[i].v[k]);
     }
   }
-  StoreChunkSums<kVec>(sum, partial, cols);
+  StoreChunkSums<kVec>(sum, partial, chunk, cols);
 }
 
 // Pass 2: block b adds the chunks of columns b * 32 .. + 31: lane l takes column b * 32 + l

@@ -144,6 +144,10 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
       }
     }
     if (!dpre.defined()) dpre = torch::gelu_backward(TunedMm(dy, w2), pre, "tanh");
+    // fc1's bias gradient next: ColumnSum reads the rows the GEMM wrote last first, from L2.
+    if (ctx->needs_input_grad(2) && !db1.defined() && mode != MlpBackward::kDGeluWGradBias) {
+      db1 = ColumnSum(dpre);
+    }
 
     torch::Tensor dx, dw1, dw2, db2;
     if (mode == MlpBackward::kDGeluWGradBias) {

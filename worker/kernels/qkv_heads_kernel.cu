@@ -101,7 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
   }
-  StoreChunkSums<kVec>(sum, partial, cols);
+  StoreChunkSums<kVec>(sum, partial, blockIdx.y, cols);
 }
 
 bool Aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }

@@ -10,8 +10,10 @@ runs a second time with those switches right after ours at each size (an A/B of 
 in the same machine state), printed with its ratio to ours; with --variant-bin, that second run
 is another build's trainer (an A/B of two commits: the one before a change, built beside it).
 Parses our progress lines and key=value summary and the peer's JSON line, prints a table of
-tokens/s, ratios, MFU and peak memory, and writes results.json, table.txt, the generated specs
-and every log under --out.
+tokens/s, ratios, MFU and peak memory, and, where nvidia-smi runs, the GPU's SM clock and power
+while each run kept it busy (gpu_power.py: a step can hold the board at its power limit, which
+lowers the clock), and writes results.json, table.txt, the generated specs and every log under
+--out.
 
 Our tokens/s is measured over the same window as the peer's: the steps after the W warm-up
 steps, from the per-step progress lines (log_interval 1); each step of ours ends in a host
@@ -36,6 +38,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
 sys.path.insert(0, HERE)
+import gpu_power  # noqa: E402
 import sizes  # noqa: E402
 
 GIB = float(1 << 30)
@@ -487,6 +490,7 @@ def build_table(results):
             notes.append("no peer anchor: " + why_not)
             anchor_note_given = True
     out += variant_lines(results)
+    out += power_lines(results)
     if notes:
         out.append("notes:")
         out += ["  " + n for n in notes]
@@ -529,6 +533,20 @@ def variant_lines(results):
             row["size"], row["micro_batch"], cell(v, "tokens_per_second", kfmt),
             "%.3fx" % r if r else "-", cell(v, "mfu", lambda x: "%.1f%%" % (x * 100)),
             cell(v, "peak_memory_bytes", lambda x: "%.2f" % (x / GIB))))
+    return out
+
+
+def power_lines(results):
+    """The GPU's median SM clock and power while each run kept it busy (gpu_power.py), or
+    nothing where no run was sampled (no nvidia-smi, the CPU)."""
+    runs = [(row["size"], mode, row[mode]["power"]) for row in results["rows"]
+            for mode in MODES + (VARIANT,) if (row.get(mode) or {}).get("power")]
+    if not runs:
+        return []
+    out = ["the GPU while each run kept it >= %.0f%% busy (median SM clock, median power, the"
+           " samples at the power cap):" % gpu_power.BUSY_UTILIZATION]
+    for size, mode, power in runs:
+        out.append("  %-5s %-8s %s" % (size, mode, gpu_power.describe(power)))
     return out
 
 
@@ -746,6 +764,8 @@ def run_all(args, names, modes, deadline, out, results, save):
             cmd = peer_cmd(args, name, mode)
             env = peer_env
         log("%s %s: %s (timeout %.0f s)" % (name, mode, " ".join(cmd), timeout))
+        sampler = gpu_power.Sampler(args.device, base + ".power.csv", env)
+        sampler.start()
         try:
             rc, timed_out, wall = run_proc(cmd, env, timeout, base + ".stdout",
                                            base + ".stderr")
@@ -753,6 +773,8 @@ def run_all(args, names, modes, deadline, out, results, save):
             row[mode] = {"status": "killed", "error": "the benchmark was stopped (signal)"}
             results["ours_failed"] |= mode == "ours"
             raise
+        finally:
+            power = sampler.stop()
         so, se = read(base + ".stdout"), read(base + ".stderr")
         if mode in ("ours", VARIANT):
             run = parse_ours(so, se, name, args.warmup, args.steps, args.peak_tflops,
@@ -761,6 +783,8 @@ def run_all(args, names, modes, deadline, out, results, save):
             run = parse_peer(so, dropout=args.dropout)
         run["rc"] = rc
         run["wall_seconds"] = round(wall, 1)
+        if power:
+            run["power"] = power
         if timed_out:
             run["status"] = "timeout"
             run["error"] = "killed after %.0f s" % timeout

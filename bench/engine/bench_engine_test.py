@@ -6,7 +6,7 @@ were measured on (on another GPU one note says there is none, instead of a ratio
 slow peer). And the --dropout setting: in both sides' configuration (the spec, the peer's
 command line, results.json), checked in what each side says it ran, and the anchors (measured at
 dropout 0) left out at any other dropout. And --variant-bin: the variant row run by another
-build's trainer."""
+build's trainer. And the GPU's clock and power lines (gpu_power.py) for the runs that have them."""
 
 import contextlib
 import io
@@ -73,6 +73,19 @@ class TableTest(unittest.TestCase):
         lines = bench_engine.variant_lines(r)
         self.assertEqual(len(lines), 3, lines)
         self.assertTrue(lines[2].rstrip().endswith("18.44"), lines[2])
+
+    def test_power_lines_follow_the_runs(self):
+        r = results("NVIDIA H100 80GB HBM3")
+        self.assertNotIn("power cap", bench_engine.build_table(r))  # nothing sampled
+        r["rows"][0]["ours"]["power"] = {"busy_samples": 14, "sm_clock_mhz": 1665.0,
+                                         "power_w": 690.2, "power_capped": 0.93}
+        r["rows"][0]["compile"]["power"] = {"busy_samples": 30, "sm_clock_mhz": 1755.0,
+                                            "power_w": 640.0, "power_capped": 0.5}
+        lines = bench_engine.build_table(r).splitlines()
+        at = next(i for i, line in enumerate(lines) if "power cap" in line)
+        self.assertEqual(lines[at + 1], "  350m  ours     1,665 MHz  690 W  cap  93%")
+        self.assertEqual(lines[at + 2], "  350m  compile  1,755 MHz  640 W  cap  50%")
+        self.assertFalse(lines[at + 3].startswith("  1.3b"), lines[at + 3])
 
 
 def spec_values(text):

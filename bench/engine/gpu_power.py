@@ -12,6 +12,7 @@ the run goes on.
 """
 
 import os
+import statistics
 import subprocess
 
 SAMPLE_MS = 500
@@ -75,12 +76,6 @@ class Sampler:
             return {}
 
 
-def median(values):
-    s = sorted(values)
-    mid = len(s) // 2
-    return s[mid] if len(s) % 2 else (s[mid - 1] + s[mid]) / 2.0
-
-
 def summarize(text):
     """From the sampler's CSV lines (utilization %, SM MHz, W, reasons as hex): over the samples
     with utilization >= BUSY_UTILIZATION, their count, median SM clock (MHz), median power (W)
@@ -102,8 +97,8 @@ def summarize(text):
         return {}
     capped = sum(1 for _, _, r in busy if r & POWER_CAP_REASON)
     return {"busy_samples": len(busy),
-            "sm_clock_mhz": median([c for c, _, _ in busy]),
-            "power_w": median([p for _, p, _ in busy]),
+            "sm_clock_mhz": statistics.median([c for c, _, _ in busy]),
+            "power_w": statistics.median([p for _, p, _ in busy]),
             "power_capped": capped / float(len(busy))}
 
 

@@ -26,6 +26,8 @@ Timing: `warmup` steps (torch.compile compiles in the first), torch.cuda.synchro
 `steps` steps, torch.cuda.synchronize(); tokens/s = steps * micro_batch * seq / seconds.
 --step-times adds each step's own time (`step_ms_each`), for effects within the window such as
 the board's power cap taking hold about a second into full load (bench/RESULTS.md).
+--trace-dir DIR profiles --trace-steps more steps after the timed ones and writes their Chrome
+trace to DIR/peer-SIZE-MODE.json: bench/engine/kernel_kinds.py sets it beside ours by kind.
 MFU = tokens/s * (6 * params + 12 * layers * hidden * seq) / peak (DESIGN.md §9).
 
 Output: one JSON line per (size, mode) on stdout; progress on stderr. Exit code 0 when every
@@ -214,6 +216,24 @@ class StepClock:
         return [round((b - a) * 1e3, 3) for a, b in self.marks]
 
 
+def trace_steps(step_fn, args, name, mode, device):
+    """--trace-dir: args.trace_steps more steps under the profiler, their Chrome trace written
+    to DIR/peer-SIZE-MODE.json (bench/engine/kernel_kinds.py reads it); returns the path."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU]
+    if device.type == "cuda":
+        activities.append(ProfilerActivity.CUDA)
+    with profile(activities=activities) as prof:
+        for i in range(args.trace_steps):
+            step_fn(i)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+    path = os.path.join(args.trace_dir, "peer-%s-%s.json" % (name, mode))
+    prof.export_chrome_trace(path)
+    log("%s %s: %d steps traced to %s" % (name, mode, args.trace_steps, path))
+    return path
+
+
 def run_one(name, mode, args, device):
     layers, hidden, heads, seq, micro_batch = sizes.size(name)
     if args.micro_batch:
@@ -307,6 +327,8 @@ def run_one(name, mode, args, device):
             log("%s %s: ms per step, warm-up then timed: %s" % (
                 name, mode, " ".join("%.2f" % ms for ms in result["step_ms_each"])))
         last_loss = loss.item()
+        if args.trace_dir:
+            result["trace"] = trace_steps(step_fn, args, name, mode, device)
         if first_loss is None:
             first_loss = last_loss
         tokens = args.steps * micro_batch * seq
@@ -365,6 +387,10 @@ def main(argv=None):
     p.add_argument("--step-times", action="store_true",
                    help="also time each step on its own (CUDA events; no sync inside the "
                    "loop): the JSON's step_ms_each, warm-up steps first")
+    p.add_argument("--trace-dir", default="",
+                   help="after the timed steps, profile --trace-steps more and write their "
+                   "Chrome trace to DIR/peer-SIZE-MODE.json (for kernel_kinds.py)")
+    p.add_argument("--trace-steps", type=int, default=3)
     p.add_argument("--compile-mode", default="default",
                    help="torch.compile mode: default, reduce-overhead, max-autotune ...")
     args = p.parse_args(argv)
@@ -379,6 +405,10 @@ def main(argv=None):
             p.error("unknown mode %r (eager, compile)" % m)
     if args.warmup < 1 or args.steps < 1:
         p.error("--warmup and --steps must be >= 1")
+    if args.trace_steps < 1:
+        p.error("--trace-steps must be >= 1")
+    if args.trace_dir and not os.path.isdir(args.trace_dir):
+        p.error("--trace-dir %s: not a directory (make it first)" % args.trace_dir)
     if not 0.0 <= args.dropout < 1.0:  # NaN fails too
         p.error("--dropout %r: must be in [0, 1)" % args.dropout)
     device = torch.device(args.device)

@@ -26,6 +26,10 @@
 #                     with these switches, side by side (bench/engine/profile_ab.py; sizes from
 #                     MT_PROFILE_SIZES, default "124m 1.3b"), before the engine benchmark, in at
 #                     most 240 s
+#   MT_GPU_KINDS="350m ..."  also profile our step and torch.compile's at these sizes and set
+#                     them side by side by kind of kernel (bench/engine/kinds_vs_peer.sh:
+#                     GEMM, attention, LayerNorm, ...), before the engine benchmark, in at most
+#                     300 s; output in kinds/SIZE.txt
 #   MT_BENCH_SIZES, MT_BENCH_MODES, MT_BENCH_WARMUP, MT_BENCH_STEPS, ...  see run_bench.sh
 # Exit codes: 0 all passed; 1 environment, configure, build or a GPU test failed; 3 the build
 # and tests passed but a benchmark run of our trainer failed.
@@ -127,7 +131,7 @@ targets=()
 if [ "${MT_GPU_SKIP_TESTS:-0}" = 1 ]; then
   [ "${MT_GPU_SKIP_BENCH:-0}" = 1 ] || targets+=(mt-train mtctl)
   [ "${MT_GPU_DECODE:-0}" = 1 ] && targets+=(decode_bench)
-  [ -n "${MT_GPU_PROFILE_AB:-}" ] && targets+=(profile_step)
+  [ -n "${MT_GPU_PROFILE_AB:-}${MT_GPU_KINDS:-}" ] && targets+=(profile_step)
   for kb in ${MT_GPU_KERNEL_BENCHES:-}; do targets+=("$kb"); done
   [ ${#targets[@]} -gt 0 ] || targets=(all)
 fi
@@ -222,6 +226,16 @@ if [ -n "${MT_GPU_PROFILE_AB:-}" ]; then
     --out "$out" --sizes "${MT_PROFILE_SIZES:-124m 1.3b}" "${variant[@]}" 2>&1 |
     tee "$out/profile-ab.log"
   record_optional profile "${PIPESTATUS[0]}" "$s" "$out/profile-ab.log" profile_ab.py
+fi
+
+# 3d. Ours against the peer by kind of kernel, when asked for (MT_GPU_KINDS="SIZE ...").
+if [ -n "${MT_GPU_KINDS:-}" ]; then
+  s=$(date +%s)
+  say "bench/engine/kinds_vs_peer.sh --sizes \"${MT_GPU_KINDS}\""
+  kl=$(limit 15); [ "$kl" -gt 300 ] && kl=300
+  timeout -k 10 "$kl" "$root/bench/engine/kinds_vs_peer.sh" --build "$build" --out "$out" \
+    --sizes "$MT_GPU_KINDS" 2>&1 | tee "$out/kinds.log"
+  record_optional kinds "${PIPESTATUS[0]}" "$s" "$out/kinds.log" kinds_vs_peer.sh
 fi
 
 # 4. The engine benchmark, in what is left of the budget (15 s kept for the table).

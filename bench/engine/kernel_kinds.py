@@ -94,7 +94,7 @@ def kind_order(summaries):
 
 def text_lines(labels, summaries, top):
     two = len(summaries) == 2
-    head = "%-24s" % "ms per step" + "".join("  %10s %6s" % (l[:10], "share") for l in labels)
+    head = "%-24s" % "ms per step" + "".join("  %10s %6s" % (name[:10], "share") for name in labels)
     out = [head + ("  %9s" % "diff" if two else "")]
 
     def row(name, values, shares):
@@ -145,7 +145,7 @@ def main(argv=None):
         p.error("at most two traces (ours and the peer's), got %d" % len(args.traces))
     if args.top < 1:
         p.error("--top must be at least 1")
-    labels = [l for l in args.labels.split(",") if l]
+    labels = [name for name in args.labels.split(",") if name]
     if len(labels) < len(args.traces):
         p.error("--labels: one name per trace (%d given for %d traces)" %
                 (len(labels), len(args.traces)))
@@ -159,7 +159,7 @@ def main(argv=None):
             return 2
     labels = labels[:len(summaries)]
     if args.output == "json":
-        print(json.dumps({l: s for l, s in zip(labels, summaries)}, sort_keys=True))
+        print(json.dumps(dict(zip(labels, summaries)), sort_keys=True))
     else:
         print("\n".join(text_lines(labels, summaries, args.top)))
     return 0

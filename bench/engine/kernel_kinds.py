@@ -94,7 +94,8 @@ def kind_order(summaries):
 
 def text_lines(labels, summaries, top):
     two = len(summaries) == 2
-    head = "%-24s" % "ms per step" + "".join("  %10s %6s" % (name[:10], "share") for name in labels)
+    head = "%-24s" % "ms per step" + "".join("  %10s %6s" % (name[:10], "share")
+                                             for name in labels)
     out = [head + ("  %9s" % "diff" if two else "")]
 
     def row(name, values, shares):

@@ -35,24 +35,25 @@ if ! [[ $steps =~ ^[1-9][0-9]*$ ]]; then
   echo "kinds_vs_peer.sh: --steps must be a whole number of at least 1 (got '$steps')" >&2; exit 2
 fi
 [ -n "$py" ] || { echo "kinds_vs_peer.sh: no python3 (set MT_PYTHON)" >&2; exit 2; }
-# Every size known before anything runs (sizes.py lists them).
+dir=$out/kinds
+mkdir -p "$dir" || exit 2
+# Every size checked and its spec written (bench_engine.spec_yaml) before anything runs.
 python3 - $sizes <<PY || exit 2
 import sys
 sys.path.insert(0, "$here")
-import sizes
+import bench_engine, sizes
 bad = [s for s in sys.argv[1:] if s not in sizes.SIZES]
 if bad or len(sys.argv) < 2:
     sys.exit("kinds_vs_peer.sh: --sizes: unknown size %s (one of %s)"
              % (", ".join(bad) or "(none given)", ", ".join(sizes.SIZES)))
+for s in sys.argv[1:]:
+    with open("$dir/%s.yaml" % s, "w") as f:
+        f.write(bench_engine.spec_yaml(s, 5 + 2 * $steps + 4))
 PY
-dir=$out/kinds
-mkdir -p "$dir" || exit 2
 peer_ld=${MT_PEER_LD_LIBRARY_PATH-${LD_LIBRARY_PATH-}}
 rc=0
 for size in $sizes; do
   echo "kinds_vs_peer: $size: our step" >&2
-  python3 -c "import sys; sys.path.insert(0, '$here'); import bench_engine
-print(bench_engine.spec_yaml('$size', 5 + 2 * $steps + 4))" >"$dir/$size.yaml" || exit 2
   if ! "$prof" --spec "$dir/$size.yaml" --warmup 5 --steps "$steps" --top 40 \
       --trace "$dir/ours-$size.json" >"$dir/ours-$size.txt" 2>"$dir/ours-$size.err"; then
     echo "kinds_vs_peer: $size: profile_step failed (see $dir/ours-$size.err)" >&2

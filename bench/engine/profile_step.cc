@@ -11,6 +11,7 @@
 //                [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]
 //                [--[no-]overlap-optimizer] [--[no-]gemm-tuning] [--gemm-tune-candidates N]
 //                [--[no-]gemm-workspace] [--[no-]fused-embedding]
+//                [--mlp-gelu auto|epilogue|kernel]
 //
 // Needs a CUDA LibTorch >= 2.0 (Kineto); elsewhere it says so and exits 2.
 #include <torch/torch.h>
@@ -32,6 +33,7 @@
 #include "worker/engine/data_sources.h"
 #include "worker/engine/trainer.h"
 #include "worker/kernels/gemm_tuning.h"
+#include "worker/kernels/mlp_gelu_choice.h"
 #include "worker/kernels/tuned_mm.h"
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -49,13 +51,14 @@ constexpr char kUsage[] =
     "                    [--[no-]fused-qkv] [--[no-]fold-linear-bias] [--[no-]cuda-graph]\n"
     "                    [--[no-]overlap-optimizer] [--[no-]gemm-tuning]\n"
     "                    [--gemm-tune-candidates N] [--[no-]gemm-workspace]\n"
-    "                    [--[no-]fused-embedding]\n"
+    "                    [--[no-]fused-embedding] [--mlp-gelu auto|epilogue|kernel]\n"
     "Profiles training steps of the job spec (synthetic tokens) and prints the top GPU kernels.\n";
 
 struct Args {
   std::string spec;
   std::string device = "cuda";
   std::string attention = "auto";
+  std::string mlp_gelu = "auto";
   std::string trace;
   int warmup = 5;
   int steps = 3;
@@ -120,6 +123,8 @@ Args Parse(int argc, char** argv) {
       a.device = v;
     } else if (name == "--attention") {
       a.attention = v;
+    } else if (name == "--mlp-gelu") {
+      a.mlp_gelu = v;
     } else if (name == "--trace") {
       a.trace = v;
     } else if (name == "--warmup") {
@@ -170,6 +175,7 @@ int main(int argc, char** argv) {
   options.log_progress = false;
   options.fused_lm_head = a.fused_lm_head;
   options.fused_mlp = a.fused_mlp;
+  options.mlp_gelu = a.mlp_gelu;
   options.fused_layernorm = a.fused_layernorm;
   options.fused_qkv = a.fused_qkv;
   options.fused_embedding = a.fused_embedding;
@@ -197,6 +203,9 @@ int main(int argc, char** argv) {
       "gemm tuning: %zu cuBLASLt problems timed, %zu moved off the first pick, %zu with the "
       "workspace\n",
       tuned.problems, tuned.moved, tuned.with_workspace);
+  const mt::kernels::MlpGeluCounts gelu = mt::kernels::MlpGeluSoFar();
+  std::printf("mlp gelu: %zu fc1 shapes timed, %zu run the GELU kernel\n", gelu.shapes,
+              gelu.kernel);
   mt::bench::KernelProfileOptions profile;
   profile.units = a.steps;
   profile.unit = "step";

@@ -107,6 +107,14 @@ absl::StatusOr<model::AttentionBackend> ParseBackend(const std::string& name) {
       absl::StrCat("attention backend \"", name, "\" is not auto, math, fused, cudnn or flash"));
 }
 
+absl::StatusOr<kernels::MlpGelu> ParseMlpGelu(const std::string& name) {
+  if (name == "auto" || name.empty()) return kernels::MlpGelu::kAuto;
+  if (name == "epilogue") return kernels::MlpGelu::kEpilogue;
+  if (name == "kernel") return kernels::MlpGelu::kKernel;
+  return absl::InvalidArgumentError(
+      absl::StrCat("mlp_gelu \"", name, "\" is not auto, epilogue or kernel"));
+}
+
 // This trainer runs tensor, pipeline and data parallelism (not context parallelism): the
 // tensor-parallel shard and the pipeline stages over `groups` (a job's ranks), data
 // parallelism with collectives and the optimizer's DP group.
@@ -652,6 +660,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   MT_ASSIGN_OR_RETURN(config.attention_backend, ParseBackend(options.attention_backend));
   config.fused_lm_head = options.fused_lm_head;
   config.fused_mlp = options.fused_mlp;
+  MT_ASSIGN_OR_RETURN(config.mlp_gelu, ParseMlpGelu(options.mlp_gelu));
   config.fused_layernorm = options.fused_layernorm;
   config.fused_qkv = options.fused_qkv;
   config.fused_embedding = options.fused_embedding;

@@ -86,6 +86,9 @@ struct TrainerOptions {
   bool fused_lm_head = true;
   // The MLP's element-wise work in cuBLASLt epilogues on CUDA (model::GptConfig::fused_mlp).
   bool fused_mlp = true;
+  // Where the fused MLP's fc1 applies its GELU (model::GptConfig::mlp_gelu): "auto" (the faster
+  // for the shape, timed once), "epilogue" or "kernel".
+  std::string mlp_gelu = "auto";
   // LayerNorm (+ the attention's residual add) through the fused kernels on CUDA
   // (model::GptConfig::fused_layernorm; see there).
   bool fused_layernorm = true;

@@ -8,6 +8,7 @@
 #if MT_KERNELS_WITH_CUDA
 #include "worker/kernels/gemm_lt_launch.h"
 #include "worker/kernels/kind_of.h"
+#include "worker/kernels/mlp_gelu_choice.h"
 #endif
 
 namespace mt::kernels {
@@ -35,10 +36,9 @@ bool RunLt(const LtMatmulArgs& args, const torch::Tensor& like, bool allow_fallb
   return false;
 }
 
-// h = gelu(x w1^T + b1) [N, F] by the fc1 GEMM's epilogue; with `pre` defined it also gets the
-// pre-activation (backward's aux). All contiguous.
-bool Fc1Gelu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
-             const torch::Tensor& h, const torch::Tensor& pre, bool allow_fallback) {
+// fc1's GEMM, out = x w1^T + b1 [N, F] (the bias epilogue; callers change it). All contiguous.
+LtMatmulArgs Fc1Args(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
+                     const torch::Tensor& out) {
   LtMatmulArgs g;
   g.transpose_a = true;  // w1 [F, K] row-major is K x F column-major: op(A) = F x K
   g.m = w1.size(0);
@@ -48,15 +48,49 @@ bool Fc1Gelu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tenso
   g.lda = g.k;
   g.b = x.data_ptr();  // x [N, K] row-major: K x N column-major
   g.ldb = g.k;
-  g.d = h.data_ptr();  // F x N column-major: h [N, F] row-major
+  g.d = out.data_ptr();  // F x N column-major: out [N, F] row-major
   g.ldd = g.m;
   g.bias = b1.data_ptr();
+  g.epilogue = LtEpilogue::kBias;
+  return g;
+}
+
+// h = gelu(x w1^T + b1) [N, F] by the fc1 GEMM's epilogue; with `pre` defined it also gets the
+// pre-activation (backward's aux). All contiguous.
+bool Fc1Gelu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
+             const torch::Tensor& h, const torch::Tensor& pre, bool allow_fallback) {
+  LtMatmulArgs g = Fc1Args(x, w1, b1, h);
   g.epilogue = pre.defined() ? LtEpilogue::kGeluAuxBias : LtEpilogue::kGeluBias;
   if (pre.defined()) {
     g.aux = pre.data_ptr();
     g.ldaux = g.m;
   }
   return RunLt(g, x, allow_fallback, "fc1 forward");
+}
+
+// pre = x w1^T + b1 by the fc1 GEMM's bias epilogue, then h = gelu(pre) by LibTorch's GELU
+// kernel (MlpGelu::kKernel). All contiguous.
+bool Fc1BiasThenGelu(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
+                     const torch::Tensor& h, const torch::Tensor& pre, bool allow_fallback) {
+  if (!RunLt(Fc1Args(x, w1, b1, pre), x, allow_fallback, "fc1 forward")) return false;
+  torch::Tensor out = h;
+  at::gelu_out(out, pre, "tanh");
+  return true;
+}
+
+// Training's fc1 forward, h and pre, by the path `gelu` names (kAuto: mlp_gelu_choice.h's).
+bool Fc1Forward(const torch::Tensor& x, const torch::Tensor& w1, const torch::Tensor& b1,
+                const torch::Tensor& h, const torch::Tensor& pre, MlpGelu gelu,
+                bool allow_fallback) {
+  if (gelu == MlpGelu::kAuto) {
+    gelu = GeluKernelFaster(
+               x, w1.size(0), [&] { return Fc1Gelu(x, w1, b1, h, pre, allow_fallback); },
+               [&] { return Fc1BiasThenGelu(x, w1, b1, h, pre, allow_fallback); })
+               ? MlpGelu::kKernel
+               : MlpGelu::kEpilogue;
+  }
+  return gelu == MlpGelu::kKernel ? Fc1BiasThenGelu(x, w1, b1, h, pre, allow_fallback)
+                                  : Fc1Gelu(x, w1, b1, h, pre, allow_fallback);
 }
 
 // dpre = (dy w2) * gelu'(pre) [N, F] by the GEMM that computes fc2's input gradient, and with
@@ -102,18 +136,18 @@ bool WeightGradBias(const torch::Tensor& act, const torch::Tensor& grad, const t
 
 // Inputs: x, w1, b1, w2, b2 (contiguous; an empty tensor, never read, where fc2 has no bias:
 // autograd records every tensor input's device, so an undefined tensor cannot be passed), then
-// the two options and with_b2. Saves x, w1, w2, the pre-activation and h (what the unfused chain
+// the three options and with_b2. Saves x, w1, w2, the pre-activation and h (what the unfused chain
 // keeps too).
 class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
                                torch::Tensor w1, torch::Tensor b1, torch::Tensor w2,
-                               torch::Tensor b2, int64_t backward_mode, bool allow_fallback,
-                               bool with_b2) {
+                               torch::Tensor b2, int64_t backward_mode, int64_t gelu,
+                               bool allow_fallback, bool with_b2) {
     const int64_t n = x.size(0), f = w1.size(0);
     torch::Tensor pre = torch::empty({n, f}, x.options());
     torch::Tensor h = torch::empty({n, f}, x.options());
-    if (!Fc1Gelu(x, w1, b1, h, pre, allow_fallback)) {
+    if (!Fc1Forward(x, w1, b1, h, pre, static_cast<MlpGelu>(gelu), allow_fallback)) {
       pre = torch::addmm(b1, x, w1.t());
       h = torch::gelu(pre, "tanh");
     }
@@ -169,7 +203,8 @@ class FusedMlpFunction : public torch::autograd::Function<FusedMlpFunction> {
     if (ctx->needs_input_grad(4) && !db2.defined()) db2 = ColumnSum(dy);
     // d input last: the LayerNorm backward that reads it next finds it in L2.
     if (ctx->needs_input_grad(0)) dx = TunedMm(dpre, w1);
-    return {dx, dw1, db1, dw2, db2, torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {
+        dx, dw1, db1, dw2, db2, torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -219,7 +254,8 @@ torch::Tensor FusedMlp(const torch::Tensor& x, const torch::Tensor& w1, const to
       const bool with_b2 = b2.defined();
       return FusedMlpFunction::apply(
           xc, w1c, b1c, w2c, with_b2 ? b2 : torch::empty({0}, w2.options()),
-          static_cast<int64_t>(options.backward), options.allow_fallback, with_b2);
+          static_cast<int64_t>(options.backward), static_cast<int64_t>(options.gelu),
+          options.allow_fallback, with_b2);
     }
     // Inference: the GELU in the epilogue, no pre-activation kept.
     const torch::Tensor h = torch::empty({x.size(0), w1.size(0)}, x.options());

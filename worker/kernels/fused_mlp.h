@@ -1,11 +1,12 @@
 // The transformer's MLP, fc2(gelu(fc1(x))), with its element-wise work folded into cuBLASLt
 // epilogues (llm.c and Transformer Engine do the same): forward, fc1's bias and the (tanh) GELU
 // are applied by the fc1 GEMM, which also writes the pre-activation for backward
-// (GELU_AUX_BIAS); backward, the GELU's derivative and fc1's bias gradient are applied by the
-// GEMM that computes fc2's input gradient (DGELU_BGRAD). The unfused chain instead runs a GELU
-// kernel forward, a GELU-backward kernel and a bias-gradient reduction backward, each a full
-// pass over the [tokens, ffn] activation: 5.9 ms of a 77.6 ms GPT-2 124M step on an H200
-// (bench/RESULTS.md, issue #16).
+// (GELU_AUX_BIAS), or where that is slower for the shape the GEMM adds the bias and a GELU
+// kernel follows (FusedMlpOptions::gelu, mlp_gelu.h); backward, the GELU's derivative and fc1's
+// bias gradient are applied by the GEMM that computes fc2's input gradient (DGELU_BGRAD). The
+// unfused chain instead runs a GELU kernel forward, a GELU-backward kernel and a bias-gradient
+// reduction backward, each a full pass over the [tokens, ffn] activation: 5.9 ms of a 77.6 ms GPT-2
+// 124M step on an H200 (bench/RESULTS.md, issue #16).
 //
 // The epilogue's GELU is computed in fp32 on the accumulator before rounding, so in bf16 / fp16
 // it is no less exact than the chain (which rounds the pre-activation first); the GPU test
@@ -14,6 +15,8 @@
 #define MT_WORKER_KERNELS_FUSED_MLP_H_
 
 #include <torch/types.h>
+
+#include "worker/kernels/mlp_gelu.h"
 
 namespace mt::kernels {
 
@@ -32,6 +35,9 @@ struct FusedMlpOptions {
   // 0.93-1.00x, kDGeluBGrad 0.80-0.85x (cuBLASLt reduces the bias gradient in a separate,
   // slow kernel). kDGeluWGradBias: measured there too (bench/RESULTS.md, 2026-12-03).
   MlpBackward backward = MlpBackward::kDGelu;
+  // Where training's forward applies fc1's bias and GELU (mlp_gelu.h). Inference (no
+  // gradients) always takes the epilogue, which then writes no pre-activation.
+  MlpGelu gelu = MlpGelu::kAuto;
   // Where cuBLASLt offers no algorithm for a GEMM, run that step unfused (same math); false:
   // throw instead (tests, so that a pass cannot come from the fallback).
   bool allow_fallback = true;

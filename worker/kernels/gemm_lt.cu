@@ -162,21 +162,6 @@ struct Scalars {
   const void* beta;
 };
 
-// Bytes written between two timed calls so that each call starts with its operands out of the
-// L2, as in a training step, where the layer's other kernels have been through the cache since
-// the operands were last read: twice the L2's size (H200: 2 x 50 MB); 0 where it is unknown.
-// Timed back to back instead, a candidate ran with its operands in the L2 (the 1.3B GPT's
-// weight-gradient operands fit), and a pick that won there lost in the step: 10.27 ms against
-// the first pick's 8.91 for 24 calls of the 1.3B step (bench/RESULTS.md, 2026-12-05).
-size_t L2FlushBytes() {
-  int device = 0, l2 = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess || l2 <= 0) {
-    return 0;
-  }
-  return 2 * static_cast<size_t>(l2);
-}
-
 // The median milliseconds of `repeats` calls of `algo` after one warm-up call, each call timed
 // alone (CUDA events on `stream`, which is synchronised) after `flush_bytes` of `flush` are
 // written (none where `flush` is null); -1 where cuBLASLt refuses the algorithm.
@@ -285,12 +270,6 @@ bool TimeCandidates(cublasLtHandle_t handle, const LtMatmulArgs& g, const Descri
   return true;
 }
 
-bool Capturing(cudaStream_t stream) {
-  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
-  return cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
-         status != cudaStreamCaptureStatusNone;
-}
-
 // What tells two problems apart for the table: everything the descriptors are made of.
 LtProblemKey KeyOf(const LtMatmulArgs& g, size_t workspace_bytes, bool workspace_optional) {
   int device = -1;
@@ -353,7 +332,7 @@ cublasStatus_t ChooseAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, c
     *found = true;
     return CUBLAS_STATUS_SUCCESS;
   }
-  const bool tune = tuning != nullptr && !Capturing(stream);
+  const bool tune = tuning != nullptr && !StreamCapturing(stream);
   std::vector<Candidate> list;
   MT_LT_TRY(CandidateList(handle, g, s, optional, tune ? std::max(candidates, 1) : 1,
                           /*first_only=*/!tune, &list));
@@ -376,6 +355,21 @@ cublasStatus_t ChooseAlgorithm(cublasLtHandle_t handle, const LtMatmulArgs& g, c
 }
 
 }  // namespace
+
+size_t L2FlushBytes() {
+  int device = 0, l2 = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, device) != cudaSuccess || l2 <= 0) {
+    return 0;
+  }
+  return 2 * static_cast<size_t>(l2);
+}
+
+bool StreamCapturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &status) != cudaSuccess ||
+         status != cudaStreamCaptureStatusNone;
+}
 
 int LtTimeAlgorithms(const LtMatmulArgs& g, void* lt_handle, void* workspace,
                      size_t workspace_bytes, cudaStream_t stream, int max_algorithms, int repeats,

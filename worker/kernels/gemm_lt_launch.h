@@ -139,6 +139,18 @@ int LtMatmul(const LtMatmulArgs& args, void* lt_handle, void* workspace, size_t 
              cudaStream_t stream, LtTuning* tuning = nullptr,
              int candidates = kDefaultGemmTuneCandidates, bool workspace_optional = false);
 
+// Bytes to write between two timed calls so that each call starts with its operands out of the
+// L2, as in a training step, where the layer's other kernels have been through the cache since
+// the operands were last read: twice the current device's L2 (H200: 2 x 50 MB); 0 where it is
+// unknown. Timed back to back instead, a candidate ran with its operands in the L2 (the 1.3B
+// GPT's weight-gradient operands fit), and a pick that won there lost in the step: 10.27 ms
+// against the first pick's 8.91 for 24 calls of the 1.3B step (bench/RESULTS.md, 2026-12-05).
+// The GEMM tuning's and mlp_gelu_choice.h's timings use it.
+size_t L2FlushBytes();
+
+// Whether `stream` is capturing a CUDA graph (or cannot say): no timing may run on it then.
+bool StreamCapturing(cudaStream_t stream);
+
 // Times the first `max_algorithms` algorithms cuBLASLt's heuristic offers for the problem, in
 // the heuristic's order (the first is the one LtMatmul runs), as the tuning does: ms[i] is the
 // median milliseconds of `repeats` calls after one warm-up, each with a cold L2, -1 where

@@ -329,6 +329,7 @@ torch::Tensor SelfAttentionImpl::Context(const torch::Tensor& x) {
 
 MlpImpl::MlpImpl(const GptConfig& c, const ModelShard& shard, const torch::TensorOptions& options)
     : whole_(shard.tp_size == 1), fused_(c.fused_mlp && shard.tp_size == 1) {
+  fused_options_.gelu = c.mlp_gelu;
   linear_fc1 = register_module(
       "linear_fc1", ColumnParallelLinear(c.hidden_size, c.ffn_size(), true, shard, options));
   linear_fc2 = register_module(
@@ -351,7 +352,7 @@ torch::Tensor MlpImpl::forward(const torch::Tensor& x) {
     if (kernels::FusedMlpAvailable(rows, w1, b1, w2, b2)) {
       std::vector<int64_t> sizes = x.sizes().vec();
       sizes.back() = w2.size(0);
-      return kernels::FusedMlp(rows, w1, b1, w2, b2).view(sizes);
+      return kernels::FusedMlp(rows, w1, b1, w2, b2, fused_options_).view(sizes);
     }
   }
   return linear_fc2(torch::gelu(linear_fc1(x), "tanh"));
@@ -366,7 +367,7 @@ std::pair<torch::Tensor, torch::Tensor> MlpImpl::ForwardWithoutBias(const torch:
   sizes.back() = w2.size(0);
   const torch::Tensor rows = x.reshape({-1, x.size(-1)});
   if (fused_ && kernels::FusedMlpAvailable(rows, w1, b1, w2, torch::Tensor())) {
-    return {kernels::FusedMlp(rows, w1, b1, w2, torch::Tensor()).view(sizes), b2};
+    return {kernels::FusedMlp(rows, w1, b1, w2, torch::Tensor(), fused_options_).view(sizes), b2};
   }
   const torch::Tensor h = torch::gelu(linear_fc1(rows), "tanh");
   return {kernels::LinearWithoutBias(h, w2).view(sizes), b2};

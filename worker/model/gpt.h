@@ -73,6 +73,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "worker/kernels/fused_mlp.h"
 #include "worker/kernels/int8_linear.h"
 #include "worker/model/gpt_config.h"
 
@@ -229,6 +230,7 @@ class MlpImpl : public torch::nn::Module {
  private:
   bool whole_ = false;  // tp = 1: the layer's weights are whole (no collective around them)
   bool fused_ = false;  // GptConfig::fused_mlp with tp = 1: kernels::FusedMlp where it runs
+  kernels::FusedMlpOptions fused_options_;  // GptConfig::mlp_gelu
 };
 TORCH_MODULE(Mlp);
 

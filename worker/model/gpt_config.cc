@@ -154,7 +154,7 @@ std::string GptConfig::DebugString() const {
   return absl::StrFormat(
       "GPT layers=%d hidden=%d heads=%d head_dim=%d ffn=%d seq=%d positions=%d vocab=%d "
       "(padded %d) dropout hidden=%g attention=%g init_std=%g ln_eps=%g %s attention=%s "
-      "recompute=%s%s%s%s%s%s%s%s%s",
+      "recompute=%s%s%s%s%s%s%s%s%s%s",
       num_layers, hidden_size, num_attention_heads, head_dim(), ffn_size(), seq_length,
       max_positions(), vocab_size, padded_vocab_size(), hidden_dropout, attention_dropout,
       init_method_std, layernorm_epsilon, untie_embeddings_and_output_weights ? "untied" : "tied",
@@ -165,6 +165,9 @@ std::string GptConfig::DebugString() const {
                             recompute_num_layers)
           : std::string(),
       fused_lm_head ? " lm_head=fused" : "", fused_mlp ? " mlp=fused" : "",
+      !fused_mlp || mlp_gelu == kernels::MlpGelu::kAuto ? ""
+      : mlp_gelu == kernels::MlpGelu::kKernel           ? " mlp_gelu=kernel"
+                                                        : " mlp_gelu=epilogue",
       fused_layernorm ? " layernorm=fused" : "", fused_qkv ? " qkv=fused" : "",
       fused_embedding ? " embedding=fused" : "", fold_linear_bias ? " bias=folded" : "",
       fused_dropout_add ? " dropout=fused" : "");

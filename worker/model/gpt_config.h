@@ -8,6 +8,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "worker/kernels/mlp_gelu.h"
 
 namespace mt::v1 {
 class JobSpec;
@@ -66,6 +67,10 @@ struct GptConfig {
   // MLP's forward + backward on an H200 (bench/engine/fused_mlp_bench). Used with tp = 1; CPU:
   // the same math eagerly.
   bool fused_mlp = true;
+  // With fused_mlp, where training's forward applies fc1's bias and GELU: the GEMM's epilogue,
+  // a GELU kernel after it, or (kAuto) the faster of the two for the shape, timed once a process
+  // (kernels::MlpGelu).
+  kernels::MlpGelu mlp_gelu = kernels::MlpGelu::kAuto;
   // LayerNorm through kernels::FusedLayerNorm on CUDA, the attention's residual add fused into
   // the second LayerNorm of each block (kernels::FusedAddLayerNorm): +4.8% tok/s at 124M, +4.7%
   // at 350M, +1.3% at 1.3B on an H200 (bench/RESULTS.md, 2026-12-03, issue #16); elsewhere the

@@ -45,6 +45,7 @@ struct TrainArgs {
   int64_t train_iters = 0;    // 0 = the spec's
   double peak_tflops = -1.0;  // < 0 = default
   std::string attention = "auto";
+  std::string mlp_gelu = "auto";
   std::string tensorboard_dir;  // empty = the spec's
   // Megatron's checkpoint flags; each overrides the spec's checkpoint section when given.
   std::string save;
@@ -140,6 +141,8 @@ absl::StatusOr<TrainArgs> ParseArgs(const std::vector<std::string>& args) {
       }
     } else if (name == "--attention") {
       MT_ASSIGN_OR_RETURN(out.attention, take_value());
+    } else if (name == "--mlp-gelu") {
+      MT_ASSIGN_OR_RETURN(out.mlp_gelu, take_value());
     } else if (name == "--tensorboard-dir") {
       MT_ASSIGN_OR_RETURN(out.tensorboard_dir, take_value());
     } else if (name == "--save") {
@@ -225,6 +228,7 @@ SessionConfig LocalSessionConfig(const TrainArgs& args, const mt::v1::JobSpec& j
   c.trainer.attention_backend = args.attention;
   c.trainer.fused_lm_head = args.fused_lm_head;
   c.trainer.fused_mlp = args.fused_mlp;
+  c.trainer.mlp_gelu = args.mlp_gelu;
   c.trainer.fused_layernorm = args.fused_layernorm;
   c.trainer.fused_qkv = args.fused_qkv;
   c.trainer.fused_embedding = args.fused_embedding;
@@ -319,6 +323,7 @@ const char* TrainCommandUsage() {
          "[--[no-]cuda-graph] [--[no-]overlap-optimizer]\n"
          "                       [--[no-]gemm-tuning] "
          "[--gemm-tune-candidates N] [--[no-]gemm-workspace]\n"
+         "                       [--mlp-gelu auto|epilogue|kernel]\n"
          "\n"
          "Trains the job spec on this machine, one device (tp = pp = dp = 1).\n"
          "  --spec FILE        YAML job spec (as for mtctl submit)\n"
@@ -367,6 +372,10 @@ const char* TrainCommandUsage() {
          "  --gemm-workspace   give every one of those GEMMs a cuBLASLt workspace (default: for\n"
          "                     the products and forward epilogues it is optional, and the\n"
          "                     tuning weighs the memset that it costs before each GEMM)\n"
+         "  --mlp-gelu auto|epilogue|kernel  where the fused MLP applies fc1's bias and GELU in\n"
+         "                     training: the GEMM's epilogue, a GELU kernel after the GEMM, or\n"
+         "                     (auto, the default) the faster of the two for the shape, timed\n"
+         "                     once a process on CUDA\n"
          "Progress on stderr; a final key=value summary on stdout.\n"
          "Exit codes: 0 trained, 1 training failed, 2 usage, spec or data-setup error.\n";
 }

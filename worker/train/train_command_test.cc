@@ -192,6 +192,23 @@ std::string TrainTwoSteps(const std::string& spec, const std::vector<std::string
   return err;
 }
 
+// --mlp-gelu reaches the model (kAuto unless given; the description names any other), and a
+// value that is not auto, epilogue or kernel is a usage error that names the field.
+TEST(TrainCommandTest, MlpGeluReachesTheModel) {
+  const std::string spec = WriteSpec("tiny3g.yaml", kTinyYaml);
+  auto run = [&](const std::vector<std::string>& extra) { return TrainTwoSteps(spec, extra); };
+  EXPECT_THAT(run({}), AllOf(HasSubstr(" mlp=fused"), Not(HasSubstr("mlp_gelu="))));
+  EXPECT_THAT(run({"--mlp-gelu", "kernel"}), HasSubstr(" mlp=fused mlp_gelu=kernel"));
+  EXPECT_THAT(run({"--mlp-gelu=epilogue"}), HasSubstr(" mlp=fused mlp_gelu=epilogue"));
+  EXPECT_THAT(run({"--mlp-gelu", "auto"}), Not(HasSubstr("mlp_gelu=")));
+  ::testing::internal::CaptureStderr();
+  const int rc = RunTrainCommand(
+      {"--spec", spec, "--synthetic-data", "--train-iters=2", "--mlp-gelu", "tanh"});
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(rc, 0);
+  EXPECT_THAT(err, HasSubstr("mlp_gelu \"tanh\" is not auto, epilogue or kernel"));
+}
+
 // The fused paths are on by default (the QKV gather off until measured on the GPU); each has a
 // --no- and a -- switch; the model says what it runs.
 TEST(TrainCommandTest, FusedSwitchesReachTheModel) {

@@ -55,7 +55,7 @@ ChoiceTable& ProcessChoices() {
 // undefined): the median milliseconds of each over kMlpGeluRepeats, or false where a run or an
 // event failed.
 bool TimePaths(cudaStream_t stream, const torch::Tensor& flush,
-               const std::array<const std::function<bool()>*, 2>& paths,
+               const std::array<absl::FunctionRef<bool()>, 2>& paths,
                std::array<float, 2>* median) {
   std::array<cudaEvent_t, 2> ev{nullptr, nullptr};
   if (cudaEventCreate(&ev[0]) != cudaSuccess || cudaEventCreate(&ev[1]) != cudaSuccess) {
@@ -63,11 +63,11 @@ bool TimePaths(cudaStream_t stream, const torch::Tensor& flush,
     return false;
   }
   std::array<std::vector<float>, 2> ms;
-  bool ok = (*paths[0])() && (*paths[1])();  // warm-up: the GEMMs' own tuning happens here
+  bool ok = paths[0]() && paths[1]();  // warm-up: the GEMMs' own tuning happens here
   for (int r = 0; ok && r < kMlpGeluRepeats; ++r) {
     for (size_t p = 0; ok && p < 2; ++p) {
       if (flush.defined()) flush.fill_(r & 0xff);
-      ok = cudaEventRecord(ev[0], stream) == cudaSuccess && (*paths[p])() &&
+      ok = cudaEventRecord(ev[0], stream) == cudaSuccess && paths[p]() &&
            cudaEventRecord(ev[1], stream) == cudaSuccess &&
            cudaEventSynchronize(ev[1]) == cudaSuccess;
       float t = 0;
@@ -99,8 +99,8 @@ torch::Tensor FlushBuffer(const torch::Tensor& like) {
 
 }  // namespace
 
-bool GeluKernelFaster(const torch::Tensor& x, int64_t out, const std::function<bool()>& epilogue,
-                      const std::function<bool()>& kernel) {
+bool GeluKernelFaster(const torch::Tensor& x, int64_t out, absl::FunctionRef<bool()> epilogue,
+                      absl::FunctionRef<bool()> kernel) {
 #if MT_KERNELS_WITH_CUDA
   const ShapeKey key{x.device().index(), static_cast<int64_t>(x.scalar_type()), x.size(0),
                      x.size(1), out};
@@ -109,7 +109,7 @@ bool GeluKernelFaster(const torch::Tensor& x, int64_t out, const std::function<b
   const cudaStream_t stream = at::cuda::getCurrentCUDAStream(x.device().index()).stream();
   if (StreamCapturing(stream)) return false;
   std::array<float, 2> ms{};
-  if (TimePaths(stream, FlushBuffer(x), {&epilogue, &kernel}, &ms)) {
+  if (TimePaths(stream, FlushBuffer(x), {epilogue, kernel}, &ms)) {
     choice = ms[1] < (1.0f - kMlpGeluMargin) * ms[0];
   }
   ProcessChoices().Remember(key, choice);

@@ -13,7 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
+
+#include "absl/functional/function_ref.h"
 
 namespace mt::kernels {
 
@@ -22,9 +23,9 @@ inline constexpr float kMlpGeluMargin = 0.02f;
 
 // True where the kernel path is the one to run for fc1 with `x` [rows, in] and `out` outputs.
 // `epilogue` and `kernel` queue one forward each on the current stream (false: it could not,
-// and the epilogue is chosen).
-bool GeluKernelFaster(const torch::Tensor& x, int64_t out, const std::function<bool()>& epilogue,
-                      const std::function<bool()>& kernel);
+// and the epilogue is chosen); they are called only while the shape is timed.
+bool GeluKernelFaster(const torch::Tensor& x, int64_t out, absl::FunctionRef<bool()> epilogue,
+                      absl::FunctionRef<bool()> kernel);
 
 // Shapes timed so far in this process, and how many of them run the kernel path.
 struct MlpGeluCounts {

@@ -257,107 +257,105 @@ void CheckModel(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
   }
 }
 
-void CheckParallel(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
-  const mt::v1::ParallelSpec& p = s.parallel();
-  const mt::v1::ModelSpec& m = s.model();
-  c->Range("parallel.tensor_model_parallel_size", dims.tp, 1, kMaxTensorParallel);
-  c->Range("parallel.pipeline_model_parallel_size", dims.pp, 1, kMaxPipelineParallel);
-  c->Range("parallel.context_parallel_size", dims.cp, 1, kMaxContextParallel);
-  c->Range("parallel.data_parallel_size", p.data_parallel_size(), 0, kMaxWorldSize);
-  c->Range("parallel.world_size", p.world_size(), 0, kMaxWorldSize);
-  c->NonNegative("parallel.ddp_bucket_size", p.ddp_bucket_size(), "40000000");
-  c->NonNegative("parallel.num_layers_per_virtual_pipeline_stage",
-                 p.num_layers_per_virtual_pipeline_stage(), "no interleaving");
-  const bool sizes_ok = dims.tp >= 1 && dims.tp <= kMaxTensorParallel && dims.pp >= 1 &&
-                        dims.pp <= kMaxPipelineParallel && dims.cp >= 1 &&
-                        dims.cp <= kMaxContextParallel;
-  const bool layers_ok = m.num_layers() >= 1 && m.num_layers() <= kMaxLayers;
+// True when TP, PP and CP are each within their ranges, so products of them are meaningful.
+bool ParallelSizesOk(const Dims& dims) {
+  return dims.tp >= 1 && dims.tp <= kMaxTensorParallel && dims.pp >= 1 &&
+         dims.pp <= kMaxPipelineParallel && dims.cp >= 1 && dims.cp <= kMaxContextParallel;
+}
 
-  // Pipeline stages: an even split, or an explicit one.
-  if (sizes_ok && layers_ok) {
-    if (p.pipeline_layer_split_size() == 0) {
-      if (m.num_layers() % dims.pp != 0) {
-        c->Add(StrCat("model.num_layers (", m.num_layers(),
-                      ") must be divisible by parallel.pipeline_model_parallel_size (", dims.pp,
-                      "); choose a multiple of ", dims.pp, " such as ",
-                      RoundUpToMultiple(m.num_layers(), dims.pp),
-                      ", or give parallel.pipeline_layer_split with ", dims.pp,
-                      " entries summing to ", m.num_layers()));
-      }
-    } else {
-      if (p.pipeline_layer_split_size() != dims.pp) {
-        c->Add(StrCat("parallel.pipeline_layer_split has ", p.pipeline_layer_split_size(),
-                      " entries; it needs one per pipeline stage "
-                      "(parallel.pipeline_model_parallel_size = ",
-                      dims.pp, ")"));
-      }
-      int64_t sum = 0;
-      for (int i = 0; i < p.pipeline_layer_split_size(); ++i) {
-        const int64_t n = p.pipeline_layer_split(i);
-        if (n < 1) {
-          c->Add(StrCat("parallel.pipeline_layer_split[", i, "] (", n,
-                        ") must be >= 1: every stage needs a layer"));
-        }
-        sum += n;
-      }
-      if (sum != m.num_layers()) {
-        c->Add(StrCat("parallel.pipeline_layer_split sums to ", sum,
-                      "; it must sum to model.num_layers (", m.num_layers(), ")"));
-      }
-    }
-  }
-
-  // Interleaved (virtual) pipeline stages.
-  const int64_t v = p.num_layers_per_virtual_pipeline_stage();
-  if (v > 0 && sizes_ok) {
-    if (dims.pp <= 1) {
-      c->Add(StrCat("parallel.num_layers_per_virtual_pipeline_stage (", v,
-                    ") needs parallel.pipeline_model_parallel_size > 1 (it is ", dims.pp,
-                    "): the interleaved schedule splits pipeline stages into chunks; set "
-                    "pipeline_model_parallel_size or leave num_layers_per_virtual_pipeline_stage "
-                    "0"));
-    } else if (p.pipeline_layer_split_size() > 0) {
-      c->Add(
-          "parallel.num_layers_per_virtual_pipeline_stage cannot be combined with "
-          "parallel.pipeline_layer_split; use one of them");
-    } else if (layers_ok && m.num_layers() % (dims.pp * v) != 0) {
+// Pipeline stages: an even split of model.num_layers, or an explicit
+// parallel.pipeline_layer_split. Called only with valid sizes and layer count.
+void CheckPipelineSplit(const mt::v1::ParallelSpec& p, const mt::v1::ModelSpec& m, const Dims& dims,
+                        Checker* c) {
+  if (p.pipeline_layer_split_size() == 0) {
+    if (m.num_layers() % dims.pp != 0) {
       c->Add(StrCat("model.num_layers (", m.num_layers(),
                     ") must be divisible by parallel.pipeline_model_parallel_size (", dims.pp,
-                    ") * parallel.num_layers_per_virtual_pipeline_stage (", v, ") = ", dims.pp * v,
-                    " for the interleaved schedule; choose a multiple of ", dims.pp * v,
-                    " such as ", RoundUpToMultiple(m.num_layers(), dims.pp * v)));
+                    "); choose a multiple of ", dims.pp, " such as ",
+                    RoundUpToMultiple(m.num_layers(), dims.pp),
+                    ", or give parallel.pipeline_layer_split with ", dims.pp,
+                    " entries summing to ", m.num_layers()));
     }
-  }
-
-  // World size = TP * CP * PP * DP.
-  if (sizes_ok) {
-    const int64_t model_parallel = dims.tp * dims.cp * dims.pp;
-    const std::string dims_text = StrCat("tp(", dims.tp, ")*cp(", dims.cp, ")*pp(", dims.pp, ")");
-    if (model_parallel > kMaxWorldSize) {
-      c->Add(StrCat(dims_text, " = ", model_parallel, " exceeds the largest world size (",
-                    kMaxWorldSize, ")"));
-    } else if (p.world_size() > 0 && p.world_size() <= kMaxWorldSize) {
-      if (p.data_parallel_size() > 0) {
-        const int64_t world = model_parallel * p.data_parallel_size();
-        if (world != p.world_size()) {
-          c->Add(StrCat("parallel.world_size (", p.world_size(), ") != ", dims_text, "*dp(",
-                        p.data_parallel_size(), ") = ", world, "; set world_size to ", world,
-                        ", or data_parallel_size to auto (0)"));
-        }
-      } else if (p.world_size() % model_parallel != 0) {
-        c->Add(StrCat("parallel.world_size (", p.world_size(), ") must be a multiple of ",
-                      dims_text, " = ", model_parallel, " (the data-parallel size is world_size / ",
-                      model_parallel, "); choose e.g. ",
-                      RoundUpToMultiple(p.world_size(), model_parallel)));
+  } else {
+    if (p.pipeline_layer_split_size() != dims.pp) {
+      c->Add(StrCat("parallel.pipeline_layer_split has ", p.pipeline_layer_split_size(),
+                    " entries; it needs one per pipeline stage "
+                    "(parallel.pipeline_model_parallel_size = ",
+                    dims.pp, ")"));
+    }
+    int64_t sum = 0;
+    for (int i = 0; i < p.pipeline_layer_split_size(); ++i) {
+      const int64_t n = p.pipeline_layer_split(i);
+      if (n < 1) {
+        c->Add(StrCat("parallel.pipeline_layer_split[", i, "] (", n,
+                      ") must be >= 1: every stage needs a layer"));
       }
-    } else if (p.data_parallel_size() > 0 &&
-               model_parallel * p.data_parallel_size() > kMaxWorldSize) {
-      c->Add(StrCat(dims_text, "*dp(", p.data_parallel_size(),
-                    ") = ", model_parallel * p.data_parallel_size(),
-                    " exceeds the largest world size (", kMaxWorldSize, ")"));
+      sum += n;
+    }
+    if (sum != m.num_layers()) {
+      c->Add(StrCat("parallel.pipeline_layer_split sums to ", sum,
+                    "; it must sum to model.num_layers (", m.num_layers(), ")"));
     }
   }
+}
 
+// Interleaved (virtual) pipeline stages: parallel.num_layers_per_virtual_pipeline_stage.
+// Called only with valid sizes.
+void CheckVirtualPipeline(const mt::v1::ParallelSpec& p, const mt::v1::ModelSpec& m,
+                          const Dims& dims, bool layers_ok, Checker* c) {
+  const int64_t v = p.num_layers_per_virtual_pipeline_stage();
+  if (v <= 0) return;
+  if (dims.pp <= 1) {
+    c->Add(StrCat("parallel.num_layers_per_virtual_pipeline_stage (", v,
+                  ") needs parallel.pipeline_model_parallel_size > 1 (it is ", dims.pp,
+                  "): the interleaved schedule splits pipeline stages into chunks; set "
+                  "pipeline_model_parallel_size or leave num_layers_per_virtual_pipeline_stage "
+                  "0"));
+  } else if (p.pipeline_layer_split_size() > 0) {
+    c->Add(
+        "parallel.num_layers_per_virtual_pipeline_stage cannot be combined with "
+        "parallel.pipeline_layer_split; use one of them");
+  } else if (layers_ok && m.num_layers() % (dims.pp * v) != 0) {
+    c->Add(StrCat("model.num_layers (", m.num_layers(),
+                  ") must be divisible by parallel.pipeline_model_parallel_size (", dims.pp,
+                  ") * parallel.num_layers_per_virtual_pipeline_stage (", v, ") = ", dims.pp * v,
+                  " for the interleaved schedule; choose a multiple of ", dims.pp * v, " such as ",
+                  RoundUpToMultiple(m.num_layers(), dims.pp * v)));
+  }
+}
+
+// World size = TP * CP * PP * DP. Called only with valid sizes.
+void CheckWorldSize(const mt::v1::ParallelSpec& p, const Dims& dims, Checker* c) {
+  const int64_t model_parallel = dims.tp * dims.cp * dims.pp;
+  const std::string dims_text = StrCat("tp(", dims.tp, ")*cp(", dims.cp, ")*pp(", dims.pp, ")");
+  if (model_parallel > kMaxWorldSize) {
+    c->Add(StrCat(dims_text, " = ", model_parallel, " exceeds the largest world size (",
+                  kMaxWorldSize, ")"));
+  } else if (p.world_size() > 0 && p.world_size() <= kMaxWorldSize) {
+    if (p.data_parallel_size() > 0) {
+      const int64_t world = model_parallel * p.data_parallel_size();
+      if (world != p.world_size()) {
+        c->Add(StrCat("parallel.world_size (", p.world_size(), ") != ", dims_text, "*dp(",
+                      p.data_parallel_size(), ") = ", world, "; set world_size to ", world,
+                      ", or data_parallel_size to auto (0)"));
+      }
+    } else if (p.world_size() % model_parallel != 0) {
+      c->Add(StrCat("parallel.world_size (", p.world_size(), ") must be a multiple of ", dims_text,
+                    " = ", model_parallel, " (the data-parallel size is world_size / ",
+                    model_parallel, "); choose e.g. ",
+                    RoundUpToMultiple(p.world_size(), model_parallel)));
+    }
+  } else if (p.data_parallel_size() > 0 &&
+             model_parallel * p.data_parallel_size() > kMaxWorldSize) {
+    c->Add(StrCat(dims_text, "*dp(", p.data_parallel_size(),
+                  ") = ", model_parallel * p.data_parallel_size(),
+                  " exceeds the largest world size (", kMaxWorldSize, ")"));
+  }
+}
+
+// Features that need another feature on: sequence parallelism, TP comm overlap, parameter
+// gather overlap.
+void CheckParallelFeatures(const mt::v1::ParallelSpec& p, const Dims& dims, Checker* c) {
   if (p.sequence_parallel() && dims.tp == 1) {
     c->Add(
         "parallel.sequence_parallel needs parallel.tensor_model_parallel_size > 1 (it is 1): "
@@ -382,6 +380,26 @@ void CheckParallel(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
         "parallel.overlap_param_gather needs parallel.overlap_grad_reduce "
         "(--overlap-grad-reduce); turn overlap_grad_reduce on or overlap_param_gather off");
   }
+}
+
+void CheckParallel(const mt::v1::JobSpec& s, const Dims& dims, Checker* c) {
+  const mt::v1::ParallelSpec& p = s.parallel();
+  const mt::v1::ModelSpec& m = s.model();
+  c->Range("parallel.tensor_model_parallel_size", dims.tp, 1, kMaxTensorParallel);
+  c->Range("parallel.pipeline_model_parallel_size", dims.pp, 1, kMaxPipelineParallel);
+  c->Range("parallel.context_parallel_size", dims.cp, 1, kMaxContextParallel);
+  c->Range("parallel.data_parallel_size", p.data_parallel_size(), 0, kMaxWorldSize);
+  c->Range("parallel.world_size", p.world_size(), 0, kMaxWorldSize);
+  c->NonNegative("parallel.ddp_bucket_size", p.ddp_bucket_size(), "40000000");
+  c->NonNegative("parallel.num_layers_per_virtual_pipeline_stage",
+                 p.num_layers_per_virtual_pipeline_stage(), "no interleaving");
+  const bool layers_ok = m.num_layers() >= 1 && m.num_layers() <= kMaxLayers;
+  if (ParallelSizesOk(dims)) {
+    if (layers_ok) CheckPipelineSplit(p, m, dims, c);
+    CheckVirtualPipeline(p, m, dims, layers_ok, c);
+    CheckWorldSize(p, dims, c);
+  }
+  CheckParallelFeatures(p, dims, c);
 }
 
 // training.micro_batch_size and global_batch_size, against the data-parallel size and, with the

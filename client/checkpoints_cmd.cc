@@ -11,6 +11,9 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
@@ -21,6 +24,7 @@
 #include "client/rpc.h"
 #include "client/verbs.h"
 #include "common/base/files.h"
+#include "common/base/status_macros.h"
 #include "common/checkpoint/file_writer.h"
 
 ABSL_FLAG(std::string, dtype, "",
@@ -182,41 +186,135 @@ int Delete(const std::vector<std::string>& args, const GlobalOptions& options) {
   return code;
 }
 
-// One file being written by a download, hashed as its bytes arrive.
-struct Incoming {
-  mt::v1::CheckpointFile file;
-  int fd = -1;
-  int64_t received = 0;
-  std::unique_ptr<checkpoint::Sha256> sha;
+// Writes the files of a download stream under a destination directory, hashing each as its
+// bytes arrive, and checks every file's size and sha256 against what the server announced.
+// The server names the files: a name that would leave the destination is refused.
+class DownloadSink {
+ public:
+  explicit DownloadSink(std::string dest) : dest_(std::move(dest)) {}
+  ~DownloadSink() { CloseFile(); }
+  DownloadSink(const DownloadSink&) = delete;
+  DownloadSink& operator=(const DownloadSink&) = delete;
+
+  // Takes one chunk: a chunk that names a file finishes the previous file and starts it.
+  absl::Status Take(const mt::v1::DownloadCheckpointChunk& chunk) {
+    if (chunk.has_file()) {
+      MT_RETURN_IF_ERROR(FinishFile());
+      MT_RETURN_IF_ERROR(StartFile(chunk.file()));
+    }
+    if (fd_ < 0 || chunk.offset() != received_) {
+      return absl::DataLossError("the download stream is out of order");
+    }
+    MT_RETURN_IF_ERROR(WriteAll(fd_, chunk.data(), file_.path()));
+    sha_->Update(chunk.data().data(), chunk.data().size());
+    received_ += static_cast<int64_t>(chunk.data().size());
+    total_received_ += static_cast<int64_t>(chunk.data().size());
+    return absl::OkStatus();
+  }
+
+  // Finishes the last file; call once the stream ended well.
+  absl::Status Finish() { return FinishFile(); }
+
+  int64_t total_received() const { return total_received_; }
+  const std::vector<mt::v1::CheckpointFile>& files() const { return files_; }
+  // Files whose size or sha256 differ from the announced ones, one line each.
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  absl::Status StartFile(const mt::v1::CheckpointFile& file) {
+    MT_RETURN_IF_ERROR(ValidateRelativePath(file.path(), "downloaded file path"));
+    const std::string path = absl::StrCat(dest_, "/", file.path());
+    MT_RETURN_IF_ERROR(MakeDirectories(path.substr(0, path.rfind('/'))));
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd_ < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("creating ", path, ": ", std::strerror(errno)));
+    }
+    file_ = file;
+    received_ = 0;
+    sha_ = std::make_unique<checkpoint::Sha256>();
+    files_.push_back(file);
+    return absl::OkStatus();
+  }
+
+  absl::Status FinishFile() {
+    if (fd_ < 0) return absl::OkStatus();
+    const bool synced = ::fsync(fd_) == 0;
+    CloseFile();
+    if (!synced) return absl::DataLossError(absl::StrCat("writing ", file_.path(), " failed"));
+    const std::string sha = sha_->HexDigest();
+    if (received_ != file_.size_bytes()) {
+      problems_.push_back(
+          absl::StrCat(file_.path(), ": ", received_, " bytes, expected ", file_.size_bytes()));
+    } else if (sha != file_.sha256()) {
+      problems_.push_back(absl::StrCat(file_.path(), ": sha256 ", sha, " != ", file_.sha256()));
+    }
+    return absl::OkStatus();
+  }
+
+  void CloseFile() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  const std::string dest_;
+  mt::v1::CheckpointFile file_;  // the file being written
+  int fd_ = -1;
+  int64_t received_ = 0;
+  std::unique_ptr<checkpoint::Sha256> sha_;
+  int64_t total_received_ = 0;
+  std::vector<mt::v1::CheckpointFile> files_;
+  std::vector<std::string> problems_;
 };
 
-absl::Status MakeDirs(const std::string& path) {
-  std::string prefix;
-  for (size_t i = 1; i <= path.size(); ++i) {
-    if (i == path.size() || path[i] == '/') {
-      prefix = path.substr(0, i);
-      if (::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("creating ", prefix, ": ", std::strerror(errno)));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
+// A download's progress bar on stderr: redrawn in place at most every 100 ms on a terminal,
+// a line every 2 s otherwise.
+class DownloadProgress {
+ public:
+  DownloadProgress(std::string id, int64_t total)
+      : id_(std::move(id)),
+        total_(std::max<int64_t>(1, total)),
+        tty_(::isatty(STDERR_FILENO) != 0),
+        start_(absl::Now()) {}
 
-absl::Status Finish(Incoming* in, std::vector<std::string>* problems) {
-  if (in->fd < 0) return absl::OkStatus();
-  const bool synced = ::fsync(in->fd) == 0;
-  ::close(in->fd);
-  in->fd = -1;
-  if (!synced) return absl::DataLossError(absl::StrCat("writing ", in->file.path(), " failed"));
-  const std::string sha = in->sha->HexDigest();
-  if (in->received != in->file.size_bytes()) {
-    problems->push_back(absl::StrCat(in->file.path(), ": ", in->received, " bytes, expected ",
-                                     in->file.size_bytes()));
-  } else if (sha != in->file.sha256()) {
-    problems->push_back(absl::StrCat(in->file.path(), ": sha256 ", sha, " != ", in->file.sha256()));
+  void Draw(int64_t received, bool final) {
+    const absl::Time now = absl::Now();
+    if (!final && now - last_draw_ < absl::Milliseconds(tty_ ? 100 : 2000)) return;
+    last_draw_ = now;
+    const double f = std::min(1.0, static_cast<double>(received) / total_);
+    const double secs = std::max(1e-3, absl::ToDoubleSeconds(now - start_));
+    std::fprintf(stderr, "%s%s %s %5.1f%%  %s  %s/s%s", tty_ ? "\r" : "", id_.c_str(),
+                 Bar(f, 30).c_str(), 100 * f, BinaryBytes(received).c_str(),
+                 BinaryBytes(received / secs).c_str(), tty_ && !final ? "" : "\n");
   }
+
+ private:
+  const std::string id_;
+  const int64_t total_;
+  const bool tty_;
+  const absl::Time start_;
+  absl::Time last_draw_ = absl::InfinitePast();
+};
+
+// Streams a checkpoint's files into `sink`, drawing progress; cancels the stream on a failure.
+absl::Status ReceiveCheckpoint(Stub* stub, const mt::v1::Checkpoint& meta, DownloadSink* sink) {
+  mt::v1::DownloadCheckpointRequest request;
+  request.set_checkpoint_id(meta.id());
+  grpc::ClientContext context;
+  auto reader = stub->DownloadCheckpoint(&context, request);
+  DownloadProgress progress(meta.id(), meta.size_bytes());
+  mt::v1::DownloadCheckpointChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (absl::Status s = sink->Take(chunk); !s.ok()) {
+      context.TryCancel();
+      (void)reader->Finish();
+      return s;
+    }
+    progress.Draw(sink->total_received(), /*final=*/false);
+  }
+  MT_RETURN_IF_ERROR(rpc::FromGrpcStatus(reader->Finish()));
+  MT_RETURN_IF_ERROR(sink->Finish());
+  progress.Draw(sink->total_received(), /*final=*/true);
   return absl::OkStatus();
 }
 
@@ -233,105 +331,28 @@ int Download(const std::vector<std::string>& args, const GlobalOptions& options)
   auto stub = NewStub(options);
   if (!stub.ok()) return Fail(stub.status());
   mt::v1::Checkpoint meta;
-  {
-    mt::v1::GetCheckpointRequest request;
-    request.set_checkpoint_id(args[0]);
-    absl::Status s = Call(stub->get(), &Stub::GetCheckpoint, request, &meta, kTimeout);
-    if (!s.ok()) return Fail(s);
+  mt::v1::GetCheckpointRequest get;
+  get.set_checkpoint_id(args[0]);
+  if (absl::Status s = Call(stub->get(), &Stub::GetCheckpoint, get, &meta, kTimeout); !s.ok()) {
+    return Fail(s);
   }
-  if (absl::Status s = MakeDirs(dest); !s.ok()) return Fail(s);
-
-  mt::v1::DownloadCheckpointRequest request;
-  request.set_checkpoint_id(args[0]);
-  grpc::ClientContext context;
-  auto reader = (*stub)->DownloadCheckpoint(&context, request);
-  mt::v1::DownloadCheckpointChunk chunk;
-  Incoming in;
-  std::vector<std::string> problems;
-  std::vector<mt::v1::CheckpointFile> files;
-  int64_t total_received = 0;
-  const int64_t total = std::max<int64_t>(1, meta.size_bytes());
-  const bool tty = ::isatty(STDERR_FILENO) != 0;
-  absl::Time last_draw = absl::InfinitePast();
-  const absl::Time start = absl::Now();
-  auto draw = [&](bool final) {
-    const absl::Time now = absl::Now();
-    if (!final && now - last_draw < absl::Milliseconds(tty ? 100 : 2000)) return;
-    last_draw = now;
-    const double f = std::min(1.0, static_cast<double>(total_received) / total);
-    const double secs = std::max(1e-3, absl::ToDoubleSeconds(now - start));
-    std::fprintf(stderr, "%s%s %s %5.1f%%  %s  %s/s%s", tty ? "\r" : "", meta.id().c_str(),
-                 Bar(f, 30).c_str(), 100 * f, BinaryBytes(total_received).c_str(),
-                 BinaryBytes(total_received / secs).c_str(), tty && !final ? "" : "\n");
-  };
-  absl::Status failure;
-  while (failure.ok() && reader->Read(&chunk)) {
-    if (chunk.has_file()) {
-      failure = Finish(&in, &problems);
-      if (!failure.ok()) break;
-      // The server names the files: never let a name leave the destination.
-      failure = ValidateRelativePath(chunk.file().path(), "downloaded file path");
-      if (!failure.ok()) break;
-      const std::string path = absl::StrCat(dest, "/", chunk.file().path());
-      const size_t slash = path.rfind('/');
-      failure = MakeDirs(path.substr(0, slash));
-      if (!failure.ok()) break;
-      in = Incoming();
-      in.file = chunk.file();
-      in.sha = std::make_unique<checkpoint::Sha256>();
-      in.fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-      if (in.fd < 0) {
-        failure = absl::FailedPreconditionError(
-            absl::StrCat("creating ", path, ": ", std::strerror(errno)));
-        break;
-      }
-      files.push_back(chunk.file());
-    }
-    if (in.fd < 0 || chunk.offset() != in.received) {
-      failure = absl::DataLossError("the download stream is out of order");
-      break;
-    }
-    const std::string& data = chunk.data();
-    size_t done = 0;
-    while (done < data.size()) {
-      const ssize_t n = ::write(in.fd, data.data() + done, data.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        failure = absl::FailedPreconditionError(
-            absl::StrCat("writing ", in.file.path(), ": ", std::strerror(errno)));
-        break;
-      }
-      done += static_cast<size_t>(n);
-    }
-    in.sha->Update(data.data(), data.size());
-    in.received += static_cast<int64_t>(data.size());
-    total_received += static_cast<int64_t>(data.size());
-    draw(false);
-  }
-  if (!failure.ok()) {
-    context.TryCancel();
-    (void)reader->Finish();
-    if (in.fd >= 0) ::close(in.fd);
-    return Fail(failure);
-  }
-  absl::Status s = rpc::FromGrpcStatus(reader->Finish());
-  if (s.ok()) s = Finish(&in, &problems);
-  if (in.fd >= 0) ::close(in.fd);
-  if (!s.ok()) return Fail(s);
-  draw(true);
-  if (!problems.empty()) {
-    for (const auto& p : problems) std::fprintf(stderr, "mtctl: %s\n", p.c_str());
-    return Fail(absl::DataLossError(absl::StrCat(problems.size(), " of ", files.size(),
-                                                 " files failed the checksum check in ", dest)));
+  if (absl::Status s = MakeDirectories(dest); !s.ok()) return Fail(s);
+  DownloadSink sink(dest);
+  if (absl::Status s = ReceiveCheckpoint(stub->get(), meta, &sink); !s.ok()) return Fail(s);
+  if (!sink.problems().empty()) {
+    for (const auto& p : sink.problems()) std::fprintf(stderr, "mtctl: %s\n", p.c_str());
+    return Fail(
+        absl::DataLossError(absl::StrCat(sink.problems().size(), " of ", sink.files().size(),
+                                         " files failed the checksum check in ", dest)));
   }
   if (options.output != OutputFormat::kTable) {
     mt::v1::ExportCheckpointResponse out;  // the same shape: a directory and its files
     out.set_output_dir(dest);
-    for (const auto& f : files) *out.add_files() = f;
+    for (const auto& f : sink.files()) *out.add_files() = f;
     PrintStructured(out, options.output);
   } else {
-    std::cout << "downloaded " << meta.id() << " to " << dest << ": " << files.size() << " files, "
-              << BinaryBytes(total_received) << ", every sha256 checked\n";
+    std::cout << "downloaded " << meta.id() << " to " << dest << ": " << sink.files().size()
+              << " files, " << BinaryBytes(sink.total_received()) << ", every sha256 checked\n";
   }
   return kExitOk;
 }

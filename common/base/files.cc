@@ -93,17 +93,10 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, static_cast<mode_t>(mode));
   if (fd < 0) return ErrnoStatus("creating", tmp, errno);
-  size_t done = 0;
-  while (done < contents.size()) {
-    ssize_t n = ::write(fd, contents.data() + done, contents.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return ErrnoStatus("writing", tmp, err);
-    }
-    done += static_cast<size_t>(n);
+  if (absl::Status s = WriteAll(fd, contents, tmp); !s.ok()) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    return s;
   }
   if (::fsync(fd) != 0) {
     int err = errno;
@@ -119,6 +112,31 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
   }
   const size_t slash = path.rfind('/');
   return FsyncDirectory(slash == std::string::npos ? "." : path.substr(0, slash + 1));
+}
+
+absl::Status WriteAll(int fd, absl::string_view data, absl::string_view path) {
+  size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus("writing", path, n < 0 ? errno : EIO);
+    done += static_cast<size_t>(n);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status MakeDirectories(const std::string& dir) {
+  if (dir.empty()) return absl::InvalidArgumentError("MakeDirectories: the path is empty");
+  for (size_t i = 1; i <= dir.size(); ++i) {
+    if (i != dir.size() && dir[i] != '/') continue;
+    const std::string prefix = dir.substr(0, i);
+    if (::mkdir(prefix.c_str(), 0755) == 0) continue;
+    const int err = errno;
+    struct stat st;
+    if (err == EEXIST && ::stat(prefix.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) continue;
+    return ErrnoStatus("creating directory", prefix, err == EEXIST ? ENOTDIR : err);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidatePath(absl::string_view path, absl::string_view field) {

@@ -26,6 +26,14 @@ absl::Status WriteFileAtomically(const std::string& path, absl::string_view cont
 // fsyncs a directory so that a rename inside it is durable.
 absl::Status FsyncDirectory(const std::string& dir);
 
+// Writes all of `data` to `fd`, through short writes and EINTR. `path` names the file in the
+// error; on error some prefix of `data` may have been written.
+absl::Status WriteAll(int fd, absl::string_view data, absl::string_view path);
+
+// Creates `dir` and every missing parent (mode 0755, less the umask), like `mkdir -p`. A part
+// that exists as a directory is kept; one that exists as anything else is an error.
+absl::Status MakeDirectories(const std::string& dir);
+
 // Checks a user-supplied relative path component list: non-empty, no NUL, not absolute, no
 // ".." component, at most 4096 bytes. `field` names the field in the error.
 absl::Status ValidateRelativePath(absl::string_view path, absl::string_view field);

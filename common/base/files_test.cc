@@ -1,10 +1,12 @@
 #include "common/base/files.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "common/base/status_matchers.h"
 #include "gtest/gtest.h"
@@ -54,6 +56,50 @@ TEST(Files, ReadFileReadsProcFilesToTheirEnd) {
 TEST(Files, WriteIntoMissingDirectoryFailsCleanly) {
   EXPECT_THAT(WriteFileAtomically("/nonexistent-dir-mt/x", "a"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent-dir-mt/x")));
+}
+
+TEST(Files, WriteAllWritesEveryByteAndNamesThePathOnError) {
+  const std::string dir = testutil::MakeTempDir("files");
+  ASSERT_FALSE(dir.empty());
+  const std::string path = dir + "/big.bin";
+  std::string data(3 << 20, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>(i * 131 + 7);
+  // A pipe takes at most its buffer per write: the short writes must be continued.
+  int fds[2];
+  ASSERT_EQ(::pipe(fds), 0);
+  std::string got;
+  std::thread reader([&] {
+    char buf[65536];
+    ssize_t n;
+    while ((n = ::read(fds[0], buf, sizeof(buf))) > 0) got.append(buf, static_cast<size_t>(n));
+  });
+  EXPECT_THAT(WriteAll(fds[1], data, "the pipe"), IsOk());
+  ::close(fds[1]);
+  reader.join();
+  ::close(fds[0]);
+  EXPECT_EQ(got, data);
+
+  const int ro = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(ro, 0);
+  EXPECT_THAT(WriteAll(ro, "x", path), StatusIs(absl::StatusCode::kInternal, HasSubstr(path)));
+  ::close(ro);
+  EXPECT_THAT(WriteAll(-1, "", path), IsOk());  // nothing to write touches nothing
+}
+
+TEST(Files, MakeDirectoriesCreatesParentsAndRefusesFiles) {
+  const std::string dir = testutil::MakeTempDir("files");
+  ASSERT_FALSE(dir.empty());
+  MT_ASSERT_OK(MakeDirectories(dir + "/a/b//c/"));
+  struct stat st;
+  ASSERT_EQ(::stat((dir + "/a/b/c").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  MT_ASSERT_OK(MakeDirectories(dir + "/a/b/c"));  // existing: kept
+  MT_ASSERT_OK(WriteFileAtomically(dir + "/a/f", "x"));
+  EXPECT_THAT(MakeDirectories(dir + "/a/f/g"),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr(dir + "/a/f: Not a directory")));
+  EXPECT_THAT(MakeDirectories(dir + "/a/f"),
+              StatusIs(absl::StatusCode::kInternal, HasSubstr("Not a directory")));
+  EXPECT_THAT(MakeDirectories(""), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(Files, RelativePathChecks) {

@@ -72,15 +72,7 @@ std::string Dirname(const std::string& path) {
 // Writes all of [data, data + n) to fd and into the digest.
 absl::Status WriteAll(int fd, const std::string& path, const void* data, size_t n, Sha256* sha) {
   sha->Update(data, n);
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return ErrnoStatus("writing", path, w < 0 ? errno : EIO);
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
+  return mt::WriteAll(fd, absl::string_view(static_cast<const char*>(data), n), path);
 }
 
 }  // namespace

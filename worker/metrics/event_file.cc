@@ -17,21 +17,6 @@
 namespace mt::worker::metrics {
 namespace {
 
-absl::Status MakeDirs(const std::string& dir) {
-  std::string path;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || (dir[i] == '/' && i > 0)) {
-      path = dir.substr(0, i);
-      if (::mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("cannot create the TensorBoard directory ", path, ": ",
-                         std::strerror(errno), " (logging.tensorboard_dir)"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 std::string HostName() {
   char name[256] = {0};
   if (::gethostname(name, sizeof(name) - 1) != 0 || name[0] == '\0') return "localhost";
@@ -43,7 +28,10 @@ std::string HostName() {
 absl::StatusOr<std::unique_ptr<EventFileWriter>> EventFileWriter::Create(const std::string& dir,
                                                                          absl::Time now) {
   if (dir.empty()) return absl::InvalidArgumentError("logging.tensorboard_dir is empty");
-  if (absl::Status s = MakeDirs(dir); !s.ok()) return s;
+  if (absl::Status s = MakeDirectories(dir); !s.ok()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot create the TensorBoard directory: ", s.message(), " (logging.tensorboard_dir)"));
+  }
   const std::string path = absl::StrCat(dir, "/events.out.tfevents.", absl::ToUnixSeconds(now), ".",
                                         HostName(), ".", ::getpid());
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);

@@ -9,6 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/base/errors.h"
+#include "common/base/files.h"
 
 namespace mt::worker {
 namespace {
@@ -44,14 +45,7 @@ absl::Status ReportWriter::Write(const mt::v1::RankReport& report) {
   for (int i = 0; i < 4; ++i) frame[i] = static_cast<char>((n >> (8 * i)) & 0xff);
   frame += body;
   absl::MutexLock lock(mu_.get());
-  size_t done = 0;
-  while (done < frame.size()) {
-    ssize_t w = ::write(fd_, frame.data() + done, frame.size() - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w < 0) return ErrnoStatus("writing the report pipe", "", errno);
-    done += static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
+  return WriteAll(fd_, frame, "the report pipe");
 }
 
 absl::StatusOr<std::optional<mt::v1::RankReport>> ReadReport(int fd) {

@@ -646,16 +646,9 @@ std::vector<parallel::CommTime> Trainer::TakeCommunication() {
   return options_.groups->comm_stats()->Take();
 }
 
-absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& spec,
-                                                         const TrainerOptions& options,
-                                                         std::unique_ptr<BatchSource> train_data,
-                                                         std::unique_ptr<BatchSource> valid_data) {
-  if (train_data == nullptr) return absl::InvalidArgumentError("no training data source");
-  const int dp_size = options.collectives != nullptr ? options.collectives->dp_size() : 1;
-  const int tp_size = options.groups != nullptr ? options.groups->tp().size : 1;
-  const int pp_size = options.groups != nullptr ? options.groups->pp().size : 1;
-  MT_RETURN_IF_ERROR(CheckParallelism(spec.parallel(), dp_size, tp_size, pp_size));
-  MT_ASSIGN_OR_RETURN(TrainPlan plan, MakePlan(spec, dp_size));
+// The model's configuration: the spec's, with the engine's kernel choices from `options`.
+absl::StatusOr<model::GptConfig> ConfigOf(const mt::v1::JobSpec& spec,
+                                          const TrainerOptions& options) {
   MT_ASSIGN_OR_RETURN(model::GptConfig config, model::GptConfig::FromSpec(spec));
   MT_ASSIGN_OR_RETURN(config.attention_backend, ParseBackend(options.attention_backend));
   config.fused_lm_head = options.fused_lm_head;
@@ -666,6 +659,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   config.fused_embedding = options.fused_embedding;
   config.fold_linear_bias = options.fold_linear_bias;
   config.fused_dropout_add = options.fused_dropout_add;
+  return config;
+}
+
+// Checks and applies the GEMM tuning options (the kernels' process-wide tuning settings).
+absl::Status ApplyGemmOptions(const TrainerOptions& options) {
   if (options.gemm_tune_candidates < 1 ||
       options.gemm_tune_candidates > kernels::kMaxGemmTuneCandidates) {
     return absl::InvalidArgumentError(absl::StrCat("gemm_tune_candidates ",
@@ -675,6 +673,42 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   kernels::SetGemmTuning(options.gemm_tuning);
   kernels::SetGemmTuneCandidates(options.gemm_tune_candidates);
   kernels::SetGemmWorkspace(options.gemm_workspace);
+  return absl::OkStatus();
+}
+
+// The parameters' data type for training.precision, and its name into plan->precision.
+absl::StatusOr<c10::ScalarType> DtypeOf(mt::v1::Precision precision, const torch::Device& device,
+                                        TrainPlan* plan) {
+  switch (precision) {
+    case mt::v1::PRECISION_BF16:
+      plan->precision = "bf16";
+      return torch::kBFloat16;
+    case mt::v1::PRECISION_FP16:
+      plan->precision = "fp16";
+      if (device.is_cpu()) {
+        return absl::InvalidArgumentError(
+            "training.precision fp16 needs a GPU (LibTorch has no fp16 matmul on the CPU); use "
+            "bf16 or fp32");
+      }
+      return torch::kHalf;
+    default:
+      plan->precision = "fp32";
+      return torch::kFloat;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& spec,
+                                                         const TrainerOptions& options,
+                                                         std::unique_ptr<BatchSource> train_data,
+                                                         std::unique_ptr<BatchSource> valid_data) {
+  if (train_data == nullptr) return absl::InvalidArgumentError("no training data source");
+  const int dp_size = options.collectives != nullptr ? options.collectives->dp_size() : 1;
+  const int tp_size = options.groups != nullptr ? options.groups->tp().size : 1;
+  const int pp_size = options.groups != nullptr ? options.groups->pp().size : 1;
+  MT_RETURN_IF_ERROR(CheckParallelism(spec.parallel(), dp_size, tp_size, pp_size));
+  MT_ASSIGN_OR_RETURN(TrainPlan plan, MakePlan(spec, dp_size));
+  MT_ASSIGN_OR_RETURN(const model::GptConfig config, ConfigOf(spec, options));
+  MT_RETURN_IF_ERROR(ApplyGemmOptions(options));
   MT_ASSIGN_OR_RETURN(LrSchedule schedule,
                       LrSchedule::FromSpec(spec.training(), plan.global_batch_size));
   MT_ASSIGN_OR_RETURN(LossScaler scaler, options.force_dynamic_loss_scaling
@@ -684,25 +718,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
   opt_config.num_micro_batches = plan.num_micro_batches;
   MT_ASSIGN_OR_RETURN(OptimizerParallelConfig opt_parallel, MakeOptimizerParallel(plan, options));
   MT_ASSIGN_OR_RETURN(torch::Device device, ParseDevice(options.device));
-
-  c10::ScalarType dtype = torch::kFloat;
-  switch (spec.training().precision()) {
-    case mt::v1::PRECISION_BF16:
-      dtype = torch::kBFloat16;
-      plan.precision = "bf16";
-      break;
-    case mt::v1::PRECISION_FP16:
-      dtype = torch::kHalf;
-      plan.precision = "fp16";
-      if (device.is_cpu()) {
-        return absl::InvalidArgumentError(
-            "training.precision fp16 needs a GPU (LibTorch has no fp16 matmul on the CPU); use "
-            "bf16 or fp32");
-      }
-      break;
-    default:
-      plan.precision = "fp32";
-  }
+  MT_ASSIGN_OR_RETURN(const c10::ScalarType dtype,
+                      DtypeOf(spec.training().precision(), device, &plan));
   plan.num_parameters = model::CountParameters(config);
   plan.flops_per_token = model::TrainingFlopsPerToken(plan.num_parameters, config.num_layers,
                                                       config.hidden_size, config.seq_length);
@@ -720,69 +737,79 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const mt::v1::JobSpec& 
     if (pp_size > 1) {
       return trainer->CreatePipelineStage(spec, config, opt_config, opt_parallel);
     }
-    model::ModelBuildOptions build;
-    build.seed = plan.seed;
-    build.device = device;
-    build.dtype = dtype;
-    MT_ASSIGN_OR_RETURN(
-        s.model, model::GptModel::Create(config, ModelShardOf(options, spec.parallel()), build));
-    s.model->train();
-    // Sequence parallelism sums these gradients over TP after backward (StepImpl): their DP
-    // buckets must not start before that.
-    const std::vector<std::string> sp = s.model->SequenceParallelParameterNames();
-    if (!sp.empty()) {
-      const std::set<std::string> late(sp.begin(), sp.end());
-      opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
-    }
-    if (options.evaluation_only) return absl::OkStatus();
-    // The forward waits part by part for the overlapped parameter gathers and update. The update
-    // overlaps only a captured step, whose replays run at a higher priority (step_graph.h): in
-    // an eager step, queued first, it would take the SMs before the forward.
-    const bool per_part = GathersPerPart(opt_parallel);
-    opt_config.overlap_update = options.overlap_optimizer && graph_blocker.empty();
-    if (per_part || opt_config.overlap_update) SetForwardPartsOf({s.model}, &opt_parallel);
-    MT_ASSIGN_OR_RETURN(s.optimizer,
-                        MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
-    if (per_part || s.optimizer->overlaps_update()) {
-      InstallParameterWaits({s.model}, s.optimizer.get());
-    }
-    return absl::OkStatus();
+    return trainer->CreateModelAndOptimizer(spec, config, opt_config, opt_parallel,
+                                            graph_blocker.empty());
   }));
-  if (s.optimizer != nullptr) {
-    if (graph_blocker.empty()) {
-      s.graph = std::make_unique<StepGraph>(device, s.model->parameters());
-      s.backward_scale =
-          torch::ones({}, torch::TensorOptions().device(device).dtype(torch::kFloat));
-    }
-    if (options.log_progress) {
-      if (s.graph != nullptr) {
-        MT_LOG(INFO) << "trainer: each step's forward and backward replayed from a CUDA graph "
-                        "(captured at the first step)";
-      } else {
-        MT_LOG(INFO) << "trainer: the step runs eagerly, not as a CUDA graph: " << graph_blocker;
-      }
-      if (s.optimizer->overlaps_update()) {
-        MT_LOG(INFO) << "trainer: AdamW's update runs on a stream of its own, overlapping the "
-                        "next forward part by part (--no-overlap-optimizer: in the step)";
-      }
-    }
+  if (s.optimizer != nullptr && graph_blocker.empty()) {
+    s.graph = std::make_unique<StepGraph>(device, s.model->parameters());
+    s.backward_scale = torch::ones({}, torch::TensorOptions().device(device).dtype(torch::kFloat));
   }
-  if (options.log_progress) {
-    MT_LOG(INFO) << "trainer: " << s.model->config().DebugString() << "; " << plan.num_parameters
-                 << " parameters; " << plan.precision << " on " << device.str() << "; micro-batch "
-                 << plan.micro_batch_size << " x " << plan.num_micro_batches << " = global batch "
-                 << plan.global_batch_size << "; " << plan.train_iterations << " iterations; lr "
-                 << trainer->schedule_.config().DebugString();
-    if (plan.data_parallel_size > 1 && s.optimizer != nullptr) {
-      MT_LOG(INFO) << "trainer: dp " << plan.data_parallel_size << ", "
-                   << s.optimizer->buckets().size()
-                   << " gradient bucket(s) of <= " << plan.ddp_bucket_elements << " elements"
-                   << (plan.use_distributed_optimizer ? ", distributed optimizer" : "")
-                   << (plan.overlap_grad_reduce ? ", overlapped reduction" : "")
-                   << (plan.overlap_param_gather ? ", overlapped parameter gather" : "");
-    }
-  }
+  if (options.log_progress) trainer->LogSetup(graph_blocker);
   return trainer;
+}
+
+absl::Status Trainer::CreateModelAndOptimizer(const mt::v1::JobSpec& spec,
+                                              const model::GptConfig& config,
+                                              OptimizerConfig opt_config,
+                                              OptimizerParallelConfig opt_parallel,
+                                              bool step_graph) {
+  State& s = *state_;
+  model::ModelBuildOptions build;
+  build.seed = plan_.seed;
+  build.device = s.device;
+  build.dtype = s.dtype;
+  MT_ASSIGN_OR_RETURN(
+      s.model, model::GptModel::Create(config, ModelShardOf(options_, spec.parallel()), build));
+  s.model->train();
+  // Sequence parallelism sums these gradients over TP after backward (StepImpl): their DP
+  // buckets must not start before that.
+  const std::vector<std::string> sp = s.model->SequenceParallelParameterNames();
+  if (!sp.empty()) {
+    const std::set<std::string> late(sp.begin(), sp.end());
+    opt_parallel.late_gradient = [late](const std::string& n) { return late.count(n) > 0; };
+  }
+  if (options_.evaluation_only) return absl::OkStatus();
+  // The forward waits part by part for the overlapped parameter gathers and update. The update
+  // overlaps only a captured step, whose replays run at a higher priority (step_graph.h): in
+  // an eager step, queued first, it would take the SMs before the forward.
+  const bool per_part = GathersPerPart(opt_parallel);
+  opt_config.overlap_update = options_.overlap_optimizer && step_graph;
+  if (per_part || opt_config.overlap_update) SetForwardPartsOf({s.model}, &opt_parallel);
+  MT_ASSIGN_OR_RETURN(s.optimizer,
+                      MixedPrecisionOptimizer::Create(opt_config, *s.model, opt_parallel));
+  if (per_part || s.optimizer->overlaps_update()) {
+    InstallParameterWaits({s.model}, s.optimizer.get());
+  }
+  return absl::OkStatus();
+}
+
+void Trainer::LogSetup(const std::string& graph_blocker) const {
+  const State& s = *state_;
+  if (s.optimizer != nullptr) {
+    if (s.graph != nullptr) {
+      MT_LOG(INFO) << "trainer: each step's forward and backward replayed from a CUDA graph "
+                      "(captured at the first step)";
+    } else {
+      MT_LOG(INFO) << "trainer: the step runs eagerly, not as a CUDA graph: " << graph_blocker;
+    }
+    if (s.optimizer->overlaps_update()) {
+      MT_LOG(INFO) << "trainer: AdamW's update runs on a stream of its own, overlapping the "
+                      "next forward part by part (--no-overlap-optimizer: in the step)";
+    }
+  }
+  MT_LOG(INFO) << "trainer: " << s.model->config().DebugString() << "; " << plan_.num_parameters
+               << " parameters; " << plan_.precision << " on " << s.device.str() << "; micro-batch "
+               << plan_.micro_batch_size << " x " << plan_.num_micro_batches << " = global batch "
+               << plan_.global_batch_size << "; " << plan_.train_iterations << " iterations; lr "
+               << schedule_.config().DebugString();
+  if (plan_.data_parallel_size > 1 && s.optimizer != nullptr) {
+    MT_LOG(INFO) << "trainer: dp " << plan_.data_parallel_size << ", "
+                 << s.optimizer->buckets().size()
+                 << " gradient bucket(s) of <= " << plan_.ddp_bucket_elements << " elements"
+                 << (plan_.use_distributed_optimizer ? ", distributed optimizer" : "")
+                 << (plan_.overlap_grad_reduce ? ", overlapped reduction" : "")
+                 << (plan_.overlap_param_gather ? ", overlapped parameter gather" : "");
+  }
 }
 
 absl::StatusOr<StepMetrics> Trainer::Step() {

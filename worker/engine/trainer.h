@@ -305,6 +305,13 @@ class Trainer {
   bool IsLogStep(int64_t iteration) const {
     return iteration % plan_.log_interval == 0 || iteration == plan_.train_iterations;
   }
+  // Without pipeline parallelism: the whole model and, unless evaluation_only, its optimizer
+  // (`step_graph`: the step will be captured, so AdamW's update may overlap the forward).
+  absl::Status CreateModelAndOptimizer(const mt::v1::JobSpec& spec, const model::GptConfig& config,
+                                       OptimizerConfig opt_config,
+                                       OptimizerParallelConfig opt_parallel, bool step_graph);
+  // The set-up lines on stderr: the step's form (graph or eager), the model, the batch, DP.
+  void LogSetup(const std::string& graph_blocker) const;
   // Pipeline parallelism (trainer.cc, "Pipeline parallelism"): this stage's chunks and
   // optimizer; the micro-batches of a step on the device; one step's schedule (returns the
   // loss summed over the micro-batches, on every stage); evaluation through the pipeline.

@@ -236,14 +236,21 @@ absl::Status IndexedDataset::Open(const std::string& prefix) {
 }
 
 absl::Status IndexedDataset::Validate() {
+  MT_RETURN_IF_ERROR(ValidateHeader());
+  MT_RETURN_IF_ERROR(ValidateSequences());
+  return ValidateDocumentIndex();
+}
+
+absl::Status IndexedDataset::Corrupt(absl::string_view what) const {
+  return absl::DataLossError(absl::StrCat(IndexPath(prefix_), ": ", what, "; ", kRebuildHint));
+}
+
+// Magic, version, dtype, and the counts against the index file's size.
+absl::Status IndexedDataset::ValidateHeader() {
   const std::string idx_path = IndexPath(prefix_);
-  const std::string bin_path = DataPath(prefix_);
-  auto bad = [&](absl::string_view what) {
-    return absl::DataLossError(absl::StrCat(idx_path, ": ", what, "; ", kRebuildHint));
-  };
   if (index_size_ < kIndexHeaderBytes) {
-    return bad(absl::StrCat("truncated: ", index_size_, " bytes, but the header alone is ",
-                            kIndexHeaderBytes));
+    return Corrupt(absl::StrCat("truncated: ", index_size_, " bytes, but the header alone is ",
+                                kIndexHeaderBytes));
   }
   const absl::string_view magic(index_, sizeof(kIndexMagic));
   if (magic != absl::string_view(kIndexMagic, sizeof(kIndexMagic))) {
@@ -276,62 +283,70 @@ absl::Status IndexedDataset::Validate() {
   // Sizes beyond what the file could hold are caught before any multiplication overflows.
   const uint64_t body = index_size_ - kIndexHeaderBytes;
   if (n > body / 12 || d > body / 8 || n * 12 + d * 8 > body) {
-    return bad(absl::StrCat("truncated: the header promises ", n, " sequences and ", d,
-                            " document indices (", kIndexHeaderBytes, " + 12*", n, " + 8*", d,
-                            " bytes) but the file has ", index_size_, " bytes"));
+    return Corrupt(absl::StrCat("truncated: the header promises ", n, " sequences and ", d,
+                                " document indices (", kIndexHeaderBytes, " + 12*", n, " + 8*", d,
+                                " bytes) but the file has ", index_size_, " bytes"));
   }
   const uint64_t expected = kIndexHeaderBytes + n * 12 + d * 8;
   // Megatron's multimodal datasets append one int8 mode per sequence; we ignore them.
   if (index_size_ != expected && index_size_ != expected + n) {
-    return bad(absl::StrCat(index_size_ - expected,
-                            " unexpected bytes after the document "
-                            "indices (the file has ",
-                            index_size_, " bytes, the header accounts for ", expected, ")"));
+    return Corrupt(absl::StrCat(index_size_ - expected,
+                                " unexpected bytes after the document indices (the file has ",
+                                index_size_, " bytes, the header accounts for ", expected, ")"));
   }
   num_sequences_ = static_cast<int64_t>(n);
   num_doc_indices_ = static_cast<int64_t>(d);
   lengths_ = index_ + kIndexHeaderBytes;
   pointers_ = lengths_ + n * 4;
   doc_idx_ = pointers_ + n * 8;
+  return absl::OkStatus();
+}
 
+// Every sequence starts where the previous one ends, and together they fill the .bin exactly.
+absl::Status IndexedDataset::ValidateSequences() {
   const int64_t item = static_cast<int64_t>(DTypeSize(dtype_));
   int64_t at = 0;  // where the next sequence must start
   for (int64_t i = 0; i < num_sequences_; ++i) {
     const int32_t len = LoadLE<int32_t>(lengths_ + i * 4);
     const int64_t ptr = LoadLE<int64_t>(pointers_ + i * 8);
-    if (len < 0) return bad(absl::StrCat("sequence ", i, " has a negative length ", len));
+    if (len < 0) return Corrupt(absl::StrCat("sequence ", i, " has a negative length ", len));
     if (ptr != at) {
-      return bad(absl::StrCat(
+      return Corrupt(absl::StrCat(
           "sequence ", i, " starts at byte ", ptr, " of the .bin, but the ",
           i == 0 ? "first must start at 0" : "previous one ends at " + std::to_string(at),
           " (offsets must be contiguous and increasing)"));
     }
     const int64_t bytes = int64_t{len} * item;
     if (at > std::numeric_limits<int64_t>::max() - bytes) {
-      return bad(absl::StrCat("sequence ", i, " ends past byte 2^63"));
+      return Corrupt(absl::StrCat("sequence ", i, " ends past byte 2^63"));
     }
     at += bytes;
   }
   if (static_cast<uint64_t>(at) != data_size_) {
     return absl::DataLossError(absl::StrCat(
-        bin_path, " has ", data_size_, " bytes but its index ", idx_path, " describes ", at, " (",
-        at / item, " ", DTypeName(dtype_), " tokens): the two files do not belong together ",
-        "or one was cut short; ", kRebuildHint));
+        DataPath(prefix_), " has ", data_size_, " bytes but its index ", IndexPath(prefix_),
+        " describes ", at, " (", at / item, " ", DTypeName(dtype_),
+        " tokens): the two files do not belong together or one was cut short; ", kRebuildHint));
   }
   num_tokens_ = at / item;
+  return absl::OkStatus();
+}
+
+// The document index starts at 0 and increases to at most the sequence count.
+absl::Status IndexedDataset::ValidateDocumentIndex() const {
   if (num_doc_indices_ == 0) {
-    return bad("the document index is empty; it must start with 0");
+    return Corrupt("the document index is empty; it must start with 0");
   }
   int64_t prev = 0;
   for (int64_t i = 0; i < num_doc_indices_; ++i) {
     const int64_t v = LoadLE<int64_t>(doc_idx_ + i * 8);
     if (i == 0 && v != 0) {
-      return bad(absl::StrCat("the document index starts with ", v, ", not 0"));
+      return Corrupt(absl::StrCat("the document index starts with ", v, ", not 0"));
     }
     if (v < prev || v > num_sequences_) {
-      return bad(absl::StrCat("document index entry ", i, " is ", v, ": out of range (entries ",
-                              "must increase from 0 to at most the sequence count ", num_sequences_,
-                              "; the previous entry is ", prev, ")"));
+      return Corrupt(absl::StrCat("document index entry ", i, " is ", v, ": out of range (entries ",
+                                  "must increase from 0 to at most the sequence count ",
+                                  num_sequences_, "; the previous entry is ", prev, ")"));
     }
     prev = v;
   }

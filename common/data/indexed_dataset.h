@@ -102,7 +102,14 @@ class IndexedDataset {
  private:
   IndexedDataset() = default;
   absl::Status Open(const std::string& prefix);
+  // Checks the mapped files before any read (FORMAT.md): the header, then every sequence's
+  // place in the .bin, then the document index. Sets the counts and the arrays' pointers.
   absl::Status Validate();
+  absl::Status ValidateHeader();
+  absl::Status ValidateSequences();
+  absl::Status ValidateDocumentIndex() const;
+  // A DataLossError naming the index file, `what` is wrong, and how to rebuild it.
+  absl::Status Corrupt(absl::string_view what) const;
 
   std::string prefix_;
   DType dtype_ = DType::kUInt16;

@@ -214,67 +214,83 @@ absl::StatusOr<Checkpoint> CheckpointCatalog::OnCheckpointReport(const mt::v1::R
     // A settled save gets no WRITING entry: nothing would ever complete it.
     MT_RETURN_IF_ERROR(CheckSaveInFlight(job, save_dir, r.step()));
     // Not committed yet: rank 0 commits once every rank has written its shard.
-    Checkpoint c;
-    c.set_job_id(job.id());
-    c.set_step(r.step());
-    c.set_directory(dir);
-    c.set_size_bytes(r.size_bytes());
-    c.set_loss(std::nan(""));
-    c.set_validation_loss(std::nan(""));
-    MT_RETURN_IF_ERROR(MoveTo(&c, mt::v1::CHECKPOINT_STATE_WRITING));
-    *c.mutable_create_time() = TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(clock_->Now()));
-    return store_->CreateCheckpoint(c);
+    return CreateWritingLocked(job, r, dir);
   }
   if (existing.has_value() && existing->state() != mt::v1::CHECKPOINT_STATE_WRITING &&
       existing->create_time().seconds() == manifest->create_time().seconds() &&
       existing->create_time().nanos() == manifest->create_time().nanos()) {
     return *existing;  // another rank's report of a save already registered
   }
-  // Registers (or completes) the entry of a committed checkpoint directory.
-  auto upsert = [&](const mt::v1::CheckpointManifest& m, const std::string& d,
-                    const std::optional<Checkpoint>& known) -> absl::StatusOr<Checkpoint> {
-    Checkpoint e = FromManifest(m, d, clock_->Now());
-    e.set_job_id(job.id());
-    if (known.has_value()) {
-      MT_RETURN_IF_ERROR(CheckCheckpointTransition(known->state(), e.state()));
-      e.set_id(known->id());
-      MT_RETURN_IF_ERROR(store_->UpdateCheckpoint(e));
-    } else {
-      MT_ASSIGN_OR_RETURN(e, store_->CreateCheckpoint(e));
-    }
-    MT_LOG(INFO) << "checkpoint " << e.id() << " of " << job.id() << " at step " << e.step()
-                 << " registered: " << d << " (" << e.size_bytes() << " bytes)";
-    return e;
-  };
-  MT_ASSIGN_OR_RETURN(Checkpoint c, upsert(*manifest, dir, existing));
+  MT_ASSIGN_OR_RETURN(Checkpoint c, UpsertCommittedLocked(job, *manifest, dir, existing));
+  MT_RETURN_IF_ERROR(RegisterMissedSavesLocked(job, save_dir, c.step()));
+  MT_RETURN_IF_ERROR(RetireAbandonedWritingLocked(job.id(), save_dir, c.step()));
+  MT_RETURN_IF_ERROR(RefreshLatestLocked(job.id(), save_dir));
+  if (absl::Status s = ApplyRetentionLocked(job, save_dir); !s.ok()) {
+    MT_LOG(WARNING) << "retention of " << job.id() << ": " << s.message();
+  }
+  return store_->GetCheckpoint(c.id());
+}
 
-  // Saves of this job whose rank-0 report never arrived (the coordinator was down, say) are
-  // registered from their manifests.
+absl::StatusOr<Checkpoint> CheckpointCatalog::CreateWritingLocked(const mt::v1::Job& job,
+                                                                  const mt::v1::CheckpointReport& r,
+                                                                  const std::string& dir) {
+  Checkpoint c;
+  c.set_job_id(job.id());
+  c.set_step(r.step());
+  c.set_directory(dir);
+  c.set_size_bytes(r.size_bytes());
+  c.set_loss(std::nan(""));
+  c.set_validation_loss(std::nan(""));
+  MT_RETURN_IF_ERROR(MoveTo(&c, mt::v1::CHECKPOINT_STATE_WRITING));
+  *c.mutable_create_time() = TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(clock_->Now()));
+  return store_->CreateCheckpoint(c);
+}
+
+absl::StatusOr<Checkpoint> CheckpointCatalog::UpsertCommittedLocked(
+    const mt::v1::Job& job, const mt::v1::CheckpointManifest& m, const std::string& dir,
+    const std::optional<Checkpoint>& known) {
+  Checkpoint e = FromManifest(m, dir, clock_->Now());
+  e.set_job_id(job.id());
+  if (known.has_value()) {
+    MT_RETURN_IF_ERROR(CheckCheckpointTransition(known->state(), e.state()));
+    e.set_id(known->id());
+    MT_RETURN_IF_ERROR(store_->UpdateCheckpoint(e));
+  } else {
+    MT_ASSIGN_OR_RETURN(e, store_->CreateCheckpoint(e));
+  }
+  MT_LOG(INFO) << "checkpoint " << e.id() << " of " << job.id() << " at step " << e.step()
+               << " registered: " << dir << " (" << e.size_bytes() << " bytes)";
+  return e;
+}
+
+absl::Status CheckpointCatalog::RegisterMissedSavesLocked(const mt::v1::Job& job,
+                                                          const std::string& save_dir,
+                                                          int64_t reported_step) {
   for (int64_t step : checkpoint::ListCheckpointSteps(save_dir)) {
-    if (step == c.step()) continue;
+    if (step == reported_step) continue;
     const std::string other = absl::StrCat(save_dir, "/", checkpoint::IterationDirName(step));
     MT_ASSIGN_OR_RETURN(std::optional<Checkpoint> known, store_->FindCheckpointByDirectory(other));
     if (known.has_value() && known->state() != mt::v1::CHECKPOINT_STATE_WRITING) continue;
     absl::StatusOr<mt::v1::CheckpointManifest> m = checkpoint::ReadManifest(other);
     if (!m.ok() || m->job_id() != job.id()) continue;
-    MT_RETURN_IF_ERROR(upsert(*m, other, known).status());
+    MT_RETURN_IF_ERROR(UpsertCommittedLocked(job, *m, other, known).status());
   }
+  return absl::OkStatus();
+}
 
-  // Saves of earlier steps that never committed will not: rank 0 removed their partial files.
-  MT_ASSIGN_OR_RETURN(std::vector<Checkpoint> all, store_->ListCheckpoints(job.id()));
+absl::Status CheckpointCatalog::RetireAbandonedWritingLocked(const std::string& job_id,
+                                                             const std::string& save_dir,
+                                                             int64_t committed_step) {
+  MT_ASSIGN_OR_RETURN(std::vector<Checkpoint> all, store_->ListCheckpoints(job_id));
   for (Checkpoint& other : all) {
-    if (other.state() == mt::v1::CHECKPOINT_STATE_WRITING && other.step() < c.step() &&
+    if (other.state() == mt::v1::CHECKPOINT_STATE_WRITING && other.step() < committed_step &&
         Parent(other.directory()) == save_dir &&
         !PathExists(other.directory() + "/" + checkpoint::kManifestFile)) {
       MT_RETURN_IF_ERROR(MoveTo(&other, mt::v1::CHECKPOINT_STATE_DELETED));
       MT_RETURN_IF_ERROR(store_->UpdateCheckpoint(other));
     }
   }
-  MT_RETURN_IF_ERROR(RefreshLatestLocked(job.id(), save_dir));
-  if (absl::Status s = ApplyRetentionLocked(job, save_dir); !s.ok()) {
-    MT_LOG(WARNING) << "retention of " << job.id() << ": " << s.message();
-  }
-  return store_->GetCheckpoint(c.id());
+  return absl::OkStatus();
 }
 
 int CheckpointCatalog::ResolveStaleWriting() {

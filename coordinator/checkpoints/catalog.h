@@ -38,6 +38,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,6 +128,24 @@ class CheckpointCatalog {
   CheckpointCatalog(Store* store, CheckpointJobs* jobs, const Clock* clock, AllowedRoots roots)
       : store_(store), jobs_(jobs), clock_(clock), roots_(std::move(roots)) {}
 
+  // OnCheckpointReport's parts. A WRITING entry for a save not committed yet.
+  absl::StatusOr<mt::v1::Checkpoint> CreateWritingLocked(const mt::v1::Job& job,
+                                                         const mt::v1::CheckpointReport& r,
+                                                         const std::string& dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers (or completes, when `known`) the entry of a committed checkpoint directory.
+  absl::StatusOr<mt::v1::Checkpoint> UpsertCommittedLocked(
+      const mt::v1::Job& job, const mt::v1::CheckpointManifest& m, const std::string& dir,
+      const std::optional<mt::v1::Checkpoint>& known) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Saves of the job in `save_dir` whose rank-0 report never arrived (the coordinator was
+  // down, say), registered from their manifests.
+  absl::Status RegisterMissedSavesLocked(const mt::v1::Job& job, const std::string& save_dir,
+                                         int64_t reported_step) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // WRITING entries of steps before `committed_step` that never committed will not: rank 0
+  // removed their partial files. They become DELETED.
+  absl::Status RetireAbandonedWritingLocked(const std::string& job_id, const std::string& save_dir,
+                                            int64_t committed_step)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // loading_job_ids from the active jobs.
   void Fill(mt::v1::Checkpoint* c, const std::vector<CheckpointJobs::Active>& active) const;
   // Sets is_latest on the job's entries in `save_dir` from the `latest` pointer.

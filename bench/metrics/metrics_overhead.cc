@@ -41,19 +41,13 @@ double Median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  mt::cli::ParseFlags(argc, argv,
-                      "What metrics cost a training step (the rank's "
-                      "observability path on and off, alternating); exits 1 over --max_overhead.",
-                      "metrics_overhead.cc");
-  namespace engine = mt::engine;
-  const int seq = absl::GetFlag(FLAGS_seq);
+// A 2-layer GPT that trains for as long as the bench runs, logging every 10 steps, with
+// TensorBoard events in a temporary directory.
+mt::v1::JobSpec BenchSpec(int hidden, int seq) {
   mt::v1::JobSpec spec;
   auto* m = spec.mutable_model();
   m->set_num_layers(2);
-  m->set_hidden_size(absl::GetFlag(FLAGS_hidden));
+  m->set_hidden_size(hidden);
   m->set_num_attention_heads(4);
   m->set_seq_length(seq);
   m->set_vocab_size(1024);
@@ -68,6 +62,49 @@ int main(int argc, char** argv) {
   spec.mutable_evaluation()->set_eval_interval(0);
   spec.mutable_logging()->set_log_interval(10);
   spec.mutable_logging()->set_tensorboard_dir(mt::testutil::MakeTempDir("bench_tb"));
+  return spec;
+}
+
+// Step times with the metrics hook (on) and without (off), alternating, and the hook's own.
+struct Timings {
+  std::vector<double> on;
+  std::vector<double> off;
+  std::vector<double> hook;
+};
+
+// Runs 2 * `steps` steps, every second one followed by the rank's metrics hook.
+absl::StatusOr<Timings> Alternate(mt::engine::Trainer& tr,
+                                  mt::worker::metrics::RankObservability& observability,
+                                  int steps) {
+  Timings t;
+  for (int i = 0; i < 2 * steps; ++i) {
+    const bool metrics = i % 2 == 1;
+    const absl::Time start = absl::Now();
+    auto step = tr.Step();
+    if (!step.ok()) return step.status();
+    if (metrics) {
+      const absl::Time hook_start = absl::Now();
+      for (const mt::parallel::CommTime& c : tr.TakeCommunication()) {
+        observability.AddCommunication(c.collective, c.group, c.seconds, c.calls);
+      }
+      observability.OnStep(*step, step->iteration % 10 == 1, [&] { return tr.memory(); });
+      t.hook.push_back(absl::ToDoubleSeconds(absl::Now() - hook_start));
+    }
+    (metrics ? t.on : t.off).push_back(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  mt::cli::ParseFlags(argc, argv,
+                      "What metrics cost a training step (the rank's "
+                      "observability path on and off, alternating); exits 1 over --max_overhead.",
+                      "metrics_overhead.cc");
+  namespace engine = mt::engine;
+  const int seq = absl::GetFlag(FLAGS_seq);
+  const mt::v1::JobSpec spec = BenchSpec(absl::GetFlag(FLAGS_hidden), seq);
   auto source = engine::TokenSequenceSource::Create(engine::SyntheticTokens(1 << 16, 1024, 3), seq);
   if (!source.ok()) return 2;
   engine::TrainerOptions options;
@@ -93,6 +130,12 @@ int main(int argc, char** argv) {
   worker.OnRankStarted(assignment);
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) return 2;
+  auto observability = mt::worker::metrics::RankObservability::Create(
+      spec, assignment, tr.plan(), mt::worker::ReportWriter(fds[1]));
+  if (!observability.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(observability.status().message()).c_str());
+    return 2;
+  }
   std::thread reader([&] {
     while (true) {
       auto r = mt::worker::ReadReport(fds[0]);
@@ -110,33 +153,24 @@ int main(int argc, char** argv) {
       absl::SleepFor(absl::Milliseconds(100));
     }
   });
-  auto observability = mt::worker::metrics::RankObservability::Create(
-      spec, assignment, tr.plan(), mt::worker::ReportWriter(fds[1]));
-  if (!observability.ok()) return 2;
 
   for (int i = 0; i < 5; ++i) (void)tr.Step();  // warm-up
-  std::vector<double> on, off, hook;
-  for (int i = 0; i < 2 * absl::GetFlag(FLAGS_steps); ++i) {
-    const bool metrics = i % 2 == 1;
-    const absl::Time start = absl::Now();
-    auto step = tr.Step();
-    if (!step.ok()) return 2;
-    if (metrics) {
-      const absl::Time hook_start = absl::Now();
-      for (const mt::parallel::CommTime& c : tr.TakeCommunication()) {
-        (*observability)->AddCommunication(c.collective, c.group, c.seconds, c.calls);
-      }
-      (*observability)->OnStep(*step, step->iteration % 10 == 1, [&] { return tr.memory(); });
-      hook.push_back(absl::ToDoubleSeconds(absl::Now() - hook_start));
-    }
-    (metrics ? on : off).push_back(absl::ToDoubleSeconds(absl::Now() - start));
-  }
+  const absl::StatusOr<Timings> timings =
+      Alternate(tr, **observability, absl::GetFlag(FLAGS_steps));
+  // The threads stop before any return: a joinable thread's destructor would abort.
   (*observability)->Finish(tr.memory());
   done.store(true);
   scraper.join();
   ::close(fds[1]);
   reader.join();
   ::close(fds[0]);
+  if (!timings.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(timings.status().message()).c_str());
+    return 2;
+  }
+  const std::vector<double>& on = timings->on;
+  const std::vector<double>& off = timings->off;
+  const std::vector<double>& hook = timings->hook;
   const double ratio = Median(on) / Median(off);
   double hook_total = 0;
   for (double h : hook) hook_total += h;

@@ -5,6 +5,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -71,6 +72,19 @@ std::string Outcome(mt::v1::RankOutcome o) {
     default:
       return "ended";
   }
+}
+
+// True when the request's state filter (empty: every state) takes `state`.
+bool StateWanted(const mt::v1::ListJobsRequest& r, mt::v1::JobState state) {
+  return r.states_size() == 0 ||
+         std::find(r.states().begin(), r.states().end(), state) != r.states().end();
+}
+
+// True when `job` passes every filter of the request: its states, name prefix and owner.
+bool Matches(const mt::v1::ListJobsRequest& r, const mt::v1::Job& job) {
+  return StateWanted(r, job.state()) &&
+         (r.name_prefix().empty() || absl::StartsWith(job.spec().name(), r.name_prefix())) &&
+         (r.owner().empty() || job.owner() == r.owner());
 }
 
 }  // namespace
@@ -304,69 +318,29 @@ absl::StatusOr<mt::v1::ListJobsResponse> JobManager::List(const mt::v1::ListJobs
   }
   absl::MutexLock lock(&mu_);
   mt::v1::ListJobsResponse response;
-  if (request.name_prefix().empty() && request.owner().empty()) {
-    // Totals from the per-state counts; the page from the token on, not the whole map.
-    auto wanted = [&](mt::v1::JobState s) {
-      return request.states_size() == 0 ||
-             std::find(request.states().begin(), request.states().end(), s) !=
-                 request.states().end();
-    };
-    int64_t total = 0;
-    for (const auto& [state, n] : state_counts_) {
-      if (wanted(state)) total += n;
-    }
-    response.set_total_count(total);
-    int64_t last = 0;
-    for (auto it = jobs_.upper_bound(after); it != jobs_.end(); ++it) {
-      const JobEntry& entry = *it->second;
-      if (!wanted(entry.job.state())) continue;
-      if (response.jobs_size() == size) {
-        // More follow: a matching job has an id above the page's last.
-        response.set_next_page_token(std::to_string(last));
-        break;
-      }
-      mt::v1::Job* out = response.add_jobs();
-      *out = entry.job;
-      out->set_queue_position(QueuePosition(entry));
-      last = it->first;
-    }
-    return response;
-  }
   int64_t total = 0;
-  int64_t last = 0;
-  for (const auto& [id, entry] : jobs_) {
-    const mt::v1::Job& job = entry->job;
-    if (request.states_size() > 0 && std::find(request.states().begin(), request.states().end(),
-                                               job.state()) == request.states().end()) {
-      continue;
+  if (request.name_prefix().empty() && request.owner().empty()) {
+    // Only states: the total from the per-state counts, not from the whole map.
+    for (const auto& [state, n] : state_counts_) {
+      if (StateWanted(request, state)) total += n;
     }
-    if (!request.name_prefix().empty() && job.spec().name().rfind(request.name_prefix(), 0) != 0) {
-      continue;
-    }
-    if (!request.owner().empty() && job.owner() != request.owner()) continue;
-    ++total;
-    if (id <= after || response.jobs_size() >= size) continue;
-    mt::v1::Job* out = response.add_jobs();
-    *out = job;
-    out->set_queue_position(QueuePosition(*entry));
-    last = id;
+  } else {
+    for (const auto& [id, entry] : jobs_) total += Matches(request, entry->job) ? 1 : 0;
   }
   response.set_total_count(total);
-  if (response.jobs_size() == size) {
-    // More may follow: only when some matching job has an id above `last`.
-    for (auto it = jobs_.upper_bound(last); it != jobs_.end(); ++it) {
-      const mt::v1::Job& job = it->second->job;
-      bool state_ok = request.states_size() == 0 ||
-                      std::find(request.states().begin(), request.states().end(), job.state()) !=
-                          request.states().end();
-      bool name_ok =
-          request.name_prefix().empty() || job.spec().name().rfind(request.name_prefix(), 0) == 0;
-      bool owner_ok = request.owner().empty() || job.owner() == request.owner();
-      if (state_ok && name_ok && owner_ok) {
-        response.set_next_page_token(std::to_string(last));
-        break;
-      }
+  // The page: matching jobs from the token on, and a next token when one more matches.
+  int64_t last = 0;
+  for (auto it = jobs_.upper_bound(after); it != jobs_.end(); ++it) {
+    const JobEntry& entry = *it->second;
+    if (!Matches(request, entry.job)) continue;
+    if (response.jobs_size() == size) {
+      response.set_next_page_token(std::to_string(last));
+      break;
     }
+    mt::v1::Job* out = response.add_jobs();
+    *out = entry.job;
+    out->set_queue_position(QueuePosition(entry));
+    last = it->first;
   }
   return response;
 }

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -505,17 +506,13 @@ absl::Status IndexedDatasetWriter::WriteData(const char* bytes, size_t n) {
   return absl::OkStatus();
 }
 
-absl::Status IndexedDatasetWriter::AddSequence(absl::Span<const int32_t> tokens) {
-  MT_RETURN_IF_ERROR(Check());
-  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", tokens.size(),
-                                                   " tokens is longer than the format's "
-                                                   "int32 lengths allow; split it"));
-  }
-  // Range check first, so that a bad token leaves the writer usable.
+namespace {
+
+// The token ids a dtype holds exactly: [lo, hi].
+std::pair<int32_t, int32_t> TokenRange(DType dtype) {
   int32_t lo = std::numeric_limits<int32_t>::min();
   int32_t hi = std::numeric_limits<int32_t>::max();
-  switch (dtype_) {
+  switch (dtype) {
     case DType::kUInt8:
       lo = 0, hi = 0xFF;
       break;
@@ -534,6 +531,66 @@ absl::Status IndexedDatasetWriter::AddSequence(absl::Span<const int32_t> tokens)
     default:
       break;
   }
+  return {lo, hi};
+}
+
+// Writes `count` token ids as `dtype`, little-endian, to `out` (count * DTypeSize(dtype) bytes).
+// The ids are in TokenRange(dtype).
+void EncodeTokens(DType dtype, const int32_t* in, size_t count, char* out) {
+  switch (dtype) {
+    case DType::kUInt8:
+      for (size_t i = 0; i < count; ++i) out[i] = static_cast<char>(static_cast<uint8_t>(in[i]));
+      break;
+    case DType::kInt8:
+      for (size_t i = 0; i < count; ++i) out[i] = static_cast<char>(static_cast<int8_t>(in[i]));
+      break;
+    case DType::kInt16:
+      for (size_t i = 0; i < count; ++i) {
+        const int16_t v = static_cast<int16_t>(in[i]);
+        std::memcpy(out + 2 * i, &v, 2);
+      }
+      break;
+    case DType::kUInt16:
+      for (size_t i = 0; i < count; ++i) {
+        const uint16_t v = static_cast<uint16_t>(in[i]);
+        std::memcpy(out + 2 * i, &v, 2);
+      }
+      break;
+    case DType::kInt32:
+      std::memcpy(out, in, count * 4);
+      break;
+    case DType::kInt64:
+      for (size_t i = 0; i < count; ++i) {
+        const int64_t v = in[i];
+        std::memcpy(out + 8 * i, &v, 8);
+      }
+      break;
+    case DType::kFloat32:
+      for (size_t i = 0; i < count; ++i) {
+        const float v = static_cast<float>(in[i]);
+        std::memcpy(out + 4 * i, &v, 4);
+      }
+      break;
+    case DType::kFloat64:
+      for (size_t i = 0; i < count; ++i) {
+        const double v = in[i];
+        std::memcpy(out + 8 * i, &v, 8);
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+absl::Status IndexedDatasetWriter::AddSequence(absl::Span<const int32_t> tokens) {
+  MT_RETURN_IF_ERROR(Check());
+  if (tokens.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(absl::StrCat("a sequence of ", tokens.size(),
+                                                   " tokens is longer than the format's "
+                                                   "int32 lengths allow; split it"));
+  }
+  // Range check first, so that a bad token leaves the writer usable.
+  const auto [lo, hi] = TokenRange(dtype_);
   for (size_t i = 0; i < tokens.size(); ++i) {
     if (tokens[i] < lo || tokens[i] > hi) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -548,48 +605,7 @@ absl::Status IndexedDatasetWriter::AddSequence(absl::Span<const int32_t> tokens)
   const size_t item = DTypeSize(dtype_);
   for (size_t start = 0; start < tokens.size(); start += kChunk) {
     const size_t count = std::min(kChunk, tokens.size() - start);
-    const int32_t* in = tokens.data() + start;
-    switch (dtype_) {
-      case DType::kUInt8:
-        for (size_t i = 0; i < count; ++i) buf[i] = static_cast<char>(static_cast<uint8_t>(in[i]));
-        break;
-      case DType::kInt8:
-        for (size_t i = 0; i < count; ++i) buf[i] = static_cast<char>(static_cast<int8_t>(in[i]));
-        break;
-      case DType::kInt16:
-        for (size_t i = 0; i < count; ++i) {
-          const int16_t v = static_cast<int16_t>(in[i]);
-          std::memcpy(buf + 2 * i, &v, 2);
-        }
-        break;
-      case DType::kUInt16:
-        for (size_t i = 0; i < count; ++i) {
-          const uint16_t v = static_cast<uint16_t>(in[i]);
-          std::memcpy(buf + 2 * i, &v, 2);
-        }
-        break;
-      case DType::kInt32:
-        std::memcpy(buf, in, count * 4);
-        break;
-      case DType::kInt64:
-        for (size_t i = 0; i < count; ++i) {
-          const int64_t v = in[i];
-          std::memcpy(buf + 8 * i, &v, 8);
-        }
-        break;
-      case DType::kFloat32:
-        for (size_t i = 0; i < count; ++i) {
-          const float v = static_cast<float>(in[i]);
-          std::memcpy(buf + 4 * i, &v, 4);
-        }
-        break;
-      case DType::kFloat64:
-        for (size_t i = 0; i < count; ++i) {
-          const double v = in[i];
-          std::memcpy(buf + 8 * i, &v, 8);
-        }
-        break;
-    }
+    EncodeTokens(dtype_, tokens.data() + start, count, buf);
     if (absl::Status s = WriteData(buf, count * item); !s.ok()) {
       status_ = s;
       return s;

@@ -25,6 +25,7 @@
 #include "client/verbs.h"
 #include "common/base/files.h"
 #include "common/base/status_macros.h"
+#include "common/checkpoint/checkpoint_dir.h"
 #include "common/checkpoint/file_writer.h"
 
 ABSL_FLAG(std::string, dtype, "",
@@ -338,7 +339,16 @@ int Download(const std::vector<std::string>& args, const GlobalOptions& options)
   }
   if (absl::Status s = MakeDirectories(dest); !s.ok()) return Fail(s);
   DownloadSink sink(dest);
-  if (absl::Status s = ReceiveCheckpoint(stub->get(), meta, &sink); !s.ok()) return Fail(s);
+  if (absl::Status s = ReceiveCheckpoint(stub->get(), meta, &sink); !s.ok()) {
+    // The destination is new (checked above): a broken stream leaves nothing in it, so the
+    // same command can run again. Files that arrived whole but fail their checksum (below) stay
+    // for inspection.
+    if (absl::Status r = checkpoint::RemoveTree(dest); !r.ok()) {
+      std::fprintf(stderr, "mtctl: removing the partial download: %s\n",
+                   std::string(r.message()).c_str());
+    }
+    return Fail(s);
+  }
   if (!sink.problems().empty()) {
     for (const auto& p : sink.problems()) std::fprintf(stderr, "mtctl: %s\n", p.c_str());
     return Fail(

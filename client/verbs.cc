@@ -87,6 +87,7 @@ const std::vector<Verb>& AllVerbs() {
        "mtctl checkpoints delete CHECKPOINT_ID ...  refuses a running job's latest and\n"
        "                                            checkpoints a job is loading\n"
        "mtctl checkpoints download CHECKPOINT_ID DEST_DIR   streamed, sha256 checked at the end\n"
+       "                      (DEST_DIR new; removed again when the stream breaks)\n"
        "mtctl checkpoints export CHECKPOINT_ID OUTPUT_DIR [--dtype float16|bfloat16]\n"
        "                      Hugging Face GPT-2 (written by the coordinator, OUTPUT_DIR new)\n"
        "mtctl checkpoints import DIRECTORY [JOB_ID] a Hugging Face GPT-2 or mt checkpoint\n"

@@ -5,6 +5,7 @@
 // --from-checkpoint.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 #include <string>
@@ -142,6 +143,15 @@ TEST_F(CatalogTest, CatalogVerbsRetentionAndBranching) {
   r = Mtctl({"checkpoints", "download", six.id(), cluster_.dir() + "/dl-corrupt"});
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("sha256"));
+  // A stream that breaks (the shard is gone after the manifest was sent) leaves no directory,
+  // so the same command can run again.
+  ASSERT_EQ(::rename(shard.c_str(), (shard + ".away").c_str()), 0);
+  const std::string dl_broken = cluster_.dir() + "/dl-broken";
+  r = Mtctl({"checkpoints", "download", six.id(), dl_broken});
+  EXPECT_EQ(r.exit_code, 3) << r.err;  // the server's NOT_FOUND for the missing shard
+  EXPECT_THAT(r.err, HasSubstr(six.files(0).path()));
+  EXPECT_FALSE(PathExists(dl_broken));
+  ASSERT_EQ(::rename((shard + ".away").c_str(), shard.c_str()), 0);
 
   // --- download the latest and compare every byte. ------------------------------------------
   const std::string dl = cluster_.dir() + "/dl";

@@ -41,19 +41,6 @@ void AppendLE(std::string* out, T v) {
   out->append(reinterpret_cast<const char*>(&v), sizeof(T));
 }
 
-absl::Status WriteAll(int fd, const char* p, size_t n, absl::string_view path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus("writing", path, errno);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return absl::OkStatus();
-}
-
 // Maps a whole file read-only; *data is nullptr for an empty file.
 absl::Status MapFile(const std::string& path, const char** data, uint64_t* size) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -486,7 +473,7 @@ absl::Status IndexedDatasetWriter::Check() {
 
 absl::Status IndexedDatasetWriter::Flush() {
   if (buffer_.empty()) return absl::OkStatus();
-  absl::Status s = WriteAll(bin_fd_, buffer_.data(), buffer_.size(), bin_tmp_);
+  absl::Status s = WriteAll(bin_fd_, buffer_, bin_tmp_);
   buffer_.clear();
   return s;
 }
@@ -497,7 +484,7 @@ absl::Status IndexedDatasetWriter::WriteData(const char* bytes, size_t n) {
   } else {
     MT_RETURN_IF_ERROR(Flush());
     if (n >= kWriteBufferBytes) {
-      MT_RETURN_IF_ERROR(WriteAll(bin_fd_, bytes, n, bin_tmp_));
+      MT_RETURN_IF_ERROR(WriteAll(bin_fd_, absl::string_view(bytes, n), bin_tmp_));
     } else {
       buffer_.append(bytes, n);
     }
@@ -534,49 +521,35 @@ std::pair<int32_t, int32_t> TokenRange(DType dtype) {
   return {lo, hi};
 }
 
-// Writes `count` token ids as `dtype`, little-endian, to `out` (count * DTypeSize(dtype) bytes).
-// The ids are in TokenRange(dtype).
+// Writes `count` token ids as T to `out` (count * sizeof(T) bytes, little-endian host).
+template <typename T>
+void EncodeAs(const int32_t* in, size_t count, char* out) {
+  for (size_t i = 0; i < count; ++i) {
+    const T v = static_cast<T>(in[i]);
+    std::memcpy(out + sizeof(T) * i, &v, sizeof(T));
+  }
+}
+
+// Writes `count` token ids as `dtype` to `out` (count * DTypeSize(dtype) bytes). The ids are in
+// TokenRange(dtype).
 void EncodeTokens(DType dtype, const int32_t* in, size_t count, char* out) {
   switch (dtype) {
     case DType::kUInt8:
-      for (size_t i = 0; i < count; ++i) out[i] = static_cast<char>(static_cast<uint8_t>(in[i]));
-      break;
+      return EncodeAs<uint8_t>(in, count, out);
     case DType::kInt8:
-      for (size_t i = 0; i < count; ++i) out[i] = static_cast<char>(static_cast<int8_t>(in[i]));
-      break;
+      return EncodeAs<int8_t>(in, count, out);
     case DType::kInt16:
-      for (size_t i = 0; i < count; ++i) {
-        const int16_t v = static_cast<int16_t>(in[i]);
-        std::memcpy(out + 2 * i, &v, 2);
-      }
-      break;
+      return EncodeAs<int16_t>(in, count, out);
     case DType::kUInt16:
-      for (size_t i = 0; i < count; ++i) {
-        const uint16_t v = static_cast<uint16_t>(in[i]);
-        std::memcpy(out + 2 * i, &v, 2);
-      }
-      break;
+      return EncodeAs<uint16_t>(in, count, out);
     case DType::kInt32:
-      std::memcpy(out, in, count * 4);
-      break;
+      return EncodeAs<int32_t>(in, count, out);
     case DType::kInt64:
-      for (size_t i = 0; i < count; ++i) {
-        const int64_t v = in[i];
-        std::memcpy(out + 8 * i, &v, 8);
-      }
-      break;
+      return EncodeAs<int64_t>(in, count, out);
     case DType::kFloat32:
-      for (size_t i = 0; i < count; ++i) {
-        const float v = static_cast<float>(in[i]);
-        std::memcpy(out + 4 * i, &v, 4);
-      }
-      break;
+      return EncodeAs<float>(in, count, out);
     case DType::kFloat64:
-      for (size_t i = 0; i < count; ++i) {
-        const double v = in[i];
-        std::memcpy(out + 8 * i, &v, 8);
-      }
-      break;
+      return EncodeAs<double>(in, count, out);
   }
 }
 
@@ -673,7 +646,7 @@ absl::Status IndexedDatasetWriter::Finalize() {
     out.clear();
     auto spill = [&]() -> absl::Status {
       if (out.size() < kWriteBufferBytes) return absl::OkStatus();
-      absl::Status s = WriteAll(fd, out.data(), out.size(), idx_tmp_);
+      absl::Status s = WriteAll(fd, out, idx_tmp_);
       out.clear();
       return s;
     };
@@ -697,7 +670,7 @@ absl::Status IndexedDatasetWriter::Finalize() {
       AppendLE<int64_t>(&out, d);
       MT_RETURN_IF_ERROR(spill());
     }
-    MT_RETURN_IF_ERROR(WriteAll(fd, out.data(), out.size(), idx_tmp_));
+    MT_RETURN_IF_ERROR(WriteAll(fd, out, idx_tmp_));
     out.clear();
     if (::fsync(fd) != 0) return ErrnoStatus("fsync", idx_tmp_, errno);
     return absl::OkStatus();

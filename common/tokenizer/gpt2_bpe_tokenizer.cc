@@ -55,6 +55,133 @@ std::string Quote(absl::string_view s) {
   return out;
 }
 
+// What a vocabulary file gives: token (in the byte alphabet) -> id, and the tables Encode and
+// Decode use.
+struct Vocabulary {
+  absl::flat_hash_map<std::string, int32_t> ids;
+  std::vector<std::string> token_bytes;  // id -> raw bytes
+  int32_t byte_token[256];               // byte -> id of its one-byte token
+  int32_t eod = -1;
+};
+
+// A token of the vocabulary file, written in GPT-2's byte alphabet, as the raw bytes it stands
+// for.
+absl::StatusOr<std::string> TokenBytes(const std::string& token,
+                                       const absl::flat_hash_map<uint32_t, uint8_t>& cp_to_byte,
+                                       absl::string_view vocab_name) {
+  std::string bytes;
+  const auto* p = reinterpret_cast<const unsigned char*>(token.data());
+  const auto* end = p + token.size();
+  while (p < end) {
+    int len;
+    const uint32_t cp = DecodeUtf8(p, end, &len);
+    auto it = cp_to_byte.find(cp);
+    if (it == cp_to_byte.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(vocab_name, ": token ", Quote(token),
+                       " has a character outside GPT-2's byte alphabet; is this a byte-level BPE "
+                       "vocabulary?"));
+    }
+    bytes.push_back(static_cast<char>(it->second));
+    p += len;
+  }
+  return bytes;
+}
+
+// The vocabulary's {token: id} entries, ids 0..V-1 each once: every token's bytes, a one-byte
+// token for each of the 256 bytes, and <|endoftext|>.
+absl::Status FillVocabulary(const std::vector<std::pair<std::string, int64_t>>& entries,
+                            absl::string_view vocab_name, Vocabulary* v) {
+  const int64_t vocab_size = static_cast<int64_t>(entries.size());
+  uint32_t byte_to_cp[256];
+  BytesToUnicode(byte_to_cp);
+  absl::flat_hash_map<uint32_t, uint8_t> cp_to_byte;
+  for (int b = 0; b < 256; ++b) cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
+  v->ids.reserve(entries.size());
+  v->token_bytes.resize(entries.size());
+  std::vector<bool> seen(entries.size(), false);
+  for (const auto& [token, id] : entries) {
+    if (id < 0 || id >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(vocab_name, ": token ", Quote(token),
+                                                     " has id ", id, ", outside [0, ", vocab_size,
+                                                     "); ids must be 0..size-1"));
+    }
+    if (seen[id]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(vocab_name, ": id ", id, " is used twice (again by ", Quote(token), ")"));
+    }
+    seen[id] = true;
+    if (!v->ids.emplace(token, static_cast<int32_t>(id)).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(vocab_name, ": token ", Quote(token), " appears twice"));
+    }
+    MT_ASSIGN_OR_RETURN(v->token_bytes[id], TokenBytes(token, cp_to_byte, vocab_name));
+    if (v->token_bytes[id].empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(vocab_name, ": empty token (id ", id, ")"));
+    }
+  }
+  for (int b = 0; b < 256; ++b) {
+    // A std::string key (not a char[4] view): GCC 12 -O3 warns about absl's hash reading it.
+    std::string key(4, '\0');
+    key.resize(EncodeUtf8(byte_to_cp[b], key.data()));
+    auto it = v->ids.find(key);
+    if (it == v->ids.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(vocab_name, ": no token for byte 0x", absl::Hex(b, absl::kZeroPad2),
+                       "; a byte-level BPE vocabulary has one for each of the 256 bytes"));
+    }
+    v->byte_token[b] = it->second;
+  }
+  auto it = v->ids.find(kEndOfText);
+  if (it == v->ids.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(vocab_name, ": no ", kEndOfText, " token (GPT-2's end of document)"));
+  }
+  v->eod = it->second;
+  return absl::OkStatus();
+}
+
+// Merges: "#version: 0.2" then one "first second" pair per line, in rank order; both tokens
+// and their concatenation in the vocabulary.
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMerges(
+    absl::string_view merges, absl::string_view merges_name,
+    const absl::flat_hash_map<std::string, int32_t>& vocab, absl::string_view vocab_name) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(merges, '\n')) {
+    ++line_number;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (line.empty()) continue;
+    if (line_number == 1 && absl::StartsWith(line, "#")) continue;
+    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    if (parts.size() != 2) {
+      return absl::InvalidArgumentError(absl::StrCat(merges_name, ":", line_number,
+                                                     ": expected two tokens separated by a "
+                                                     "space, got ",
+                                                     Quote(line)));
+    }
+    for (absl::string_view part : parts) {
+      if (!vocab.contains(part)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            merges_name, ":", line_number, ": ", Quote(part), " is not in the vocabulary ",
+            vocab_name, "; do the two files belong together?"));
+      }
+    }
+    if (!vocab.contains(absl::StrCat(parts[0], parts[1]))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(merges_name, ":", line_number, ": the merge of ", Quote(parts[0]), " and ",
+                       Quote(parts[1]), " is not in the vocabulary ", vocab_name,
+                       "; do the two files belong together?"));
+    }
+    pairs.emplace_back(std::string(parts[0]), std::string(parts[1]));
+  }
+  if (pairs.empty()) return absl::InvalidArgumentError(absl::StrCat(merges_name, ": no merges"));
+  if (pairs.size() > static_cast<size_t>(kNoRank - 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(merges_name, ": too many merges"));
+  }
+  return pairs;
+}
+
 }  // namespace
 
 struct Gpt2BpeTokenizer::Tables {
@@ -92,8 +219,6 @@ absl::StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::Create(
 absl::StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::CreateFromContents(
     absl::string_view vocab_json, absl::string_view merges, const Options& options,
     absl::string_view vocab_name, absl::string_view merges_name) {
-  auto tables = std::make_shared<Tables>();
-
   // Vocabulary: {"<token in the byte alphabet>": id, ...} with ids 0..V-1, each once.
   absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> entries =
       ParseJsonStringToIntObject(vocab_json);
@@ -108,105 +233,14 @@ absl::StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::CreateFromCo
     return absl::InvalidArgumentError(absl::StrCat(
         vocab_name, ": ", vocab_size, " tokens; a byte-level BPE vocabulary has at least 256"));
   }
-  uint32_t byte_to_cp[256];
-  BytesToUnicode(byte_to_cp);
-  absl::flat_hash_map<uint32_t, uint8_t> cp_to_byte;
-  for (int b = 0; b < 256; ++b) cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
-
-  absl::flat_hash_map<std::string, int32_t> vocab;  // token in the byte alphabet -> id
-  vocab.reserve(entries->size());
-  tables->token_bytes.resize(entries->size());
-  std::vector<bool> seen(entries->size(), false);
-  for (const auto& [token, id] : *entries) {
-    if (id < 0 || id >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(vocab_name, ": token ", Quote(token),
-                                                     " has id ", id, ", outside [0, ", vocab_size,
-                                                     "); ids must be 0..size-1"));
-    }
-    if (seen[id]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(vocab_name, ": id ", id, " is used twice (again by ", Quote(token), ")"));
-    }
-    seen[id] = true;
-    if (!vocab.emplace(token, static_cast<int32_t>(id)).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(vocab_name, ": token ", Quote(token), " appears twice"));
-    }
-    std::string& bytes = tables->token_bytes[id];
-    const auto* p = reinterpret_cast<const unsigned char*>(token.data());
-    const auto* end = p + token.size();
-    while (p < end) {
-      int len;
-      const uint32_t cp = DecodeUtf8(p, end, &len);
-      auto it = cp_to_byte.find(cp);
-      if (it == cp_to_byte.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(vocab_name, ": token ", Quote(token),
-                         " has a character outside GPT-2's byte alphabet; is this a byte-level BPE "
-                         "vocabulary?"));
-      }
-      bytes.push_back(static_cast<char>(it->second));
-      p += len;
-    }
-    if (bytes.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(vocab_name, ": empty token (id ", id, ")"));
-    }
-  }
-  for (int b = 0; b < 256; ++b) {
-    // A std::string key (not a char[4] view): GCC 12 -O3 warns about absl's hash reading it.
-    std::string key(4, '\0');
-    key.resize(EncodeUtf8(byte_to_cp[b], key.data()));
-    auto it = vocab.find(key);
-    if (it == vocab.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(vocab_name, ": no token for byte 0x", absl::Hex(b, absl::kZeroPad2),
-                       "; a byte-level BPE vocabulary has one for each of the 256 bytes"));
-    }
-    tables->byte_token[b] = it->second;
-  }
-  if (auto it = vocab.find(kEndOfText); it != vocab.end()) {
-    tables->eod = it->second;
-  } else {
-    return absl::InvalidArgumentError(
-        absl::StrCat(vocab_name, ": no ", kEndOfText, " token (GPT-2's end of document)"));
-  }
-
-  // Merges: "#version: 0.2" then one "first second" pair per line, in rank order.
-  std::vector<std::pair<std::string, std::string>> pairs;
-  int line_number = 0;
-  for (absl::string_view line : absl::StrSplit(merges, '\n')) {
-    ++line_number;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
-    if (line_number == 1 && absl::StartsWith(line, "#")) continue;
-    std::vector<absl::string_view> parts = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (parts.size() != 2) {
-      return absl::InvalidArgumentError(absl::StrCat(merges_name, ":", line_number,
-                                                     ": expected two tokens separated by a "
-                                                     "space, got ",
-                                                     Quote(line)));
-    }
-    for (absl::string_view part : parts) {
-      if (!vocab.contains(part)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            merges_name, ":", line_number, ": ", Quote(part), " is not in the vocabulary ",
-            vocab_name, "; do the two files belong together?"));
-      }
-    }
-    if (!vocab.contains(absl::StrCat(parts[0], parts[1]))) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(merges_name, ":", line_number, ": the merge of ", Quote(parts[0]), " and ",
-                       Quote(parts[1]), " is not in the vocabulary ", vocab_name,
-                       "; do the two files belong together?"));
-    }
-    pairs.emplace_back(std::string(parts[0]), std::string(parts[1]));
-  }
-  if (pairs.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(merges_name, ": no merges"));
-  }
-  if (pairs.size() > static_cast<size_t>(kNoRank - 1)) {
-    return absl::InvalidArgumentError(absl::StrCat(merges_name, ": too many merges"));
-  }
+  Vocabulary v;
+  MT_RETURN_IF_ERROR(FillVocabulary(*entries, vocab_name, &v));
+  MT_ASSIGN_OR_RETURN(const auto pairs, ParseMerges(merges, merges_name, v.ids, vocab_name));
+  const absl::flat_hash_map<std::string, int32_t>& vocab = v.ids;
+  auto tables = std::make_shared<Tables>();
+  tables->token_bytes = std::move(v.token_bytes);
+  std::memcpy(tables->byte_token, v.byte_token, sizeof(v.byte_token));
+  tables->eod = v.eod;
 
   auto add = [&](absl::string_view first, absl::string_view second, int32_t rank) {
     auto a = vocab.find(first);

@@ -433,6 +433,77 @@ class Pipeline {
   std::vector<std::thread> workers_;
 };
 
+// The output directory must exist (as for Megatron); say so before reading anything.
+absl::Status CheckOutputDirectory(const std::string& output_prefix) {
+  const size_t slash = output_prefix.rfind('/');
+  const std::string out_dir = slash == std::string::npos ? "."
+                              : slash == 0               ? "/"
+                                                         : output_prefix.substr(0, slash);
+  struct stat st;
+  if (::stat(out_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::NotFoundError(
+        absl::StrCat("--output-prefix: directory ", out_dir, " does not exist"));
+  }
+  return absl::OkStatus();
+}
+
+// Opens --input ("-" is stdin, fd 0) and fills `st`; not a directory. A regular file is read
+// sequentially.
+absl::StatusOr<int> OpenInput(const std::string& input, struct stat* st) {
+  int fd = 0;
+  if (input != "-") {
+    fd = ::open(input.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus("--input: opening", input, errno);
+  }
+  if (::fstat(fd, st) != 0) {
+    const int err = errno;
+    if (fd > 0) ::close(fd);
+    return ErrnoStatus("--input: stat", input, err);
+  }
+  if (S_ISDIR(st->st_mode)) {
+    if (fd > 0) ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("--input: ", input, " is a directory, not a file"));
+  }
+  if (S_ISREG(st->st_mode)) ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  return fd;
+}
+
+// One batch's results, in input order: its bad lines counted (or the error under
+// --on-bad-line fail), its documents appended to each key's writer, the counts added up.
+absl::Status AddBatch(BatchResult& r, const PreprocessOptions& options,
+                      const std::vector<std::unique_ptr<IndexedDatasetWriter>>& writers,
+                      PreprocessResult* result) {
+  for (BadLine& b : r.bad) {
+    b.line += result->lines + 1;
+    if (options.on_bad_line == BadLinePolicy::kFail) {
+      return absl::InvalidArgumentError(absl::StrCat("line ", b.line, ": ", b.reason));
+    }
+    ++result->bad_lines;
+    if (result->bad_line_examples.size() < options.max_reported_bad_lines) {
+      result->bad_line_examples.push_back(std::move(b));
+    }
+  }
+  for (size_t k = 0; k < writers.size(); ++k) {
+    const std::vector<int32_t>& tokens = r.tokens[k];
+    size_t offset = 0;
+    for (int32_t len : r.lengths[k]) {
+      MT_RETURN_IF_ERROR(writers[k]->AddDocument(
+          absl::MakeConstSpan(tokens.data() + offset, static_cast<size_t>(len))));
+      offset += static_cast<size_t>(len);
+      if (len > 0) ++result->outputs[k].sequences;
+    }
+    result->outputs[k].documents += static_cast<int64_t>(r.lengths[k].size());
+    result->outputs[k].tokens += static_cast<int64_t>(tokens.size());
+    result->tokens += static_cast<int64_t>(tokens.size());
+  }
+  result->documents += static_cast<int64_t>(r.lengths[0].size());
+  result->lines += r.lines;
+  result->blank_lines += r.blank_lines;
+  result->input_bytes += r.bytes;
+  return absl::OkStatus();
+}
+
 class Fd {
  public:
   explicit Fd(int fd) : fd_(fd) {}
@@ -482,33 +553,11 @@ absl::StatusOr<PreprocessResult> Preprocess(const PreprocessOptions& options,
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
 
-  // The output directory must exist (as for Megatron); say so before reading anything.
-  const size_t slash = options.output_prefix.rfind('/');
-  const std::string out_dir = slash == std::string::npos ? "."
-                              : slash == 0               ? "/"
-                                                         : options.output_prefix.substr(0, slash);
+  MT_RETURN_IF_ERROR(CheckOutputDirectory(options.output_prefix));
   struct stat st;
-  if (::stat(out_dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-    return absl::NotFoundError(
-        absl::StrCat("--output-prefix: directory ", out_dir, " does not exist"));
-  }
-
-  int fd = 0;
-  if (options.input != "-") {
-    fd = ::open(options.input.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return ErrnoStatus("--input: opening", options.input, errno);
-  }
+  MT_ASSIGN_OR_RETURN(const int fd, OpenInput(options.input, &st));
   Fd input(fd);
-  int64_t total_bytes = -1;
-  if (::fstat(fd, &st) != 0) return ErrnoStatus("--input: stat", options.input, errno);
-  if (S_ISDIR(st.st_mode)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--input: ", options.input, " is a directory, not a file"));
-  }
-  if (S_ISREG(st.st_mode)) {
-    total_bytes = st.st_size;
-    ::posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
-  }
+  const int64_t total_bytes = S_ISREG(st.st_mode) ? st.st_size : -1;
 
   PreprocessResult result;
   result.dtype = OptimalDType(tokenizer.vocab_size());
@@ -540,33 +589,7 @@ absl::StatusOr<PreprocessResult> Preprocess(const PreprocessOptions& options,
         result.format = pipeline.format();
         break;
       }
-      for (BadLine& b : r.bad) {
-        b.line += result.lines + 1;
-        if (options.on_bad_line == BadLinePolicy::kFail) {
-          return absl::InvalidArgumentError(absl::StrCat("line ", b.line, ": ", b.reason));
-        }
-        ++result.bad_lines;
-        if (result.bad_line_examples.size() < options.max_reported_bad_lines) {
-          result.bad_line_examples.push_back(std::move(b));
-        }
-      }
-      for (size_t k = 0; k < writers.size(); ++k) {
-        const std::vector<int32_t>& tokens = r.tokens[k];
-        size_t offset = 0;
-        for (int32_t len : r.lengths[k]) {
-          MT_RETURN_IF_ERROR(writers[k]->AddDocument(
-              absl::MakeConstSpan(tokens.data() + offset, static_cast<size_t>(len))));
-          offset += static_cast<size_t>(len);
-          if (len > 0) ++result.outputs[k].sequences;
-        }
-        result.outputs[k].documents += static_cast<int64_t>(r.lengths[k].size());
-        result.outputs[k].tokens += static_cast<int64_t>(tokens.size());
-        result.tokens += static_cast<int64_t>(tokens.size());
-      }
-      result.documents += static_cast<int64_t>(r.lengths[0].size());
-      result.lines += r.lines;
-      result.blank_lines += r.blank_lines;
-      result.input_bytes += r.bytes;
+      MT_RETURN_IF_ERROR(AddBatch(r, options, writers, &result));
       pipeline.Written();
       if (options.on_progress) {
         progress.lines = result.lines;

@@ -65,54 +65,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->config_ = config;
   s->clock_ = clock;
   s->auth_ = std::make_unique<rpc::Authenticator>(std::move(tokens));
-  MT_ASSIGN_OR_RETURN(s->store_, Store::Open(config.state_dir));
-  s->registry_ = std::make_unique<WorkerRegistry>(clock, config.lost_after);
-  // Worker ids and their credentials outlive a restart (registry.h).
-  MT_RETURN_IF_ERROR(s->registry_->Persist(s->store_.get()));
-  // The key of the ranks' rendezvous credentials, made once per state directory.
-  MT_ASSIGN_OR_RETURN(const std::string rank_key,
-                      s->store_->GetOrPutMeta("rank_credential_key", rpc::NewWorkerSecret()));
-  MT_ASSIGN_OR_RETURN(RankCredentials rank_credentials, RankCredentials::FromKey(rank_key));
-  s->rank_credentials_ = std::make_unique<RankCredentials>(std::move(rank_credentials));
   s->start_time_ = clock->Now();
-
-  grpc::EnableDefaultHealthCheckService(true);
-  // The address workers and ranks use to reach us: known once the port is bound, so the job
-  // manager is created after binding but before the first call can need it.
-  JobManagerOptions jm;
-  jm.stop_grace_seconds = config.stop_grace_seconds;
-  jm.coordinator_address = config.listen_address;
-  if (config.metrics_port >= 0) s->metrics_ = std::make_unique<CoordinatorMetrics>();
-  jm.observer = s->metrics_.get();
-  jm.rank_credentials = s->rank_credentials_.get();
-  jm.allowed_roots = s->allowed_roots_.roots();
-  MT_ASSIGN_OR_RETURN(s->jobs_, JobManager::Create(s->store_.get(), s->registry_.get(), clock, jm));
-  s->client_service_ = std::make_unique<ClientServiceImpl>(s->auth_.get(), s->registry_.get(),
-                                                           s->jobs_.get(), clock, s->start_time_);
-  s->worker_service_ = std::make_unique<WorkerServiceImpl>(
-      s->auth_.get(), s->registry_.get(), s->jobs_.get(), config.heartbeat_interval);
-  s->worker_service_->set_rank_credentials(s->rank_credentials_.get());
-  s->client_service_->set_metrics(s->metrics_.get());
-  s->client_service_->set_allowed_roots(s->allowed_roots_);
-  MT_RETURN_IF_ERROR(s->StartCatalog());
-  if (config.ReflectionEnabled()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  rpc::AllowKeepalivePings(&builder);
-  if (!config.ReflectionEnabled()) builder.SetOption(std::make_unique<WithoutReflection>());
-  int bound_port = 0;
-  builder.AddListeningPort(config.listen_address, credentials, &bound_port);
-  builder.RegisterService(s->client_service_.get());
-  builder.RegisterService(s->worker_service_.get());
-  builder.SetMaxReceiveMessageSize(16 << 20);
-  if (s->metrics_ != nullptr) {
-    builder.experimental().SetInterceptorCreators(s->metrics_->InterceptorFactories());
-  }
-  s->server_ = builder.BuildAndStart();
-  if (s->server_ == nullptr || bound_port == 0) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot listen on ", config.listen_address,
-                     " (address in use or not local?); choose another with --listen"));
-  }
+  MT_RETURN_IF_ERROR(s->OpenState());
+  MT_RETURN_IF_ERROR(s->CreateServices());
+  MT_ASSIGN_OR_RETURN(const int bound_port, s->Listen(credentials));
   const size_t colon = config.listen_address.rfind(':');
   s->address_ = absl::StrCat(config.listen_address.substr(0, colon), ":", bound_port);
   char name[256] = {0};
@@ -121,18 +77,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
   s->jobs_->SetCoordinatorAddress(AdvertisedAddress(config, bound_port, host_name));
   MT_LOG(INFO) << "workers and ranks are told to dial "
                << AdvertisedAddress(config, bound_port, host_name);
-  if (s->metrics_ != nullptr) {
-    metrics::MetricsServerOptions options;
-    options.host = config.metrics_host;
-    options.port = config.metrics_port;
-    MT_RETURN_IF_ERROR(
-        metrics::ApplyMetricsSecurity({config.metrics_token_file, config.metrics_tls_cert,
-                                       config.metrics_tls_key, config.metrics_public},
-                                      "/metrics and /sd", &options));
-    MT_RETURN_IF_ERROR(s->metrics_->Serve(options, s->jobs_.get(), s->registry_.get()));
-    MT_LOG(INFO) << "metrics on " << s->metrics_->metrics_url() << ", service discovery on "
-                 << s->metrics_->sd_url();
-  }
+  MT_RETURN_IF_ERROR(s->ServeMetrics());
   s->sweeper_ = std::thread([raw = s.get()] { raw->SweepLoop(); });
   s->restarter_ = std::thread([raw = s.get()] { raw->RestartLoop(); });
   MT_LOG(INFO) << "mt-coordinator listening on " << s->address_
@@ -144,6 +89,78 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const CoordinatorConfig& 
                                       absl::StrJoin(s->allowed_roots_.roots(), ", "))
                        : "");
   return s;
+}
+
+absl::Status Server::OpenState() {
+  MT_ASSIGN_OR_RETURN(store_, Store::Open(config_.state_dir));
+  registry_ = std::make_unique<WorkerRegistry>(clock_, config_.lost_after);
+  // Worker ids and their credentials outlive a restart (registry.h).
+  MT_RETURN_IF_ERROR(registry_->Persist(store_.get()));
+  // The key of the ranks' rendezvous credentials, made once per state directory.
+  MT_ASSIGN_OR_RETURN(const std::string rank_key,
+                      store_->GetOrPutMeta("rank_credential_key", rpc::NewWorkerSecret()));
+  MT_ASSIGN_OR_RETURN(RankCredentials rank_credentials, RankCredentials::FromKey(rank_key));
+  rank_credentials_ = std::make_unique<RankCredentials>(std::move(rank_credentials));
+  return absl::OkStatus();
+}
+
+absl::Status Server::CreateServices() {
+  // The address workers and ranks use to reach us: known once the port is bound, so the job
+  // manager is created after binding but before the first call can need it.
+  JobManagerOptions jm;
+  jm.stop_grace_seconds = config_.stop_grace_seconds;
+  jm.coordinator_address = config_.listen_address;
+  if (config_.metrics_port >= 0) metrics_ = std::make_unique<CoordinatorMetrics>();
+  jm.observer = metrics_.get();
+  jm.rank_credentials = rank_credentials_.get();
+  jm.allowed_roots = allowed_roots_.roots();
+  MT_ASSIGN_OR_RETURN(jobs_, JobManager::Create(store_.get(), registry_.get(), clock_, jm));
+  client_service_ = std::make_unique<ClientServiceImpl>(auth_.get(), registry_.get(), jobs_.get(),
+                                                        clock_, start_time_);
+  worker_service_ = std::make_unique<WorkerServiceImpl>(auth_.get(), registry_.get(), jobs_.get(),
+                                                        config_.heartbeat_interval);
+  worker_service_->set_rank_credentials(rank_credentials_.get());
+  client_service_->set_metrics(metrics_.get());
+  client_service_->set_allowed_roots(allowed_roots_);
+  return StartCatalog();
+}
+
+absl::StatusOr<int> Server::Listen(const std::shared_ptr<grpc::ServerCredentials>& credentials) {
+  grpc::EnableDefaultHealthCheckService(true);
+  if (config_.ReflectionEnabled()) grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  rpc::AllowKeepalivePings(&builder);
+  if (!config_.ReflectionEnabled()) builder.SetOption(std::make_unique<WithoutReflection>());
+  int bound_port = 0;
+  builder.AddListeningPort(config_.listen_address, credentials, &bound_port);
+  builder.RegisterService(client_service_.get());
+  builder.RegisterService(worker_service_.get());
+  builder.SetMaxReceiveMessageSize(16 << 20);
+  if (metrics_ != nullptr) {
+    builder.experimental().SetInterceptorCreators(metrics_->InterceptorFactories());
+  }
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || bound_port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", config_.listen_address,
+                     " (address in use or not local?); choose another with --listen"));
+  }
+  return bound_port;
+}
+
+absl::Status Server::ServeMetrics() {
+  if (metrics_ == nullptr) return absl::OkStatus();
+  metrics::MetricsServerOptions options;
+  options.host = config_.metrics_host;
+  options.port = config_.metrics_port;
+  MT_RETURN_IF_ERROR(
+      metrics::ApplyMetricsSecurity({config_.metrics_token_file, config_.metrics_tls_cert,
+                                     config_.metrics_tls_key, config_.metrics_public},
+                                    "/metrics and /sd", &options));
+  MT_RETURN_IF_ERROR(metrics_->Serve(options, jobs_.get(), registry_.get()));
+  MT_LOG(INFO) << "metrics on " << metrics_->metrics_url() << ", service discovery on "
+               << metrics_->sd_url();
+  return absl::OkStatus();
 }
 
 absl::Status Server::StartCatalog() {

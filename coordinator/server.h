@@ -17,6 +17,7 @@
 #include "common/base/clock.h"
 #include "common/base/confine.h"
 #include "coordinator/config.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server.h"
 
 namespace mt::coordinator {
@@ -52,6 +53,14 @@ class Server {
 
  private:
   Server() = default;
+  // Create's parts, in order. The store, the worker registry (persisted) and the ranks'
+  // credentials from the state directory. The job manager, the two gRPC services and the
+  // checkpoint catalog. The gRPC server, started (returns the bound port). /metrics and /sd,
+  // when a metrics port is set.
+  absl::Status OpenState();
+  absl::Status CreateServices();
+  absl::StatusOr<int> Listen(const std::shared_ptr<grpc::ServerCredentials>& credentials);
+  absl::Status ServeMetrics();
   void SweepLoop();
   // The checkpoint catalog over the store and the job manager, handed to the services.
   absl::Status StartCatalog();

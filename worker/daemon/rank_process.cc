@@ -23,6 +23,71 @@
 extern char** environ;
 
 namespace mt::worker {
+namespace {
+
+// The trainer's descriptor for reports (the write end of the pipe, dup2'ed there).
+constexpr int kChildReportFd = 3;
+constexpr char kAssignmentFile[] = "assignment.pb";  // the trainer's --assignment
+
+// <work_dir>/<job>-a<attempt>-r<rank>/ with assignment.pb in it (0600: it holds the rank's
+// rendezvous credential); returns the directory.
+absl::StatusOr<std::string> WriteAssignment(const mt::v1::Assignment& assignment,
+                                            const std::string& work_dir) {
+  const std::string dir =
+      JoinPath(work_dir, absl::StrCat(assignment.job_id(), "-a", assignment.attempt(), "-r",
+                                      assignment.coordinates().rank()));
+  if (::mkdir(work_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoStatus("work dir", work_dir, errno);
+  }
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    return ErrnoStatus("rank dir", dir, errno);
+  }
+  MT_RETURN_IF_ERROR(WriteFileAtomically(JoinPath(dir, kAssignmentFile),
+                                         assignment.SerializeAsString(), /*mode=*/0600));
+  return dir;
+}
+
+// The daemon's environment for the trainer: MT_REPORT_FD set to kChildReportFd, the options'
+// extra variables added, and CUDA_VISIBLE_DEVICES set to the assigned GPU, if any.
+std::vector<std::string> TrainerEnvironment(const mt::v1::Assignment& assignment,
+                                            const RankProcessOptions& options) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strncmp(*e, "MT_REPORT_FD=", 13) == 0) continue;
+    if (assignment.gpu_index() >= 0 && std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0) continue;
+    env.emplace_back(*e);
+  }
+  env.push_back(absl::StrCat(kReportFdEnv, "=", kChildReportFd));
+  for (const auto& kv : options.extra_env) env.push_back(kv);
+  if (assignment.gpu_index() >= 0) {
+    env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", assignment.gpu_index()));
+  }
+  return env;
+}
+
+// In the forked child: only async-signal-safe calls. Its own session, killed with the daemon,
+// stdin from /dev/null, stdout and stderr to the log, reports to kChildReportFd; then exec.
+[[noreturn]] void ExecTrainer(char* const* argv, char* const* envp, int log_fd, int report_fd) {
+  ::setsid();  // own process group: a stop reaches the trainer's children too
+  // A rank must not outlive its daemon (a lost worker's job is restarted elsewhere). The
+  // forking thread is the daemon's long-lived assignment thread.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  int devnull = ::open("/dev/null", O_RDONLY);
+  ::dup2(devnull, STDIN_FILENO);
+  ::dup2(log_fd, STDOUT_FILENO);
+  ::dup2(log_fd, STDERR_FILENO);
+  ::dup2(report_fd, kChildReportFd);  // dup2 clears O_CLOEXEC on the new descriptor
+  ::execve(argv[0], argv, envp);
+  const char msg[] = "exec of the trainer failed\n";
+  ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  (void)ignored;
+  ::_exit(127);
+}
+
+}  // namespace
 
 std::vector<std::string> TailLines(const std::string& path, int n) {
   std::vector<std::string> out;
@@ -53,19 +118,7 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(
   p->on_report_ = std::move(on_report);
   p->on_exit_ = std::move(on_exit);
 
-  const std::string dir =
-      JoinPath(options.work_dir, absl::StrCat(assignment.job_id(), "-a", assignment.attempt(), "-r",
-                                              assignment.coordinates().rank()));
-  if (::mkdir(options.work_dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return ErrnoStatus("work dir", options.work_dir, errno);
-  }
-  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    return ErrnoStatus("rank dir", dir, errno);
-  }
-  const std::string assignment_path = JoinPath(dir, "assignment.pb");
-  // 0600: the assignment holds the rank's rendezvous credential.
-  MT_RETURN_IF_ERROR(
-      WriteFileAtomically(assignment_path, assignment.SerializeAsString(), /*mode=*/0600));
+  MT_ASSIGN_OR_RETURN(const std::string dir, WriteAssignment(assignment, options.work_dir));
   p->log_path_ = JoinPath(dir, "trainer.log");
 
   int pipe_fds[2];
@@ -77,22 +130,12 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(
     return absl::InternalError(absl::StrCat("cannot open ", p->log_path_));
   }
   // Everything the child needs is built before fork: only async-signal-safe calls after it.
-  const int child_report_fd = 3;
-  std::vector<std::string> env_strings;
-  for (char** e = environ; *e != nullptr; ++e) {
-    if (std::strncmp(*e, "MT_REPORT_FD=", 13) == 0) continue;
-    if (assignment.gpu_index() >= 0 && std::strncmp(*e, "CUDA_VISIBLE_DEVICES=", 21) == 0) continue;
-    env_strings.emplace_back(*e);
-  }
-  env_strings.push_back(absl::StrCat(kReportFdEnv, "=", child_report_fd));
-  for (const auto& kv : options.extra_env) env_strings.push_back(kv);
-  if (assignment.gpu_index() >= 0) {
-    env_strings.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", assignment.gpu_index()));
-  }
+  std::vector<std::string> env_strings = TrainerEnvironment(assignment, options);
   std::vector<char*> envp;
   for (auto& s : env_strings) envp.push_back(s.data());
   envp.push_back(nullptr);
-  std::vector<std::string> args = {options.trainer_binary, "--assignment", assignment_path};
+  std::vector<std::string> args = {options.trainer_binary, "--assignment",
+                                   JoinPath(dir, kAssignmentFile)};
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -104,25 +147,7 @@ absl::StatusOr<std::unique_ptr<RankProcess>> RankProcess::Start(
     ::close(log_fd);
     return absl::InternalError("fork failed");
   }
-  if (pid == 0) {
-    ::setsid();  // own process group: a stop reaches the trainer's children too
-    // A rank must not outlive its daemon (a lost worker's job is restarted elsewhere). The
-    // forking thread is the daemon's long-lived assignment thread.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    int devnull = ::open("/dev/null", O_RDONLY);
-    ::dup2(devnull, STDIN_FILENO);
-    ::dup2(log_fd, STDOUT_FILENO);
-    ::dup2(log_fd, STDERR_FILENO);
-    ::dup2(pipe_fds[1], child_report_fd);  // dup2 clears O_CLOEXEC on the new descriptor
-    ::execve(argv[0], argv.data(), envp.data());
-    const char msg[] = "exec of the trainer failed\n";
-    ssize_t ignored = ::write(STDERR_FILENO, msg, sizeof(msg) - 1);
-    (void)ignored;
-    ::_exit(127);
-  }
+  if (pid == 0) ExecTrainer(argv.data(), envp.data(), log_fd, pipe_fds[1]);
   ::close(pipe_fds[1]);
   ::close(log_fd);
   p->pid_ = pid;

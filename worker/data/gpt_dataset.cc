@@ -223,9 +223,11 @@ absl::Status GPTDataset::ReadUnshuffled(int64_t position, int32_t* out) const {
 // ---------------------------------------------------------------------------------------------
 // BlendedDataset
 
-absl::StatusOr<std::unique_ptr<BlendedDataset>> BlendedDataset::Create(
-    std::vector<std::shared_ptr<const SampleDataset>> datasets, absl::Span<const double> weights,
-    int64_t size, const BlendedDatasetOptions& options) {
+namespace {
+
+// One finite weight >= 0 per non-null dataset, not all 0; one sample length; size >= 0.
+absl::Status ValidateBlend(const std::vector<std::shared_ptr<const SampleDataset>>& datasets,
+                           absl::Span<const double> weights, int64_t size) {
   if (datasets.empty() || datasets.size() != weights.size()) {
     return absl::InvalidArgumentError(absl::StrCat("blending needs one weight per dataset (",
                                                    datasets.size(), " datasets, ", weights.size(),
@@ -245,7 +247,15 @@ absl::StatusOr<std::unique_ptr<BlendedDataset>> BlendedDataset::Create(
     }
   }
   if (!(NumpySum(weights) > 0)) return absl::InvalidArgumentError("the weights sum to 0");
+  return absl::OkStatus();
+}
 
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<BlendedDataset>> BlendedDataset::Create(
+    std::vector<std::shared_ptr<const SampleDataset>> datasets, absl::Span<const double> weights,
+    int64_t size, const BlendedDatasetOptions& options) {
+  MT_RETURN_IF_ERROR(ValidateBlend(datasets, weights, size));
   std::unique_ptr<BlendedDataset> ds(new BlendedDataset());
   ds->datasets_ = std::move(datasets);
   // As Megatron's BlendedDataset (its builder has normalised user weights once already).
@@ -291,23 +301,27 @@ absl::StatusOr<std::unique_ptr<BlendedDataset>> BlendedDataset::Create(
   MT_ASSIGN_OR_RETURN(ds->cache_outcome_,
                       LoadOrBuild(use_cache, path, ds->description_, load, build, arrays));
 
-  // Every draw must exist in its dataset (Megatron finds out with an IndexError mid-training).
-  std::vector<int64_t> needed(ds->datasets_.size(), 0);
-  for (int64_t i = 0; i < size; ++i) {
-    const int16_t d = ds->dataset_index_[i];
+  MT_RETURN_IF_ERROR(ds->CheckDraws());
+  return ds;
+}
+
+absl::Status BlendedDataset::CheckDraws() const {
+  std::vector<int64_t> needed(datasets_.size(), 0);
+  for (size_t i = 0; i < dataset_index_.size(); ++i) {
+    const int16_t d = dataset_index_[i];
     if (d < 0 || static_cast<size_t>(d) >= needed.size()) {
       return absl::DataLossError(absl::StrCat("blending index names dataset ", d));
     }
-    needed[d] = std::max(needed[d], ds->dataset_sample_index_[i] + 1);
+    needed[d] = std::max(needed[d], dataset_sample_index_[i] + 1);
   }
   for (size_t d = 0; d < needed.size(); ++d) {
-    if (needed[d] > ds->datasets_[d]->size()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("the blend draws ", needed[d], " samples from dataset ", d,
-                       ", which has only ", ds->datasets_[d]->size()));
+    if (needed[d] > datasets_[d]->size()) {
+      return absl::FailedPreconditionError(absl::StrCat("the blend draws ", needed[d],
+                                                        " samples from dataset ", d,
+                                                        ", which has only ", datasets_[d]->size()));
     }
   }
-  return ds;
+  return absl::OkStatus();
 }
 
 absl::Status BlendedDataset::Read(int64_t index, int32_t* out) const {

@@ -142,6 +142,8 @@ class BlendedDataset : public SampleDataset {
 
  private:
   BlendedDataset() = default;
+  // Every draw exists in its dataset (Megatron finds out with an IndexError mid-training).
+  absl::Status CheckDraws() const;
 
   std::vector<std::shared_ptr<const SampleDataset>> datasets_;
   std::vector<double> weights_;

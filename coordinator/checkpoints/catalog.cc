@@ -567,6 +567,73 @@ absl::StatusOr<mt::v1::VerifyCheckpointResponse> CheckpointCatalog::Verify(
   return response;
 }
 
+namespace {
+
+// What a download sends: manifest.json first where the checkpoint has one (so that the copy is
+// a directory --load accepts), then the catalog's files.
+absl::StatusOr<std::vector<mt::v1::CheckpointFile>> DownloadFiles(const Checkpoint& c) {
+  std::vector<mt::v1::CheckpointFile> files;
+  if (c.format_version() > 0) {
+    const std::string path = absl::StrCat(c.directory(), "/", checkpoint::kManifestFile);
+    MT_ASSIGN_OR_RETURN(checkpoint::FileDigest digest, checkpoint::DigestFile(path));
+    mt::v1::CheckpointFile& f = files.emplace_back();
+    f.set_path(checkpoint::kManifestFile);
+    f.set_size_bytes(digest.size);
+    f.set_sha256(digest.sha256);
+  }
+  for (const auto& f : c.files()) files.push_back(f);
+  return files;
+}
+
+// Opens `relative` in the checkpoint directory `dir` (realpath `resolved_dir`) for reading:
+// only a regular file that resolves inside it, so that a symbolic link placed in a checkpoint
+// cannot stream some other file of the coordinator's machine.
+absl::StatusOr<int> OpenInside(const std::string& dir, const std::string& resolved_dir,
+                               const std::string& relative) {
+  MT_RETURN_IF_ERROR(ValidateRelativePath(relative, "files.path"));
+  const std::string path = absl::StrCat(dir, "/", relative);
+  char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved) == nullptr) return ErrnoStatus("resolving", path, errno);
+  if (absl::string_view(resolved).rfind(absl::StrCat(resolved_dir, "/"), 0) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " leads outside the checkpoint directory; not sent"));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return ErrnoStatus("opening", path, errno);
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file; not sent"));
+  }
+  return fd;
+}
+
+// Sends the file open on `fd` as chunks of buffer->size() bytes, the first carrying `f` (an
+// empty file is one empty chunk); returns the bytes sent.
+absl::StatusOr<int64_t> StreamFile(
+    int fd, const mt::v1::CheckpointFile& f, const std::string& path, std::string* buffer,
+    const std::function<bool(const mt::v1::DownloadCheckpointChunk&)>& write) {
+  int64_t offset = 0;
+  for (bool first = true;; first = false) {
+    ssize_t n;
+    do {
+      n = ::read(fd, buffer->data(), buffer->size());
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) return ErrnoStatus("reading", path, errno);
+    if (n == 0 && !first) break;
+    mt::v1::DownloadCheckpointChunk out;
+    if (first) *out.mutable_file() = f;
+    out.set_offset(offset);
+    out.set_data(buffer->data(), static_cast<size_t>(n));
+    if (!write(out)) return absl::CancelledError("the client stopped reading the download");
+    offset += n;
+    if (n == 0) break;  // an empty file: its one chunk is sent
+  }
+  return offset;
+}
+
+}  // namespace
+
 absl::Status CheckpointCatalog::Download(
     const mt::v1::DownloadCheckpointRequest& request,
     const std::function<bool(const mt::v1::DownloadCheckpointChunk&)>& write) {
@@ -582,70 +649,20 @@ absl::Status CheckpointCatalog::Download(
     return absl::FailedPreconditionError(absl::StrCat(
         request.checkpoint_id(), " is ", Short(c.state()), "; only written checkpoints download"));
   }
-  std::vector<mt::v1::CheckpointFile> files;
-  if (c.format_version() > 0) {
-    // The manifest makes the download a checkpoint directory that --load accepts.
-    const std::string path = absl::StrCat(c.directory(), "/", checkpoint::kManifestFile);
-    MT_ASSIGN_OR_RETURN(checkpoint::FileDigest digest, checkpoint::DigestFile(path));
-    mt::v1::CheckpointFile& f = files.emplace_back();
-    f.set_path(checkpoint::kManifestFile);
-    f.set_size_bytes(digest.size);
-    f.set_sha256(digest.sha256);
-  }
-  for (const auto& f : c.files()) files.push_back(f);
-
-  // Only regular files inside the checkpoint directory are sent: a symbolic link placed in a
-  // checkpoint must not stream some other file of the coordinator's machine.
+  MT_ASSIGN_OR_RETURN(const std::vector<mt::v1::CheckpointFile> files, DownloadFiles(c));
   char resolved_dir[PATH_MAX];
   if (::realpath(c.directory().c_str(), resolved_dir) == nullptr) {
     return ErrnoStatus("resolving", c.directory(), errno);
   }
   std::string buffer(static_cast<size_t>(chunk), '\0');
   for (const mt::v1::CheckpointFile& f : files) {
-    MT_RETURN_IF_ERROR(ValidateRelativePath(f.path(), "files.path"));
+    MT_ASSIGN_OR_RETURN(const int fd, OpenInside(c.directory(), resolved_dir, f.path()));
     const std::string path = absl::StrCat(c.directory(), "/", f.path());
-    char resolved[PATH_MAX];
-    if (::realpath(path.c_str(), resolved) == nullptr) {
-      return ErrnoStatus("resolving", path, errno);
-    }
-    if (absl::string_view(resolved).rfind(absl::StrCat(resolved_dir, "/"), 0) != 0) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, " leads outside the checkpoint directory; not sent"));
-    }
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-    if (fd < 0) return ErrnoStatus("opening", path, errno);
-    struct stat st;
-    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return absl::FailedPreconditionError(absl::StrCat(path, " is not a regular file; not sent"));
-    }
-    int64_t offset = 0;
-    bool first = true;
-    absl::Status status;
-    while (true) {
-      const ssize_t n = ::read(fd, buffer.data(), buffer.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        status = ErrnoStatus("reading", path, errno);
-        break;
-      }
-      if (n == 0 && !first) break;
-      mt::v1::DownloadCheckpointChunk out;
-      if (first) *out.mutable_file() = f;
-      out.set_offset(offset);
-      out.set_data(buffer.data(), static_cast<size_t>(n));
-      if (!write(out)) {
-        status = absl::CancelledError("the client stopped reading the download");
-        break;
-      }
-      first = false;
-      offset += n;
-      if (n == 0) break;  // an empty file: its one chunk is sent
-    }
+    absl::StatusOr<int64_t> sent = StreamFile(fd, f, path, &buffer, write);
     ::close(fd);
-    MT_RETURN_IF_ERROR(status);
-    if (offset != f.size_bytes()) {
-      return absl::DataLossError(absl::StrCat(path, " has ", offset, " bytes, the catalog says ",
+    MT_RETURN_IF_ERROR(sent.status());
+    if (*sent != f.size_bytes()) {
+      return absl::DataLossError(absl::StrCat(path, " has ", *sent, " bytes, the catalog says ",
                                               f.size_bytes(), "; verify ", c.id()));
     }
   }

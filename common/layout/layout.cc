@@ -356,6 +356,67 @@ int64_t BestCapacity(const std::vector<Node>& nodes, size_t from, size_t count) 
   return sum;
 }
 
+// The nodes in order of their first slot, each with its slots in order and its capacity in
+// whole TP groups.
+absl::StatusOr<std::vector<Node>> NodesOfSlots(const std::vector<std::string>& slot_nodes, int tp) {
+  std::vector<Node> nodes;
+  std::map<std::string, size_t> node_index;
+  for (size_t slot = 0; slot < slot_nodes.size(); ++slot) {
+    const std::string& name = slot_nodes[slot];
+    if (name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " has an empty node name"));
+    }
+    auto [it, inserted] = node_index.emplace(name, nodes.size());
+    if (inserted) nodes.push_back(Node{name, {}, 0});
+    nodes[it->second].slots.push_back(static_cast<int>(slot));
+  }
+  for (Node& node : nodes) node.capacity = static_cast<int>(node.slots.size()) / tp;
+  return nodes;
+}
+
+// A TP group fits on one node, and the nodes hold `num_groups` of them.
+absl::Status CheckGroupsFit(const std::vector<Node>& nodes, int tp, int num_groups) {
+  size_t largest = 0;
+  int64_t total_capacity = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    total_capacity += nodes[i].capacity;
+    if (nodes[i].slots.size() > nodes[largest].slots.size()) largest = i;
+  }
+  if (nodes[largest].slots.size() < static_cast<size_t>(tp)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tensor parallel group of ", tp, " ranks does not fit on any node: largest free node '",
+        nodes[largest].name, "' has ", nodes[largest].slots.size(), " slots"));
+  }
+  if (total_capacity < num_groups) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "tensor parallel groups of ", tp, " ranks cannot span nodes: ", num_groups,
+        " groups needed, the free slots hold ", total_capacity, " (", DescribeNodes(nodes), ")"));
+  }
+  return absl::OkStatus();
+}
+
+// The fewest nodes that hold `num_groups` (CheckGroupsFit passed), and of those the earliest
+// set: node i is taken when the rest can still be completed.
+std::vector<size_t> ChooseNodes(const std::vector<Node>& nodes, int num_groups) {
+  std::vector<int> caps;
+  for (const Node& node : nodes) caps.push_back(node.capacity);
+  std::sort(caps.begin(), caps.end(), std::greater<int>());
+  size_t min_nodes = 0;
+  for (int64_t sum = 0; sum < num_groups; ++min_nodes) sum += caps[min_nodes];
+  std::vector<size_t> chosen;
+  int64_t chosen_capacity = 0;
+  for (size_t i = 0; i < nodes.size() && chosen.size() < min_nodes; ++i) {
+    const size_t still_needed = min_nodes - chosen.size() - 1;
+    if (chosen_capacity + nodes[i].capacity + BestCapacity(nodes, i + 1, still_needed) >=
+        num_groups) {
+      chosen.push_back(i);
+      chosen_capacity += nodes[i].capacity;
+    }
+  }
+  MT_CHECK(chosen.size() == min_nodes && chosen_capacity >= num_groups);
+  return chosen;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<int>> PlaceRanksOnSlots(const RankLayout& layout,
@@ -371,61 +432,13 @@ absl::StatusOr<std::vector<int>> PlaceRanksOnSlots(const RankLayout& layout,
                                                       slot_kind, " slots, only ", slot_nodes.size(),
                                                       " given"));
   }
-
-  // Nodes in order of their first slot.
-  std::vector<Node> nodes;
-  std::map<std::string, size_t> node_index;
-  for (size_t slot = 0; slot < slot_nodes.size(); ++slot) {
-    const std::string& name = slot_nodes[slot];
-    if (name.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("slot ", slot, " has an empty node name"));
-    }
-    auto [it, inserted] = node_index.emplace(name, nodes.size());
-    if (inserted) nodes.push_back(Node{name, {}, 0});
-    nodes[it->second].slots.push_back(static_cast<int>(slot));
-  }
-  size_t largest = 0;
-  int64_t total_capacity = 0;
-  for (size_t i = 0; i < nodes.size(); ++i) {
-    nodes[i].capacity = static_cast<int>(nodes[i].slots.size()) / tp;
-    total_capacity += nodes[i].capacity;
-    if (nodes[i].slots.size() > nodes[largest].slots.size()) largest = i;
-  }
-  if (nodes[largest].slots.size() < static_cast<size_t>(tp)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "tensor parallel group of ", tp, " ranks does not fit on any node: largest free node '",
-        nodes[largest].name, "' has ", nodes[largest].slots.size(), " slots"));
-  }
+  MT_ASSIGN_OR_RETURN(const std::vector<Node> nodes, NodesOfSlots(slot_nodes, tp));
   const int num_groups = world / tp;
-  if (total_capacity < num_groups) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "tensor parallel groups of ", tp, " ranks cannot span nodes: ", num_groups,
-        " groups needed, the free slots hold ", total_capacity, " (", DescribeNodes(nodes), ")"));
-  }
-
-  // Fewest nodes: take the largest capacities first.
-  std::vector<int> caps;
-  for (const Node& node : nodes) caps.push_back(node.capacity);
-  std::sort(caps.begin(), caps.end(), std::greater<int>());
-  size_t min_nodes = 0;
-  for (int64_t sum = 0; sum < num_groups; ++min_nodes) sum += caps[min_nodes];
-
-  // Earliest node set of that size: take node i when the rest can still be completed.
-  std::vector<size_t> chosen;
-  int64_t chosen_capacity = 0;
-  for (size_t i = 0; i < nodes.size() && chosen.size() < min_nodes; ++i) {
-    const size_t still_needed = min_nodes - chosen.size() - 1;
-    if (chosen_capacity + nodes[i].capacity + BestCapacity(nodes, i + 1, still_needed) >=
-        num_groups) {
-      chosen.push_back(i);
-      chosen_capacity += nodes[i].capacity;
-    }
-  }
-  MT_CHECK(chosen.size() == min_nodes && chosen_capacity >= num_groups);
-
+  MT_RETURN_IF_ERROR(CheckGroupsFit(nodes, tp, num_groups));
+  // Each chosen node's whole TP groups in slot order, until every group has its slots.
   std::vector<int> slot_of_rank(world, -1);
   int group = 0;
-  for (size_t n : chosen) {
+  for (size_t n : ChooseNodes(nodes, num_groups)) {
     const Node& node = nodes[n];
     for (int k = 0; k < node.capacity && group < num_groups; ++k, ++group) {
       for (int t = 0; t < tp; ++t) slot_of_rank[group * tp + t] = node.slots[k * tp + t];

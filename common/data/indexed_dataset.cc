@@ -623,6 +623,58 @@ absl::Status IndexedDatasetWriter::Append(const IndexedDataset& other) {
   return absl::OkStatus();
 }
 
+absl::Status IndexedDatasetWriter::WriteIndex(int fd) {
+  std::string& out = buffer_;
+  out.clear();
+  auto spill = [&]() -> absl::Status {
+    if (out.size() < kWriteBufferBytes) return absl::OkStatus();
+    absl::Status s = WriteAll(fd, out, idx_tmp_);
+    out.clear();
+    return s;
+  };
+  out.append(kIndexMagic, sizeof(kIndexMagic));
+  AppendLE<uint64_t>(&out, kIndexVersion);
+  AppendLE<uint8_t>(&out, static_cast<uint8_t>(dtype_));
+  AppendLE<uint64_t>(&out, lengths_.size());
+  AppendLE<uint64_t>(&out, doc_idx_.size());
+  for (int32_t len : lengths_) {
+    AppendLE<int32_t>(&out, len);
+    MT_RETURN_IF_ERROR(spill());
+  }
+  const int64_t item = static_cast<int64_t>(DTypeSize(dtype_));
+  int64_t at = 0;
+  for (int32_t len : lengths_) {
+    AppendLE<int64_t>(&out, at);
+    at += int64_t{len} * item;
+    MT_RETURN_IF_ERROR(spill());
+  }
+  for (int64_t d : doc_idx_) {
+    AppendLE<int64_t>(&out, d);
+    MT_RETURN_IF_ERROR(spill());
+  }
+  MT_RETURN_IF_ERROR(WriteAll(fd, out, idx_tmp_));
+  out.clear();
+  if (::fsync(fd) != 0) return ErrnoStatus("fsync", idx_tmp_, errno);
+  return absl::OkStatus();
+}
+
+absl::Status IndexedDatasetWriter::RenameIntoPlace() {
+  // An old .idx goes first, so that at no moment does a complete-looking index sit beside a
+  // .bin it does not describe; the new .idx arrives last.
+  const std::string idx_path = IndexPath(prefix_);
+  const std::string bin_path = DataPath(prefix_);
+  if (::unlink(idx_path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus("removing the old index", idx_path, errno);
+  }
+  if (::rename(bin_tmp_.c_str(), bin_path.c_str()) != 0) {
+    return ErrnoStatus("renaming " + bin_tmp_ + " to", bin_path, errno);
+  }
+  if (::rename(idx_tmp_.c_str(), idx_path.c_str()) != 0) {
+    return ErrnoStatus("renaming " + idx_tmp_ + " to", idx_path, errno);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status IndexedDatasetWriter::Finalize() {
   MT_RETURN_IF_ERROR(Check());
   auto fail = [this](absl::Status s) {
@@ -641,59 +693,12 @@ absl::Status IndexedDatasetWriter::Finalize() {
   // The index, streamed through the same buffer.
   const int fd = ::open(idx_tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail(ErrnoStatus("creating", idx_tmp_, errno));
-  auto write_index = [&]() -> absl::Status {
-    std::string& out = buffer_;
-    out.clear();
-    auto spill = [&]() -> absl::Status {
-      if (out.size() < kWriteBufferBytes) return absl::OkStatus();
-      absl::Status s = WriteAll(fd, out, idx_tmp_);
-      out.clear();
-      return s;
-    };
-    out.append(kIndexMagic, sizeof(kIndexMagic));
-    AppendLE<uint64_t>(&out, kIndexVersion);
-    AppendLE<uint8_t>(&out, static_cast<uint8_t>(dtype_));
-    AppendLE<uint64_t>(&out, lengths_.size());
-    AppendLE<uint64_t>(&out, doc_idx_.size());
-    for (int32_t len : lengths_) {
-      AppendLE<int32_t>(&out, len);
-      MT_RETURN_IF_ERROR(spill());
-    }
-    const int64_t item = static_cast<int64_t>(DTypeSize(dtype_));
-    int64_t at = 0;
-    for (int32_t len : lengths_) {
-      AppendLE<int64_t>(&out, at);
-      at += int64_t{len} * item;
-      MT_RETURN_IF_ERROR(spill());
-    }
-    for (int64_t d : doc_idx_) {
-      AppendLE<int64_t>(&out, d);
-      MT_RETURN_IF_ERROR(spill());
-    }
-    MT_RETURN_IF_ERROR(WriteAll(fd, out, idx_tmp_));
-    out.clear();
-    if (::fsync(fd) != 0) return ErrnoStatus("fsync", idx_tmp_, errno);
-    return absl::OkStatus();
-  };
-  absl::Status s = write_index();
+  absl::Status s = WriteIndex(fd);
   if (::close(fd) != 0 && s.ok()) s = ErrnoStatus("closing", idx_tmp_, errno);
   if (!s.ok()) return fail(s);
-
-  // An old .idx goes first, so that at no moment does a complete-looking index sit beside a
-  // .bin it does not describe; the new .idx arrives last.
-  const std::string idx_path = IndexPath(prefix_);
-  const std::string bin_path = DataPath(prefix_);
-  if (::unlink(idx_path.c_str()) != 0 && errno != ENOENT) {
-    return fail(ErrnoStatus("removing the old index", idx_path, errno));
-  }
-  if (::rename(bin_tmp_.c_str(), bin_path.c_str()) != 0) {
-    return fail(ErrnoStatus("renaming " + bin_tmp_ + " to", bin_path, errno));
-  }
-  if (::rename(idx_tmp_.c_str(), idx_path.c_str()) != 0) {
-    return fail(ErrnoStatus("renaming " + idx_tmp_ + " to", idx_path, errno));
-  }
+  if (absl::Status r = RenameIntoPlace(); !r.ok()) return fail(r);
   finalized_ = true;
-  if (absl::Status d = FsyncDirectory(DirName(idx_path)); !d.ok()) {
+  if (absl::Status d = FsyncDirectory(DirName(IndexPath(prefix_))); !d.ok()) {
     status_ = d;
     return d;
   }

@@ -162,6 +162,10 @@ class IndexedDatasetWriter {
   absl::Status Check();
   absl::Status WriteData(const char* bytes, size_t n);
   absl::Status Flush();
+  // Finalize's parts: the .idx written to `fd` (idx_tmp_) and fsynced; then the old .idx
+  // removed, the .bin and the new .idx renamed into place, in that order.
+  absl::Status WriteIndex(int fd);
+  absl::Status RenameIntoPlace();
   void Abandon();
 
   const std::string prefix_;

@@ -55,10 +55,8 @@ std::string Quote(absl::string_view s) {
   return out;
 }
 
-// What a vocabulary file gives: token (in the byte alphabet) -> id, and the tables Encode and
-// Decode use.
-struct Vocabulary {
-  absl::flat_hash_map<std::string, int32_t> ids;
+// The tables Encode and Decode take from the vocabulary file (Tables adds the merges).
+struct VocabularyTables {
   std::vector<std::string> token_bytes;  // id -> raw bytes
   int32_t byte_token[256];               // byte -> id of its one-byte token
   int32_t eod = -1;
@@ -88,16 +86,17 @@ absl::StatusOr<std::string> TokenBytes(const std::string& token,
   return bytes;
 }
 
-// The vocabulary's {token: id} entries, ids 0..V-1 each once: every token's bytes, a one-byte
-// token for each of the 256 bytes, and <|endoftext|>.
+// Checks the vocabulary's {token: id} entries (ids 0..V-1 each once, a one-byte token for each
+// of the 256 bytes, <|endoftext|>) and fills `ids` (token in the byte alphabet -> id) and `v`.
 absl::Status FillVocabulary(const std::vector<std::pair<std::string, int64_t>>& entries,
-                            absl::string_view vocab_name, Vocabulary* v) {
+                            absl::string_view vocab_name,
+                            absl::flat_hash_map<std::string, int32_t>* ids, VocabularyTables* v) {
   const int64_t vocab_size = static_cast<int64_t>(entries.size());
   uint32_t byte_to_cp[256];
   BytesToUnicode(byte_to_cp);
   absl::flat_hash_map<uint32_t, uint8_t> cp_to_byte;
   for (int b = 0; b < 256; ++b) cp_to_byte[byte_to_cp[b]] = static_cast<uint8_t>(b);
-  v->ids.reserve(entries.size());
+  ids->reserve(entries.size());
   v->token_bytes.resize(entries.size());
   std::vector<bool> seen(entries.size(), false);
   for (const auto& [token, id] : entries) {
@@ -111,7 +110,7 @@ absl::Status FillVocabulary(const std::vector<std::pair<std::string, int64_t>>& 
           absl::StrCat(vocab_name, ": id ", id, " is used twice (again by ", Quote(token), ")"));
     }
     seen[id] = true;
-    if (!v->ids.emplace(token, static_cast<int32_t>(id)).second) {
+    if (!ids->emplace(token, static_cast<int32_t>(id)).second) {
       return absl::InvalidArgumentError(
           absl::StrCat(vocab_name, ": token ", Quote(token), " appears twice"));
     }
@@ -124,16 +123,16 @@ absl::Status FillVocabulary(const std::vector<std::pair<std::string, int64_t>>& 
     // A std::string key (not a char[4] view): GCC 12 -O3 warns about absl's hash reading it.
     std::string key(4, '\0');
     key.resize(EncodeUtf8(byte_to_cp[b], key.data()));
-    auto it = v->ids.find(key);
-    if (it == v->ids.end()) {
+    auto it = ids->find(key);
+    if (it == ids->end()) {
       return absl::InvalidArgumentError(
           absl::StrCat(vocab_name, ": no token for byte 0x", absl::Hex(b, absl::kZeroPad2),
                        "; a byte-level BPE vocabulary has one for each of the 256 bytes"));
     }
     v->byte_token[b] = it->second;
   }
-  auto it = v->ids.find(kEndOfText);
-  if (it == v->ids.end()) {
+  auto it = ids->find(kEndOfText);
+  if (it == ids->end()) {
     return absl::InvalidArgumentError(
         absl::StrCat(vocab_name, ": no ", kEndOfText, " token (GPT-2's end of document)"));
   }
@@ -184,15 +183,12 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> ParseMerges(
 
 }  // namespace
 
-struct Gpt2BpeTokenizer::Tables {
+struct Gpt2BpeTokenizer::Tables : VocabularyTables {
   struct Merge {
     int32_t rank;
     int32_t merged;
   };
-  std::vector<std::string> token_bytes;  // id -> raw bytes
-  int32_t byte_token[256];               // byte -> id of its one-byte token
   absl::flat_hash_map<uint64_t, Merge> merges;
-  int32_t eod = -1;
 };
 
 absl::StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::Create(
@@ -233,14 +229,10 @@ absl::StatusOr<std::unique_ptr<Gpt2BpeTokenizer>> Gpt2BpeTokenizer::CreateFromCo
     return absl::InvalidArgumentError(absl::StrCat(
         vocab_name, ": ", vocab_size, " tokens; a byte-level BPE vocabulary has at least 256"));
   }
-  Vocabulary v;
-  MT_RETURN_IF_ERROR(FillVocabulary(*entries, vocab_name, &v));
-  MT_ASSIGN_OR_RETURN(const auto pairs, ParseMerges(merges, merges_name, v.ids, vocab_name));
-  const absl::flat_hash_map<std::string, int32_t>& vocab = v.ids;
+  absl::flat_hash_map<std::string, int32_t> vocab;  // token in the byte alphabet -> id
   auto tables = std::make_shared<Tables>();
-  tables->token_bytes = std::move(v.token_bytes);
-  std::memcpy(tables->byte_token, v.byte_token, sizeof(v.byte_token));
-  tables->eod = v.eod;
+  MT_RETURN_IF_ERROR(FillVocabulary(*entries, vocab_name, &vocab, tables.get()));
+  MT_ASSIGN_OR_RETURN(const auto pairs, ParseMerges(merges, merges_name, vocab, vocab_name));
 
   auto add = [&](absl::string_view first, absl::string_view second, int32_t rank) {
     auto a = vocab.find(first);
